@@ -1,0 +1,43 @@
+# stagebench: every target works from a fresh clone with only python3.11, make and pip.
+PYTHON ?= python3.11
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+DATA   := data/synthetic-esci
+
+.PHONY: bench test perf data install clean help
+
+help:
+	@echo "make bench   run configs/default.yaml on the embedded synthetic dataset (offline)"
+	@echo "make test    run the test suite"
+	@echo "make perf    run the speed/memory benchmarks, figures in results/perf/"
+
+$(PY):
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH (or PYTHON=/path/to/python3.11)"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+
+# torch first, pinned: otherwise pip would resolve a CUDA build through sentence-transformers
+$(STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e '.[test]'
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+$(DATA)/shopping_queries_dataset_examples.parquet: | $(STAMP)
+	$(VENV)/bin/stagebench generate-data --output $(DATA)
+
+data: $(DATA)/shopping_queries_dataset_examples.parquet
+
+bench: $(STAMP) data
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(VENV)/bin/stagebench run configs/default.yaml --output results/default
+
+test: $(STAMP)
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(PY) -m pytest -q
+
+perf: $(STAMP) data
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(PY) benchmarks/run_perf.py --output results/perf
+
+clean:
+	rm -rf $(VENV) .cache data/synthetic-esci

@@ -1,0 +1,3 @@
+"""stagebench: a config-driven benchmark harness for multi-stage search ranking."""
+
+__version__ = "0.1.0"

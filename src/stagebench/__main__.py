@@ -1,0 +1,3 @@
+from stagebench.cli import main
+
+raise SystemExit(main())

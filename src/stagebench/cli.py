@@ -1,0 +1,114 @@
+"""The ``stagebench`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+
+from stagebench import __version__
+from stagebench.errors import StagebenchError
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from stagebench.config import load_config
+    from stagebench.pipeline import run_config
+
+    config = load_config(args.config)
+    result = run_config(config, args.output)
+    sys.stdout.write(result.table_text)
+    logging.getLogger("stagebench").info("results written to %s", result.output)
+    return 0
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from stagebench.config import load_config
+
+    config = load_config(args.config)
+    print(f"{args.config}: ok ({len(config.stages)} stages: {', '.join(s.name for s in config.stages)})")
+    return 0
+
+
+def _cmd_generate(args: argparse.Namespace) -> int:
+    from stagebench.data.synthetic import SyntheticSpec, generate
+
+    spec = SyntheticSpec(seed=args.seed, n_products=args.products, n_test_queries=args.test_queries,
+                         n_train_queries=args.train_queries)  # fmt: skip
+    stats = generate(args.output, spec)
+    print(json.dumps(stats, indent=2))
+    return 0
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    from stagebench.metrics import evaluate
+    from stagebench.report import conventions_line
+    from stagebench.run import read_trec_qrels, read_trec_run
+
+    qrels = read_trec_qrels(args.qrels)
+    run = read_trec_run(args.run)
+    ev = evaluate(qrels, run, args.metrics, relevance_threshold=args.rel, gain=args.gain)
+    means = ev.means
+    if args.json:
+        print(json.dumps({k: round(v, 6) for k, v in means.items()}))
+        return 0
+    if args.per_query:
+        for q in ev.scored_queries:
+            for name in means:
+                print(f"{name}\t{q}\t{ev.per_query[name][q]:.4f}")
+    for name, v in means.items():
+        print(f"{name}\tall\t{v:.4f}")
+    print(f"# {conventions_line(args.rel, args.gain)}; {len(ev.scored_queries)} scored queries, "
+          f"{len(ev.missing_queries)} without results (scored 0)", file=sys.stderr)  # fmt: skip
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="stagebench", description="Benchmark multi-stage search ranking pipelines.")
+    p.add_argument("--version", action="version", version=f"stagebench {__version__}")
+    p.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors on stderr")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    r = sub.add_parser("run", help="run a config's stages and write the stage table")
+    r.add_argument("config")
+    r.add_argument("--output", help="results folder (default: the config's output)")
+    r.set_defaults(func=_cmd_run)
+
+    v = sub.add_parser("validate", help="check a config without running it")
+    v.add_argument("config")
+    v.set_defaults(func=_cmd_validate)
+
+    g = sub.add_parser("generate-data", help="write the synthetic ESCI-style dataset (official parquet layout)")
+    g.add_argument("--output", default="data/synthetic-esci")
+    g.add_argument("--seed", type=int, default=13)
+    g.add_argument("--products", type=int, default=20000)
+    g.add_argument("--test-queries", type=int, default=500)
+    g.add_argument("--train-queries", type=int, default=2000)
+    g.set_defaults(func=_cmd_generate)
+
+    e = sub.add_parser("eval", help="score a TREC run file against TREC qrels")
+    e.add_argument("qrels")
+    e.add_argument("run")
+    e.add_argument("-m", "--metric", dest="metrics", action="extend", nargs="+", required=True,
+                   help="measure names, e.g. -m nDCG@10 RR@10 R@100 (repeatable)")  # fmt: skip
+    e.add_argument("--rel", type=int, default=1, help="relevance threshold for binary measures (default 1)")
+    e.add_argument("--gain", choices=("linear", "exp"), default="linear", help="nDCG gain (default linear)")
+    e.add_argument("--json", action="store_true", help="print one JSON object: measure -> mean")
+    e.add_argument("--per-query", action="store_true", help="also print per-query values")
+    e.set_defaults(func=_cmd_eval)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.WARNING if args.quiet else logging.INFO,
+        format="%(asctime)s %(levelname).1s %(message)s",
+        datefmt="%H:%M:%S",
+        stream=sys.stderr,
+    )
+    try:
+        return args.func(args)
+    except StagebenchError as exc:
+        print(f"stagebench: error: {exc}", file=sys.stderr)
+        return 2

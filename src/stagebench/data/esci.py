@@ -1,0 +1,214 @@
+"""Amazon Shopping Queries (ESCI) loaders.
+
+* :func:`load_esci` reads the official layout of amazon-science/esci-data:
+  ``shopping_queries_dataset_examples.parquet`` + ``shopping_queries_dataset_products.parquet``.
+* :func:`load_esci_hf` reads merged rows (``tasksource/esci`` style: one row per judgment
+  with the product columns inline) through Hugging Face ``datasets``, from the hub or
+  from local parquet files, and goes through the same builder.
+
+Both filter on locale, split and small_version, map labels (letters or words) to grades
+through a configurable table, join products on (product_id, product_locale), render the
+product text from a template over title/brand/color/bullet_points/description with HTML
+stripped, and build the corpus as the whole catalog or only the judged products.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from stagebench.data.model import Dataset, check_queries
+from stagebench.data.text import strip_html
+from stagebench.errors import DataError
+
+EXAMPLES_FILE = "shopping_queries_dataset_examples.parquet"
+PRODUCTS_FILE = "shopping_queries_dataset_products.parquet"
+EXAMPLE_COLUMNS = ("query", "query_id", "product_id", "product_locale", "esci_label", "small_version", "split")
+PRODUCT_COLUMNS = ("product_id", "product_locale", "product_title")
+# product column -> corpus field name used by text templates
+PRODUCT_FIELDS = {
+    "product_title": "title",
+    "product_brand": "brand",
+    "product_color": "color",
+    "product_bullet_point": "bullet_points",
+    "product_description": "description",
+}
+DEFAULT_LABELS = {
+    "E": 3, "S": 2, "C": 1, "I": 0,
+    "Exact": 3, "Substitute": 2, "Complement": 1, "Irrelevant": 0,
+}  # fmt: skip
+ESCI_LABEL_NAMES = {3: "E", 2: "S", 1: "C", 0: "I"}
+DEFAULT_TEMPLATE = "{title} {brand} {color} {bullet_points} {description}"
+
+
+@dataclass
+class EsciOptions:
+    path: str
+    locale: str | None = "us"
+    split: str | None = "test"  # test | train | null for both
+    small_version: bool = False  # keep only rows with small_version == 1
+    labels: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_LABELS))
+    text_template: str = DEFAULT_TEMPLATE
+    corpus_scope: str = "catalog"  # catalog | judged
+    max_queries: int | None = None  # keep the first N query ids (sorted), for quick runs
+
+    def validate(self) -> list[tuple[str, str]]:
+        errs = []
+        if self.corpus_scope not in ("catalog", "judged"):
+            errs.append(("corpus_scope", f"must be 'catalog' or 'judged', got {self.corpus_scope!r}"))
+        if self.split not in (None, "train", "test"):
+            errs.append(("split", f"must be 'train', 'test' or null, got {self.split!r}"))
+        return errs
+
+
+@dataclass
+class EsciHfOptions(EsciOptions):
+    path: str = ""  # local parquet file or folder of parquet files (or leave empty and set name)
+    name: str | None = None  # hub dataset name, e.g. "tasksource/esci"
+    hf_split: str | None = None  # the datasets split(s) to read; None reads all
+    revision: str | None = None
+
+    def validate(self) -> list[tuple[str, str]]:
+        errs = super().validate()
+        if bool(self.path) == bool(self.name):
+            errs.append(("path", "set exactly one of 'path' (local parquet) or 'name' (hub dataset)"))
+        return errs
+
+
+def _read_parquet(path: Path, required: tuple[str, ...]):
+    import pandas as pd
+
+    if not path.is_file():
+        raise DataError(f"{path}: file not found")
+    try:
+        df = pd.read_parquet(path)
+    except Exception as exc:  # pyarrow raises several types; re-raise as one line
+        raise DataError(f"{path}: cannot read parquet ({type(exc).__name__}: {exc})") from exc
+    _require_columns(df, required, str(path))
+    return df
+
+
+def _require_columns(df, required, source: str) -> None:
+    missing = [c for c in required if c not in df.columns]
+    if missing:
+        raise DataError(f"{source}: missing required column(s) {', '.join(missing)} (has {', '.join(map(str, df.columns))})")
+
+
+def load_esci(opts: EsciOptions) -> Dataset:
+    root = Path(opts.path)
+    if not root.is_dir():
+        raise DataError(f"{root}: ESCI folder not found (expected {EXAMPLES_FILE} and {PRODUCTS_FILE})")
+    ex_path = root / EXAMPLES_FILE
+    examples = _read_parquet(ex_path, EXAMPLE_COLUMNS)
+    products = _read_parquet(root / PRODUCTS_FILE, PRODUCT_COLUMNS)
+    return build_esci(examples, products, opts, str(ex_path), str(root / PRODUCTS_FILE), name=f"esci:{root.name}")
+
+
+def load_esci_hf(opts: EsciHfOptions) -> Dataset:
+    """Merged ESCI rows via ``datasets``; products are the distinct (product_id, locale) rows."""
+    import datasets
+
+    if opts.name:
+        source = opts.name
+        ds = datasets.load_dataset(opts.name, split=opts.hf_split, revision=opts.revision)
+    else:
+        p = Path(opts.path)
+        files = sorted(str(f) for f in p.glob("*.parquet")) if p.is_dir() else [str(p)]
+        if not files or not all(Path(f).is_file() for f in files):
+            raise DataError(f"{p}: no parquet file found")
+        source = str(p)
+        ds = datasets.load_dataset("parquet", data_files=files, split=opts.hf_split or "train")
+    if isinstance(ds, datasets.DatasetDict):
+        ds = datasets.concatenate_datasets(list(ds.values()))
+    df = ds.to_pandas()
+    _require_columns(df, EXAMPLE_COLUMNS + ("product_title",), source)
+    product_cols = ["product_id", "product_locale"] + [c for c in PRODUCT_FIELDS if c in df.columns]
+    products = df[product_cols].drop_duplicates(subset=["product_id", "product_locale"])
+    return build_esci(df, products, opts, source, source, name=f"esci-hf:{Path(source).name}")
+
+
+def build_esci(examples, products, opts: EsciOptions, ex_source: str, prod_source: str, name: str) -> Dataset:
+    ex = examples
+    if opts.locale is not None:
+        ex = ex[ex["product_locale"] == opts.locale]
+    if opts.split is not None:
+        ex = ex[ex["split"] == opts.split]
+    if opts.small_version:
+        ex = ex[ex["small_version"] == 1]
+    if len(ex) == 0:
+        raise DataError(
+            f"{ex_source}: no examples left after filters locale={opts.locale!r} split={opts.split!r} "
+            f"small_version={opts.small_version}"
+        )
+    if opts.max_queries is not None:
+        keep = sorted(ex["query_id"].astype(str).unique())[: opts.max_queries]
+        ex = ex[ex["query_id"].astype(str).isin(set(keep))]
+
+    queries: dict[str, str] = {}
+    qrels: dict[str, dict[str, int]] = {}
+    id_col = ex["example_id"] if "example_id" in ex.columns else ex.index
+    for ex_id, qid, qtext, pid, label in zip(id_col, ex["query_id"], ex["query"], ex["product_id"], ex["esci_label"]):
+        qid = str(qid)
+        where = f"{ex_source}: example_id {ex_id}"
+        if label not in opts.labels:
+            raise DataError(f"{where}: unknown esci_label {label!r} (known: {', '.join(map(str, opts.labels))})")
+        if qtext is None or not str(qtext).strip():
+            raise DataError(f"{where}: empty query text for query_id {qid}")
+        prev = queries.setdefault(qid, str(qtext))
+        if prev != str(qtext):
+            raise DataError(f"{where}: query_id {qid} has two texts ({prev!r} and {qtext!r})")
+        docs = qrels.setdefault(qid, {})
+        pid = str(pid)
+        if pid in docs:
+            raise DataError(f"{where}: duplicate judgment for query_id {qid} product_id {pid}")
+        docs[pid] = int(opts.labels[label])
+    check_queries(queries, ex_source)
+
+    prods = products
+    if opts.locale is not None:
+        prods = prods[prods["product_locale"] == opts.locale]
+    dup = prods.duplicated(subset=["product_id", "product_locale"], keep=False)
+    if dup.any():
+        first = prods[dup].iloc[0]
+        raise DataError(
+            f"{prod_source}: duplicate product (product_id={first['product_id']}, product_locale={first['product_locale']})"
+        )
+    if opts.corpus_scope == "judged":
+        judged = {d for docs in qrels.values() for d in docs}
+        prods = prods[prods["product_id"].astype(str).isin(judged)]
+    cols = [c for c in PRODUCT_FIELDS if c in prods.columns]
+    columns = {c: prods[c].tolist() for c in cols}
+    corpus: dict[str, dict[str, str]] = {}
+    for i, pid in enumerate(prods["product_id"].astype(str).tolist()):
+        corpus[pid] = {PRODUCT_FIELDS[c]: strip_html(columns[c][i]) if isinstance(columns[c][i], str) else "" for c in cols}
+    for f in PRODUCT_FIELDS.values():  # absent optional columns behave as empty fields
+        if f not in {PRODUCT_FIELDS[c] for c in cols}:
+            for fields in corpus.values():
+                fields[f] = ""
+
+    ds = Dataset(
+        name=name,
+        corpus=corpus,
+        queries=queries,
+        qrels=qrels,
+        text_template=opts.text_template,
+        corpus_scope=opts.corpus_scope,
+        label_names=_label_names(opts.labels),
+        splits={q: opts.split for q in queries} if opts.split else None,
+        source=ex_source,
+    )
+    if ds.qrels_docs_missing:
+        ds.warnings.append(
+            f"{ex_source}: {ds.qrels_docs_missing} judgment(s) name products absent from {prod_source}; "
+            "they stay in the qrels (they count in recall denominators and can never be retrieved)"
+        )
+    return ds
+
+
+def _label_names(labels: dict[str, int]) -> dict[int, str]:
+    """grade -> shortest label naming it (E/S/C/I when letters are in the table)."""
+    out: dict[int, str] = {}
+    for lab, g in labels.items():
+        if g not in out or len(lab) < len(out[g]):
+            out[g] = lab
+    return dict(sorted(out.items(), reverse=True))

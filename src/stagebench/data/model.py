@@ -1,0 +1,114 @@
+"""The dataset model: corpus + queries + graded qrels (+ optional splits and label names)."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from stagebench.data.text import render, template_fields
+from stagebench.errors import DataError
+
+
+@dataclass
+class Dataset:
+    """A test collection.
+
+    * ``corpus``: doc id -> field name -> text (already cleaned, e.g. HTML stripped)
+    * ``text_template``: ``str.format`` template over the corpus fields that builds the
+      text every stage indexes, e.g. ``"{title} {brand} {color} {bullet_points}"``
+    * ``queries``: query id -> text (only the queries to evaluate)
+    * ``qrels``: query id -> doc id -> integer grade
+    * ``label_names``: grade -> display label (ESCI: 3 -> "E" ...), for label analysis
+    * ``corpus_scope``: ``catalog`` (all documents) or ``judged`` (only judged ones)
+    """
+
+    name: str
+    corpus: dict[str, dict[str, str]]
+    queries: dict[str, str]
+    qrels: dict[str, dict[str, int]]
+    text_template: str
+    corpus_scope: str = "catalog"
+    label_names: dict[int, str] | None = None
+    splits: dict[str, str] | None = None
+    source: str = ""
+    warnings: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        fields_used = template_fields(self.text_template)
+        if not fields_used:
+            raise DataError(f"{self.source or self.name}: text_template {self.text_template!r} names no field")
+        if self.corpus:
+            known = set().union(*(set(f) for f in list(self.corpus.values())[:1000]))
+            unknown = [f for f in fields_used if f not in known]
+            if unknown:
+                raise DataError(
+                    f"{self.source or self.name}: text_template field(s) {unknown} not in the corpus fields {sorted(known)}"
+                )
+
+    @cached_property
+    def doc_ids(self) -> list[str]:
+        return list(self.corpus)
+
+    @cached_property
+    def doc_texts(self) -> list[str]:
+        return [render(self.text_template, self.corpus[d]) for d in self.doc_ids]
+
+    @cached_property
+    def doc_text(self) -> dict[str, str]:
+        return dict(zip(self.doc_ids, self.doc_texts))
+
+    @cached_property
+    def query_ids(self) -> list[str]:
+        return list(self.queries)
+
+    @cached_property
+    def fingerprint(self) -> str:
+        """sha256 over doc ids and indexed texts: identifies exactly what stages index."""
+        h = hashlib.sha256()
+        for d, t in zip(self.doc_ids, self.doc_texts):
+            h.update(d.encode())
+            h.update(b"\x00")
+            h.update(t.encode())
+            h.update(b"\x01")
+        return h.hexdigest()
+
+    @cached_property
+    def qrels_docs_missing(self) -> int:
+        """Judgments naming documents absent from the corpus (they stay in the qrels)."""
+        return sum(1 for docs in self.qrels.values() for d in docs if d not in self.corpus)
+
+    def stats(self) -> dict:
+        grades: dict[int, int] = {}
+        for docs in self.qrels.values():
+            for g in docs.values():
+                grades[g] = grades.get(g, 0) + 1
+        judged_docs = {d for docs in self.qrels.values() for d in docs}
+        return {
+            "name": self.name,
+            "source": self.source,
+            "corpus_scope": self.corpus_scope,
+            "documents": len(self.corpus),
+            "judged_documents": len(judged_docs),
+            "unjudged_documents": sum(1 for d in self.corpus if d not in judged_docs),
+            "queries": len(self.queries),
+            "judgments": sum(len(v) for v in self.qrels.values()),
+            "grades": {str(k): grades[k] for k in sorted(grades)},
+            "label_names": {str(k): v for k, v in (self.label_names or {}).items()},
+            "qrels_docs_missing_from_corpus": self.qrels_docs_missing,
+            "text_template": self.text_template,
+            "fingerprint": self.fingerprint,
+        }
+
+    def restrict_to_judged(self) -> None:
+        judged = {d for docs in self.qrels.values() for d in docs}
+        self.corpus = {d: f for d, f in self.corpus.items() if d in judged}
+        self.corpus_scope = "judged"
+        for attr in ("doc_ids", "doc_texts", "doc_text", "fingerprint", "qrels_docs_missing"):
+            self.__dict__.pop(attr, None)
+
+
+def check_queries(queries: dict[str, str], source: str) -> None:
+    for qid, text in queries.items():
+        if not isinstance(text, str) or not text.strip():
+            raise DataError(f"{source}: query {qid!r} has empty text")

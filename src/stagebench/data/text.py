@@ -1,0 +1,58 @@
+"""Text helpers: HTML stripping and the document text template."""
+
+from __future__ import annotations
+
+import html
+import re
+import string
+from collections.abc import Mapping
+from html.parser import HTMLParser
+
+_WS = re.compile(r"\s+")
+_BLOCK_TAGS = {"br", "p", "div", "li", "ul", "ol", "tr", "td", "th", "h1", "h2", "h3", "h4", "h5", "h6", "table"}
+
+
+class _Stripper(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.parts: list[str] = []
+        self._skip = 0
+
+    def handle_starttag(self, tag, attrs):  # noqa: ANN001
+        if tag in ("script", "style"):
+            self._skip += 1
+        elif tag in _BLOCK_TAGS:
+            self.parts.append(" ")
+
+    def handle_endtag(self, tag):  # noqa: ANN001
+        if tag in ("script", "style") and self._skip:
+            self._skip -= 1
+        elif tag in _BLOCK_TAGS:
+            self.parts.append(" ")
+
+    def handle_data(self, data):  # noqa: ANN001
+        if not self._skip:
+            self.parts.append(data)
+
+
+def strip_html(text: str | None) -> str:
+    """Remove tags (block tags become spaces), unescape entities, collapse whitespace."""
+    if not text:
+        return ""
+    if "<" not in text and "&" not in text:
+        return _WS.sub(" ", text).strip()
+    p = _Stripper()
+    p.feed(text)
+    p.close()
+    return _WS.sub(" ", html.unescape("".join(p.parts))).strip()
+
+
+def template_fields(template: str) -> list[str]:
+    """The field names a ``str.format`` template uses (``"{title} {brand}"`` -> [title, brand])."""
+    return [f for _, f, _, _ in string.Formatter().parse(template) if f]
+
+
+def render(template: str, fields: Mapping[str, str | None]) -> str:
+    """Fill the template; missing/null fields are empty; whitespace is collapsed."""
+    values = {f: (fields.get(f) or "") for f in template_fields(template)}
+    return _WS.sub(" ", template.format(**values)).strip()

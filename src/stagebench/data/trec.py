@@ -1,0 +1,101 @@
+"""Plain TREC collections: TREC qrels + a topics file + a corpus file.
+
+* qrels: ``qid iter docid grade`` lines.
+* topics: a TSV (``qid<TAB>text``) or TREC SGML (``<top><num> ... <title> ...</top>``).
+* corpus: JSONL (``_id`` / ``id`` / ``docid``, with ``title`` and ``text`` / ``contents``) or
+  TSV (``docid<TAB>text``).
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from stagebench.data.jsonl import _finish, read_jsonl
+from stagebench.data.model import Dataset, check_queries
+from stagebench.data.text import strip_html
+from stagebench.errors import DataError
+from stagebench.run import read_trec_qrels
+
+
+@dataclass
+class TrecOptions:
+    qrels: str
+    topics: str
+    corpus: str
+    topic_field: str = "title"  # for SGML topics: title | desc
+    text_template: str = "{title} {text}"
+    corpus_scope: str = "catalog"
+
+    def validate(self) -> list[tuple[str, str]]:
+        if self.corpus_scope not in ("catalog", "judged"):
+            return [("corpus_scope", f"must be 'catalog' or 'judged', got {self.corpus_scope!r}")]
+        return []
+
+
+def read_topics(path: Path, field: str = "title") -> dict[str, str]:
+    if not path.is_file():
+        raise DataError(f"{path}: topics file not found")
+    text = path.read_text(encoding="utf-8")
+    topics: dict[str, str] = {}
+    if "<top>" in text:
+        for block in re.findall(r"<top>(.*?)</top>", text, flags=re.S):
+            num = re.search(r"<num>\s*(?:Number:)?\s*(\S+)", block)
+            body = re.search(rf"<{field}>\s*(?:Description:|Topic:)?(.*?)(?=<|\Z)", block, flags=re.S)
+            if not num or not body:
+                raise DataError(f"{path}: a <top> block lacks <num> or <{field}>")
+            topics[num.group(1)] = " ".join(body.group(1).split())
+        return topics
+    with open(path, encoding="utf-8", newline="") as fh:
+        for lineno, row in enumerate(csv.reader(fh, delimiter="\t"), start=1):
+            if not row:
+                continue
+            if len(row) < 2:
+                raise DataError(f"{path}:{lineno}: expected 'qid<TAB>text'")
+            if row[0] in topics:
+                raise DataError(f"{path}:{lineno}: duplicate query id {row[0]!r}")
+            topics[row[0]] = row[1]
+    return topics
+
+
+def read_corpus(path: Path) -> dict[str, dict[str, str]]:
+    corpus: dict[str, dict[str, str]] = {}
+    if path.suffix == ".jsonl":
+        for lineno, row in read_jsonl(path):
+            did = row.get("_id", row.get("id", row.get("docid")))
+            if did is None:
+                raise DataError(f"{path}:{lineno}: missing document id ('_id', 'id' or 'docid')")
+            did = str(did)
+            if did in corpus:
+                raise DataError(f"{path}:{lineno}: duplicate document id {did!r}")
+            corpus[did] = {"title": strip_html(row.get("title") or ""), "text": strip_html(row.get("text") or row.get("contents") or "")}
+        return corpus
+    if not path.is_file():
+        raise DataError(f"{path}: corpus file not found")
+    with open(path, encoding="utf-8", newline="") as fh:
+        for lineno, row in enumerate(csv.reader(fh, delimiter="\t"), start=1):
+            if not row:
+                continue
+            if len(row) < 2:
+                raise DataError(f"{path}:{lineno}: expected 'docid<TAB>text'")
+            if row[0] in corpus:
+                raise DataError(f"{path}:{lineno}: duplicate document id {row[0]!r}")
+            corpus[row[0]] = {"title": "", "text": strip_html(row[1])}
+    return corpus
+
+
+def load_trec(opts: TrecOptions) -> Dataset:
+    qrels = read_trec_qrels(opts.qrels)
+    topics = read_topics(Path(opts.topics), opts.topic_field)
+    check_queries(topics, opts.topics)
+    unknown = [q for q in qrels if q not in topics]
+    if unknown:
+        raise DataError(f"{opts.qrels}: query id {unknown[0]!r} not in topics file {opts.topics}")
+    corpus = read_corpus(Path(opts.corpus))
+    queries = {q: t for q, t in topics.items() if q in qrels}
+    return _finish(Dataset(
+        name=f"trec:{Path(opts.qrels).stem}", corpus=corpus, queries=queries, qrels=qrels,
+        text_template=opts.text_template, source=str(opts.qrels),
+    ), opts.corpus_scope)  # fmt: skip

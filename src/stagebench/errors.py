@@ -1,0 +1,23 @@
+"""The one exception type users see.
+
+Every user-facing failure (bad config, bad data, bad input file) is raised as a
+:class:`StagebenchError` whose message is one line naming the file, row or key.
+The CLI prints it as ``stagebench: error: <message>`` and exits non-zero.
+"""
+
+from __future__ import annotations
+
+
+class StagebenchError(Exception):
+    """A user-facing error with a one-line message."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(" ".join(str(message).split()))
+
+
+class ConfigError(StagebenchError):
+    """The config file is invalid (unknown key, wrong type, missing stage input...)."""
+
+
+class DataError(StagebenchError):
+    """An input data file is missing or malformed."""

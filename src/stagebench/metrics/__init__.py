@@ -1,0 +1,113 @@
+"""Exact IR measures with stated conventions.
+
+Conventions (see ``docs/metrics.md``):
+
+* **Ranking and ties**: documents are ranked by score descending, ties broken by doc
+  id descending (trec_eval's rule), see :func:`stagebench.run.ranked`.
+* **Gain**: nDCG uses linear gain (the grade, as trec_eval) unless ``gain="exp"``
+  (``2**grade - 1``) is set for the evaluation or in the name (``nDCG(gain=exp)@10``).
+* **Relevance**: binary measures count a document as relevant when its grade is
+  ``>= rel``; ``rel`` comes from the measure name or else the evaluation's
+  ``relevance_threshold`` (default 1, as trec_eval's ``relevance_level``).
+* **Scored queries**: every query in the qrels with at least one document at grade
+  ``>= relevance_threshold``. A scored query missing from the run scores 0 on every
+  measure. Run queries absent from the qrels, or with no relevant judgment, are not
+  scored (their count is reported).
+* **Cut-offs are real**: ``RR@10`` is 0 when the first relevant document is below rank 10.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from stagebench.errors import StagebenchError
+from stagebench.metrics import compute
+from stagebench.metrics.names import GAINS, Measure, parse_measure
+from stagebench.run import ranked_ids
+
+__all__ = ["Measure", "parse_measure", "evaluate", "Evaluation", "per_query_value"]
+
+
+@dataclass
+class Evaluation:
+    """Per-query values and means of several measures on one run."""
+
+    measures: list[Measure]
+    per_query: dict[str, dict[str, float]]  # measure name -> qid -> value
+    relevance_threshold: int
+    gain: str
+    scored_queries: list[str]
+    missing_queries: list[str] = field(default_factory=list)  # scored but absent from the run
+    unscored_run_queries: int = 0  # run queries not scored (no qrels / no relevant doc)
+
+    @property
+    def means(self) -> dict[str, float]:
+        n = len(self.scored_queries)
+        return {name: (sum(v.values()) / n if n else 0.0) for name, v in self.per_query.items()}
+
+
+def per_query_value(
+    measure: Measure, ranking: list[str], judgments: Mapping[str, int], relevance_threshold: int, gain: str
+) -> float:
+    rel = measure.rel if measure.rel is not None else relevance_threshold
+    k = measure.cutoff
+    f = measure.family
+    if f == "nDCG":
+        return compute.ndcg(ranking, judgments, k, measure.gain or gain)
+    if f == "RR":
+        return compute.reciprocal_rank(ranking, judgments, k, rel)
+    if f == "R":
+        return compute.recall(ranking, judgments, k, rel)
+    if f == "P":
+        return compute.precision(ranking, judgments, k, rel)
+    if f == "AP":
+        return compute.average_precision(ranking, judgments, k, rel)
+    if f == "Hit":
+        return compute.hit(ranking, judgments, k, rel)
+    if f == "Rprec":
+        return compute.r_precision(ranking, judgments, rel)
+    if f == "Judged":
+        return compute.judged(ranking, judgments, k)
+    raise AssertionError(f"unhandled family {f}")
+
+
+def scored_query_ids(qrels: Mapping[str, Mapping[str, int]], relevance_threshold: int) -> list[str]:
+    return sorted(q for q, docs in qrels.items() if any(g >= relevance_threshold for g in docs.values()))
+
+
+def evaluate(
+    qrels: Mapping[str, Mapping[str, int]],
+    run: Mapping[str, Mapping[str, float]],
+    measures: Iterable[Measure | str],
+    *,
+    relevance_threshold: int = 1,
+    gain: str = "linear",
+) -> Evaluation:
+    """Score ``run`` against ``qrels`` on every measure, per query and on average."""
+    if gain not in GAINS:
+        raise StagebenchError(f"gain {gain!r}: must be one of {', '.join(GAINS)}")
+    ms = [m if isinstance(m, Measure) else parse_measure(m) for m in measures]
+    names = [m.name for m in ms]
+    if len(set(names)) != len(names):
+        raise StagebenchError(f"measures: duplicate names in {names}")
+    scored = scored_query_ids(qrels, relevance_threshold)
+    per_query: dict[str, dict[str, float]] = {n: {} for n in names}
+    missing = []
+    for qid in scored:
+        docs = run.get(qid)
+        if not docs:
+            missing.append(qid)
+        ranking = ranked_ids(docs) if docs else []
+        for m, n in zip(ms, names):
+            per_query[n][qid] = per_query_value(m, ranking, qrels[qid], relevance_threshold, gain)
+    scored_set = set(scored)
+    return Evaluation(
+        measures=ms,
+        per_query=per_query,
+        relevance_threshold=relevance_threshold,
+        gain=gain,
+        scored_queries=scored,
+        missing_queries=missing,
+        unscored_run_queries=sum(1 for q in run if q not in scored_set),
+    )

@@ -1,0 +1,98 @@
+"""Measure names, the ir_measures way: ``nDCG@10``, ``RR@10``, ``R@100``, ``P(rel=2)@10``.
+
+Grammar: ``FAMILY[(param=value[,param=value])][@CUTOFF]``
+
+Families (case-sensitive, aliases in brackets):
+  nDCG     graded; params ``gain=linear|exp``             cutoff optional
+  RR       binary; reciprocal rank of the first relevant   cutoff optional [MRR]
+  R        binary; recall                                  cutoff required [Recall]
+  P        binary; precision                               cutoff required [Precision]
+  AP       binary; average precision (trec_eval map_cut)   cutoff optional [MAP]
+  Hit      binary; 1 if any relevant in the top k          cutoff required [Success]
+  Rprec    binary; precision at rank R (R = #relevant)     no cutoff       [R-Prec, RPrec]
+  Judged   share of the top k that has any judgment        cutoff required
+
+Binary families take ``rel=N`` (a document is relevant when its grade >= N); when
+absent, the evaluation's relevance threshold applies (default 1, as trec_eval).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from stagebench.errors import StagebenchError
+
+FAMILIES = ("nDCG", "RR", "R", "P", "AP", "Hit", "Rprec", "Judged")
+ALIASES = {
+    "MRR": "RR",
+    "Recall": "R",
+    "Precision": "P",
+    "MAP": "AP",
+    "Success": "Hit",
+    "R-Prec": "Rprec",
+    "RPrec": "Rprec",
+    "NDCG": "nDCG",
+    "ndcg": "nDCG",
+}
+BINARY = {"RR", "R", "P", "AP", "Hit", "Rprec"}
+CUTOFF_REQUIRED = {"R", "P", "Hit", "Judged"}
+NO_CUTOFF = {"Rprec"}
+GAINS = ("linear", "exp")
+
+_NAME_RE = re.compile(r"^(?P<family>[A-Za-z][A-Za-z-]*)(?:\((?P<params>[^)]*)\))?(?:@(?P<cutoff>\d+))?$")
+
+
+@dataclass(frozen=True)
+class Measure:
+    family: str
+    cutoff: int | None = None
+    rel: int | None = None
+    gain: str | None = None
+
+    def __str__(self) -> str:
+        params = []
+        if self.rel is not None:
+            params.append(f"rel={self.rel}")
+        if self.gain is not None:
+            params.append(f"gain={self.gain}")
+        name = self.family + (f"({','.join(params)})" if params else "")
+        return name + (f"@{self.cutoff}" if self.cutoff is not None else "")
+
+    @property
+    def name(self) -> str:
+        return str(self)
+
+
+def parse_measure(text: str) -> Measure:
+    """Parse a measure name; raises :class:`StagebenchError` with the reason."""
+    m = _NAME_RE.match(text.strip())
+    if not m:
+        raise StagebenchError(f"measure {text!r}: not of the form FAMILY[(rel=N)][@K], e.g. nDCG@10, RR@10, R@100")
+    family = ALIASES.get(m["family"], m["family"])
+    if family not in FAMILIES:
+        raise StagebenchError(f"measure {text!r}: unknown family {m['family']!r} (known: {', '.join(FAMILIES)})")
+    cutoff = int(m["cutoff"]) if m["cutoff"] is not None else None
+    if cutoff is not None and cutoff < 1:
+        raise StagebenchError(f"measure {text!r}: cutoff must be >= 1")
+    if family in CUTOFF_REQUIRED and cutoff is None:
+        raise StagebenchError(f"measure {text!r}: {family} needs a cutoff, e.g. {family}@10")
+    if family in NO_CUTOFF and cutoff is not None:
+        raise StagebenchError(f"measure {text!r}: {family} takes no cutoff")
+    rel = gain = None
+    if m["params"]:
+        for part in m["params"].split(","):
+            key, _, value = part.partition("=")
+            key, value = key.strip(), value.strip()
+            if key == "rel" and family in BINARY:
+                try:
+                    rel = int(value)
+                except ValueError:
+                    raise StagebenchError(f"measure {text!r}: rel must be an integer grade") from None
+            elif key == "gain" and family == "nDCG":
+                if value not in GAINS:
+                    raise StagebenchError(f"measure {text!r}: gain must be one of {', '.join(GAINS)}")
+                gain = value
+            else:
+                raise StagebenchError(f"measure {text!r}: parameter {key!r} does not apply to {family}")
+    return Measure(family, cutoff, rel, gain)
