@@ -282,18 +282,21 @@ def _make_queries(spec: SyntheticSpec, products: list[dict], rng: random.Random)
         # hard negatives: same category but 2+ constraints off, or other categories sharing a constraint value
         shared = [p for p in rng.sample(products, 400) if p["category"] != cat and p["category"] not in CATEGORIES[cat][5]
                   and any(p.get(a) == v for a, v in cons.items() if a in ("color", "material", "size"))]  # fmt: skip
+        related = {cat, *CATEGORIES[cat][5]}
         for cand in (far, shared, products):
             need = pool_size - len(pool)
             if need <= 0:
                 break
-            picks = [p for p in rng.sample(cand, min(len(cand), need * 2)) if p["product_id"] not in seen]
+            picks = [p for p in rng.sample(cand, min(len(cand), need * 3)) if p["product_id"] not in seen
+                     and (cand is far or p["category"] not in related)]  # fmt: skip
             take = picks[: (need + 1) // 2 if cand is not products else need]
             for p in take:
                 seen.add(p["product_id"])
                 pool.append((p, "I"))
         split = "test" if qid < spec.n_test_queries else "train"
         for p, label in pool:
-            rows.append({"query": text, "query_id": qid, "product_id": p["product_id"], "esci_label": label, "split": split})
+            rows.append({"query": text, "query_id": qid, "product_id": p["product_id"], "esci_label": label,
+                         "split": split, "category": cat, "constraints": cons})
         qid += 1
     return rows
 

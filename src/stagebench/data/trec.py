@@ -42,7 +42,7 @@ def read_topics(path: Path, field: str = "title") -> dict[str, str]:
     topics: dict[str, str] = {}
     if "<top>" in text:
         for block in re.findall(r"<top>(.*?)</top>", text, flags=re.S):
-            num = re.search(r"<num>\s*(?:Number:)?\s*(\S+)", block)
+            num = re.search(r"<num>\s*(?:Number:)?\s*([^\s<]+)", block)
             body = re.search(rf"<{field}>\s*(?:Description:|Topic:)?(.*?)(?=<|\Z)", block, flags=re.S)
             if not num or not body:
                 raise DataError(f"{path}: a <top> block lacks <num> or <{field}>")

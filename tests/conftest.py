@@ -1,0 +1,37 @@
+"""Shared fixtures. Real data lives outside the repo at ../shared/data (never copied in)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared" / "data"
+
+
+def shared_path(name: str) -> Path:
+    p = SHARED / name
+    if not p.exists():
+        pytest.skip(f"real test data {p} is absent (it lives in ../shared/data next to the repo, as in CI)")
+    return p
+
+
+@pytest.fixture(scope="session")
+def esci_real() -> Path:
+    return shared_path("esci-real-rows")
+
+
+@pytest.fixture(scope="session")
+def cranfield() -> Path:
+    return shared_path("cranfield")
+
+
+@pytest.fixture(scope="session")
+def small_synthetic(tmp_path_factory) -> Path:
+    """A small synthetic ESCI-style dataset in the official layout (fast to index)."""
+    from stagebench.data.synthetic import SyntheticSpec, generate
+
+    out = tmp_path_factory.mktemp("synthetic-small")
+    generate(out, SyntheticSpec(seed=7, n_products=1500, n_test_queries=40, n_train_queries=20))
+    return out

@@ -1,0 +1,76 @@
+from __future__ import annotations
+
+import hashlib
+
+import pandas as pd
+import pytest
+
+from stagebench.data.esci import EXAMPLES_FILE, PRODUCTS_FILE, EsciOptions, load_esci
+from stagebench.data.synthetic import CATEGORIES, SyntheticSpec, generate
+
+
+@pytest.fixture(scope="module")
+def full(tmp_path_factory):
+    out = tmp_path_factory.mktemp("syn-full")
+    stats = generate(out, SyntheticSpec())
+    return out, stats
+
+
+def test_default_size_meets_the_spec(full):
+    out, stats = full
+    assert stats["products"] >= 20000 and stats["categories"] >= 30
+    assert stats["queries"]["test"] >= 500 and stats["queries"]["train"] >= 2000
+    ex = pd.read_parquet(out / EXAMPLES_FILE)
+    pools = ex.groupby("query_id").size()
+    assert pools.min() >= 15 and pools.max() <= 40
+    test = load_esci(EsciOptions(path=str(out), split="test"))
+    judged = {d for v in test.qrels.values() for d in v}
+    assert len(test.corpus) - len(judged) > 5000  # unjudged products make up the rest
+
+
+def test_deterministic(full, tmp_path):
+    out, _ = full
+    generate(tmp_path, SyntheticSpec())
+    for f in (EXAMPLES_FILE, PRODUCTS_FILE):
+        a = pd.read_parquet(out / f)
+        b = pd.read_parquet(tmp_path / f)
+        assert a.equals(b)
+    other = tmp_path / "other"
+    generate(other, SyntheticSpec(seed=99, n_products=2000, n_test_queries=10, n_train_queries=0))
+    assert hashlib.sha256((other / PRODUCTS_FILE).read_bytes()).digest() != hashlib.sha256((out / PRODUCTS_FILE).read_bytes()).digest()
+
+
+def test_labels_follow_the_rules():
+    import random
+
+    from stagebench.data.synthetic import _make_products, _make_queries, _mismatches
+
+    spec = SyntheticSpec(seed=5, n_products=3000, n_test_queries=60, n_train_queries=0)
+    rng = random.Random(spec.seed)
+    products = _make_products(spec, rng)
+    rows = _make_queries(spec, products, rng)
+    by_id = {p["product_id"]: p for p in products}
+    seen = set()
+    for r in rows:
+        p, cat, cons = by_id[r["product_id"]], r["category"], r["constraints"]
+        seen.add(r["esci_label"])
+        if r["esci_label"] == "E":
+            assert p["category"] == cat and _mismatches(p, cons) == 0
+        elif r["esci_label"] == "S":
+            assert p["category"] == cat and _mismatches(p, cons) == 1
+        elif r["esci_label"] == "C":
+            assert p["category"] in CATEGORIES[cat][5]
+        else:
+            other = p["category"] != cat and p["category"] not in CATEGORIES[cat][5]
+            assert other or (p["category"] == cat and _mismatches(p, cons) >= 2)
+    assert seen == {"E", "S", "C", "I"}
+    # vocabulary mismatch on purpose: many queries use none of their category's catalog nouns
+    queries = {r["query_id"]: (r["query"], r["category"]) for r in rows}
+    no_catalog_noun = sum(1 for q, c in queries.values() if not any(n in q for n in CATEGORIES[c][0]))
+    assert no_catalog_noun / len(queries) > 0.3
+
+
+def test_html_and_nulls_present(small_synthetic):
+    pr = pd.read_parquet(small_synthetic / PRODUCTS_FILE)
+    assert pr.product_description.str.contains("<p>", na=False).any()
+    assert pr.product_description.isna().any() and pr.product_brand.isna().any()

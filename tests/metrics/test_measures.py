@@ -1,0 +1,71 @@
+from __future__ import annotations
+
+import pytest
+
+from stagebench.errors import StagebenchError
+from stagebench.metrics import evaluate, parse_measure
+from stagebench.run import from_ranking
+
+ESCI = {"E": 3, "S": 2, "C": 1, "I": 0}
+
+
+def test_worked_example_graded_ndcg_at_3_linear_and_exponential():
+    # ranking E, S, C; the pool also holds another E, so the ideal top 3 is E, E, S
+    qrels = {"q": {"e1": 3, "s1": 2, "c1": 1, "e2": 3}}
+    run = from_ranking({"q": ["e1", "s1", "c1"]})
+    lin = evaluate(qrels, run, ["nDCG@3"]).means["nDCG@3"]
+    exp = evaluate(qrels, run, ["nDCG@3"], gain="exp").means["nDCG@3"]
+    assert round(lin, 3) == 0.808
+    assert round(exp, 3) == 0.727
+    assert evaluate(qrels, run, ["nDCG(gain=exp)@3"]).means["nDCG(gain=exp)@3"] == pytest.approx(exp)
+
+
+def test_queries_with_judgments_but_no_results_count_as_zero():
+    qrels = {"q1": {"a": 1}, "q2": {"b": 1}}
+    run = {"q1": {"a": 1.0}}
+    ev = evaluate(qrels, run, ["nDCG@10", "RR@10", "R@100"])
+    assert ev.missing_queries == ["q2"]
+    assert ev.means == {"nDCG@10": 0.5, "RR@10": 0.5, "R@100": 0.5}
+
+
+def test_queries_without_relevant_judgments_are_not_scored():
+    qrels = {"q1": {"a": 2}, "q2": {"b": 0}, "q3": {"c": 1}}
+    run = {"q1": {"a": 1.0}, "q2": {"b": 1.0}, "q3": {"c": 1.0}, "q9": {"x": 1.0}}
+    ev = evaluate(qrels, run, ["P@1"], relevance_threshold=2)
+    assert ev.scored_queries == ["q1"]
+    assert ev.unscored_run_queries == 3
+    assert ev.means["P@1"] == 1.0
+
+
+def test_relevance_threshold_in_name_overrides_default():
+    qrels = {"q": {"e": 3, "c": 1}}
+    run = from_ranking({"q": ["c", "e"]})
+    ev = evaluate(qrels, run, ["P@1", "P(rel=2)@1", "RR(rel=3)@10"])
+    assert ev.means == {"P@1": 1.0, "P(rel=2)@1": 0.0, "RR(rel=3)@10": 0.5}
+
+
+def test_ties_are_broken_by_docid_descending():
+    qrels = {"q": {"a": 1}}
+    run = {"q": {"a": 1.0, "b": 1.0}}  # tie: "b" > "a", so b ranks first
+    assert evaluate(qrels, run, ["RR@10"]).means["RR@10"] == 0.5
+
+
+def test_judged_at_k_counts_any_judgment_including_zero():
+    qrels = {"q": {"a": 0, "b": 2}}
+    run = from_ranking({"q": ["a", "x", "b", "y"]})
+    assert evaluate(qrels, run, ["Judged@4", "Hit@2", "Hit@3"]).means == {"Judged@4": 0.5, "Hit@2": 0.0, "Hit@3": 1.0}
+
+
+@pytest.mark.parametrize(
+    "name,canonical",
+    [("nDCG@10", "nDCG@10"), ("MRR@10", "RR@10"), ("Recall@100", "R@100"), ("P(rel=2)@5", "P(rel=2)@5"),
+     ("R-Prec", "Rprec"), ("AP", "AP"), ("nDCG(gain=exp)@10", "nDCG(gain=exp)@10")],
+)  # fmt: skip
+def test_measure_names(name, canonical):
+    assert str(parse_measure(name)) == canonical
+
+
+@pytest.mark.parametrize("bad", ["nDCG@0", "R", "Foo@10", "Rprec@10", "nDCG(rel=2)@10", "P(gain=exp)@5", "nDCG@ten"])
+def test_bad_measure_names(bad):
+    with pytest.raises(StagebenchError):
+        parse_measure(bad)

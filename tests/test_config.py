@@ -1,0 +1,71 @@
+from __future__ import annotations
+
+import pytest
+
+from stagebench.config import load_config
+from stagebench.errors import ConfigError
+
+GOOD = """
+name: t
+dataset: {loader: beir, path: somewhere}
+stages:
+  - {name: bm25, type: bm25, params: {top_k: 100}}
+evaluation: {metrics: [nDCG@10, RR@10]}
+"""
+
+
+def write(tmp_path, text):
+    p = tmp_path / "c.yaml"
+    p.write_text(text)
+    return p
+
+
+def test_good_config_parses(tmp_path):
+    cfg = load_config(write(tmp_path, GOOD))
+    assert cfg.stages[0].params.top_k == 100 and cfg.stages[0].params.k1 == 1.5
+    assert [m.name for m in cfg.measures] == ["nDCG@10", "RR@10"]
+    assert cfg.output == "results/t"
+
+
+@pytest.mark.parametrize(
+    "edit,message",
+    [
+        (lambda t: t + "colour: red\n", r"c.yaml: colour: unknown key"),
+        (lambda t: t.replace("top_k: 100", "top_k: 100, k3: 1"), r"c.yaml: stages\[0\] \(bm25\).params.k3: unknown key"),
+        (lambda t: t.replace("top_k: 100", "top_k: lots"), r"stages\[0\] \(bm25\).params.top_k: expected an integer"),
+        (lambda t: t.replace("path: somewhere", "path: somewhere, splitt: dev"), r"dataset.splitt: unknown key"),
+        (lambda t: t.replace("loader: beir", "loader: nope"), r"dataset.loader: unknown loader 'nope'"),
+        (lambda t: t + "  - {name: r, type: bm25, inputs: [bm52]}\n".replace("stages:", ""),
+         r"c.yaml: colour"),  # placeholder replaced below
+        (lambda t: t.replace("type: bm25", "type: bm99"), r"stages\[0\] \(bm25\).type: unknown stage type 'bm99'"),
+        (lambda t: t.replace("nDCG@10", "nDCG@ten"), r"evaluation.metrics\[0\]: measure 'nDCG@ten'"),
+        (lambda t: t.replace("name: t\n", ""), r"c.yaml: name: required key is missing"),
+    ],
+)
+def test_bad_configs_name_file_and_key(tmp_path, edit, message):
+    text = edit(GOOD)
+    if "bm52" in text:  # an unknown stage input
+        text = GOOD.replace("evaluation:", "  - {name: r, type: bm25, inputs: [bm52]}\nevaluation:")
+        message = r"stages\[1\] \(r\).inputs\[0\]: unknown stage 'bm52'"
+    with pytest.raises(ConfigError, match=message) as exc:
+        load_config(write(tmp_path, text))
+    assert "\n" not in str(exc.value)
+
+
+def test_input_declared_later_is_explained(tmp_path):
+    text = GOOD.replace("params: {top_k: 100}}", "params: {top_k: 100}, inputs: [later]}") + ""
+    text = text.replace("evaluation:", "  - {name: later, type: bm25}\nevaluation:")
+    with pytest.raises(ConfigError, match="comes later"):
+        load_config(write(tmp_path, text))
+
+
+def test_yaml_syntax_error(tmp_path):
+    with pytest.raises(ConfigError, match=r"c.yaml: line \d+ invalid YAML"):
+        load_config(write(tmp_path, "name: [unclosed\n"))
+
+
+def test_default_config_is_valid():
+    from tests.conftest import REPO
+
+    cfg = load_config(REPO / "configs" / "default.yaml")
+    assert cfg.dataset.options.path == "data/synthetic-esci"
