@@ -101,12 +101,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.WARNING if args.quiet else logging.INFO,
-        format="%(asctime)s %(levelname).1s %(message)s",
-        datefmt="%H:%M:%S",
-        stream=sys.stderr,
-    )
+    # our own progress at INFO; third-party libraries (faiss, transformers) only at WARNING
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname).1s %(message)s",
+                        datefmt="%H:%M:%S", stream=sys.stderr)  # fmt: skip
+    logging.getLogger("stagebench").setLevel(logging.WARNING if args.quiet else logging.INFO)
     try:
         return args.func(args)
     except StagebenchError as exc:

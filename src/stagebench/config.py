@@ -253,7 +253,10 @@ def parse_config(raw: Any, path: str = "<config>") -> Config:
         if len(inputs) < lo or (hi is not None and len(inputs) > hi):
             want = f"exactly {lo}" if lo == hi else f"at least {lo}" if hi is None else f"{lo} to {hi}"
             raise ConfigError(f"{where}.inputs: a {stype} stage takes {want} input(s), got {len(inputs)}")
-        params = build(cls.Params, s.get("params", {}), f"{where}.params")
+        if hasattr(cls, "build_params"):
+            params = cls.build_params(s.get("params", {}), f"{where}.params", target)
+        else:
+            params = build(cls.Params, s.get("params", {}), f"{where}.params")
         stages.append(StageConfig(name=sname, type=stype, inputs=inputs, params=params, target=target))
         seen.add(sname)
 

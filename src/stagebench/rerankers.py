@@ -1,0 +1,106 @@
+"""The reranker plug-in protocol, and the built-in cross-encoder implemented through it.
+
+A reranker is any object with::
+
+    def score(self, query: str, docs: list[str]) -> list[float]
+
+returning one finite score per document (higher is better). Optionally it may also have
+the batched form, which the rerank stage prefers because it batches across queries::
+
+    def score_pairs(self, pairs: list[tuple[str, str]]) -> list[float]
+
+and may set ``wants_fields = True`` to receive, instead of texts, one dict per document
+holding the document's corpus fields plus ``"id"`` and ``"text"`` (the indexed text) -
+for field-aware rerankers. In a config::
+
+    - name: mine
+      type: plugin
+      target: "my_package.my_module:MyReranker"   # imported; the working dir is on the path
+      inputs: [bm25]
+      params: {top_n: 100, my_option: 3}           # stage keys + the class's __init__ kwargs
+
+The stage keys (``top_n``, ``activation``, ``pairs_per_call``, ``per_query``) are taken by
+the stage; every other key is passed to the class constructor and checked against its
+signature when the config is loaded.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import sys
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from stagebench.errors import ConfigError
+
+
+@runtime_checkable
+class Reranker(Protocol):
+    def score(self, query: str, docs: Sequence[str]) -> Sequence[float]: ...
+
+
+class CrossEncoderReranker:
+    """A cross-encoder (sentence-transformers or ONNX) behind the plug-in protocol."""
+
+    def __init__(self, model: str = "cross-encoder/ms-marco-MiniLM-L-12-v2", source: str = "auto",
+                 max_length: int = 256, batch_size: int = 32) -> None:  # fmt: skip
+        from stagebench.encoders import load_cross_encoder
+        from stagebench.models import resolve_model
+
+        self.resolved = resolve_model(model, source)
+        self.model = load_cross_encoder(self.resolved, max_length)
+        self.batch_size = batch_size
+
+    def score(self, query: str, docs: Sequence[str]) -> list[float]:
+        return self.score_pairs([(query, d) for d in docs])
+
+    def score_pairs(self, pairs: Sequence[tuple[str, str]]) -> list[float]:
+        return np.asarray(self.model.predict(pairs, self.batch_size), dtype=np.float64).tolist()
+
+
+def import_target(target: str, where: str) -> type:
+    """Import ``"package.module:Attr"``; the working directory is importable too."""
+    module_name, sep, attr = target.partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigError(f"{where}: target {target!r} must look like 'package.module:ClassName'")
+    added = False
+    if "" not in sys.path and "." not in sys.path:
+        sys.path.insert(0, "")
+        added = True
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:
+        raise ConfigError(f"{where}: cannot import {module_name!r} ({type(exc).__name__}: {exc})") from exc
+    finally:
+        if added:
+            sys.path.remove("")
+    obj = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise ConfigError(f"{where}: module {module_name!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise ConfigError(f"{where}: {target!r} is not a class or factory")
+    if inspect.isclass(obj) and not hasattr(obj, "score"):
+        raise ConfigError(f"{where}: {target!r} has no score(query, docs) method (see stagebench.rerankers.Reranker)")
+    return obj
+
+
+def check_kwargs(factory: type, kwargs: dict, where: str) -> None:
+    """Fail on keys the factory does not accept, and on required keys that are missing."""
+    try:
+        sig = inspect.signature(factory)
+    except (TypeError, ValueError):  # pragma: no cover - builtins without signatures
+        return
+    params = sig.parameters
+    if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        for key in kwargs:
+            if key not in params:
+                known = [n for n, p in params.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+                raise ConfigError(f"{where}.{key}: unknown key for {factory.__name__} (known: {', '.join(known) or 'none'})")
+    for name, p in params.items():
+        if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and name not in kwargs:
+            raise ConfigError(f"{where}.{name}: required by {factory.__name__} but missing")

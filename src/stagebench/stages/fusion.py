@@ -1,0 +1,140 @@
+"""Fusion of several runs into one.
+
+**RRF** (Cormack et al., 2009): ``score(d) = sum_i w_i / (k + rank_i(d))`` over the input
+runs that contain ``d`` within their top ``depth``; ranks are 1-based and come from the
+run tie rule. A run that does not contain ``d`` (it is shallower, or ``d`` is below
+``depth``) contributes nothing - exactly as if ``rank_i(d)`` were infinite. So fusing a
+depth-100 run with a depth-1000 run is well defined: documents only the deep run found
+are scored from that run alone.
+
+**Score fusion**: each input's scores are normalised per query (``minmax`` to [0, 1], a
+query whose scores are all equal maps to 1; ``zscore`` to mean 0, sd 1, sd 0 maps to 0;
+or ``none``), weighted, and combined: ``combsum`` adds them; ``combmnz`` multiplies the
+sum by the number of inputs that retrieved the document. Missing documents contribute 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from stagebench.run import Run, ranked
+from stagebench.stages.base import Stage, StageContext
+
+
+@dataclass
+class RRFParams:
+    k: float = 60.0
+    weights: list[float] | None = None
+    depth: int | None = None  # use the top `depth` of each input (default: all of it)
+    top_k: int | None = None  # cut the fused run (default: keep every fused document)
+
+    def validate(self) -> list[tuple[str, str]]:
+        errs = []
+        if self.k < 0:
+            errs.append(("k", "must be >= 0"))
+        if self.weights is not None and any(w < 0 for w in self.weights):
+            errs.append(("weights", "must be >= 0"))
+        return errs
+
+
+@dataclass
+class ScoreFusionParams:
+    method: str = "combsum"  # combsum | combmnz
+    norm: str = "minmax"  # minmax | zscore | none
+    weights: list[float] | None = None
+    depth: int | None = None
+    top_k: int | None = None
+
+    def validate(self) -> list[tuple[str, str]]:
+        errs = []
+        if self.method not in ("combsum", "combmnz"):
+            errs.append(("method", f"must be combsum or combmnz, got {self.method!r}"))
+        if self.norm not in ("minmax", "zscore", "none"):
+            errs.append(("norm", f"must be minmax, zscore or none, got {self.norm!r}"))
+        return errs
+
+
+def _weights(weights: list[float] | None, n: int, stage: str) -> list[float]:
+    from stagebench.errors import ConfigError
+
+    if weights is None:
+        return [1.0] * n
+    if len(weights) != n:
+        raise ConfigError(f"stage {stage}: weights has {len(weights)} values for {n} inputs")
+    return list(weights)
+
+
+def rrf(runs: list[Run], k: float = 60.0, weights: list[float] | None = None, depth: int | None = None) -> Run:
+    w = weights or [1.0] * len(runs)
+    out: Run = {}
+    for qid in sorted(set().union(*runs)):
+        acc: dict[str, float] = {}
+        for run, wi in zip(runs, w):
+            docs = run.get(qid)
+            if not docs:
+                continue
+            for rank, (d, _) in enumerate(ranked(docs)[:depth], start=1):
+                acc[d] = acc.get(d, 0.0) + wi / (k + rank)
+        out[qid] = acc
+    return out
+
+
+def normalise(scores: dict[str, float], norm: str) -> dict[str, float]:
+    if norm == "none" or not scores:
+        return dict(scores)
+    v = np.fromiter(scores.values(), dtype=np.float64)
+    if norm == "minmax":
+        lo, hi = v.min(), v.max()
+        nv = np.ones_like(v) if hi == lo else (v - lo) / (hi - lo)
+    else:
+        sd = v.std()
+        nv = np.zeros_like(v) if sd == 0 else (v - v.mean()) / sd
+    return dict(zip(scores, nv.tolist()))
+
+
+def score_fusion(runs: list[Run], method: str = "combsum", norm: str = "minmax",
+                 weights: list[float] | None = None, depth: int | None = None) -> Run:  # fmt: skip
+    w = weights or [1.0] * len(runs)
+    out: Run = {}
+    for qid in sorted(set().union(*runs)):
+        acc: dict[str, float] = {}
+        hits: dict[str, int] = {}
+        for run, wi in zip(runs, w):
+            docs = run.get(qid)
+            if not docs:
+                continue
+            top = dict(ranked(docs)[:depth])
+            for d, s in normalise(top, norm).items():
+                acc[d] = acc.get(d, 0.0) + wi * s
+                hits[d] = hits.get(d, 0) + 1
+        if method == "combmnz":
+            acc = {d: s * hits[d] for d, s in acc.items()}
+        out[qid] = acc
+    return out
+
+
+def _cut(run: Run, top_k: int | None) -> Run:
+    return run if top_k is None else {q: dict(ranked(d)[:top_k]) for q, d in run.items()}
+
+
+class RRFStage(Stage):
+    type_name = "rrf"
+    Params = RRFParams
+    min_inputs, max_inputs = 1, None
+
+    def __call__(self, ctx: StageContext, inputs: list[Run]) -> Run:
+        p: RRFParams = self.params
+        return _cut(rrf(inputs, p.k, _weights(p.weights, len(inputs), self.name), p.depth), p.top_k)
+
+
+class ScoreFusionStage(Stage):
+    type_name = "score_fusion"
+    Params = ScoreFusionParams
+    min_inputs, max_inputs = 1, None
+
+    def __call__(self, ctx: StageContext, inputs: list[Run]) -> Run:
+        p: ScoreFusionParams = self.params
+        fused = score_fusion(inputs, p.method, p.norm, _weights(p.weights, len(inputs), self.name), p.depth)
+        return _cut(fused, p.top_k)

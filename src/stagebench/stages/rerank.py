@@ -1,0 +1,200 @@
+"""Reranking stages: the built-in cross-encoder and user plug-ins, one mechanism.
+
+Both take one input run, rerank the top ``top_n`` documents of every query with a
+:class:`stagebench.rerankers.Reranker`, and return **every** candidate of the input:
+
+* the reranked head, ordered by the reranker's scores (optionally passed through a
+  sigmoid), then
+* the unreranked tail in its original order, with scores strictly below the lowest head
+  score whatever the sign of the scores (``tail_j = min(head) - 1 - j``).
+
+Pairs are batched across queries (``pairs_per_call`` pairs per call of ``score_pairs``)
+unless the reranker only has ``score(query, docs)`` or ``per_query: true`` is set.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import logging
+import time
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+
+from stagebench.errors import StagebenchError
+from stagebench.run import Run, ranked, ranked_ids
+from stagebench.stages.base import Stage, StageContext
+
+log = logging.getLogger("stagebench")
+
+
+@dataclass
+class RerankCommon:
+    top_n: int = 50
+    activation: str = "none"  # none | sigmoid
+    pairs_per_call: int = 512
+    per_query: bool = False  # call the reranker one query at a time (slower; for comparison)
+
+    def validate(self) -> list[tuple[str, str]]:
+        errs = []
+        if self.top_n < 1:
+            errs.append(("top_n", "must be >= 1"))
+        if self.activation not in ("none", "sigmoid"):
+            errs.append(("activation", f"must be 'none' or 'sigmoid', got {self.activation!r}"))
+        if self.pairs_per_call < 1:
+            errs.append(("pairs_per_call", "must be >= 1"))
+        return errs
+
+
+@dataclass
+class CrossEncoderParams(RerankCommon):
+    model: str = "cross-encoder/ms-marco-MiniLM-L-12-v2"
+    source: str = "auto"
+    max_length: int = 256  # tokens of query + document; longer pairs are truncated
+    batch_size: int = 32
+
+
+def merge_head_tail(head: dict[str, float], tail: list[str]) -> dict[str, float]:
+    """Head scores as given; tail documents strictly below, in the given order."""
+    out = dict(head)
+    if not tail:
+        return out
+    base = min(head.values()) if head else 0.0
+    scores = [base - 1.0 - j for j in range(len(tail))]
+    if len(set(scores)) < len(scores) or scores[0] >= base:  # float precision ran out (|base| ~ 1e16)
+        ordered = [d for d, _ in ranked(head)] + tail
+        return {d: float(len(ordered) - i) for i, d in enumerate(ordered)}
+    out.update(zip(tail, scores))
+    return out
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def rerank_run(run: Run, reranker: Any, ctx: StageContext, p: RerankCommon, stage: str, label: str) -> Run:
+    ds = ctx.dataset
+    wants_fields = bool(getattr(reranker, "wants_fields", False))
+
+    def doc_input(d: str):
+        text = ds.doc_text.get(d, "")
+        return {"id": d, "text": text, **ds.corpus.get(d, {})} if wants_fields else text
+
+    heads: dict[str, list[str]] = {}
+    tails: dict[str, list[str]] = {}
+    for qid, docs in run.items():
+        order = ranked_ids(docs)
+        heads[qid], tails[qid] = order[: p.top_n], order[p.top_n :]
+    qids = [q for q in run if heads[q]]
+    n_pairs = sum(len(heads[q]) for q in qids)
+    batched = hasattr(reranker, "score_pairs") and not p.per_query and not wants_fields
+    scores: dict[str, np.ndarray] = {}
+    from tqdm.auto import tqdm
+
+    t0 = time.perf_counter()
+    with tqdm(total=n_pairs, desc=f"{stage}: rerank", unit="pair", leave=False, mininterval=1.0 if sys.stderr.isatty() else 30.0) as bar:
+        if batched:
+            flat = [(q, d) for q in qids for d in heads[q]]
+            out = np.empty(len(flat), dtype=np.float64)
+            for i in range(0, len(flat), p.pairs_per_call):
+                chunk = flat[i : i + p.pairs_per_call]
+                got = reranker.score_pairs([(ds.queries[q], doc_input(d)) for q, d in chunk])
+                out[i : i + len(chunk)] = _check_scores(got, chunk, stage, label)
+                bar.update(len(chunk))
+            pos = 0
+            for q in qids:
+                scores[q] = out[pos : pos + len(heads[q])]
+                pos += len(heads[q])
+        else:
+            for q in qids:
+                got = reranker.score(ds.queries[q], [doc_input(d) for d in heads[q]])
+                scores[q] = _check_scores(got, [(q, d) for d in heads[q]], stage, label)
+                bar.update(len(heads[q]))
+    dt = time.perf_counter() - t0
+    log.info("stage %s: reranked %d pairs (%d queries, top %d) in %.1fs: %.0f pairs/s (%s)",
+             stage, n_pairs, len(qids), p.top_n, dt, n_pairs / max(dt, 1e-9),
+             "batched across queries" if batched else "one query at a time")  # fmt: skip
+    result: Run = {}
+    for qid in run:
+        s = scores.get(qid, np.empty(0))
+        if p.activation == "sigmoid":
+            s = _sigmoid(s)
+        result[qid] = merge_head_tail(dict(zip(heads[qid], s.tolist())), tails[qid])
+    return result
+
+
+def _check_scores(got: Any, chunk: list[tuple[str, str]], stage: str, label: str) -> np.ndarray:
+    try:
+        arr = np.asarray(got, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError) as exc:
+        raise StagebenchError(f"stage {stage}: {label} returned scores that are not numbers ({exc})") from exc
+    if arr.shape[0] != len(chunk):
+        raise StagebenchError(
+            f"stage {stage}: {label} returned {arr.shape[0]} scores for {len(chunk)} documents (query {chunk[0][0]!r})"
+        )
+    bad = np.flatnonzero(~np.isfinite(arr))
+    if bad.size:
+        q, d = chunk[int(bad[0])]
+        raise StagebenchError(f"stage {stage}: {label} returned {arr[bad[0]]} for query {q!r} document {d!r}")
+    return arr
+
+
+class CrossEncoderStage(Stage):
+    type_name = "cross_encoder"
+    Params = CrossEncoderParams
+    min_inputs = max_inputs = 1
+    reorders_input = True
+
+    def __call__(self, ctx: StageContext, inputs: list[Run]) -> Run:
+        from stagebench.rerankers import CrossEncoderReranker
+
+        p: CrossEncoderParams = self.params
+        rr = CrossEncoderReranker(p.model, p.source, p.max_length, p.batch_size)
+        log.info("stage %s: model %s resolved to %s", self.name, p.model, rr.resolved.origin)
+        return rerank_run(inputs[0], rr, ctx, p, self.name, f"cross-encoder {p.model}")
+
+
+@dataclass
+class PluginParams(RerankCommon):
+    target: str = ""
+    kwargs: dict[str, Any] | None = None
+
+
+class PluginStage(Stage):
+    """``type: plugin`` with ``target: "pkg.module:Class"``; see :mod:`stagebench.rerankers`."""
+
+    type_name = "plugin"
+    Params = PluginParams
+    min_inputs = max_inputs = 1
+    reorders_input = True
+
+    @classmethod
+    def build_params(cls, raw: Any, where: str, target: str | None) -> PluginParams:
+        from stagebench.config import build
+        from stagebench.errors import ConfigError
+        from stagebench.rerankers import check_kwargs, import_target
+
+        if not target:
+            raise ConfigError(f"{where.rsplit('.', 1)[0]}.target: a plugin stage needs target: 'package.module:Class'")
+        raw = dict(raw or {})
+        common = {f.name for f in fields(RerankCommon)}
+        stage_keys = {k: raw.pop(k) for k in list(raw) if k in common}
+        factory = import_target(target, where.rsplit(".", 1)[0] + ".target")
+        check_kwargs(factory, raw, where)
+        base = build(RerankCommon, stage_keys, where)
+        return PluginParams(**{f.name: getattr(base, f.name) for f in fields(RerankCommon)}, target=target, kwargs=raw)
+
+    def __call__(self, ctx: StageContext, inputs: list[Run]) -> Run:
+        from stagebench.rerankers import import_target
+
+        p: PluginParams = self.params
+        factory = import_target(p.target, f"stage {self.name}.target")
+        reranker = factory(**(p.kwargs or {}))
+        if not callable(getattr(reranker, "score", None)):
+            raise StagebenchError(f"stage {self.name}: {p.target} instance has no score(query, docs) method")
+        return rerank_run(inputs[0], reranker, ctx, p, self.name, f"plug-in {p.target}")
+
+
+__all__ = ["CrossEncoderStage", "PluginStage", "merge_head_tail", "rerank_run"]

@@ -1,0 +1,98 @@
+"""Rerank stage mechanics with real (deterministic) rerankers - no model mocks needed."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from stagebench.data.model import Dataset
+from stagebench.errors import StagebenchError
+from stagebench.run import ranked_ids
+from stagebench.stages.base import StageContext
+from stagebench.stages.rerank import RerankCommon, merge_head_tail, rerank_run
+
+
+def dataset(n_docs=10, n_queries=3):
+    corpus = {f"d{i}": {"text": f"doc number {i} " + "word " * i} for i in range(n_docs)}
+    queries = {f"q{j}": f"query {j}" for j in range(n_queries)}
+    return Dataset("t", corpus, queries, {q: {"d0": 1} for q in queries}, "{text}")
+
+
+class NegativeLength:
+    """Every score negative: -(length of the doc text)."""
+
+    def score(self, query, docs):
+        return [-float(len(d)) for d in docs]
+
+
+class Batched(NegativeLength):
+    def __init__(self):
+        self.calls = []
+
+    def score_pairs(self, pairs):
+        self.calls.append(len(pairs))
+        return [-float(len(d)) for _, d in pairs]
+
+
+def input_run(ds):
+    # positive input scores; d9 ranked first ... d0 last
+    return {q: {f"d{i}": 100.0 + i for i in range(10)} for q in ds.queries}
+
+
+def test_negative_head_scores_stay_above_positive_tail():
+    ds = dataset()
+    ctx = StageContext(ds, cache_dir=None)
+    out = rerank_run(input_run(ds), NegativeLength(), ctx, RerankCommon(top_n=4), "s", "t")
+    for q, docs in out.items():
+        order = ranked_ids(docs)
+        head = order[:4]
+        assert set(head) == {"d9", "d8", "d7", "d6"}  # the input's top 4, reranked
+        assert head == ["d6", "d7", "d8", "d9"]  # shortest text = least negative first
+        assert all(docs[d] < 0 for d in head)
+        assert order[4:] == ["d5", "d4", "d3", "d2", "d1", "d0"]  # tail in its input order
+        assert max(docs[d] for d in order[4:]) < min(docs[d] for d in head)
+        assert len(docs) == 10  # every candidate kept
+
+
+def test_merge_head_tail_precision_fallback():
+    out = merge_head_tail({"a": 1e17, "b": 2e17}, ["c", "d"])
+    assert ranked_ids(out) == ["b", "a", "c", "d"]
+
+
+def test_batched_across_queries_equals_per_query():
+    ds = dataset()
+    ctx = StageContext(ds, cache_dir=None)
+    b = Batched()
+    batched = rerank_run(input_run(ds), b, ctx, RerankCommon(top_n=5, pairs_per_call=7), "s", "t")
+    assert b.calls == [7, 7, 1]  # 15 pairs across 3 queries, not one call per query
+    per_query = rerank_run(input_run(ds), Batched(), ctx, RerankCommon(top_n=5, per_query=True), "s", "t")
+    assert batched == per_query
+
+
+def test_sigmoid_activation_keeps_order():
+    ds = dataset()
+    ctx = StageContext(ds, cache_dir=None)
+    raw = rerank_run(input_run(ds), NegativeLength(), ctx, RerankCommon(top_n=3), "s", "t")
+    sig = rerank_run(input_run(ds), NegativeLength(), ctx, RerankCommon(top_n=3, activation="sigmoid"), "s", "t")
+    assert [ranked_ids(raw[q]) for q in raw] == [ranked_ids(sig[q]) for q in sig]
+    head = ranked_ids(sig["q0"])[:3]
+    assert all(0 < sig["q0"][d] < 1 for d in head)
+    assert sig["q0"][head[0]] == pytest.approx(1 / (1 + math.exp(-raw["q0"][head[0]])), rel=1e-9)
+
+
+class WrongCount:
+    def score(self, query, docs):
+        return [0.0] * (len(docs) - 1)
+
+
+class ReturnsNaN:
+    def score(self, query, docs):
+        return [float("nan")] + [0.0] * (len(docs) - 1)
+
+
+@pytest.mark.parametrize("bad,msg", [(WrongCount(), r"returned 4 scores for 5 documents"), (ReturnsNaN(), r"returned nan for query")])
+def test_bad_plugin_outputs(bad, msg):
+    ds = dataset()
+    with pytest.raises(StagebenchError, match=msg):
+        rerank_run(input_run(ds), bad, StageContext(ds, cache_dir=None), RerankCommon(top_n=5), "s", "plug-in x")
