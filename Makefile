@@ -5,12 +5,13 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 DATA   := data/synthetic-esci
 
-.PHONY: bench test perf data install clean help
+.PHONY: bench test perf report-check data install clean help
 
 help:
 	@echo "make bench   run configs/default.yaml on the embedded synthetic dataset (offline)"
 	@echo "make test    run the test suite"
 	@echo "make perf    run the speed/memory benchmarks, figures in results/perf/"
+	@echo "make report-check  render results/default/report.html in headless Chromium, save a screenshot"
 
 $(PY):
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH (or PYTHON=/path/to/python3.11)"; exit 1; }
@@ -38,6 +39,10 @@ test: $(STAMP)
 
 perf: $(STAMP) data
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(PY) benchmarks/run_perf.py --output results/perf
+
+# headless Chromium (Debian: chromium chromium-driver) opens results/default/report.html and screenshots it
+report-check: $(STAMP)
+	$(PY) benchmarks/report_screenshot.py results/default
 
 clean:
 	rm -rf $(VENV) .cache data/synthetic-esci

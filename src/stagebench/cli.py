@@ -22,6 +22,21 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_table(args: argparse.Namespace) -> int:
+    from stagebench.results import render
+
+    sys.stdout.write(render(args.run_dir).text)
+    return 0
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from stagebench.compare import compare_dirs
+
+    sys.stdout.write(compare_dirs(args.run_dir_a, args.run_dir_b, permutations=args.permutations, seed=args.seed,
+                                  alpha=args.alpha))  # fmt: skip
+    return 0
+
+
 def _cmd_validate(args: argparse.Namespace) -> int:
     from stagebench.config import load_config
 
@@ -73,6 +88,18 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("config")
     r.add_argument("--output", help="results folder (default: the config's output)")
     r.set_defaults(func=_cmd_run)
+
+    t = sub.add_parser("table", help="re-score and re-render a finished run folder from its saved runs (no stage runs)")
+    t.add_argument("run_dir")
+    t.set_defaults(func=_cmd_table)
+
+    c = sub.add_parser("compare", help="two run folders' stage tables side by side, with significance per matching stage")
+    c.add_argument("run_dir_a")
+    c.add_argument("run_dir_b")
+    c.add_argument("--permutations", type=int, default=10000)
+    c.add_argument("--seed", type=int, default=42)
+    c.add_argument("--alpha", type=float, default=0.05)
+    c.set_defaults(func=_cmd_compare)
 
     v = sub.add_parser("validate", help="check a config without running it")
     v.add_argument("config")

@@ -62,11 +62,23 @@ class EvaluationConfig:
     relevance_threshold: int = 1
     gain: str = "linear"
     baseline: str | None = None  # the stage others are compared with (default: the first)
+    test: str = "randomization"  # which test marks significance: randomization | ttest
+    alpha: float = 0.05
+    permutations: int = 10000  # randomization test
+    bootstrap: int = 2000  # bootstrap resamples for the 95% confidence intervals
+    seed: int = 42
 
     def validate(self) -> list[tuple[str, str]]:
+        errs = []
         if self.gain not in GAINS:
-            return [("gain", f"must be one of {', '.join(GAINS)}, got {self.gain!r}")]
-        return []
+            errs.append(("gain", f"must be one of {', '.join(GAINS)}, got {self.gain!r}"))
+        if self.test not in ("randomization", "ttest"):
+            errs.append(("test", f"must be 'randomization' or 'ttest', got {self.test!r}"))
+        if not 0 < self.alpha < 1:
+            errs.append(("alpha", "must be between 0 and 1"))
+        if self.permutations < 100 or self.bootstrap < 100:
+            errs.append(("permutations", "permutations and bootstrap must be >= 100"))
+        return errs
 
 
 @dataclass

@@ -19,12 +19,12 @@ from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 
-from stagebench import __version__, report
+from stagebench import __version__
 from stagebench.config import Config
 from stagebench.data import LOADERS, Dataset
 from stagebench.errors import StagebenchError
-from stagebench.metrics import Evaluation, evaluate
-from stagebench.run import Run, write_trec_run
+from stagebench.results import render
+from stagebench.run import Run, write_trec_qrels, write_trec_run
 from stagebench.stages import StageContext, stage_class
 
 log = logging.getLogger("stagebench")
@@ -39,7 +39,6 @@ REPORTED_PACKAGES = (
 class RunResult:
     output: Path
     rows: list[dict]
-    evals: dict[str, Evaluation]
     runs: dict[str, Run]
     dataset: Dataset
     table_text: str
@@ -118,38 +117,17 @@ def _run_into(config: Config, ds: Dataset, folder: Path) -> RunResult:
         write_trec_run(run, folder / "runs" / f"{sc.name}.trec", tag=f"{config.name}.{sc.name}")
         depth = max((len(v) for v in run.values()), default=0)
         log.info("stage %s: %d queries, up to %d docs each [%.1fs]", sc.name, len(run), depth, dt)
-        timings.append({"name": sc.name, "type": sc.type, "inputs": sc.inputs, "seconds": dt})
+        timings.append({"name": sc.name, "type": sc.type, "inputs": sc.inputs, "seconds": dt,
+                        "reorders_input": cls.reorders_input,
+                        "candidate_depth": getattr(sc.params, "top_n", None) if cls.reorders_input else None})  # fmt: skip
 
-    ev_cfg = config.evaluation
-    evals = {
-        t["name"]: evaluate(
-            ds.qrels, runs[t["name"]], config.measures, relevance_threshold=ev_cfg.relevance_threshold, gain=ev_cfg.gain
-        )
-        for t in timings
-    }
-    first = evals[timings[0]["name"]]
-    if first.unscored_run_queries:
-        log.info("%d run queries have no judgment at grade >= %d and are not scored",
-                 first.unscored_run_queries, ev_cfg.relevance_threshold)  # fmt: skip
-    rows = report.stage_rows(timings, evals)
-    title = f"Stage table: {config.name}"
-    notes = [
-        f"dataset: {ds.name} ({len(ds.corpus):,} documents, corpus scope: {ds.corpus_scope}; "
-        f"{len(first.scored_queries)} scored queries)",
-        report.conventions_line(ev_cfg.relevance_threshold, ev_cfg.gain),
-    ]
-    text = report.render_text(rows, title, notes)
-    (folder / "stage_table.md").write_text(report.render_markdown(rows, title, notes), encoding="utf-8")
-    (folder / "stage_table.csv").write_text(report.render_csv(rows), encoding="utf-8")
-    (folder / "stage_table.json").write_text(report.render_json(rows), encoding="utf-8")
-    (folder / "stage_table.txt").write_text(text, encoding="utf-8")
-    (folder / "per_query.csv").write_text(report.per_query_csv([t["name"] for t in timings], evals), encoding="utf-8")
+    write_trec_qrels(ds.qrels, folder / "qrels.trec")
     manifest = {
         "complete": True,
         "stagebench_version": __version__,
         "config_path": config.path,
         "config": config.raw,
-        "evaluation": asdict(ev_cfg),
+        "evaluation": asdict(config.evaluation),
         "started": started,
         "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "python": sys.version.split()[0],
@@ -159,4 +137,8 @@ def _run_into(config: Config, ds: Dataset, folder: Path) -> RunResult:
         "stages": [{**t, "seconds": round(t["seconds"], 3)} for t in timings],
     }
     (folder / "manifest.json").write_text(json.dumps(manifest, indent=2, default=str) + "\n", encoding="utf-8")
-    return RunResult(output=folder, rows=rows, evals=evals, runs=runs, dataset=ds, table_text=text)
+    rendered = render(folder)
+    first = rendered.rows[0]
+    log.info("scored %d queries (%d without results in the first stage); tables, plots and report.html written",
+             first["queries"], first["queries_without_results"])  # fmt: skip
+    return RunResult(output=folder, rows=rendered.rows, runs=runs, dataset=ds, table_text=rendered.text)

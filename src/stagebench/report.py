@@ -1,32 +1,24 @@
-"""The stage table: one row per stage in pipeline order, rendered as text, Markdown, CSV and JSON."""
+"""Rendering of the stage table (text, Markdown, CSV, JSON) and the HTML report.
+
+Rows are plain dicts built by :mod:`stagebench.results`; every renderer here is a pure
+function of them, so re-rendering from saved runs reproduces the files byte for byte.
+"""
 
 from __future__ import annotations
 
+import base64
 import csv
+import html
 import io
 import json
 from collections.abc import Sequence
 
-from stagebench.metrics import Evaluation
+FIXED = ("stage", "id", "type", "inputs", "ci95", "better_than", "queries", "queries_without_results", "seconds",
+         "recall", "ceiling", "top10_labels", "lost")  # fmt: skip
 
 
-def stage_rows(stages: Sequence[dict], evals: dict[str, Evaluation]) -> list[dict]:
-    """``stages``: dicts with name/type/inputs/seconds. Returns the JSON rows of the table."""
-    rows = []
-    for s in stages:
-        ev = evals[s["name"]]
-        row = {"stage": s["name"], "type": s["type"], "inputs": list(s["inputs"])}
-        row.update({k: round(v, 6) for k, v in ev.means.items()})
-        row["queries"] = len(ev.scored_queries)
-        row["queries_without_results"] = len(ev.missing_queries)
-        row["seconds"] = round(s["seconds"], 3)
-        rows.append(row)
-    return rows
-
-
-def _metric_names(rows: Sequence[dict]) -> list[str]:
-    fixed = {"stage", "type", "inputs", "queries", "queries_without_results", "seconds"}
-    return [k for k in rows[0] if k not in fixed] if rows else []
+def metric_names(rows: Sequence[dict]) -> list[str]:
+    return [k for k in rows[0] if k not in FIXED] if rows else []
 
 
 def conventions_line(relevance_threshold: int, gain: str) -> str:
@@ -34,45 +26,84 @@ def conventions_line(relevance_threshold: int, gain: str) -> str:
     return f"nDCG: {g}; binary measures: relevant = grade >= {relevance_threshold}; ties: score desc, docid desc"
 
 
-def render_markdown(rows: Sequence[dict], title: str, notes: Sequence[str] = ()) -> str:
-    metrics = _metric_names(rows)
-    head = ["stage", "type", "inputs", *metrics, "queries", "time (s)"]
-    out = [f"### {title}", ""]
-    out += [f"{n}  " for n in notes]
-    out += ["", "| " + " | ".join(head) + " |", "|" + "|".join(["---"] * 3 + ["---:"] * (len(head) - 3)) + "|"]
-    for r in rows:
-        cells = [r["stage"], r["type"], ", ".join(r["inputs"]) or "-"]
-        cells += [f"{r[m]:.4f}" for m in metrics]
-        cells += [str(r["queries"]), f"{r['seconds']:.1f}"]
-        out.append("| " + " | ".join(cells) + " |")
-    return "\n".join(out) + "\n"
+def _f(x: float | None, digits: int = 4) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
 
 
-def render_text(rows: Sequence[dict], title: str, notes: Sequence[str] = ()) -> str:
-    metrics = _metric_names(rows)
-    head = ["stage", "type", "inputs", *metrics, "queries", "time(s)"]
-    body = [
-        [r["stage"], r["type"], ",".join(r["inputs"]) or "-", *[f"{r[m]:.4f}" for m in metrics],
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def tables(rows: Sequence[dict]) -> list[tuple[str, list[str], list[list[str]]]]:
+    """The report's tables as (title, header, body) with cells already formatted."""
+    metrics = metric_names(rows)
+    main = [
+        [r["id"], r["stage"], r["type"], ",".join(r["inputs"]) or "-",
+         *[_f(r[m]) + (("^" + "".join(r["better_than"].get(m, []))) if r["better_than"].get(m) else "") for m in metrics],
          str(r["queries"]), f"{r['seconds']:.1f}"]
         for r in rows
     ]  # fmt: skip
-    widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
+    depth_cols = sorted({k for r in rows for k in r["recall"]}, key=lambda k: int(k.split("@")[1]))
+    ceil = []
+    for r in rows:
+        c = r["ceiling"]
+        ceil.append([r["stage"], *[_f(r["recall"].get(k)) for k in depth_cols], str(r["lost"]),
+                     *( [str(c["depth"]), _f(c["pool_recall"]), _f(c["input_ndcg10"]), _f(c["achieved_ndcg10"]),
+                         _f(c["oracle_ndcg10"]), _pct(c["headroom_captured"])] if c else ["-"] * 6)])  # fmt: skip
+    labels = list(rows[0]["top10_labels"]) if rows else []
+    lab = [[r["stage"], *[_pct(r["top10_labels"][k]) for k in labels]] for r in rows]
+    ci = [[r["stage"], *[f"[{r['ci95'][m][0]:.4f}, {r['ci95'][m][1]:.4f}]" for m in metrics]] for r in rows]
+    return [
+        ("Stage metrics (^x: significantly better than stage x)",
+         ["id", "stage", "type", "inputs", *metrics, "queries", "time(s)"], main),
+        ("Recall ceiling and reranking headroom",
+         ["stage", *depth_cols, "lost", "N", "pool R@N", "input nDCG@10", "achieved nDCG@10", "oracle nDCG@10",
+          "headroom captured"], ceil),
+        ("Top-10 labels (share of top-10 positions)", ["stage", *[f"{k}" for k in labels]], lab),
+        ("95% bootstrap confidence intervals of the means", ["stage", *metrics], ci),
+    ]  # fmt: skip
 
-    def fmt(cells):
-        return "  ".join(c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
 
-    lines = [title, *notes, fmt(head), "  ".join("-" * w for w in widths), *map(fmt, body)]
-    return "\n".join(lines) + "\n"
+def render_text(rows: Sequence[dict], title: str, notes: Sequence[str]) -> str:
+    out = [title, *notes]
+    for sub, head, body in tables(rows):
+        widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
+
+        def fmt(cells, widths=widths):
+            return "  ".join(c.ljust(w) if i < 4 and not c[:1].isdigit() else c.rjust(w)
+                             for i, (c, w) in enumerate(zip(cells, widths))).rstrip()  # fmt: skip
+
+        out += ["", sub, fmt(head), "  ".join("-" * w for w in widths), *map(fmt, body)]
+    return "\n".join(out) + "\n"
+
+
+def render_markdown(rows: Sequence[dict], title: str, notes: Sequence[str]) -> str:
+    out = [f"## {title}", "", *[f"{n}  " for n in notes]]
+    for sub, head, body in tables(rows):
+        out += ["", f"### {sub}", "", "| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+        out += ["| " + " | ".join(c.replace("^", "<sup>", 1) + ("</sup>" if "^" in c else "") for c in b) + " |"
+                for b in body]  # fmt: skip
+    return "\n".join(out) + "\n"
 
 
 def render_csv(rows: Sequence[dict]) -> str:
-    metrics = _metric_names(rows)
+    metrics = metric_names(rows)
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["stage", "type", "inputs", *metrics, "queries", "queries_without_results", "seconds"])
+    depth_cols = sorted({k for r in rows for k in r["recall"]}, key=lambda k: int(k.split("@")[1]))
+    w.writerow(["stage", "id", "type", "inputs", *metrics, *[f"{m}_ci_low" for m in metrics], *[f"{m}_ci_high" for m in metrics],
+                *[f"better_than_{m}" for m in metrics], "queries", "queries_without_results", "seconds",
+                *depth_cols, "lost", "pool_depth", "pool_recall", "input_ndcg10", "achieved_ndcg10", "oracle_ndcg10",
+                "headroom_captured"])  # fmt: skip
     for r in rows:
-        w.writerow([r["stage"], r["type"], " ".join(r["inputs"]), *[f"{r[m]:.6f}" for m in metrics],
-                    r["queries"], r["queries_without_results"], r["seconds"]])  # fmt: skip
+        c = r["ceiling"] or {}
+        w.writerow([r["stage"], r["id"], r["type"], " ".join(r["inputs"]), *[f"{r[m]:.6f}" for m in metrics],
+                    *[f"{r['ci95'][m][0]:.6f}" for m in metrics], *[f"{r['ci95'][m][1]:.6f}" for m in metrics],
+                    *["".join(r["better_than"].get(m, [])) for m in metrics], r["queries"], r["queries_without_results"],
+                    r["seconds"], *[f"{r['recall'][k]:.6f}" if k in r["recall"] else "" for k in depth_cols], r["lost"],
+                    *[("" if c.get(k) is None else (f"{c[k]:.6f}" if isinstance(c[k], float) else c[k]))
+                      for k in ("depth", "pool_recall", "input_ndcg10", "achieved_ndcg10", "oracle_ndcg10",
+                                "headroom_captured")]])  # fmt: skip
     return buf.getvalue()
 
 
@@ -80,13 +111,54 @@ def render_json(rows: Sequence[dict]) -> str:
     return json.dumps(list(rows), indent=2) + "\n"
 
 
-def per_query_csv(stage_order: Sequence[str], evals: dict[str, Evaluation]) -> str:
+def per_query_csv(stage_order: Sequence[str], per_query: dict[str, dict[str, dict[str, float]]], queries: Sequence[str]) -> str:
+    """per_query: stage -> measure -> qid -> value."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    names = [m.name for m in evals[stage_order[0]].measures]
+    names = list(per_query[stage_order[0]])
     w.writerow(["stage", "qid", *names])
     for s in stage_order:
-        ev = evals[s]
-        for q in ev.scored_queries:
-            w.writerow([s, q, *[f"{ev.per_query[n][q]:.6f}" for n in names]])
+        for q in queries:
+            w.writerow([s, q, *[f"{per_query[s][n][q]:.6f}" for n in names]])
     return buf.getvalue()
+
+
+def render_html(rows: Sequence[dict], title: str, notes: Sequence[str], significance: Sequence[dict],
+                images: Sequence[tuple[str, bytes]]) -> str:  # fmt: skip
+    """A self-contained page: tables inline, PNGs as data: URIs, no external assets."""
+    e = html.escape
+    parts = [
+        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">', f"<title>{e(title)}</title>",
+        "<style>body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px;color:#222}"
+        "table{border-collapse:collapse;margin:0.5em 0 1.5em}th,td{border:1px solid #ccc;padding:3px 8px;"
+        "text-align:right;font-variant-numeric:tabular-nums}th{background:#f3f3f3}td:first-child,th:first-child"
+        "{text-align:left}img{max-width:100%;border:1px solid #ddd;margin:0.5em 0}sup{color:#0a6}</style>",
+        "</head><body>", f"<h1>{e(title)}</h1>", *[f"<p>{e(n)}</p>" for n in notes],
+    ]  # fmt: skip
+    for sub, head, body in tables(rows):
+        parts.append(f"<h2>{e(sub)}</h2><table id=\"{e(sub.split()[0].lower())}\"><tr>"
+                     + "".join(f"<th>{e(h)}</th>" for h in head) + "</tr>")  # fmt: skip
+        for b in body:
+            cells = []
+            for c in b:
+                v, _, sup = c.partition("^")
+                cells.append(f"<td>{e(v)}" + (f"<sup>{e(sup)}</sup>" if sup else "") + "</td>")
+            parts.append("<tr>" + "".join(cells) + "</tr>")
+        parts.append("</table>")
+    if significance:
+        parts.append("<h2>Significance tests</h2><table id=\"significance\"><tr>"
+                     + "".join(f"<th>{h}</th>" for h in ("metric", "stage", "vs", "mean", "vs mean", "t-test p",
+                               "t-test p (Holm)", "randomization p", "randomization p (Holm)", "win/tie/loss"))
+                     + "</tr>")  # fmt: skip
+        for c in significance:
+            parts.append("<tr>" + "".join(f"<td>{e(str(x))}</td>" for x in (
+                c["metric"], c["a"], c["b"], f"{c['mean_a']:.4f}", f"{c['mean_b']:.4f}", f"{c['p_t']:.4g}",
+                f"{c['p_t_holm']:.4g}", f"{c['p_rand']:.4g}", f"{c['p_rand_holm']:.4g}",
+                f"{c['wins']}/{c['ties']}/{c['losses']}")) + "</tr>")  # fmt: skip
+        parts.append("</table>")
+    parts.append("<h2>Plots</h2>")
+    for name, png in images:
+        b64 = base64.b64encode(png).decode("ascii")
+        parts.append(f'<figure><img alt="{e(name)}" src="data:image/png;base64,{b64}"><figcaption>{e(name)}</figcaption></figure>')
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"

@@ -1,0 +1,176 @@
+"""Score and render a finished run folder - the one code path behind `run` and `table`.
+
+A run folder holds ``runs/<stage>.trec``, ``qrels.trec`` and ``manifest.json`` (config,
+evaluation settings, stage metadata, dataset statistics and timings). :func:`render`
+reads only those files, scores every stage, runs the analysis and the significance
+tests, and writes ``stage_table.{txt,md,csv,json}``, ``significance.json``,
+``per_query.csv``, ``plots/*.png`` and ``report.html``. Nothing in it runs a stage, so
+``stagebench table RUN_DIR`` reproduces the files of ``stagebench run`` byte for byte.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from string import ascii_lowercase
+
+from stagebench import analysis, plots, report, stats
+from stagebench.errors import StagebenchError
+from stagebench.metrics import evaluate
+from stagebench.run import Run, read_trec_qrels, read_trec_run
+
+
+@dataclass
+class Rendered:
+    rows: list[dict]
+    comparisons: list[dict]
+    text: str
+    per_query: dict[str, dict[str, dict[str, float]]]
+    queries: list[str]
+    title: str
+    notes: list[str]
+
+
+def stage_letter(i: int) -> str:
+    return ascii_lowercase[i] if i < 26 else f"s{i}"
+
+
+def load_folder(folder: Path) -> tuple[dict, dict, dict[str, Run]]:
+    mpath = folder / "manifest.json"
+    if not mpath.is_file():
+        raise StagebenchError(f"{folder}: not a stagebench run folder (no manifest.json)")
+    manifest = json.loads(mpath.read_text(encoding="utf-8"))
+    qrels = read_trec_qrels(folder / "qrels.trec")
+    runs = {}
+    for s in manifest["stages"]:
+        p = folder / "runs" / f"{s['name']}.trec"
+        if not p.is_file():
+            raise StagebenchError(f"{p}: run file missing (the folder holds tables only; `stagebench run` it again)")
+        runs[s["name"]] = read_trec_run(p)
+    return manifest, qrels, runs
+
+
+def comparisons_for(stages: list[dict], baseline: str) -> list[tuple[str, str]]:
+    """Each stage vs the stage(s) before it in the cascade - its inputs, or for a stage
+    without inputs the one listed before it - and vs the baseline; no pair twice."""
+    names = [s["name"] for s in stages]
+    pairs: list[tuple[str, str]] = []
+    for i, s in enumerate(stages[1:], start=1):
+        for other in [*(s["inputs"] or [names[i - 1]]), baseline]:
+            if other != s["name"] and (s["name"], other) not in pairs and (other, s["name"]) not in pairs:
+                pairs.append((s["name"], other))
+    return pairs
+
+
+def analyse(manifest: dict, qrels: dict, runs: dict[str, Run]) -> Rendered:
+    ev = manifest["evaluation"]
+    rel, gain = ev["relevance_threshold"], ev["gain"]
+    stages = manifest["stages"]
+    names = [s["name"] for s in stages]
+    letters = {n: stage_letter(i) for i, n in enumerate(names)}
+    evals = {n: evaluate(qrels, runs[n], ev["metrics"], relevance_threshold=rel, gain=gain) for n in names}
+    metric_names = [m.name for m in evals[names[0]].measures]
+    queries = evals[names[0]].scored_queries
+    label_names = {int(k): v for k, v in manifest["dataset"].get("label_names", {}).items()}
+
+    # significance: each stage vs the one before it and vs the baseline; Holm per metric
+    baseline = ev.get("baseline") or names[0]
+    pairs = comparisons_for(stages, baseline)
+    comps: list[stats.Comparison] = []
+    for m in metric_names:
+        family = [stats.compare(a, b, m, [evals[a].per_query[m][q] for q in queries],
+                                [evals[b].per_query[m][q] for q in queries], ev["permutations"], ev["seed"])
+                  for a, b in pairs]  # fmt: skip
+        for c, pt, pr in zip(family, stats.holm([c.p_t for c in family]), stats.holm([c.p_rand for c in family])):
+            c.p_t_holm, c.p_rand_holm = pt, pr
+        comps += family
+    key = "p_rand_holm" if ev["test"] == "randomization" else "p_t_holm"
+    better: dict[str, dict[str, list[str]]] = {n: {} for n in names}
+    for c in comps:
+        if getattr(c, key) < ev["alpha"] and c.mean_a != c.mean_b:
+            win, lose = (c.a, c.b) if c.mean_a > c.mean_b else (c.b, c.a)
+            better[win].setdefault(c.metric, []).append(letters[lose])
+
+    rows = []
+    for s in stages:
+        n = s["name"]
+        e = evals[n]
+        row: dict = {"stage": n, "id": letters[n], "type": s["type"], "inputs": list(s["inputs"])}
+        row.update({m: round(v, 6) for m, v in e.means.items()})
+        row["ci95"] = {m: [round(x, 6) for x in stats.bootstrap_ci([e.per_query[m][q] for q in queries],
+                                                                   ev["bootstrap"], ev["seed"])]
+                       for m in metric_names}  # fmt: skip
+        row["better_than"] = {m: sorted(v) for m, v in better[n].items()}
+        row["queries"] = len(queries)
+        row["queries_without_results"] = len(e.missing_queries)
+        row["seconds"] = round(s["seconds"], 3)
+        row["recall"] = {k: round(v, 6) for k, v in analysis.recall_at(runs[n], qrels, queries, rel).items()}
+        if s.get("reorders_input") and s["inputs"]:
+            depth = int(s["candidate_depth"])
+            c = analysis.ceiling(runs[s["inputs"][0]], runs[n], qrels, queries, depth, rel, gain)
+            row["ceiling"] = {"depth": depth, "pool_recall": round(c.pool_recall, 6), "input_ndcg10": round(c.input, 6),
+                              "achieved_ndcg10": round(c.achieved, 6), "oracle_ndcg10": round(c.oracle, 6),
+                              "headroom_captured": None if c.headroom_captured is None else round(c.headroom_captured, 6)}  # fmt: skip
+            row["lost"] = analysis.lost(runs[s["inputs"][0]], qrels, queries, rel, depth)
+        else:
+            row["ceiling"] = None
+            row["lost"] = analysis.lost(runs[n], qrels, queries, rel)
+        row["top10_labels"] = {k: round(v, 6) for k, v in analysis.top_labels(runs[n], qrels, queries, label_names).items()}
+        rows.append(row)
+
+    title = f"Stage table: {manifest['config'].get('name', '')}"
+    ds = manifest["dataset"]
+    notes = [
+        f"dataset: {ds['name']} ({ds['documents']:,} documents, corpus scope: {ds['corpus_scope']}; {len(queries)} scored queries)",
+        report.conventions_line(rel, gain),
+        f"significance: ^x = significantly better than stage x ({'paired randomization test, ' + str(ev['permutations']) + ' permutations' if ev['test'] == 'randomization' else 'paired t-test'}, "
+        f"seed {ev['seed']}, Holm-Bonferroni over the {len(pairs)} comparisons of each metric, alpha {ev['alpha']}); "
+        f"each stage is compared with its inputs (a retriever: with the stage listed before it) and with the baseline ({baseline})",
+        "ceiling: for rerankers, N = candidate depth, pool R@N = recall of the candidates it received, oracle = nDCG@10 of "
+        "their ideal order; lost = queries with no relevant document among the stage's candidates",
+    ]  # fmt: skip
+    text = report.render_text(rows, title, notes)
+    per_query = {n: evals[n].per_query for n in names}
+    return Rendered(rows, [c.as_dict() for c in comps], text, per_query, queries, title, notes)
+
+
+def _write(path: Path, data: str | bytes) -> None:
+    tmp = path.with_name(path.name + ".part")
+    if isinstance(data, bytes):
+        tmp.write_bytes(data)
+    else:
+        tmp.write_text(data, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def render(folder: str | Path) -> Rendered:
+    """Score, analyse and write every table, plot and the report of a run folder."""
+    folder = Path(folder)
+    manifest, qrels, runs = load_folder(folder)
+    rendered = analyse(manifest, qrels, runs)
+    rows, title, notes = rendered.rows, rendered.title, rendered.notes
+    names = [s["name"] for s in manifest["stages"]]
+    _write(folder / "stage_table.txt", rendered.text)
+    _write(folder / "stage_table.md", report.render_markdown(rows, title, notes))
+    _write(folder / "stage_table.csv", report.render_csv(rows))
+    _write(folder / "stage_table.json", report.render_json(rows))
+    _write(folder / "significance.json", json.dumps(rendered.comparisons, indent=2) + "\n")
+    _write(folder / "per_query.csv", report.per_query_csv(names, rendered.per_query, rendered.queries))
+
+    rel = manifest["evaluation"]["relevance_threshold"]
+    retrieval = [s for s in manifest["stages"] if not s.get("reorders_input")]
+    max_k = max((max((len(v) for v in runs[s["name"]].values()), default=1) for s in retrieval), default=1)
+    curves = {s["name"]: analysis.recall_curve(runs[s["name"]], qrels, rendered.queries, rel, max_k) for s in retrieval}
+    marks = {s["name"]: int(s["candidate_depth"]) for s in manifest["stages"] if s.get("reorders_input")}
+    metrics = report.metric_names(rows)
+    images = [("metrics.png", plots.metric_bars(rows, metrics)), ("recall_at_k.png", plots.recall_curves(curves, marks)),
+              ("top10_labels.png", plots.label_distribution(rows))]  # fmt: skip
+    if any(r["ceiling"] for r in rows):
+        images.insert(2, ("ceiling.png", plots.ceiling_chart(rows)))
+    (folder / "plots").mkdir(exist_ok=True)
+    for name, png in images:
+        _write(folder / "plots" / name, png)
+    _write(folder / "report.html", report.render_html(rows, title, notes, rendered.comparisons, images))
+    return rendered

@@ -1,0 +1,62 @@
+from __future__ import annotations
+
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from stagebench.analysis import ceiling, lost, oracle_ranking, top_labels
+from stagebench.metrics import compute
+from stagebench.run import from_ranking
+
+
+def test_pool_holding_all_relevant_gives_oracle_one():
+    qrels = {"q": {"e1": 3, "e2": 3, "s1": 2, "i1": 0}}
+    inp = from_ranking({"q": ["i1", "x", "s1", "y", "e2", "e1", "z"]})
+    c = ceiling(inp, inp, qrels, ["q"], depth=7, rel=1, gain="linear")
+    assert c.oracle == 1.0 and c.pool_recall == 1.0
+    assert c.headroom_captured == 0.0  # output == input: nothing captured
+
+
+def test_ideal_reranker_captures_100_percent_and_partial_pool_caps_oracle():
+    qrels = {"q": {"e1": 3, "e2": 3, "s1": 2}}
+    inp = from_ranking({"q": ["x", "e1", "y", "s1", "z", "e2"]})
+    ideal = from_ranking({"q": ["e1", "s1", "x", "y", "z", "e2"]})  # the best order of the top-4 pool
+    c = ceiling(inp, ideal, qrels, ["q"], depth=4, rel=1, gain="linear")
+    assert c.pool_recall == 2 / 3  # e2 never reached the pool
+    assert c.oracle < 1.0
+    assert c.achieved == c.oracle and c.headroom_captured == 1.0
+
+
+def test_half_way_reranker():
+    qrels = {"q": {"a": 1}}
+    inp = from_ranking({"q": ["x", "y", "a"]})
+    out = from_ranking({"q": ["x", "a", "y"]})
+    c = ceiling(inp, out, qrels, ["q"], depth=3, rel=1, gain="linear")
+    expected = (1 / compute._discount(2) - 1 / compute._discount(3)) / (1 - 1 / compute._discount(3))
+    assert abs(c.headroom_captured - expected) < 1e-12
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 10_000), st.integers(1, 30), st.sampled_from(["linear", "exp"]))
+def test_oracle_is_never_below_any_reordering_of_the_pool(seed, depth, gain):
+    rng = random.Random(seed)
+    docs = [f"d{i}" for i in range(rng.randint(1, 40))]
+    judgments = {d: rng.choice([0, 0, 1, 2, 3]) for d in docs if rng.random() < 0.6}
+    ranking = docs[:]
+    rng.shuffle(ranking)
+    best = compute.ndcg(oracle_ranking(ranking, judgments, depth, gain), judgments, 10, gain)
+    for _ in range(10):
+        pool = ranking[:depth]
+        rng.shuffle(pool)
+        other = pool + ranking[depth:]
+        assert compute.ndcg(other, judgments, 10, gain) <= best + 1e-12
+
+
+def test_top_labels_and_lost():
+    qrels = {"q1": {"a": 3, "b": 0}, "q2": {"c": 2}}
+    run = {"q1": {"a": 3.0, "b": 2.0, "u": 1.0}, "q2": {"u": 1.0}}
+    shares = top_labels(run, qrels, ["q1", "q2"], {3: "E", 2: "S", 1: "C", 0: "I"})
+    assert shares == {"E": 0.25, "S": 0.0, "C": 0.0, "I": 0.25, "unjudged": 0.5}
+    assert lost(run, qrels, ["q1", "q2"], rel=1) == 1
+    assert lost(run, qrels, ["q1", "q2"], rel=1, depth=0) == 2

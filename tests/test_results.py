@@ -1,0 +1,155 @@
+"""Run folders: the rich stage table, `table` byte-for-byte, `compare`, and report.html."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+PLUGIN = '''
+class Reverse:
+    """Reverses the candidate order: a deliberately bad reranker."""
+    def score(self, query, docs):
+        return [float(i) for i in range(len(docs))]
+'''
+
+
+def make_config(tmp_path: Path, dataset: Path, name: str, k1: float = 1.2) -> Path:
+    cfg = tmp_path / f"{name}.yaml"
+    cfg.write_text(f"""
+name: {name}
+output: {tmp_path / name}
+cache_dir: {tmp_path / 'cache'}
+dataset: {{loader: esci, path: {dataset}, split: test}}
+stages:
+  - {{name: bm25, type: bm25, params: {{top_k: 200, k1: {k1}}}}}
+  - {{name: bm25_stem, type: bm25, params: {{top_k: 200, stemmer: english}}}}
+  - {{name: rrf, type: rrf, inputs: [bm25, bm25_stem]}}
+  - {{name: title, type: plugin, target: "examples.title_boost:TitleBoostReranker", inputs: [rrf], params: {{top_n: 30}}}}
+  - {{name: reverse, type: plugin, target: "revplug:Reverse", inputs: [rrf], params: {{top_n: 30}}}}
+evaluation: {{metrics: [nDCG@10, RR@10, R@100], baseline: bm25, permutations: 2000, bootstrap: 500}}
+""")
+    return cfg
+
+
+def run_cli(*args, cwd):
+    env = {"PYTHONPATH": f"{REPO}{':' if True else ''}{cwd}", "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"}
+    return subprocess.run([sys.executable, "-m", "stagebench", *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd, env=env)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory, small_synthetic):
+    tmp = tmp_path_factory.mktemp("runs")
+    (tmp / "revplug.py").write_text(PLUGIN)
+    r = run_cli("run", make_config(tmp, small_synthetic, "one"), cwd=tmp)
+    assert r.returncode == 0, r.stderr
+    return tmp, r.stdout
+
+
+def test_stage_table_has_ceiling_significance_and_labels(finished):
+    tmp, stdout = finished
+    out = tmp / "one"
+    rows = json.loads((out / "stage_table.json").read_text())
+    by = {r["stage"]: r for r in rows}
+    assert [r["id"] for r in rows] == ["a", "b", "c", "d", "e"]
+    for r in rows:
+        assert set(r["recall"]) == {"R@10", "R@100"}  # runs are 200 deep: no R@1000
+        assert sum(r["top10_labels"].values()) == pytest.approx(1.0)
+        assert set(r["top10_labels"]) == {"E", "S", "C", "I", "unjudged"}
+        for m in ("nDCG@10", "RR@10", "R@100"):
+            lo, hi = r["ci95"][m]
+            assert lo <= r[m] <= hi
+    for name in ("title", "reverse"):
+        c = by[name]["ceiling"]
+        assert c["depth"] == 30
+        assert c["input_ndcg10"] == pytest.approx(by["rrf"]["nDCG@10"])
+        assert c["achieved_ndcg10"] == pytest.approx(by[name]["nDCG@10"])
+        assert c["oracle_ndcg10"] >= max(c["achieved_ndcg10"], c["input_ndcg10"])
+        assert by[name]["R@100"] == pytest.approx(by["rrf"]["R@100"])  # reranking cannot change recall beyond N
+    assert by["reverse"]["ceiling"]["headroom_captured"] < 0  # the reversing reranker loses ground
+    assert by["title"]["ceiling"]["headroom_captured"] > by["reverse"]["ceiling"]["headroom_captured"]
+    assert by["bm25"]["ceiling"] is None
+    # the reversal is significantly worse than its input: rrf (c) is marked better than reverse (e)
+    assert "e" in by["rrf"]["better_than"]["nDCG@10"]
+    sig = json.loads((out / "significance.json").read_text())
+    pairs = {(c["a"], c["b"]) for c in sig if c["metric"] == "nDCG@10"}
+    assert pairs == {("bm25_stem", "bm25"), ("rrf", "bm25"), ("rrf", "bm25_stem"), ("title", "rrf"), ("title", "bm25"),
+                     ("reverse", "rrf"), ("reverse", "bm25")}  # fmt: skip
+    for c in sig:
+        assert c["p_rand_holm"] >= c["p_rand"] and c["wins"] + c["ties"] + c["losses"] == rows[0]["queries"]
+    assert "Recall ceiling and reranking headroom" in stdout and "headroom captured" in stdout
+    for f in ("metrics.png", "recall_at_k.png", "ceiling.png", "top10_labels.png"):
+        assert (out / "plots" / f).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_table_reproduces_every_file_byte_for_byte_without_running_stages(finished, tmp_path):
+    tmp, stdout = finished
+    copy = tmp_path / "copy"
+    shutil.copytree(tmp / "one", copy)
+    names = ["stage_table.txt", "stage_table.md", "stage_table.csv", "stage_table.json", "significance.json",
+             "per_query.csv", "report.html", "plots/metrics.png", "plots/ceiling.png"]  # fmt: skip
+    before = {n: (copy / n).read_bytes() for n in names}
+    for n in names:
+        (copy / n).unlink()
+    # no plug-in module, no dataset on the path: nothing but the saved runs can be used
+    r = run_cli("table", copy, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == stdout
+    for n in names:
+        assert (copy / n).read_bytes() == before[n], n
+
+
+def test_compare_two_runs(finished, tmp_path, small_synthetic):
+    tmp, _ = finished
+    shutil.copy(tmp / "revplug.py", tmp_path / "revplug.py")
+    r = run_cli("run", make_config(tmp_path, small_synthetic, "two", k1=0.3), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    r = run_cli("compare", tmp / "one", tmp_path / "two", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert any(line.startswith("bm25 ") and "nDCG@10" in line for line in lines)
+    bm25 = [line for line in lines if line.startswith("bm25 ") and "nDCG@10" in line][0].split()
+    one = json.loads((tmp / "one" / "stage_table.json").read_text())[0]["nDCG@10"]
+    two = json.loads((tmp_path / "two" / "stage_table.json").read_text())[0]["nDCG@10"]
+    assert float(bm25[2]) == pytest.approx(one, abs=1e-4) and float(bm25[3]) == pytest.approx(two, abs=1e-4)
+    # bm25_stem did not change between the runs: identical, p = 1
+    stem = [line for line in lines if line.startswith("bm25_stem ") and "nDCG@10" in line][0].split()
+    assert stem[4] == "+0.0000" and float(stem[5]) == 1.0
+
+
+def test_table_on_a_folder_without_runs_fails_clearly(tmp_path):
+    (tmp_path / "x").mkdir()
+    r = run_cli("table", tmp_path / "x", cwd=tmp_path)
+    assert r.returncode == 2 and "not a stagebench run folder" in r.stderr
+
+
+def chromium_paths():
+    chrome, driver = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
+    if not (chrome.exists() and driver.exists()):
+        import os
+
+        if os.environ.get("CI"):
+            pytest.fail("CI must have Debian's chromium and chromium-driver (.ci/run installs them)")
+        pytest.skip("headless Chromium absent: apt-get install chromium chromium-driver")
+    pytest.importorskip("selenium", reason="selenium (test extra) drives Chromium")
+    return chrome, driver
+
+
+def test_report_html_renders_in_headless_chromium_with_its_images(finished):
+    chromium_paths()
+    from benchmarks.report_screenshot import check_report
+
+    tmp, _ = finished
+    report = tmp / "one" / "report.html"
+    text = report.read_text()
+    assert "http://" not in text and "https://" not in text and "<link" not in text and "<script" not in text
+    info = check_report(report, tmp / "one" / "report_screenshot.png")
+    assert info["images"] == ["metrics.png", "recall_at_k.png", "ceiling.png", "top10_labels.png"]
+    assert (tmp / "one" / "report_screenshot.png").stat().st_size > 10_000
