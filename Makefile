@@ -26,7 +26,8 @@ $(STAMP): pyproject.toml | $(PY)
 
 install: $(STAMP)
 
-$(DATA)/shopping_queries_dataset_examples.parquet: | $(STAMP)
+# regenerated whenever the generator changes, so a stale copy never feeds the benchmark
+$(DATA)/shopping_queries_dataset_examples.parquet: src/stagebench/data/synthetic.py | $(STAMP)
 	$(VENV)/bin/stagebench generate-data --output $(DATA)
 
 data: $(DATA)/shopping_queries_dataset_examples.parquet

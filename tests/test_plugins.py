@@ -74,3 +74,29 @@ def test_unknown_model_name_is_one_line_error(tmp_path, small_synthetic):
     assert r.returncode == 2
     errs = [line for line in r.stderr.splitlines() if line.startswith("stagebench: error:")]
     assert len(errs) == 1 and "model 'nobody/nothing' not found; tried:" in errs[0]
+
+
+def test_changing_only_reranker_params_reuses_corpus_embeddings(tmp_path, small_synthetic):
+    def config(top_n: int):
+        p = tmp_path / f"c{top_n}.yaml"
+        p.write_text(f"""
+name: t
+output: {tmp_path / f'out{top_n}'}
+cache_dir: {tmp_path / 'cache'}
+dataset: {{loader: esci, path: {small_synthetic}, split: test, max_queries: 5, corpus_scope: judged}}
+stages:
+  - {{name: dense, type: dense, params: {{top_k: 50}}}}
+  - {{name: tb, type: plugin, target: "examples.title_boost:TitleBoostReranker", inputs: [dense], params: {{top_n: {top_n}}}}}
+""")
+        return p
+
+    env = {"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}
+    first = subprocess.run([sys.executable, "-m", "stagebench", "run", config(10)], capture_output=True, text=True,
+                           cwd=REPO, env=env)  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    assert "stage dense: encoded" in first.stderr and "saved corpus embeddings" in first.stderr
+    second = subprocess.run([sys.executable, "-m", "stagebench", "run", config(20)], capture_output=True, text=True,
+                            cwd=REPO, env=env)  # fmt: skip
+    assert second.returncode == 0, second.stderr
+    assert "stage dense: reused cached corpus embeddings" in second.stderr
+    assert "stage dense: encoded" not in second.stderr

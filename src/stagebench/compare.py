@@ -13,6 +13,7 @@ from pathlib import Path
 
 from stagebench import stats
 from stagebench.errors import StagebenchError
+from stagebench.report import format_p
 
 
 def read_per_query(folder: Path) -> tuple[list[str], dict[str, dict[str, dict[str, float]]]]:
@@ -54,8 +55,8 @@ def compare_dirs(a: str | Path, b: str | Path, permutations: int = 10000, seed: 
             va, vb = [pa[s][m][q] for q in qs], [pb[s][m][q] for q in qs]
             family.append((s, stats.compare("B", "A", m, vb, va, permutations, seed)))
         for (s, c), pr, pt in zip(family, stats.holm([c.p_rand for _, c in family]), stats.holm([c.p_t for _, c in family])):
-            rows.append([s, m, f"{c.mean_b:.4f}", f"{c.mean_a:.4f}", f"{c.mean_a - c.mean_b:+.4f}", f"{pr:.4g}",
-                         f"{pt:.4g}", f"{c.wins}/{c.ties}/{c.losses}", "*" if pr < alpha else ""])  # fmt: skip
+            rows.append([s, m, f"{c.mean_b:.4f}", f"{c.mean_a:.4f}", f"{c.mean_a - c.mean_b:+.4f}", format_p(pr),
+                         format_p(pt), f"{c.wins}/{c.ties}/{c.losses}", "*" if pr < alpha else ""])
     lines.append(f"paired tests on the {n_common} queries both scored; p-values Holm-corrected across the "
                  f"{len(stages)} matching stages of each measure; * = randomization p < {alpha}")  # fmt: skip
     only = [s for s in order_a + order_b if s not in stages]

@@ -30,6 +30,11 @@ def _f(x: float | None, digits: int = 4) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
 
 
+def format_p(p: float) -> str:
+    """p-values below double precision's resolution of 1 - cdf read as <1e-16, not 0."""
+    return "<1e-16" if p < 1e-16 else f"{p:.4g}"
+
+
 def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
 
@@ -152,8 +157,8 @@ def render_html(rows: Sequence[dict], title: str, notes: Sequence[str], signific
                      + "</tr>")  # fmt: skip
         for c in significance:
             parts.append("<tr>" + "".join(f"<td>{e(str(x))}</td>" for x in (
-                c["metric"], c["a"], c["b"], f"{c['mean_a']:.4f}", f"{c['mean_b']:.4f}", f"{c['p_t']:.4g}",
-                f"{c['p_t_holm']:.4g}", f"{c['p_rand']:.4g}", f"{c['p_rand_holm']:.4g}",
+                c["metric"], c["a"], c["b"], f"{c['mean_a']:.4f}", f"{c['mean_b']:.4f}", format_p(c["p_t"]),
+                format_p(c["p_t_holm"]), format_p(c["p_rand"]), format_p(c["p_rand_holm"]),
                 f"{c['wins']}/{c['ties']}/{c['losses']}")) + "</tr>")  # fmt: skip
         parts.append("</table>")
     parts.append("<h2>Plots</h2>")

@@ -74,6 +74,8 @@ def analyse(manifest: dict, qrels: dict, runs: dict[str, Run]) -> Rendered:
     metric_names = [m.name for m in evals[names[0]].measures]
     queries = evals[names[0]].scored_queries
     label_names = {int(k): v for k, v in manifest["dataset"].get("label_names", {}).items()}
+    if not label_names:  # no names (e.g. BEIR): the grades themselves, highest first
+        label_names = {g: f"grade {g}" for g in sorted({g for docs in qrels.values() for g in docs.values()}, reverse=True)}
 
     # significance: each stage vs the one before it and vs the baseline; Holm per metric
     baseline = ev.get("baseline") or names[0]

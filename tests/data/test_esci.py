@@ -123,3 +123,20 @@ def test_hf_loader_reads_merged_rows_from_local_parquet(tmp_path, esci_real):
     ref = load_esci(EsciOptions(path=str(esci_real), split=None))
     assert ds.qrels == ref.qrels
     assert ds.doc_text == {d: ref.doc_text[d] for d in ds.corpus}
+
+
+def test_hf_loader_takes_the_split_from_file_names_like_tasksource(tmp_path, esci_real):
+    """tasksource/esci has no split column: its parquet files are named by split."""
+    ex = pd.read_parquet(esci_real / EXAMPLES_FILE)
+    pr = pd.read_parquet(esci_real / PRODUCTS_FILE)
+    merged = ex.merge(pr, on=["product_id", "product_locale"], how="left")
+    for split in ("train", "test"):
+        merged[merged.split == split].drop(columns=["split"]).to_parquet(tmp_path / f"{split}-00000-of-00001.parquet")
+    test = load_esci_hf(EsciHfOptions(path=str(tmp_path), split="test"))
+    ref = load_esci(EsciOptions(path=str(esci_real), split="test"))
+    assert test.qrels == ref.qrels
+    (tmp_path / "other.parquet").write_bytes((tmp_path / "test-00000-of-00001.parquet").read_bytes())
+    for f in tmp_path.glob("t*.parquet"):
+        f.unlink()
+    with pytest.raises(DataError, match="cannot be told from the file name"):
+        load_esci_hf(EsciHfOptions(path=str(tmp_path), split="test"))

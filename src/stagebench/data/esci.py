@@ -104,23 +104,46 @@ def load_esci(opts: EsciOptions) -> Dataset:
     return build_esci(examples, products, opts, str(ex_path), str(root / PRODUCTS_FILE), name=f"esci:{root.name}")
 
 
-def load_esci_hf(opts: EsciHfOptions) -> Dataset:
-    """Merged ESCI rows via ``datasets``; products are the distinct (product_id, locale) rows."""
-    import datasets
+def _split_from_filename(path: str) -> str | None:
+    """HF parquet exports are named ``<split>-00000-of-00002.parquet``."""
+    head = Path(path).name.split("-")[0].split(".")[0]
+    return head if head in ("train", "test", "validation", "dev") else None
 
+
+def load_esci_hf(opts: EsciHfOptions) -> Dataset:
+    """Merged ESCI rows via ``datasets``; products are the distinct (product_id, locale) rows.
+
+    ``tasksource/esci`` has no ``split`` column: the split is the ``datasets`` split (hub) or
+    the file name's prefix (local ``test-00000-of-00002.parquet``), added as a column.
+    """
+    import datasets
+    import pandas as pd
+
+    frames: list[tuple[str | None, object]] = []
     if opts.name:
         source = opts.name
         ds = datasets.load_dataset(opts.name, split=opts.hf_split, revision=opts.revision)
+        if isinstance(ds, datasets.DatasetDict):
+            frames = [(name, d.to_pandas()) for name, d in ds.items()]
+        else:
+            frames = [(opts.hf_split, ds.to_pandas())]
     else:
         p = Path(opts.path)
         files = sorted(str(f) for f in p.glob("*.parquet")) if p.is_dir() else [str(p)]
         if not files or not all(Path(f).is_file() for f in files):
             raise DataError(f"{p}: no parquet file found")
         source = str(p)
-        ds = datasets.load_dataset("parquet", data_files=files, split=opts.hf_split or "train")
-    if isinstance(ds, datasets.DatasetDict):
-        ds = datasets.concatenate_datasets(list(ds.values()))
-    df = ds.to_pandas()
+        for f in files:
+            frames.append((_split_from_filename(f), datasets.load_dataset("parquet", data_files=[f], split="train").to_pandas()))
+    parts = []
+    for split_name, df in frames:
+        if "split" not in df.columns:  # type: ignore[union-attr]
+            if split_name is None and opts.split is not None:
+                raise DataError(f"{source}: rows have no 'split' column and the split cannot be told from the file "
+                                "name (train-*.parquet / test-*.parquet); set split: null to use every row")  # fmt: skip
+            df = df.assign(split=split_name)  # type: ignore[union-attr]
+        parts.append(df)
+    df = pd.concat(parts, ignore_index=True)
     _require_columns(df, EXAMPLE_COLUMNS + ("product_title",), source)
     product_cols = ["product_id", "product_locale"] + [c for c in PRODUCT_FIELDS if c in df.columns]
     products = df[product_cols].drop_duplicates(subset=["product_id", "product_locale"])

@@ -74,6 +74,15 @@ class Dataset:
         return h.hexdigest()
 
     @cached_property
+    def qrels_fingerprint(self) -> str:
+        """sha256 over the sorted (query, doc, grade) judgments."""
+        h = hashlib.sha256()
+        for q in sorted(self.qrels):
+            for d in sorted(self.qrels[q]):
+                h.update(f"{q}\t{d}\t{self.qrels[q][d]}\n".encode())
+        return h.hexdigest()
+
+    @cached_property
     def qrels_docs_missing(self) -> int:
         """Judgments naming documents absent from the corpus (they stay in the qrels)."""
         return sum(1 for docs in self.qrels.values() for d in docs if d not in self.corpus)
@@ -98,6 +107,7 @@ class Dataset:
             "qrels_docs_missing_from_corpus": self.qrels_docs_missing,
             "text_template": self.text_template,
             "fingerprint": self.fingerprint,
+            "qrels_fingerprint": self.qrels_fingerprint,
         }
 
     def restrict_to_judged(self) -> None:
