@@ -102,7 +102,7 @@ def run_config(config: Config, output: str | Path | None = None) -> RunResult:
 
 def _run_into(config: Config, ds: Dataset, folder: Path) -> RunResult:
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    ctx = StageContext(dataset=ds, cache_dir=Path(config.cache_dir), log=log)
+    ctx = StageContext(dataset=ds, cache_dir=Path(config.cache_dir))
     runs: dict[str, Run] = {}
     timings = []
     for sc in config.stages:

@@ -8,7 +8,7 @@ the config loader validates (unknown keys, wrong types) before anything runs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -23,8 +23,6 @@ class StageContext:
 
     dataset: Dataset
     cache_dir: Path
-    log: Any = None  # a logging.Logger
-    extra: dict = field(default_factory=dict)
 
 
 class Stage:
