@@ -73,7 +73,8 @@ def test_unknown_model_name_is_one_line_error(tmp_path, small_synthetic):
                        capture_output=True, text=True, env={"HF_HUB_OFFLINE": "1", "PATH": ""})  # fmt: skip
     assert r.returncode == 2
     errs = [line for line in r.stderr.splitlines() if line.startswith("stagebench: error:")]
-    assert len(errs) == 1 and "model 'nobody/nothing' not found; tried:" in errs[0]
+    assert len(errs) == 1 and "stages[1] (d).params.model: model 'nobody/nothing' not found; tried:" in errs[0]
+    assert "stage bm25" not in r.stderr  # found when the config is loaded, before any stage runs
 
 
 def test_changing_only_reranker_params_reuses_corpus_embeddings(tmp_path, small_synthetic):

@@ -64,6 +64,17 @@ class ResolvedModel:
     pooling: str = "mean"
 
 
+def check_model(name: str, source: str) -> list[tuple[str, str]]:
+    """Config-time check for a stage's ``model``/``source`` params (no weights are loaded)."""
+    if source not in SOURCES:
+        return [("source", f"must be one of {', '.join(SOURCES)}, got {source!r}")]
+    try:
+        resolve_model(name, source)
+    except StagebenchError as exc:
+        return [("model", str(exc))]
+    return []
+
+
 def hub_offline() -> bool:
     return any(os.environ.get(v, "").lower() in ("1", "true", "yes") for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
 

@@ -46,11 +46,11 @@ class DenseParams:
         errs = []
         if self.index not in ("flat", "hnsw"):
             errs.append(("index", f"must be 'flat' or 'hnsw', got {self.index!r}"))
-        if self.source not in ("auto", "bundled", "hub"):
-            errs.append(("source", f"must be auto, bundled or hub, got {self.source!r}"))
         if self.top_k < 1:
             errs.append(("top_k", "must be >= 1"))
-        return errs
+        from stagebench.models import check_model
+
+        return errs + check_model(self.model, self.source)
 
 
 def embeddings_key(model_identity: str, fingerprint: str, passage_prefix: str, max_length: int | None) -> str:

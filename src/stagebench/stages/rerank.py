@@ -55,6 +55,11 @@ class CrossEncoderParams(RerankCommon):
     max_length: int = 256  # tokens of query + document; longer pairs are truncated
     batch_size: int = 32
 
+    def validate(self) -> list[tuple[str, str]]:
+        from stagebench.models import check_model
+
+        return super().validate() + check_model(self.model, self.source)
+
 
 def merge_head_tail(head: dict[str, float], tail: list[str]) -> dict[str, float]:
     """Head scores as given; tail documents strictly below, in the given order."""
