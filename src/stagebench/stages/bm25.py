@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from stagebench.run import Run
+from stagebench.run import Run, ranked
 from stagebench.stages.base import Stage, StageContext
 from stagebench.tokenize import Tokenizer
 
@@ -119,9 +119,7 @@ def top_k_run(qids: list[str], doc_ids: list[str], scores: np.ndarray, k: int, k
             cand = np.arange(n)
         if not keep_zero:
             cand = cand[row[cand] > 0]
-        pairs = sorted(((doc_arr[j], float(row[j])) for j in cand), key=lambda p: p[0], reverse=True)
-        pairs.sort(key=lambda p: p[1], reverse=True)
-        run[qid] = dict(pairs[:kk])
+        run[qid] = dict(ranked({doc_arr[j]: float(row[j]) for j in cand})[:kk])
     return run
 
 

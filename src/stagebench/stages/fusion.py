@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from stagebench.run import Run, ranked
+from stagebench.run import Run, ranked, truncate
 from stagebench.stages.base import Stage, StageContext
 
 
@@ -116,7 +116,7 @@ def score_fusion(runs: list[Run], method: str = "combsum", norm: str = "minmax",
 
 
 def _cut(run: Run, top_k: int | None) -> Run:
-    return run if top_k is None else {q: dict(ranked(d)[:top_k]) for q, d in run.items()}
+    return run if top_k is None else truncate(run, top_k)
 
 
 class RRFStage(Stage):
