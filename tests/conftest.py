@@ -35,3 +35,17 @@ def small_synthetic(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("synthetic-small")
     generate(out, SyntheticSpec(seed=7, n_products=1500, n_test_queries=40, n_train_queries=20))
     return out
+
+
+@pytest.fixture(scope="session")
+def embedded_dataset(tmp_path_factory) -> Path:
+    """The embedded synthetic dataset `make bench` uses (data/synthetic-esci); generated with
+    the same (deterministic) spec into a temp folder when the repo has not generated it yet."""
+    from stagebench.data.synthetic import SyntheticSpec, generate
+
+    local = REPO / "data" / "synthetic-esci"
+    if (local / "shopping_queries_dataset_examples.parquet").is_file():
+        return local
+    out = tmp_path_factory.mktemp("synthetic-esci")
+    generate(out, SyntheticSpec())
+    return out

@@ -95,9 +95,10 @@ stages:
     first = subprocess.run([sys.executable, "-m", "stagebench", "run", config(10)], capture_output=True, text=True,
                            cwd=REPO, env=env)  # fmt: skip
     assert first.returncode == 0, first.stderr
-    assert "stage dense: encoded" in first.stderr and "saved corpus embeddings" in first.stderr
+    assert "stage dense: computed corpus embeddings" in first.stderr and "stored corpus embeddings" in first.stderr
     second = subprocess.run([sys.executable, "-m", "stagebench", "run", config(20)], capture_output=True, text=True,
                             cwd=REPO, env=env)  # fmt: skip
     assert second.returncode == 0, second.stderr
-    assert "stage dense: reused cached corpus embeddings" in second.stderr
-    assert "stage dense: encoded" not in second.stderr
+    assert "stage dense: cached (key" in second.stderr  # the whole dense run, not just its embeddings
+    assert "stage tb (plugin <- dense): computing" in second.stderr
+    assert "corpus embeddings" not in second.stderr

@@ -16,7 +16,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from stagebench.pipeline import run_config
 
     config = load_config(args.config)
-    result = run_config(config, args.output)
+    result = run_config(config, args.output, cache_dir=args.cache_dir, recompute=args.recompute)
     sys.stdout.write(result.table_text)
     logging.getLogger("stagebench").info("results written to %s", result.output)
     return 0
@@ -34,6 +34,45 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
     sys.stdout.write(compare_dirs(args.run_dir_a, args.run_dir_b, permutations=args.permutations, seed=args.seed,
                                   alpha=args.alpha))  # fmt: skip
+    return 0
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from stagebench.check import check, format_check, write_expected
+
+    if args.update:
+        write_expected(args.run_dir, args.expected, tolerance=args.tolerance)
+        print(f"wrote {args.expected} from {args.run_dir}")
+        return 0
+    rows, source = check(args.run_dir, args.expected)
+    sys.stdout.write(format_check(rows, args.run_dir, args.expected, source))
+    return 1 if any(r.status == "FAIL" for r in rows) else 0
+
+
+def _cmd_cache(args: argparse.Namespace) -> int:
+    import time
+
+    from stagebench.cache import Cache, cache_root, human_bytes
+
+    cache = Cache(cache_root(args.cache_dir))
+    if args.cache_command == "ls":
+        rows = cache.list()
+        print(f"cache {cache.root.resolve()}: {len(rows)} entries, {human_bytes(sum(r['bytes'] for r in rows))}")
+        now = time.time()
+        for r in rows:
+            m = r["meta"]
+            what = (f"{m.get('stage', '')} ({m.get('type', '')})" if r["kind"] == "runs" else m.get("model", "")) or "-"
+            state = "PARTIAL" if r["partial"] else (cache.verify(r["kind"], r["key"]) and "CORRUPT") or "ok"
+            age = (now - r["last_used"]) / 86400
+            comp = m.get("seconds")
+            print(f"{r['kind']:<11} {r['key'][:16]:<16} {human_bytes(r['bytes']):>9}  used {age:5.1f}d ago  "
+                  f"{'-' if comp is None else f'{comp:.1f}s':>8}  {state:<7} {what}")  # fmt: skip
+        return 0
+    gone = cache.prune(older_than_days=args.older_than, everything=args.all, dry_run=args.dry_run)
+    verb = "would remove" if args.dry_run else "removed"
+    for r in gone:
+        print(f"{verb} {r['kind']}/{r['key']} ({human_bytes(r['bytes'])}): {r['reason']}")
+    print(f"{verb} {len(gone)} entries, {human_bytes(sum(r['bytes'] for r in gone))}")
     return 0
 
 
@@ -87,6 +126,8 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="run a config's stages and write the stage table")
     r.add_argument("config")
     r.add_argument("--output", help="results folder (default: the config's output)")
+    r.add_argument("--cache-dir", help="cache root (default: $STAGEBENCH_CACHE, the config's cache_dir, .stagebench-cache)")
+    r.add_argument("--recompute", action="store_true", help="ignore cached stage results and replace them")
     r.set_defaults(func=_cmd_run)
 
     t = sub.add_parser("table", help="re-score and re-render a finished run folder from its saved runs (no stage runs)")
@@ -100,6 +141,23 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--seed", type=int, default=42)
     c.add_argument("--alpha", type=float, default=0.05)
     c.set_defaults(func=_cmd_compare)
+
+    k = sub.add_parser("check", help="compare a run folder's metrics with expected values (exit 1 on FAIL)")
+    k.add_argument("run_dir")
+    k.add_argument("expected", help="expected-values YAML, e.g. results/default/expected.yaml")
+    k.add_argument("--update", action="store_true", help="write EXPECTED from RUN_DIR instead (on purpose)")
+    k.add_argument("--tolerance", type=float, default=0.001, help="with --update: the absolute tolerance to pin")
+    k.set_defaults(func=_cmd_check)
+
+    ca = sub.add_parser("cache", help="list or prune the stage cache")
+    ca.add_argument("--cache-dir", help="cache root (default: $STAGEBENCH_CACHE or .stagebench-cache)")
+    csub = ca.add_subparsers(dest="cache_command", required=True)
+    csub.add_parser("ls", help="list entries: kind, key, size, last use, compute time, integrity")
+    pr = csub.add_parser("prune", help="remove partial and corrupt entries (and, with options, old or all ones)")
+    pr.add_argument("--older-than", type=float, metavar="DAYS", help="also remove entries unused for DAYS days")
+    pr.add_argument("--all", action="store_true", help="remove every entry")
+    pr.add_argument("--dry-run", action="store_true")
+    ca.set_defaults(func=_cmd_cache)
 
     v = sub.add_parser("validate", help="check a config without running it")
     v.add_argument("config")

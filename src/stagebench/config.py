@@ -4,7 +4,7 @@ A config is one YAML file::
 
     name: default                 # run name; results go to <output>
     output: results/default
-    cache_dir: .cache/stagebench  # embeddings and other reusable artefacts
+    cache_dir: .stagebench-cache  # stage runs, embeddings, indexes ($STAGEBENCH_CACHE overrides)
     dataset:
       loader: esci                # see stagebench.data.LOADERS
       path: data/synthetic-esci   # loader options follow, flat
@@ -54,6 +54,7 @@ class StageConfig:
     inputs: list[str]
     params: Any
     target: str | None = None  # plug-in target "package.module:Class" (type: plugin)
+    cache: bool = True  # false: always recompute this stage (and do not store its run)
 
 
 @dataclass
@@ -89,7 +90,7 @@ class Config:
     evaluation: EvaluationConfig
     measures: list[Measure]
     output: str
-    cache_dir: str
+    cache_dir: str | None  # None: $STAGEBENCH_CACHE or .stagebench-cache (stagebench.cache.cache_root)
     path: str
     raw: dict
 
@@ -182,22 +183,28 @@ def build(cls: type, mapping: Any, where: str) -> Any:
 # --------------------------------------------------------------------------- loading
 
 _TOP_KEYS = ("name", "output", "cache_dir", "dataset", "stages", "evaluation")
-_STAGE_KEYS = ("name", "type", "inputs", "params", "target")
+_STAGE_KEYS = ("name", "type", "inputs", "params", "target", "cache")
 
 
-def load_config(path: str | Path) -> Config:
-    """Load and validate a YAML config file."""
+def read_yaml(path: str | Path, what: str = "config file") -> Any:
+    """Parse a YAML file; a missing file or a syntax error is a ConfigError naming file and line."""
     import yaml
 
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(f"{path}: config file not found")
+        raise ConfigError(f"{path}: {what} not found")
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" line {mark.line + 1}" if mark else ""
         raise ConfigError(f"{path}:{at} invalid YAML ({getattr(exc, 'problem', exc)})") from None
+
+
+def load_config(path: str | Path) -> Config:
+    """Load and validate a YAML config file."""
+    path = Path(path)
+    raw = read_yaml(path)
     try:
         return parse_config(raw, str(path))
     except ConfigError as exc:
@@ -219,7 +226,7 @@ def parse_config(raw: Any, path: str = "<config>") -> Config:
             raise ConfigError(f"{key}: required key is missing")
     name = coerce(raw["name"], str, "name")
     output = coerce(raw.get("output", f"results/{name}"), str, "output")
-    cache_dir = coerce(raw.get("cache_dir", ".cache/stagebench"), str, "cache_dir")
+    cache_dir = coerce(raw.get("cache_dir"), str | None, "cache_dir")
 
     ds_raw = raw["dataset"]
     if not isinstance(ds_raw, dict):
@@ -269,7 +276,8 @@ def parse_config(raw: Any, path: str = "<config>") -> Config:
             params = cls.build_params(s.get("params", {}), f"{where}.params", target)
         else:
             params = build(cls.Params, s.get("params", {}), f"{where}.params")
-        stages.append(StageConfig(name=sname, type=stype, inputs=inputs, params=params, target=target))
+        use_cache = coerce(s.get("cache", True), bool, f"{where}.cache")
+        stages.append(StageConfig(name=sname, type=stype, inputs=inputs, params=params, target=target, cache=use_cache))
         seen.add(sname)
 
     evaluation = build(EvaluationConfig, raw.get("evaluation", {}), "evaluation")

@@ -1,8 +1,14 @@
 """Run a config: load the dataset, run the stages in order, score them, write results.
 
+Every stage's run is looked up in the content-addressed cache (:mod:`stagebench.cache`)
+under a key of everything it depends on (:func:`stage_key`); a hit is read back and
+checksum-verified, a miss is computed and stored at once. A run killed in stage N thus
+resumes at stage N, with stages 1..N-1 from the cache.
+
 Results are written into a hidden sibling folder (``.<name>.partial-<pid>``) that is
 renamed to the output folder only once everything (runs, tables, manifest) is written,
-so a failed run never leaves a results folder that looks complete.
+so a failed run never leaves a results folder that looks complete; partial folders of
+killed runs are removed by the next run.
 """
 
 from __future__ import annotations
@@ -14,18 +20,21 @@ import platform
 import shutil
 import sys
 import time
-from dataclasses import asdict, dataclass
+import resource
+from dataclasses import asdict, dataclass, is_dataclass
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 
 from stagebench import __version__
-from stagebench.config import Config
+from stagebench.cache import Cache
+from stagebench.config import Config, StageConfig
 from stagebench.data import LOADERS, Dataset
 from stagebench.errors import StagebenchError
 from stagebench.results import render
-from stagebench.run import Run, write_trec_qrels, write_trec_run
-from stagebench.stages import StageContext, stage_class
+from stagebench.run import Run, ranked, read_trec_run, run_digest, write_trec_qrels, write_trec_run
+from stagebench.stages import Stage, StageContext, stage_class
+from stagebench.system import PeakMemory, machine_info
 
 log = logging.getLogger("stagebench")
 
@@ -81,15 +90,80 @@ def package_versions() -> dict[str, str]:
     return out
 
 
-def run_config(config: Config, output: str | Path | None = None) -> RunResult:
+def stage_key(sc: StageConfig, stage: Stage, ds: Dataset, input_digests: list[str]) -> tuple[str, dict]:
+    """The cache key of a stage's run and the parts it hashes: everything the run depends on.
+
+    * the stage type, plug-in target and params (less ``unkeyed_params`` that cannot change
+      the output, e.g. a query batch size); the stage *name* is not part of it;
+    * the content digests of its input runs, in order: a change upstream that changes an
+      input run recomputes this stage; one that leaves it byte-identical (an edit to BM25's
+      code that does not move a score, say) does not - the cut-off of build systems;
+    * the dataset: corpus fingerprint (ids + indexed texts) if the stage reads texts, the
+      queries fingerprint (ids + texts), the qrels fingerprint if the stage may read them;
+    * model identities (name + origin + weight-file hash) and other ``identity()`` parts;
+    * the source hash of the modules that compute it, and the versions of the libraries.
+    """
+    from stagebench.cache import code_identity, make_key
+
+    params = asdict(sc.params) if is_dataclass(sc.params) else sc.params
+    params = {k: v for k, v in params.items() if k not in stage.unkeyed_params}
+    parts = {
+        "type": sc.type,
+        "target": sc.target,
+        "params": params,
+        "inputs": input_digests,
+        "corpus": ds.fingerprint if stage.reads_corpus else None,
+        "queries": ds.queries_fingerprint,
+        "qrels": ds.qrels_fingerprint if stage.reads_qrels else None,
+        "identity": stage.identity(),
+        "code": code_identity(stage.code_modules),
+        "packages": {p: v for p, v in package_versions().items() if p in stage.packages},
+    }
+    return make_key(parts), parts
+
+
+def canonical(run: Run) -> Run:
+    """Queries sorted, documents in rank order, queries without documents dropped (a TREC file
+    cannot hold them; metrics score them 0 either way): the same object whether a run was
+    computed or read back from the cache, so downstream stages see identical inputs."""
+    return {q: dict(ranked(run[q])) for q in sorted(run) if run[q]}
+
+
+def _remove_stale_partials(out: Path) -> None:
+    for d in out.parent.glob(f".{out.name}.partial-*"):
+        pid = d.name.rsplit("-", 1)[-1]
+        alive = False
+        if pid.isdigit():
+            try:
+                os.kill(int(pid), 0)
+                alive = int(pid) != os.getpid()
+            except ProcessLookupError:
+                alive = False
+            except PermissionError:
+                alive = True
+        if not alive:
+            log.info("removing %s, left by an interrupted run", d)
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def run_config(config: Config, output: str | Path | None = None, cache_dir: str | None = None,
+               recompute: bool = False) -> RunResult:  # fmt: skip
+    """Run ``config``; ``cache_dir`` overrides the cache root, ``recompute`` ignores cached
+    results (and replaces them)."""
+    from stagebench.cache import Cache, cache_root
+
     out = Path(output or config.output)
+    cache = Cache(cache_root(cache_dir, config.cache_dir), read=not recompute)
+    t_start = time.perf_counter()
     ds = load_dataset(config)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_partials(out)
     partial = out.parent / f".{out.name}.partial-{os.getpid()}"
     if partial.exists():
         shutil.rmtree(partial)
     (partial / "runs").mkdir(parents=True)
     try:
-        result = _run_into(config, ds, partial)
+        result = _run_into(config, ds, partial, cache, t_start)
         if out.exists():
             shutil.rmtree(out)
         os.replace(partial, out)
@@ -100,45 +174,97 @@ def run_config(config: Config, output: str | Path | None = None) -> RunResult:
     return result
 
 
-def _run_into(config: Config, ds: Dataset, folder: Path) -> RunResult:
+def _run_stage(sc: StageConfig, stage: Stage, ctx: StageContext, inputs: list[Run], key: str, parts: dict,
+               cache: Cache) -> tuple[Run, dict]:  # fmt: skip
+    entry = cache.get("runs", key) if sc.cache else None
+    if entry is not None:
+        with PeakMemory() as pm:
+            t0 = time.perf_counter()
+            run = read_trec_run(entry.file("run.trec"))
+            dt = time.perf_counter() - t0
+        info = {"status": "cached", "seconds": dt, "computed_seconds": entry.meta.get("seconds"),
+                "peak_rss_mb": round(pm.peak_mb, 1), "computed_peak_rss_mb": entry.meta.get("peak_rss_mb")}  # fmt: skip
+        log.info("stage %s: cached (key %s, computed in %.1fs; loaded in %.2fs)", sc.name, key[:12],
+                 entry.meta.get("seconds", float("nan")), dt)  # fmt: skip
+        info["run_digest"] = run_digest(run)
+        return run, info
+    log.info("stage %s (%s%s): computing (key %s)", sc.name, sc.type,
+             f" <- {', '.join(sc.inputs)}" if sc.inputs else "", key[:12])  # fmt: skip
+    with PeakMemory() as pm:
+        t0 = time.perf_counter()
+        run = stage(ctx, inputs)
+        dt = time.perf_counter() - t0
+    check_run(run, sc.name, ctx.dataset)
+    run = canonical(run)
+    info = {"status": "computed", "seconds": dt, "computed_seconds": dt, "peak_rss_mb": round(pm.peak_mb, 1),
+            "computed_peak_rss_mb": round(pm.peak_mb, 1), "run_digest": run_digest(run)}  # fmt: skip
+    depth = max((len(v) for v in run.values()), default=0)
+    log.info("stage %s: computed, %d queries, up to %d docs each [%.1fs, peak RSS %.0f MB]",
+             sc.name, len(run), depth, dt, pm.peak_mb)  # fmt: skip
+    if sc.cache:
+        meta = {"stage": sc.name, "type": sc.type, "seconds": round(dt, 3), "peak_rss_mb": round(pm.peak_mb, 1),
+                "queries": len(run), "run_digest": info["run_digest"]}  # fmt: skip
+        cache.put("runs", key, lambda d: write_trec_run(run, d / "run.trec", tag=f"stagebench.{sc.type}"), meta, parts)
+    return run, info
+
+
+def _run_into(config: Config, ds: Dataset, folder: Path, cache: Cache, t_start: float) -> RunResult:
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    ctx = StageContext(dataset=ds, cache_dir=Path(config.cache_dir))
+    ctx = StageContext(dataset=ds, cache=cache)
     runs: dict[str, Run] = {}
-    timings = []
+    keys: dict[str, str] = {}
+    digests: dict[str, str] = {}
+    stages_meta, resolved = [], []
     for sc in config.stages:
         cls = stage_class(sc.type, sc.target, sc.name)
         stage = cls(sc.name, sc.params)
-        log.info("stage %s (%s%s): running", sc.name, sc.type, f" <- {', '.join(sc.inputs)}" if sc.inputs else "")
-        t0 = time.perf_counter()
-        run = stage(ctx, [runs[i] for i in sc.inputs])
-        dt = time.perf_counter() - t0
-        check_run(run, sc.name, ds)
+        key, parts = stage_key(sc, stage, ds, [digests[i] for i in sc.inputs])
+        keys[sc.name] = key
+        run, info = _run_stage(sc, stage, ctx, [runs[i] for i in sc.inputs], key, parts, cache)
         runs[sc.name] = run
+        digests[sc.name] = info["run_digest"]
         write_trec_run(run, folder / "runs" / f"{sc.name}.trec", tag=f"{config.name}.{sc.name}")
-        depth = max((len(v) for v in run.values()), default=0)
-        log.info("stage %s: %d queries, up to %d docs each [%.1fs]", sc.name, len(run), depth, dt)
-        timings.append({"name": sc.name, "type": sc.type, "inputs": sc.inputs, "seconds": dt,
-                        "reorders_input": cls.reorders_input,
-                        "candidate_depth": getattr(sc.params, "top_n", None) if cls.reorders_input else None})  # fmt: skip
+        stages_meta.append({"name": sc.name, "type": sc.type, "inputs": sc.inputs, "key": key,
+                            "reorders_input": cls.reorders_input,
+                            "candidate_depth": getattr(sc.params, "top_n", None) if cls.reorders_input else None,
+                            **{k: (round(v, 3) if isinstance(v, float) else v) for k, v in info.items()}})  # fmt: skip
+        resolved.append({"name": sc.name, "type": sc.type, "inputs": sc.inputs, "target": sc.target, "cache": sc.cache,
+                         "params": asdict(sc.params) if is_dataclass(sc.params) else sc.params, "key": key,
+                         "key_parts": parts})  # fmt: skip
 
     write_trec_qrels(ds.qrels, folder / "qrels.trec")
+    computed = [s["name"] for s in stages_meta if s["status"] == "computed"]
+    log.info("stages computed: %s; from cache: %s", ", ".join(computed) or "none",
+             ", ".join(s["name"] for s in stages_meta if s["status"] == "cached") or "none")  # fmt: skip
     manifest = {
         "complete": True,
         "stagebench_version": __version__,
         "config_path": config.path,
         "config": config.raw,
+        "resolved": {"dataset": {"loader": config.dataset.loader, **asdict(config.dataset.options)}, "stages": resolved},
         "evaluation": asdict(config.evaluation),
+        "cache": {"root": str(cache.root.resolve()), "read": cache.read, "keys": keys},
         "started": started,
-        "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "python": sys.version.split()[0],
         "platform": platform.platform(),
+        "machine": machine_info(),
         "packages": package_versions(),
         "dataset": ds.stats(),
-        "stages": [{**t, "seconds": round(t["seconds"], 3)} for t in timings],
+        "stages": stages_meta,
     }
-    (folder / "manifest.json").write_text(json.dumps(manifest, indent=2, default=str) + "\n", encoding="utf-8")
+    write_manifest(folder, manifest)
     rendered = render(folder)
+    manifest["finished"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    manifest["wall_seconds"] = round(time.perf_counter() - t_start, 3)
+    manifest["peak_rss_mb_process"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    write_manifest(folder, manifest)
     first = rendered.rows[0]
-    log.info("scored %d queries (%d without results in the first stage); tables, plots and report.html written",
-             first["queries"], first["queries_without_results"])  # fmt: skip
+    log.info("scored %d queries (%d without results in the first stage); tables, plots and report.html written "
+             "[wall %.1fs]", first["queries"], first["queries_without_results"], manifest["wall_seconds"])  # fmt: skip
     return RunResult(output=folder, rows=rendered.rows, runs=runs, dataset=ds, table_text=rendered.text)
+
+
+def write_manifest(folder: Path, manifest: dict) -> None:
+    tmp = folder / "manifest.json.part"
+    tmp.write_text(json.dumps(manifest, indent=2, default=str) + "\n", encoding="utf-8")
+    os.replace(tmp, folder / "manifest.json")

@@ -13,7 +13,7 @@ import io
 import json
 from collections.abc import Sequence
 
-FIXED = ("stage", "id", "type", "inputs", "ci95", "better_than", "queries", "queries_without_results", "seconds",
+FIXED = ("stage", "id", "type", "inputs", "ci95", "better_than", "queries", "queries_without_results",
          "recall", "ceiling", "top10_labels", "lost")  # fmt: skip
 
 
@@ -45,7 +45,7 @@ def tables(rows: Sequence[dict]) -> list[tuple[str, list[str], list[list[str]]]]
     main = [
         [r["id"], r["stage"], r["type"], ",".join(r["inputs"]) or "-",
          *[_f(r[m]) + (("^" + "".join(r["better_than"].get(m, []))) if r["better_than"].get(m) else "") for m in metrics],
-         str(r["queries"]), f"{r['seconds']:.1f}"]
+         str(r["queries"])]
         for r in rows
     ]  # fmt: skip
     depth_cols = sorted({k for r in rows for k in r["recall"]}, key=lambda k: int(k.split("@")[1]))
@@ -60,7 +60,7 @@ def tables(rows: Sequence[dict]) -> list[tuple[str, list[str], list[list[str]]]]
     ci = [[r["stage"], *[f"[{r['ci95'][m][0]:.4f}, {r['ci95'][m][1]:.4f}]" for m in metrics]] for r in rows]
     return [
         ("Stage metrics (^x: significantly better than stage x)",
-         ["id", "stage", "type", "inputs", *metrics, "queries", "time(s)"], main),
+         ["id", "stage", "type", "inputs", *metrics, "queries"], main),
         ("Recall ceiling and reranking headroom",
          ["stage", *depth_cols, "lost", "N", "pool R@N", "input nDCG@10", "achieved nDCG@10", "oracle nDCG@10",
           "headroom captured"], ceil),
@@ -97,7 +97,7 @@ def render_csv(rows: Sequence[dict]) -> str:
     w = csv.writer(buf, lineterminator="\n")
     depth_cols = sorted({k for r in rows for k in r["recall"]}, key=lambda k: int(k.split("@")[1]))
     w.writerow(["stage", "id", "type", "inputs", *metrics, *[f"{m}_ci_low" for m in metrics], *[f"{m}_ci_high" for m in metrics],
-                *[f"better_than_{m}" for m in metrics], "queries", "queries_without_results", "seconds",
+                *[f"better_than_{m}" for m in metrics], "queries", "queries_without_results",
                 *depth_cols, "lost", "pool_depth", "pool_recall", "input_ndcg10", "achieved_ndcg10", "oracle_ndcg10",
                 "headroom_captured"])  # fmt: skip
     for r in rows:
@@ -105,7 +105,7 @@ def render_csv(rows: Sequence[dict]) -> str:
         w.writerow([r["stage"], r["id"], r["type"], " ".join(r["inputs"]), *[f"{r[m]:.6f}" for m in metrics],
                     *[f"{r['ci95'][m][0]:.6f}" for m in metrics], *[f"{r['ci95'][m][1]:.6f}" for m in metrics],
                     *["".join(r["better_than"].get(m, [])) for m in metrics], r["queries"], r["queries_without_results"],
-                    r["seconds"], *[f"{r['recall'][k]:.6f}" if k in r["recall"] else "" for k in depth_cols], r["lost"],
+                    *[f"{r['recall'][k]:.6f}" if k in r["recall"] else "" for k in depth_cols], r["lost"],
                     *[("" if c.get(k) is None else (f"{c[k]:.6f}" if isinstance(c[k], float) else c[k]))
                       for k in ("depth", "pool_recall", "input_ndcg10", "achieved_ndcg10", "oracle_ndcg10",
                                 "headroom_captured")]])  # fmt: skip
@@ -128,8 +128,20 @@ def per_query_csv(stage_order: Sequence[str], per_query: dict[str, dict[str, dic
     return buf.getvalue()
 
 
+def cost_table(stages: Sequence[dict]) -> tuple[list[str], list[list[str]]]:
+    """Per stage: cached or computed in this run, wall time now, compute time and peak RSS when computed.
+    Machine-dependent, so it is kept out of the stage table files (which are deterministic)."""
+    head = ["stage", "this run", "time (s)", "compute time (s)", "peak RSS when computed (MB)"]
+    body = []
+    for s in stages:
+        comp, peak = s.get("computed_seconds"), s.get("computed_peak_rss_mb")
+        body.append([s["name"], s.get("status", "computed"), f"{s.get('seconds', 0):.2f}",
+                     "-" if comp is None else f"{comp:.1f}", "-" if peak is None else f"{peak:.0f}"])  # fmt: skip
+    return head, body
+
+
 def render_html(rows: Sequence[dict], title: str, notes: Sequence[str], significance: Sequence[dict],
-                images: Sequence[tuple[str, bytes]]) -> str:  # fmt: skip
+                images: Sequence[tuple[str, bytes]], stages: Sequence[dict] = ()) -> str:  # fmt: skip
     """A self-contained page: tables inline, PNGs as data: URIs, no external assets."""
     e = html.escape
     parts = [
@@ -160,6 +172,12 @@ def render_html(rows: Sequence[dict], title: str, notes: Sequence[str], signific
                 c["metric"], c["a"], c["b"], f"{c['mean_a']:.4f}", f"{c['mean_b']:.4f}", format_p(c["p_t"]),
                 format_p(c["p_t_holm"]), format_p(c["p_rand"]), format_p(c["p_rand_holm"]),
                 f"{c['wins']}/{c['ties']}/{c['losses']}")) + "</tr>")  # fmt: skip
+        parts.append("</table>")
+    if stages:
+        head, body = cost_table(stages)
+        parts.append("<h2>Stage cost (this run; machine-dependent)</h2><table id=\"cost\"><tr>"
+                     + "".join(f"<th>{e(h)}</th>" for h in head) + "</tr>")  # fmt: skip
+        parts += ["<tr>" + "".join(f"<td>{e(c)}</td>" for c in b) + "</tr>" for b in body]
         parts.append("</table>")
     parts.append("<h2>Plots</h2>")
     for name, png in images:

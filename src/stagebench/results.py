@@ -107,7 +107,6 @@ def analyse(manifest: dict, qrels: dict, runs: dict[str, Run]) -> Rendered:
         row["better_than"] = {m: sorted(v) for m, v in better[n].items()}
         row["queries"] = len(queries)
         row["queries_without_results"] = len(e.missing_queries)
-        row["seconds"] = round(s["seconds"], 3)
         row["recall"] = {k: round(v, 6) for k, v in analysis.recall_at(runs[n], qrels, queries, rel).items()}
         if s.get("reorders_input") and s["inputs"]:
             depth = int(s["candidate_depth"])
@@ -174,5 +173,5 @@ def render(folder: str | Path) -> Rendered:
     (folder / "plots").mkdir(exist_ok=True)
     for name, png in images:
         _write(folder / "plots" / name, png)
-    _write(folder / "report.html", report.render_html(rows, title, notes, rendered.comparisons, images))
+    _write(folder / "report.html", report.render_html(rows, title, notes, rendered.comparisons, images, manifest["stages"]))
     return rendered

@@ -40,6 +40,19 @@ def truncate(run: Mapping[str, Mapping[str, float]], depth: int) -> Run:
     return {q: dict(ranked(docs)[:depth]) for q, docs in run.items()}
 
 
+def run_digest(run: Mapping[str, Mapping[str, float]]) -> str:
+    """sha256 of a run's content (queries sorted, documents in rank order, scores as ``repr``):
+    equal digests mean equal runs, however they were computed."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for qid in sorted(run):
+        h.update(f"{qid}\x00".encode())
+        for docid, score in ranked(run[qid]):
+            h.update(f"{docid}\x00{float(score)!r}\x01".encode())
+    return h.hexdigest()
+
+
 def from_ranking(ranking: Mapping[str, list[str]]) -> Run:
     """Build a run from ordered doc lists: score = -rank (1-based), so order is exact."""
     return {q: {d: float(-(i + 1)) for i, d in enumerate(docs)} for q, docs in ranking.items()}

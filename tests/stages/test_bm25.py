@@ -16,21 +16,52 @@ def test_sparse_backend_matches_rank_bm25_scores_on_cranfield(cranfield):
     corpus = [tok(t) for t in ds.doc_texts]
     queries = [tok(ds.queries[q]) for q in ds.query_ids[:40]]
     ref = BM25Okapi(corpus, k1=1.2, b=0.75, epsilon=0.25)
-    ours = SparseBM25(corpus, k1=1.2, b=0.75, epsilon=0.25)
+    ours = SparseBM25.build(corpus, k1=1.2, b=0.75, epsilon=0.25)
     got = ours.score_batch(queries)
     want = np.vstack([ref.get_scores(q) for q in queries])
     np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9)
 
 
-def test_backends_give_the_same_run(cranfield, tmp_path):
-    ds = load_beir(BeirOptions(path=str(cranfield), max_queries=25))
-    ctx = StageContext(dataset=ds, cache_dir=tmp_path)
-    a = BM25Stage("a", BM25Params(top_k=50, backend="sparse"))(ctx, [])
-    b = BM25Stage("b", BM25Params(top_k=50, backend="rank_bm25"))(ctx, [])
-    assert a.keys() == b.keys()
+def assert_same_top100(ds, params: dict) -> None:
+    ctx = StageContext(dataset=ds)
+    a = BM25Stage("a", BM25Params(top_k=100, backend="sparse", **params))(ctx, [])
+    b = BM25Stage("b", BM25Params(top_k=100, backend="rank_bm25", **params))(ctx, [])
+    assert a.keys() == b.keys() and len(a) == len(ds.queries)
     for q in a:
-        assert list(a[q]) == list(b[q])
-        assert list(a[q].values()) == pytest.approx(list(b[q].values()))
+        assert list(a[q]) == list(b[q]), q  # same documents in the same order
+        assert list(a[q].values()) == pytest.approx(list(b[q].values()), rel=1e-12)
+
+
+def test_backends_give_identical_top100_on_cranfield(cranfield):
+    assert_same_top100(load_beir(BeirOptions(path=str(cranfield))), {"k1": 1.2, "b": 0.75})  # all 225 queries
+
+
+def test_backends_give_identical_top100_on_the_embedded_dataset(embedded_dataset):
+    from stagebench.data.esci import EsciOptions, load_esci
+
+    ds = load_esci(EsciOptions(path=str(embedded_dataset), split="test", max_queries=150,
+                               text_template="{title} {brand} {color} {bullet_points}"))  # fmt: skip
+    assert len(ds.corpus) == 20000
+    assert_same_top100(ds, {"k1": 1.2, "b": 0.75})
+
+
+def test_index_is_cached_and_reused(tmp_path, cranfield, caplog):
+    import logging
+
+    from stagebench.cache import Cache
+
+    caplog.set_level(logging.INFO, logger="stagebench")
+    ds = load_beir(BeirOptions(path=str(cranfield), max_queries=10))
+    ctx = StageContext(dataset=ds, cache=Cache(tmp_path))
+    first = BM25Stage("a", BM25Params(top_k=20))(ctx, [])
+    assert "computed BM25 index" in caplog.text
+    caplog.clear()
+    again = BM25Stage("a", BM25Params(top_k=50))(ctx, [])  # another top_k: same index
+    assert "cached BM25 index" in caplog.text and "computed BM25 index" not in caplog.text
+    assert {q: list(v)[:20] for q, v in again.items()} == {q: list(v) for q, v in first.items()}
+    caplog.clear()
+    BM25Stage("a", BM25Params(top_k=20, k1=0.9))(ctx, [])  # k1 is baked into the weights: a new index
+    assert "computed BM25 index" in caplog.text
 
 
 def test_tokenizer_options():

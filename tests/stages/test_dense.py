@@ -6,6 +6,7 @@ import logging
 
 import pytest
 
+from stagebench.cache import Cache
 from stagebench.data.model import Dataset
 from stagebench.stages.base import StageContext
 from stagebench.stages.dense import DenseParams, DenseStage
@@ -33,7 +34,7 @@ def offline(monkeypatch):
 
 
 def test_semantic_matches_without_shared_words(ds, tmp_path):
-    run = DenseStage("dense", DenseParams(top_k=3))(StageContext(ds, tmp_path), [])
+    run = DenseStage("dense", DenseParams(top_k=3))(StageContext(ds, Cache(tmp_path)), [])
     top = {q: max(docs, key=docs.get) for q, docs in run.items()}
     assert top["q1"] in ("sofa1", "couch2")
     assert top["q2"] == "pan1"
@@ -43,25 +44,25 @@ def test_semantic_matches_without_shared_words(ds, tmp_path):
 
 def test_embeddings_cached_and_keyed(ds, tmp_path, caplog):
     caplog.set_level(logging.INFO, logger="stagebench")
-    ctx = StageContext(ds, tmp_path)
+    ctx = StageContext(ds, Cache(tmp_path))
     first = DenseStage("dense", DenseParams(top_k=6))(ctx, [])
-    assert "encoded 6 documents" in caplog.text
+    assert "computed corpus embeddings: 6 documents" in caplog.text
     caplog.clear()
     again = DenseStage("dense", DenseParams(top_k=6))(ctx, [])
-    assert "reused cached corpus embeddings" in caplog.text and "encoded" not in caplog.text
+    assert "cached corpus embeddings" in caplog.text and "computed corpus embeddings" not in caplog.text
     assert again == first
     caplog.clear()
     DenseStage("dense", DenseParams(top_k=6, passage_prefix="passage: "))(ctx, [])  # prefix changes the key
-    assert "encoded 6 documents" in caplog.text
+    assert "computed corpus embeddings: 6 documents" in caplog.text
     caplog.clear()
     ds2 = Dataset("t", {d: {"text": t, "other": "x"} for d, t in DOCS.items()}, ds.queries, ds.qrels, "{text} {other}")
-    DenseStage("dense", DenseParams(top_k=6))(StageContext(ds2, tmp_path), [])  # the template changes the key
-    assert "encoded 6 documents" in caplog.text
-    assert len(list((tmp_path / "embeddings").glob("*.npy"))) == 3
+    DenseStage("dense", DenseParams(top_k=6))(StageContext(ds2, Cache(tmp_path)), [])  # the template changes the key
+    assert "computed corpus embeddings: 6 documents" in caplog.text
+    assert len(list((tmp_path / "embeddings").glob("*/embeddings.npy"))) == 3
 
 
 def test_hnsw_agrees_with_exact_on_small_corpus(ds, tmp_path):
-    ctx = StageContext(ds, tmp_path)
+    ctx = StageContext(ds, Cache(tmp_path))
     flat = DenseStage("d", DenseParams(top_k=3))(ctx, [])
     hnsw = DenseStage("d", DenseParams(top_k=3, index="hnsw"))(ctx, [])
     assert {q: list(v) for q, v in flat.items()} == {q: list(v) for q, v in hnsw.items()}
@@ -70,5 +71,5 @@ def test_hnsw_agrees_with_exact_on_small_corpus(ds, tmp_path):
 def test_onnx_bi_encoder_bge(ds, tmp_path):
     run = DenseStage("d", DenseParams(model="BAAI/bge-small-en-v1.5", top_k=2,
                                       query_prefix="Represent this sentence for searching relevant passages: "))(
-        StageContext(ds, tmp_path), [])  # fmt: skip
+        StageContext(ds, Cache(tmp_path)), [])  # fmt: skip
     assert max(run["q2"], key=run["q2"].get) == "pan1"

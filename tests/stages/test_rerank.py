@@ -42,7 +42,7 @@ def input_run(ds):
 
 def test_negative_head_scores_stay_above_positive_tail():
     ds = dataset()
-    ctx = StageContext(ds, cache_dir=None)
+    ctx = StageContext(ds)
     out = rerank_run(input_run(ds), NegativeLength(), ctx, RerankCommon(top_n=4), "s", "t")
     for q, docs in out.items():
         order = ranked_ids(docs)
@@ -62,7 +62,7 @@ def test_merge_head_tail_precision_fallback():
 
 def test_batched_across_queries_equals_per_query():
     ds = dataset()
-    ctx = StageContext(ds, cache_dir=None)
+    ctx = StageContext(ds)
     b = Batched()
     batched = rerank_run(input_run(ds), b, ctx, RerankCommon(top_n=5, pairs_per_call=7), "s", "t")
     assert b.calls == [7, 7, 1]  # 15 pairs across 3 queries, not one call per query
@@ -72,7 +72,7 @@ def test_batched_across_queries_equals_per_query():
 
 def test_sigmoid_activation_keeps_order():
     ds = dataset()
-    ctx = StageContext(ds, cache_dir=None)
+    ctx = StageContext(ds)
     raw = rerank_run(input_run(ds), NegativeLength(), ctx, RerankCommon(top_n=3), "s", "t")
     sig = rerank_run(input_run(ds), NegativeLength(), ctx, RerankCommon(top_n=3, activation="sigmoid"), "s", "t")
     assert [ranked_ids(raw[q]) for q in raw] == [ranked_ids(sig[q]) for q in sig]
@@ -95,4 +95,4 @@ class ReturnsNaN:
 def test_bad_plugin_outputs(bad, msg):
     ds = dataset()
     with pytest.raises(StagebenchError, match=msg):
-        rerank_run(input_run(ds), bad, StageContext(ds, cache_dir=None), RerankCommon(top_n=5), "s", "plug-in x")
+        rerank_run(input_run(ds), bad, StageContext(ds), RerankCommon(top_n=5), "s", "plug-in x")

@@ -74,6 +74,14 @@ class Dataset:
         return h.hexdigest()
 
     @cached_property
+    def queries_fingerprint(self) -> str:
+        """sha256 over the (query id, text) pairs, in evaluation order."""
+        h = hashlib.sha256()
+        for q in self.query_ids:
+            h.update(f"{q}\x00{self.queries[q]}\x01".encode())
+        return h.hexdigest()
+
+    @cached_property
     def qrels_fingerprint(self) -> str:
         """sha256 over the sorted (query, doc, grade) judgments."""
         h = hashlib.sha256()
@@ -107,6 +115,7 @@ class Dataset:
             "qrels_docs_missing_from_corpus": self.qrels_docs_missing,
             "text_template": self.text_template,
             "fingerprint": self.fingerprint,
+            "queries_fingerprint": self.queries_fingerprint,
             "qrels_fingerprint": self.qrels_fingerprint,
         }
 

@@ -9,20 +9,21 @@ the config loader validates (unknown keys, wrong types) before anything runs.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
+    from stagebench.cache import Cache
     from stagebench.data.model import Dataset
     from stagebench.run import Run
 
 
 @dataclass
 class StageContext:
-    """What a stage may use besides its inputs: the dataset and a cache folder."""
+    """What a stage may use besides its inputs: the dataset and the artefact cache
+    (``None``: nothing is cached, e.g. in unit tests)."""
 
     dataset: Dataset
-    cache_dir: Path
+    cache: Cache | None = None
 
 
 class Stage:
@@ -35,9 +36,25 @@ class Stage:
     #: whether the stage reorders the candidates of a single input (a reranker)
     reorders_input: ClassVar[bool] = False
 
+    # What a cached run of this stage depends on besides its params, inputs and the
+    # dataset (see stagebench.pipeline.stage_key): the source of these modules ...
+    code_modules: ClassVar[tuple[str, ...]] = ("stagebench.run", "stagebench.stages.base")
+    # ... the versions of these distributions ...
+    packages: ClassVar[tuple[str, ...]] = ()
+    # ... whether it reads the corpus texts (retrievers, rerankers) and the qrels (never,
+    # for built-in stages; plug-ins could, so their key includes them).
+    reads_corpus: ClassVar[bool] = True
+    reads_qrels: ClassVar[bool] = False
+    # params that do not change the output (cache switches, progress) are left out of the key
+    unkeyed_params: ClassVar[tuple[str, ...]] = ()
+
     def __init__(self, name: str, params: Any) -> None:
         self.name = name
         self.params = params
+
+    def identity(self) -> dict[str, Any]:
+        """Extra cache-key parts, e.g. the resolved model's identity (name + weight hash)."""
+        return {}
 
     def __call__(self, ctx: StageContext, inputs: list[Run]) -> Run:  # pragma: no cover - abstract
         raise NotImplementedError

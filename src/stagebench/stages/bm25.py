@@ -16,14 +16,24 @@ BM25Okapi, as rank-bm25 implements it:
 
 from __future__ import annotations
 
+import json
+import logging
+import os
+import time
 from collections import Counter
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 
 from stagebench.run import Run, ranked
 from stagebench.stages.base import Stage, StageContext
 from stagebench.tokenize import Tokenizer
+from stagebench.ui import progress
+
+log = logging.getLogger("stagebench")
 
 
 @dataclass
@@ -37,6 +47,7 @@ class BM25Params:
     stopwords: bool = False
     stemmer: str | None = None
     query_batch: int = 256
+    threads: int | None = None  # sparse backend: query-batch threads (default: all cores)
 
     def validate(self) -> list[tuple[str, str]]:
         errs = []
@@ -52,37 +63,55 @@ class BM25Params:
 
 
 class SparseBM25:
-    """rank-bm25's BM25Okapi, vectorised with scipy.sparse."""
+    """rank-bm25's BM25Okapi, vectorised with scipy.sparse.
 
-    def __init__(self, corpus_tokens: list[list[str]], k1: float, b: float, epsilon: float) -> None:
+    The index is one term-major CSR matrix of precomputed BM25 term weights
+    ``w(t, d) = idf(t) * tf * (k1 + 1) / (tf + k1 * (1 - b + b * |d| / avgdl))``, so a batch
+    of queries is one sparse product ``Q @ W`` (Q holds query-term counts, as rank-bm25
+    adds a repeated query term twice). Building it keeps no per-token Python objects:
+    token ids go into one int32 array, and CSR construction sums the duplicates into tf.
+    Memory: 12 bytes per (term, document) pair (float64 weight + int32 doc id), plus the
+    vocabulary.
+    """
+
+    def __init__(self, weights, vocab: dict[str, int]) -> None:
+        self.weights = weights  # scipy.sparse.csr_matrix, vocabulary x documents
+        self.vocab = vocab
+        self.n_docs = weights.shape[1]
+
+    @classmethod
+    def build(cls, corpus_tokens: Iterable[list[str]], k1: float, b: float, epsilon: float) -> SparseBM25:
+        from array import array
+
         from scipy import sparse
 
-        self.vocab: dict[str, int] = {}
-        rows, cols, vals = [], [], []
-        doc_len = np.zeros(len(corpus_tokens), dtype=np.float64)
-        for i, toks in enumerate(corpus_tokens):
-            doc_len[i] = len(toks)
-            for tok, tf in Counter(toks).items():
-                j = self.vocab.setdefault(tok, len(self.vocab))
-                rows.append(i)
-                cols.append(j)
-                vals.append(tf)
-        n_docs = len(corpus_tokens)
-        tf = sparse.csr_matrix(
-            (np.asarray(vals, dtype=np.float64), (rows, cols)), shape=(n_docs, len(self.vocab))
-        )
-        df = np.bincount(np.asarray(cols, dtype=np.int64), minlength=len(self.vocab)).astype(np.float64)
+        vocab: dict[str, int] = {}
+        ids = array("i")
+        lengths = array("l")
+        for toks in corpus_tokens:
+            ids.extend([vocab.setdefault(t, len(vocab)) for t in toks])
+            lengths.append(len(toks))
+        n_docs, n_terms = len(lengths), len(vocab)
+        lens = np.frombuffer(lengths, dtype=np.int64) if n_docs else np.zeros(0, dtype=np.int64)
+        doc_len = lens.astype(np.float64)
+        indptr = np.zeros(n_docs + 1, dtype=np.int64)
+        np.cumsum(lens, out=indptr[1:])
+        term_ids = np.frombuffer(ids, dtype=np.int32) if len(ids) else np.zeros(0, dtype=np.int32)
+        # doc-major counts; duplicates (a term twice in a doc) are summed into tf
+        tf = sparse.csr_matrix((np.ones(len(term_ids), dtype=np.float64), term_ids, indptr), shape=(n_docs, n_terms))
+        tf.sum_duplicates()
+        del ids, term_ids
+        df = np.bincount(tf.indices, minlength=n_terms).astype(np.float64)
         idf = np.log(n_docs - df + 0.5) - np.log(df + 0.5)
-        # rank-bm25: the epsilon floor uses the mean idf over the vocabulary.
+        # rank-bm25: negative idf values are replaced by epsilon * the mean idf over the vocabulary
         eps = epsilon * (idf.sum() / len(idf)) if len(idf) else 0.0
         idf = np.where(idf < 0, eps, idf)
         avgdl = doc_len.sum() / n_docs if n_docs else 0.0
         norm = k1 * (1 - b + b * doc_len / avgdl) if avgdl else np.full(n_docs, k1)
-        tf = tf.tocoo()
-        w = idf[tf.col] * tf.data * (k1 + 1) / (tf.data + norm[tf.row])
-        # term-major so a query picks whole rows
-        self.weights = sparse.csr_matrix((w, (tf.col, tf.row)), shape=(len(self.vocab), n_docs))
-        self.n_docs = n_docs
+        rows = np.repeat(np.arange(n_docs, dtype=np.int32), np.diff(tf.indptr))
+        tf.data = idf[tf.indices] * tf.data * (k1 + 1) / (tf.data + norm[rows])
+        del rows
+        return cls(tf.T.tocsr(), vocab)  # term-major, so a query picks whole rows
 
     def score_batch(self, queries_tokens: list[list[str]]) -> np.ndarray:
         from scipy import sparse
@@ -96,7 +125,21 @@ class SparseBM25:
                     cols.append(j)
                     vals.append(float(c))
         q = sparse.csr_matrix((vals, (rows, cols)), shape=(len(queries_tokens), len(self.vocab)))
-        return np.asarray((q @ self.weights).todense())
+        return (q @ self.weights).toarray()
+
+    # ---------------------------------------------------------------- cache entry files
+    def save(self, folder: Path) -> None:
+        from scipy import sparse
+
+        sparse.save_npz(folder / "weights.npz", self.weights, compressed=False)
+        (folder / "vocab.json").write_text(json.dumps(list(self.vocab)), encoding="utf-8")
+
+    @classmethod
+    def load(cls, folder: Path) -> SparseBM25:
+        from scipy import sparse
+
+        terms = json.loads((folder / "vocab.json").read_text(encoding="utf-8"))
+        return cls(sparse.load_npz(folder / "weights.npz").tocsr(), {t: i for i, t in enumerate(terms)})
 
 
 def top_k_run(qids: list[str], doc_ids: list[str], scores: np.ndarray, k: int, keep_zero: bool = True) -> Run:
@@ -123,31 +166,95 @@ def top_k_run(qids: list[str], doc_ids: list[str], scores: np.ndarray, k: int, k
     return run
 
 
+def sparse_index(ctx: StageContext, p: BM25Params, tok: Tokenizer, stage: str) -> SparseBM25:
+    """The sparse index, from the cache when the corpus, tokenizer and k1/b/epsilon are unchanged."""
+    from stagebench.cache import code_identity, make_key
+
+    ds = ctx.dataset
+    parts = {"corpus": ds.fingerprint, "k1": p.k1, "b": p.b, "epsilon": p.epsilon, "tokenizer": asdict(tok),
+             "code": code_identity(("stagebench.stages.bm25", "stagebench.tokenize"))}  # fmt: skip
+    key = make_key(parts)
+    entry = ctx.cache.get("bm25-index", key) if ctx.cache is not None else None
+    if entry is not None:
+        t0 = time.perf_counter()
+        index = SparseBM25.load(entry.path)
+        log.info("stage %s: cached BM25 index %s (%d terms x %d docs; built in %.1fs, loaded in %.1fs)",
+                 stage, entry.path, len(index.vocab), index.n_docs, entry.meta.get("seconds", float("nan")),
+                 time.perf_counter() - t0)  # fmt: skip
+        return index
+    t0 = time.perf_counter()
+    index = SparseBM25.build((tok(t) for t in ds.doc_texts), p.k1, p.b, p.epsilon)
+    dt = time.perf_counter() - t0
+    log.info("stage %s: computed BM25 index: %d terms x %d docs, %d postings in %.1fs",
+             stage, len(index.vocab), index.n_docs, index.weights.nnz, dt)  # fmt: skip
+    if ctx.cache is not None:
+        ctx.cache.put("bm25-index", key, index.save, {"seconds": round(dt, 3), "terms": len(index.vocab),
+                                                      "postings": int(index.weights.nnz)}, parts)  # fmt: skip
+    return index
+
+
+def query_batch_size(p: BM25Params, n_docs: int) -> int:
+    """Queries per sparse product: ``query_batch``, capped so the dense (batch x docs)
+    score block stays under about 64 MB (16 queries at 500K documents)."""
+    return max(1, min(p.query_batch, (64 << 20) // (8 * max(n_docs, 1))))
+
+
+def search(score: Callable[[list[list[str]]], np.ndarray], qids: list[str], q_tokens: list[list[str]],
+           doc_ids: list[str], top_k: int, batch: int, threads: int, desc: str = "bm25: queries") -> Run:
+    """Score query batches (``score(tokens) -> batch x docs``) and keep each query's top k.
+    With ``threads > 1`` batches run in a thread pool: scipy's sparse product and numpy's
+    partition release the GIL, so they overlap."""
+
+    def work(i: int) -> Run:
+        return top_k_run(qids[i : i + batch], doc_ids, score(q_tokens[i : i + batch]), top_k, keep_zero=False)
+
+    starts = range(0, len(qids), batch)
+    run: Run = {}
+    with progress(len(qids), desc, "q") as bar:
+        if threads > 1 and len(starts) > 1:
+            with ThreadPoolExecutor(threads) as pool:
+                for part in pool.map(work, starts):
+                    run.update(part)
+                    bar.update(len(part))
+        else:
+            for i in starts:
+                part = work(i)
+                run.update(part)
+                bar.update(len(part))
+    return run
+
+
 class BM25Stage(Stage):
     type_name = "bm25"
     Params = BM25Params
+    code_modules = (*Stage.code_modules, "stagebench.stages.bm25", "stagebench.tokenize")
+    packages = ("numpy", "scipy", "rank-bm25", "PyStemmer")
+    unkeyed_params = ("query_batch", "threads")
 
     def __call__(self, ctx: StageContext, inputs: list[Run]) -> Run:
         p: BM25Params = self.params
         tok = Tokenizer(lowercase=p.lowercase, stopwords=p.stopwords, stemmer=p.stemmer)
         ds = ctx.dataset
         doc_ids = ds.doc_ids
-        corpus_tokens = [tok(t) for t in ds.doc_texts]
         qids = ds.query_ids
         q_tokens = [tok(ds.queries[q]) for q in qids]
-        run: Run = {}
         if p.backend == "rank_bm25":
             from rank_bm25 import BM25Okapi
 
-            index = BM25Okapi(corpus_tokens, k1=p.k1, b=p.b, epsilon=p.epsilon)
-            for i in range(0, len(qids), p.query_batch):
-                batch = q_tokens[i : i + p.query_batch]
-                scores = np.vstack([index.get_scores(t) for t in batch])
-                run.update(top_k_run(qids[i : i + p.query_batch], doc_ids, scores, p.top_k, keep_zero=False))
-        else:
-            index = SparseBM25(corpus_tokens, p.k1, p.b, p.epsilon)
-            for i in range(0, len(qids), p.query_batch):
-                scores = index.score_batch(q_tokens[i : i + p.query_batch])
-                run.update(top_k_run(qids[i : i + p.query_batch], doc_ids, scores, p.top_k, keep_zero=False))
-        return run
+            index = BM25Okapi([tok(t) for t in ds.doc_texts], k1=p.k1, b=p.b, epsilon=p.epsilon)
 
+            def score(batch: list[list[str]]) -> np.ndarray:
+                return np.vstack([index.get_scores(t) for t in batch])
+
+            threads = 1  # rank-bm25 is pure Python/numpy per query: the reference, not the fast path
+        else:
+            sp = sparse_index(ctx, p, tok, self.name)
+            score = sp.score_batch
+            threads = p.threads or os.cpu_count() or 1
+        t0 = time.perf_counter()
+        run = search(score, qids, q_tokens, doc_ids, p.top_k, query_batch_size(p, len(doc_ids)), threads,
+                     desc=f"{self.name}: queries")  # fmt: skip
+        dt = time.perf_counter() - t0
+        log.info("stage %s: %s backend, %d queries in %.2fs (%.0f queries/s, %d thread(s))",
+                 self.name, p.backend, len(qids), dt, len(qids) / max(dt, 1e-9), threads)  # fmt: skip
+        return run

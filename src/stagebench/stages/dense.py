@@ -3,21 +3,18 @@
 Embeddings are L2-normalised, so inner product = cosine. ``index: flat`` is exact search
 (``IndexFlatIP``); ``index: hnsw`` is approximate (``IndexHNSWFlat``, inner product).
 
-Corpus embeddings are cached in ``<cache_dir>/embeddings/<key>.npy``; the key hashes the
-model identity (name, origin, weight-file hash), the dataset fingerprint (doc ids and the
-exact indexed texts, so the text template is covered), the passage prefix and max_length.
-Changing any of them computes new vectors; nothing else does.
+Corpus embeddings are cached as an ``embeddings`` entry of :mod:`stagebench.cache`; the
+key hashes the model identity (name, origin, weight-file hash), the corpus fingerprint
+(doc ids and the exact indexed texts, so the text template is covered), the passage
+prefix, max_length, batch size and the encoder code. Changing any of them computes new
+vectors; nothing else does (a new query set or top_k reuses them).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
-import os
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
@@ -36,6 +33,7 @@ class DenseParams:
     max_length: int | None = 256
     query_prefix: str = ""  # e5: "query: ", bge: "Represent this sentence for searching relevant passages: "
     passage_prefix: str = ""  # e5: "passage: "
+    quantize: str = "none"  # none | int8: dynamic INT8 for sentence-transformers models (faster, scores move slightly)
     index: str = "flat"  # flat | hnsw
     hnsw_m: int = 32
     hnsw_ef_construction: int = 200
@@ -44,6 +42,8 @@ class DenseParams:
 
     def validate(self) -> list[tuple[str, str]]:
         errs = []
+        if self.quantize not in ("none", "int8"):
+            errs.append(("quantize", f"must be 'none' or 'int8', got {self.quantize!r}"))
         if self.index not in ("flat", "hnsw"):
             errs.append(("index", f"must be 'flat' or 'hnsw', got {self.index!r}"))
         if self.top_k < 1:
@@ -53,37 +53,41 @@ class DenseParams:
         return errs + check_model(self.model, self.source)
 
 
-def embeddings_key(model_identity: str, fingerprint: str, passage_prefix: str, max_length: int | None) -> str:
-    blob = json.dumps([model_identity, fingerprint, passage_prefix, max_length])
-    return hashlib.sha256(blob.encode()).hexdigest()[:24]
+def embeddings_parts(model_identity: str, fingerprint: str, passage_prefix: str, max_length: int | None,
+                     batch_size: int) -> dict:
+    """What corpus embeddings depend on (the cache key is the hash of this)."""
+    from stagebench.cache import code_identity
+
+    return {"model": model_identity, "corpus": fingerprint, "passage_prefix": passage_prefix,
+            "max_length": max_length, "batch_size": batch_size,
+            "code": code_identity(("stagebench.encoders", "stagebench.models"))}  # fmt: skip
 
 
 def corpus_embeddings(encoder, ctx: StageContext, p: DenseParams, stage: str) -> np.ndarray:
+    from stagebench.cache import make_key
+
     ds = ctx.dataset
-    key = embeddings_key(encoder.model.identity, ds.fingerprint, p.passage_prefix, p.max_length)
-    folder = Path(ctx.cache_dir) / "embeddings"
-    path = folder / f"{key}.npy"
-    if p.cache and path.is_file():
-        emb = np.load(path)
-        if emb.shape[0] == len(ds.doc_ids):
-            log.info("stage %s: reused cached corpus embeddings %s (%d x %d; model %s)",
-                     stage, path, *emb.shape, encoder.model.identity)  # fmt: skip
-            return emb
+    parts = embeddings_parts(encoder.model.identity, ds.fingerprint, p.passage_prefix, p.max_length, p.batch_size)
+    if p.quantize != "none" and encoder.model.backend != "onnx":
+        parts["quantize"] = p.quantize
+    key = make_key(parts)
+    cache = ctx.cache if p.cache else None
+    entry = cache.get("embeddings", key) if cache else None
+    if entry is not None:
+        emb = np.load(entry.file("embeddings.npy"))
+        log.info("stage %s: cached corpus embeddings %s (%d x %d; model %s; computed in %.1fs)",
+                 stage, entry.path, *emb.shape, encoder.model.identity, entry.meta.get("seconds", float("nan")))  # fmt: skip
+        return emb
     texts = [p.passage_prefix + t for t in ds.doc_texts]
     t0 = time.perf_counter()
     emb = encoder.encode(texts, p.batch_size, progress=True, desc=f"{stage}: corpus")
     dt = time.perf_counter() - t0
-    log.info("stage %s: encoded %d documents in %.1fs (%.0f docs/s) with %s [%s]",
+    log.info("stage %s: computed corpus embeddings: %d documents in %.1fs (%.0f docs/s) with %s [%s]",
              stage, len(texts), dt, len(texts) / max(dt, 1e-9), encoder.model.name, encoder.model.origin)  # fmt: skip
-    if p.cache:
-        folder.mkdir(parents=True, exist_ok=True)
-        tmp = folder / f".{key}.{os.getpid()}.npy"
-        np.save(tmp, emb)
-        os.replace(tmp, path)
-        meta = {"model": encoder.model.identity, "dataset_fingerprint": ds.fingerprint, "passage_prefix": p.passage_prefix,
-                "max_length": p.max_length, "shape": list(emb.shape), "seconds": round(dt, 2)}  # fmt: skip
-        (folder / f"{key}.json").write_text(json.dumps(meta, indent=2), encoding="utf-8")
-        log.info("stage %s: saved corpus embeddings to %s", stage, path)
+    if cache is not None:
+        meta = {"model": encoder.model.identity, "shape": list(emb.shape), "seconds": round(dt, 2)}
+        entry = cache.put("embeddings", key, lambda d: np.save(d / "embeddings.npy", emb), meta, parts)
+        log.info("stage %s: stored corpus embeddings in %s", stage, entry.path)
     return emb
 
 
@@ -105,6 +109,14 @@ def build_index(emb: np.ndarray, p: DenseParams):
 class DenseStage(Stage):
     type_name = "dense"
     Params = DenseParams
+    code_modules = (*Stage.code_modules, "stagebench.stages.dense", "stagebench.encoders", "stagebench.models")
+    packages = ("faiss-cpu", "numpy", *("onnxruntime", "tokenizers", "sentence-transformers", "transformers", "torch"))
+    unkeyed_params = ("cache",)
+
+    def identity(self) -> dict:
+        from stagebench.models import resolve_model
+
+        return {"model": resolve_model(self.params.model, self.params.source).identity}
 
     def __call__(self, ctx: StageContext, inputs: list[Run]) -> Run:
         from stagebench.encoders import load_bi_encoder
@@ -113,7 +125,7 @@ class DenseStage(Stage):
         p: DenseParams = self.params
         model = resolve_model(p.model, p.source)
         log.info("stage %s: model %s resolved to %s", self.name, p.model, model.origin)
-        encoder = load_bi_encoder(model, p.max_length)
+        encoder = load_bi_encoder(model, p.max_length, p.quantize)
         emb = corpus_embeddings(encoder, ctx, p, self.name)
         ds = ctx.dataset
         qids = ds.query_ids

@@ -123,6 +123,8 @@ class RRFStage(Stage):
     type_name = "rrf"
     Params = RRFParams
     min_inputs, max_inputs = 1, None
+    code_modules = (*Stage.code_modules, "stagebench.stages.fusion")
+    reads_corpus = False
 
     def __call__(self, ctx: StageContext, inputs: list[Run]) -> Run:
         p: RRFParams = self.params
@@ -133,6 +135,9 @@ class ScoreFusionStage(Stage):
     type_name = "score_fusion"
     Params = ScoreFusionParams
     min_inputs, max_inputs = 1, None
+    code_modules = (*Stage.code_modules, "stagebench.stages.fusion")
+    packages = ("numpy",)
+    reads_corpus = False
 
     def __call__(self, ctx: StageContext, inputs: list[Run]) -> Run:
         p: ScoreFusionParams = self.params

@@ -14,7 +14,6 @@ unless the reranker only has ``score(query, docs)`` or ``per_query: true`` is se
 
 from __future__ import annotations
 
-import sys
 
 import logging
 import time
@@ -26,6 +25,7 @@ import numpy as np
 from stagebench.errors import StagebenchError
 from stagebench.run import Run, ranked, ranked_ids
 from stagebench.stages.base import Stage, StageContext
+from stagebench.ui import progress
 
 log = logging.getLogger("stagebench")
 
@@ -96,10 +96,8 @@ def rerank_run(run: Run, reranker: Any, ctx: StageContext, p: RerankCommon, stag
     n_pairs = sum(len(heads[q]) for q in qids)
     batched = hasattr(reranker, "score_pairs") and not p.per_query and not wants_fields
     scores: dict[str, np.ndarray] = {}
-    from tqdm.auto import tqdm
-
     t0 = time.perf_counter()
-    with tqdm(total=n_pairs, desc=f"{stage}: rerank", unit="pair", leave=False, mininterval=1.0 if sys.stderr.isatty() else 30.0) as bar:
+    with progress(n_pairs, f"{stage}: rerank", "pair") as bar:
         if batched:
             flat = [(q, d) for q in qids for d in heads[q]]
             out = np.empty(len(flat), dtype=np.float64)
@@ -151,6 +149,14 @@ class CrossEncoderStage(Stage):
     Params = CrossEncoderParams
     min_inputs = max_inputs = 1
     reorders_input = True
+    code_modules = (*Stage.code_modules, "stagebench.stages.rerank", "stagebench.rerankers", "stagebench.encoders",
+                    "stagebench.models")  # fmt: skip
+    packages = ("numpy", *("onnxruntime", "tokenizers", "sentence-transformers", "transformers", "torch"))
+
+    def identity(self) -> dict:
+        from stagebench.models import resolve_model
+
+        return {"model": resolve_model(self.params.model, self.params.source).identity}
 
     def __call__(self, ctx: StageContext, inputs: list[Run]) -> Run:
         from stagebench.rerankers import CrossEncoderReranker
@@ -174,6 +180,22 @@ class PluginStage(Stage):
     Params = PluginParams
     min_inputs = max_inputs = 1
     reorders_input = True
+    code_modules = (*Stage.code_modules, "stagebench.stages.rerank", "stagebench.rerankers")
+    reads_qrels = True  # a plug-in gets the whole dataset; key on the judgments too, to be safe
+
+    def identity(self) -> dict:
+        """The plug-in module's source hash, and whatever its optional ``cache_identity(**kwargs)``
+        returns (e.g. a hash of model files it loads by path)."""
+        from stagebench.cache import module_source_hash
+        from stagebench.rerankers import import_target
+
+        p: PluginParams = self.params
+        factory = import_target(p.target, f"stage {self.name}.target")
+        out: dict = {"plugin_source": module_source_hash(p.target.partition(":")[0])}
+        extra = getattr(factory, "cache_identity", None)
+        if callable(extra):
+            out["plugin_identity"] = extra(**(p.kwargs or {}))
+        return out
 
     @classmethod
     def build_params(cls, raw: Any, where: str, target: str | None) -> PluginParams:

@@ -1,0 +1,230 @@
+"""A content-addressed cache for stage runs, embeddings and indexes.
+
+An entry is a folder ``<root>/<kind>/<key>/`` holding its data files and an
+``entry.json`` that records, for every file, its sha256 and size, plus what the key
+was made of (``key_parts``) and metadata such as the compute time. The key is the
+sha256 of the canonical JSON of those parts, so anything that changes a result changes
+its key; nothing is ever looked up by a fixed path.
+
+Crash safety: an entry is written into ``<root>/<kind>/.tmp-<key>-<pid>/`` and renamed
+into place only when every file and ``entry.json`` are on disk, so a killed process
+leaves at most a ``.tmp-*`` folder (removed by ``stagebench cache prune``) and never a
+half-written entry under a real key. Every read re-hashes the files; an entry whose
+files do not match ``entry.json`` (flipped bytes, truncation, a missing file) is
+reported once, removed, and the caller recomputes it.
+
+The cache root is, in order: ``--cache-dir``, ``$STAGEBENCH_CACHE``, the config's
+``cache_dir``, and ``.stagebench-cache`` in the working directory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import logging
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from stagebench import __version__
+
+log = logging.getLogger("stagebench")
+
+DEFAULT_ROOT = ".stagebench-cache"
+ENV_VAR = "STAGEBENCH_CACHE"
+ENTRY_FILE = "entry.json"
+
+
+def cache_root(cli_value: str | None = None, config_value: str | None = None) -> Path:
+    """Where the cache lives: ``--cache-dir`` > ``$STAGEBENCH_CACHE`` > config ``cache_dir`` > default."""
+    for v in (cli_value, os.environ.get(ENV_VAR) or None, config_value):
+        if v:
+            return Path(v).expanduser()
+    return Path(DEFAULT_ROOT)
+
+
+def make_key(parts: dict[str, Any]) -> str:
+    """sha256 of the canonical JSON of ``parts`` (sorted keys, no whitespace), 32 hex digits."""
+    blob = json.dumps(parts, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:32]
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 22), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@lru_cache(maxsize=256)
+def module_source_hash(module: str) -> str:
+    """sha256 (16 hex) of a module's source file: the "version" of the code a cached result came from.
+
+    Falls back to the stagebench version when the source cannot be read (e.g. a zipped install).
+    """
+    spec = importlib.util.find_spec(module)
+    origin = getattr(spec, "origin", None) if spec else None
+    if origin and os.path.isfile(origin):
+        return file_sha256(Path(origin))[:16]
+    return f"stagebench=={__version__}"
+
+
+def code_identity(modules: Iterable[str]) -> dict[str, str]:
+    return {m: module_source_hash(m) for m in modules}
+
+
+@dataclass
+class Entry:
+    kind: str
+    key: str
+    path: Path
+    meta: dict
+
+    def file(self, name: str) -> Path:
+        return self.path / name
+
+
+class CorruptEntry(Exception):
+    pass
+
+
+class Cache:
+    """A cache rooted at ``root``. ``enabled=False`` never reads (but still writes: a refresh)."""
+
+    def __init__(self, root: str | Path, read: bool = True) -> None:
+        self.root = Path(root)
+        self.read = read
+
+    # ---------------------------------------------------------------- entries
+    def _dir(self, kind: str, key: str) -> Path:
+        return self.root / kind / key
+
+    def _verify(self, path: Path) -> dict:
+        meta_path = path / ENTRY_FILE
+        if not meta_path.is_file():
+            raise CorruptEntry("entry.json is missing")
+        try:
+            info = json.loads(meta_path.read_text(encoding="utf-8"))
+            files = info["files"]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise CorruptEntry(f"entry.json is unreadable ({exc})") from None
+        for name, want in files.items():
+            p = path / name
+            if not p.is_file():
+                raise CorruptEntry(f"{name} is missing")
+            if p.stat().st_size != want["bytes"]:
+                raise CorruptEntry(f"{name} has {p.stat().st_size} bytes, expected {want['bytes']}")
+            got = file_sha256(p)
+            if got != want["sha256"]:
+                raise CorruptEntry(f"{name} checksum {got[:12]}... does not match {want['sha256'][:12]}...")
+        return info
+
+    def get(self, kind: str, key: str) -> Entry | None:
+        """The verified entry, or None (absent, reads disabled, or corrupt - then it is removed)."""
+        path = self._dir(kind, key)
+        if not self.read or not path.is_dir():
+            return None
+        try:
+            info = self._verify(path)
+        except CorruptEntry as exc:
+            log.warning("cache: %s entry %s is corrupt (%s); removed it, recomputing", kind, path, exc)
+            shutil.rmtree(path, ignore_errors=True)
+            return None
+        os.utime(path / ENTRY_FILE)  # last use, for `cache prune --older-than`
+        return Entry(kind, key, path, info.get("meta", {}))
+
+    def put(self, kind: str, key: str, write: Callable[[Path], None], meta: dict, key_parts: dict | None = None) -> Entry:
+        """Write an entry atomically: ``write(folder)`` creates the data files in a temp folder,
+        then checksums and ``entry.json`` are added and the folder is renamed into place."""
+        final = self._dir(kind, key)
+        tmp = final.parent / f".tmp-{key}-{os.getpid()}-{time.monotonic_ns()}"
+        tmp.mkdir(parents=True)
+        try:
+            write(tmp)
+            files = {p.name: {"sha256": file_sha256(p), "bytes": p.stat().st_size} for p in sorted(tmp.iterdir())}
+            info = {"kind": kind, "key": key, "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                    "stagebench_version": __version__, "files": files, "meta": meta, "key_parts": key_parts or {}}  # fmt: skip
+            (tmp / ENTRY_FILE).write_text(json.dumps(info, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
+            if final.exists():  # a stale or concurrent entry under the same key: replace it
+                shutil.rmtree(final, ignore_errors=True)
+            try:
+                os.rename(tmp, final)
+            except OSError:  # another process put the same key first: its entry is as good as ours
+                shutil.rmtree(tmp, ignore_errors=True)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return Entry(kind, key, final, meta)
+
+    # ---------------------------------------------------------------- listing and pruning
+    def list(self) -> list[dict]:
+        """Every entry (not verified: see ``verify``), newest use first."""
+        out = []
+        if not self.root.is_dir():
+            return out
+        for kind_dir in sorted(p for p in self.root.iterdir() if p.is_dir()):
+            for d in sorted(kind_dir.iterdir()):
+                if not d.is_dir():
+                    continue
+                row = {"kind": kind_dir.name, "key": d.name, "path": str(d), "bytes": _du(d), "partial": d.name.startswith(".tmp-")}
+                mp = d / ENTRY_FILE
+                try:
+                    info = json.loads(mp.read_text(encoding="utf-8"))
+                    row.update(created=info.get("created"), meta=info.get("meta", {}), last_used=mp.stat().st_mtime)
+                except (OSError, ValueError):
+                    row.update(created=None, meta={}, last_used=d.stat().st_mtime)
+                out.append(row)
+        out.sort(key=lambda r: -r["last_used"])
+        return out
+
+    def verify(self, kind: str, key: str) -> str | None:
+        """None if the entry is intact, else why not."""
+        try:
+            self._verify(self._dir(kind, key))
+        except CorruptEntry as exc:
+            return str(exc)
+        return None
+
+    def prune(self, older_than_days: float | None = None, everything: bool = False, dry_run: bool = False) -> list[dict]:
+        """Remove leftovers of killed runs (``.tmp-*``), corrupt entries, and - with
+        ``older_than_days`` - entries unused for that long, or everything. Returns what went."""
+        now = time.time()
+        gone = []
+        for row in self.list():
+            why = None
+            if everything:
+                why = "all"
+            elif row["partial"]:
+                why = "partial write of a killed run"
+            else:
+                bad = self.verify(row["kind"], row["key"])
+                if bad:
+                    why = f"corrupt: {bad}"
+                elif older_than_days is not None and now - row["last_used"] > older_than_days * 86400:
+                    why = f"unused for {(now - row['last_used']) / 86400:.1f} days"
+            if why:
+                row["reason"] = why
+                gone.append(row)
+                if not dry_run:
+                    shutil.rmtree(row["path"], ignore_errors=True)
+        return gone
+
+
+def _du(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GB"  # pragma: no cover

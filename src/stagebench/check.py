@@ -1,0 +1,165 @@
+"""Reproduction check: compare a run folder's metrics with an expected-values file.
+
+The expected file (YAML) pins a stage table::
+
+    config: configs/default.yaml        # informational
+    tolerance: 0.002                    # absolute; per metric: tolerances: {RR@10: 0.005}
+    dataset:                            # optional: the data the numbers came from
+      fingerprint: 3f...                # corpus (ids + indexed texts)
+      queries_fingerprint: 9a...
+      qrels_fingerprint: 51...
+    stages:
+      bm25: {nDCG@10: 0.518712, RR@10: 0.684213}
+      cross_encoder: {nDCG@10: 0.648011}
+
+Each expected value gets a status: ``OK`` (equal to the 6 decimals results are stored
+with), ``OK-within-tolerance`` (differs by at most the tolerance) or ``FAIL`` (differs by
+more, or the stage or metric is missing). A dataset fingerprint that differs is a FAIL
+too, reported first, because it explains every other difference. Metrics are recomputed
+from the folder's run files and qrels when they are there (``stage_table.json`` otherwise).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from stagebench.errors import ConfigError, StagebenchError
+
+EXACT = 5e-7  # results are stored rounded to 6 decimals
+DATASET_KEYS = ("fingerprint", "queries_fingerprint", "qrels_fingerprint")
+
+
+@dataclass
+class Expected:
+    stages: dict[str, dict[str, float]]
+    tolerance: float = 0.001
+    tolerances: dict[str, float] = field(default_factory=dict)
+    dataset: dict[str, str] = field(default_factory=dict)
+    config: str | None = None
+
+
+@dataclass
+class CheckRow:
+    stage: str
+    metric: str
+    expected: float | str
+    got: float | str | None
+    status: str
+    tolerance: float | None = None
+
+    @property
+    def diff(self) -> float | None:
+        if isinstance(self.expected, float) and isinstance(self.got, float):
+            return self.got - self.expected
+        return None
+
+
+def load_expected(path: str | Path) -> Expected:
+    from stagebench.config import build, read_yaml
+
+    path = Path(path)
+    raw = read_yaml(path, "expected-values file")
+    try:
+        exp = build(Expected, raw, "expected")
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {str(exc).removeprefix('expected.')}") from None
+    if not exp.stages:
+        raise ConfigError(f"{path}: stages: no expected values")
+    for key in exp.dataset:
+        if key not in DATASET_KEYS:
+            raise ConfigError(f"{path}: dataset.{key}: unknown key (known: {', '.join(DATASET_KEYS)})")
+    return exp
+
+
+def folder_metrics(folder: Path) -> tuple[dict[str, dict[str, float]], dict, str]:
+    """stage -> metric -> mean (rounded to 6 decimals, as stage_table.json), the manifest, and the source."""
+    from stagebench.metrics import evaluate
+    from stagebench.results import load_folder
+
+    mpath = folder / "manifest.json"
+    if not mpath.is_file():
+        raise StagebenchError(f"{folder}: not a stagebench run folder (no manifest.json)")
+    manifest = json.loads(mpath.read_text(encoding="utf-8"))
+    if all((folder / "runs" / f"{s['name']}.trec").is_file() for s in manifest["stages"]) and (folder / "qrels.trec").is_file():
+        manifest, qrels, runs = load_folder(folder)
+        ev = manifest["evaluation"]
+        out = {}
+        for name, run in runs.items():
+            e = evaluate(qrels, run, ev["metrics"], relevance_threshold=ev["relevance_threshold"], gain=ev["gain"])
+            out[name] = {m: round(v, 6) for m, v in e.means.items()}
+        return out, manifest, "recomputed from runs/ and qrels.trec"
+    table = folder / "stage_table.json"
+    if not table.is_file():
+        raise StagebenchError(f"{folder}: neither run files nor stage_table.json to check")
+    rows = json.loads(table.read_text(encoding="utf-8"))
+    return ({r["stage"]: {k: v for k, v in r.items() if isinstance(v, float)} for r in rows}, manifest,
+            "read from stage_table.json (no run files)")  # fmt: skip
+
+
+def check(folder: str | Path, expected_path: str | Path) -> tuple[list[CheckRow], str]:
+    folder = Path(folder)
+    exp = load_expected(expected_path)
+    got, manifest, source = folder_metrics(folder)
+    rows: list[CheckRow] = []
+    ds = manifest.get("dataset", {})
+    for key, want in exp.dataset.items():
+        have = ds.get(key)
+        rows.append(CheckRow("(dataset)", key, want, have, "OK" if have == want else "FAIL"))
+    for stage, metrics in exp.stages.items():
+        for metric, want in metrics.items():
+            tol = exp.tolerances.get(metric, exp.tolerance)
+            if stage not in got:
+                rows.append(CheckRow(stage, metric, float(want), None, "FAIL", tol))
+                continue
+            have = got[stage].get(metric)
+            if have is None:
+                rows.append(CheckRow(stage, metric, float(want), None, "FAIL", tol))
+                continue
+            d = abs(have - want)
+            status = "OK" if d <= EXACT else "OK-within-tolerance" if d <= tol + EXACT else "FAIL"
+            rows.append(CheckRow(stage, metric, float(want), float(have), status, tol))
+    return rows, source
+
+
+def format_check(rows: list[CheckRow], folder: str, expected_path: str, source: str) -> str:
+    def cell(v) -> str:
+        if v is None:
+            return "missing"
+        if isinstance(v, float):
+            return f"{v:.6f}"
+        return str(v)[:16] + ("..." if len(str(v)) > 16 else "")
+
+    head = ["stage", "metric", "expected", "got", "diff", "tolerance", "status"]
+    body = [[r.stage, r.metric, cell(r.expected), cell(r.got), "-" if r.diff is None else f"{r.diff:+.6f}",
+             "-" if r.tolerance is None else f"{r.tolerance:g}", r.status] for r in rows]  # fmt: skip
+    widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
+    lines = [f"check {folder} against {expected_path} (metrics {source})",
+             "  ".join(h.ljust(w) for h, w in zip(head, widths)).rstrip(), "  ".join("-" * w for w in widths)]  # fmt: skip
+    lines += ["  ".join(c.ljust(w) for c, w in zip(b, widths)).rstrip() for b in body]
+    counts = {s: sum(r.status == s for r in rows) for s in ("OK", "OK-within-tolerance", "FAIL")}
+    verdict = "FAIL" if counts["FAIL"] else "OK"
+    lines.append(f"{verdict}: {len(rows)} values: {counts['OK']} OK, {counts['OK-within-tolerance']} OK-within-tolerance, "
+                 f"{counts['FAIL']} FAIL")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def write_expected(folder: str | Path, expected_path: str | Path, tolerance: float = 0.001,
+                   metrics: list[str] | None = None) -> None:  # fmt: skip
+    """Pin a run folder's current metrics as the expected values (an on-purpose update)."""
+    import yaml
+
+    folder = Path(folder)
+    got, manifest, _ = folder_metrics(folder)
+    ds = manifest.get("dataset", {})
+    doc = {
+        "config": manifest.get("config_path"),
+        "tolerance": tolerance,
+        "dataset": {k: ds[k] for k in DATASET_KEYS if k in ds},
+        "stages": {s: {m: v for m, v in ms.items() if metrics is None or m in metrics} for s, ms in got.items()},
+    }
+    header = (f"# Expected metrics of {manifest.get('config_path')} (stagebench check RUN_DIR THIS_FILE).\n"
+              "# Regenerate on purpose, after a change that should move the numbers:\n"
+              f"#   stagebench check {folder} {expected_path} --update\n")  # fmt: skip
+    Path(expected_path).write_text(header + yaml.safe_dump(doc, sort_keys=False, width=200), encoding="utf-8")
