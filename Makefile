@@ -10,7 +10,7 @@ DATA   := data/synthetic-esci
 help:
 	@echo "make bench   run configs/default.yaml on the embedded synthetic dataset (offline)"
 	@echo "make test    run the test suite, then the default benchmark checked against results/default/expected.yaml"
-	@echo "make perf    run the speed/memory benchmarks, figures in results/perf/"
+	@echo "make perf    run the speed/memory/scaling benchmarks, figures in results/perf.md"
 	@echo "make report-check  render results/default/report.html in headless Chromium, save a screenshot"
 
 $(PY):
@@ -47,7 +47,7 @@ check-default: $(STAMP) data
 	$(VENV)/bin/stagebench check build/default-check results/default/expected.yaml
 
 perf: $(STAMP) data
-	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(PY) benchmarks/run_perf.py --output results/perf
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(PY) benchmarks/run_perf.py --output results
 
 # headless Chromium (Debian: chromium chromium-driver) opens results/default/report.html and screenshots it
 report-check: $(STAMP)
