@@ -5,11 +5,12 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 DATA   := data/synthetic-esci
 
-.PHONY: bench test unit-test check-default perf report-check data install clean help
+.PHONY: bench bench-trained test unit-test check-default perf report-check data install clean help
 
 help:
 	@echo "make bench   run configs/default.yaml on the embedded synthetic dataset (offline)"
 	@echo "make test    run the test suite, then the default benchmark checked against results/default/expected.yaml"
+	@echo "make bench-trained  fine-tune a cross-encoder on the train split, compare it with the zero-shot one"
 	@echo "make perf    run the speed/memory/scaling benchmarks, figures in results/perf.md"
 	@echo "make report-check  render results/default/report.html in headless Chromium, save a screenshot"
 
@@ -35,6 +36,11 @@ data: $(DATA)/shopping_queries_dataset_examples.parquet
 bench: $(STAMP) data
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(VENV)/bin/stagebench run configs/default.yaml --output results/default
 
+# fine-tune a cross-encoder on the train split, then zero-shot vs fine-tuned on the test queries
+bench-trained: $(STAMP) data
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(VENV)/bin/stagebench train-reranker configs/default-trained.yaml
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(VENV)/bin/stagebench run configs/default-trained.yaml
+
 test: unit-test check-default
 
 unit-test: $(STAMP)
@@ -54,4 +60,4 @@ report-check: $(STAMP)
 	$(PY) benchmarks/report_screenshot.py results/default
 
 clean:
-	rm -rf $(VENV) .cache .stagebench-cache build data/synthetic-esci
+	rm -rf $(VENV) .cache .stagebench-cache build models data/synthetic-esci

@@ -10,7 +10,7 @@ Sections (timings are the median of ``--repeats`` runs unless noted):
 2. Cross-encoder: the INT8 ONNX model batched across queries against a per-query fp32
    sentence-transformers ``CrossEncoder`` loop (what search-ranking-stack does), same
    pairs, same model family (the fp32 model is the INT8 graph's weights dequantized,
-   see benchmarks/onnx_reference.py), with the rank correlation of their scores.
+   see src/stagebench/onnx_weights.py), with the rank correlation of their scores.
 3. Dense: bi-encoder docs/s, fp32 against dynamic INT8, and INT8's quality cost
    (nDCG@10 and R@100 of the dense stage on the embedded test queries).
 4. Scaling: generated catalogs of 10K, 100K and 1M products; per size, in a fresh
@@ -163,8 +163,7 @@ def cross_encoder_section(ds, repeats: int, n_queries: int, top_n: int, ref_dir:
     from stagebench.stages.bm25 import BM25Params, BM25Stage
     from stagebench.stages.rerank import RerankCommon, rerank_run
 
-    sys.path.insert(0, str(REPO))
-    from benchmarks.onnx_reference import build_reference_folder
+    from stagebench.onnx_weights import build_reference_folder
 
     run = BM25Stage("bm25", BM25Params(k1=1.2, b=0.75, top_k=top_n))(StageContext(ds), [])
     qids = [q for q in ds.query_ids if run.get(q)][:n_queries]
@@ -403,7 +402,9 @@ def markdown(f: dict) -> str:
               f"INT8 nDCG@10 {q['int8']['nDCG@10']}, R@100 {q['int8']['R@100']} (nDCG@10 change {d['int8_quality_cost_ndcg10']:+.4f})."]  # fmt: skip
     s = f["scaling"]
     lines += ["", "## Scaling with catalog size", "", "![scaling](perf_scaling.png)", "",
-              "BM25 (sparse backend, one process per size; 200 queries, k=1000):", "",
+              "One fresh process and one run per size (so peak RSS is that size's alone); generated catalogs "
+              "(`stagebench generate-data`-style, seed 101), 200 test queries each.", "",
+              "BM25 (sparse backend, k=1000, single-query latency):", "",
               "| products | load | index build | postings | index MB | RSS after load | peak RSS | p50 / p95 query |",
               "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for n, b in sorted(s["bm25"].items(), key=lambda kv: int(kv[0])):
@@ -439,6 +440,7 @@ def main() -> None:
     ap.add_argument("--ce-queries", type=int, default=20)
     ap.add_argument("--encode-docs", type=int, default=2000)
     ap.add_argument("--sections", default="bm25,cross_encoder,dense,scaling")
+    ap.add_argument("--render-only", action="store_true", help="rewrite perf.md and the plot from perf.json")
     ap.add_argument("--scale-one", help=argparse.SUPPRESS)
     ap.add_argument("--what", help=argparse.SUPPRESS)
     ap.add_argument("--queries", type=int, default=200, help=argparse.SUPPRESS)
@@ -455,6 +457,11 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     jpath = out / "perf.json"
     figures = json.loads(jpath.read_text()) if jpath.is_file() else {}
+    if args.render_only:
+        scaling_plot(figures["scaling"], out / "perf_scaling.png")
+        (out / "perf.md").write_text(markdown(figures))
+        print(f"rewrote {out}/perf.md and perf_scaling.png from perf.json")
+        return
     figures.update({"machine": machine_info(), "packages": package_versions(), "repeats": args.repeats})
     sections = args.sections.split(",")
     ds = load(args.data)
