@@ -2,7 +2,7 @@
 
 The fp32 original cannot be fetched offline; the reference is the same weights
 dequantized to fp32 and run by sentence-transformers' CrossEncoder (see
-benchmarks/onnx_reference.py for what that does and does not measure).
+src/stagebench/onnx_weights.py for what that does and does not measure).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import random
 import numpy as np
 import pytest
 
-pytest.importorskip("onnx", reason="the onnx package (test extra) reads the ONNX graph")
+
 
 
 def test_int8_onnx_ranks_500_pairs_like_the_sentence_transformers_reference(tmp_path, monkeypatch, small_synthetic):
@@ -21,7 +21,7 @@ def test_int8_onnx_ranks_500_pairs_like_the_sentence_transformers_reference(tmp_
     from sentence_transformers import CrossEncoder
     from transformers import BertForSequenceClassification
 
-    from benchmarks.onnx_reference import build_reference_folder
+    from stagebench.onnx_weights import build_reference_folder
     from stagebench.data.esci import EsciOptions, load_esci
     from stagebench.encoders import load_cross_encoder
     from stagebench.models import resolve_model

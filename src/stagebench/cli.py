@@ -37,6 +37,21 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_train(args: argparse.Namespace) -> int:
+    from stagebench.cache import Cache, cache_root
+    from stagebench.config import load_config
+    from stagebench.training import train_reranker
+
+    config = load_config(args.config)
+    report = train_reranker(config, args.output, Cache(cache_root(args.cache_dir, config.cache_dir)))
+    d = report["data"]
+    print(f"trained {report['output']} from {report['base_model']}: {d['train_pairs']} pairs from {d['train_queries']} "
+          f"train queries, {report['steps']} steps in {report['train_seconds']} s")
+    print(f"dev ({d['dev_queries']} queries held out of the {d['split']} split): before {report['dev_before']}, "
+          f"after {report['dev_after']}")  # fmt: skip
+    return 0
+
+
 def _cmd_check(args: argparse.Namespace) -> int:
     from stagebench.check import check, format_check, write_expected
 
@@ -141,6 +156,12 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--seed", type=int, default=42)
     c.add_argument("--alpha", type=float, default=0.05)
     c.set_defaults(func=_cmd_compare)
+
+    tr = sub.add_parser("train-reranker", help="fine-tune a cross-encoder on the train split (the config's training: section)")
+    tr.add_argument("config")
+    tr.add_argument("--output", help="model folder (default: training.output)")
+    tr.add_argument("--cache-dir", help="cache root for the hard-negative stage run")
+    tr.set_defaults(func=_cmd_train)
 
     k = sub.add_parser("check", help="compare a run folder's metrics with expected values (exit 1 on FAIL)")
     k.add_argument("run_dir")

@@ -93,6 +93,7 @@ class Config:
     cache_dir: str | None  # None: $STAGEBENCH_CACHE or .stagebench-cache (stagebench.cache.cache_root)
     path: str
     raw: dict
+    training: Any = None  # stagebench.training.TrainingConfig, for `stagebench train-reranker`
 
 
 # --------------------------------------------------------------------------- coercion
@@ -182,7 +183,7 @@ def build(cls: type, mapping: Any, where: str) -> Any:
 
 # --------------------------------------------------------------------------- loading
 
-_TOP_KEYS = ("name", "output", "cache_dir", "dataset", "stages", "evaluation")
+_TOP_KEYS = ("name", "output", "cache_dir", "dataset", "stages", "evaluation", "training")
 _STAGE_KEYS = ("name", "type", "inputs", "params", "target", "cache")
 
 
@@ -225,6 +226,11 @@ def parse_config(raw: Any, path: str = "<config>") -> Config:
         if key not in raw:
             raise ConfigError(f"{key}: required key is missing")
     name = coerce(raw["name"], str, "name")
+    training = None
+    if raw.get("training") is not None:
+        from stagebench.training import TrainingConfig
+
+        training = build(TrainingConfig, raw["training"], "training")
     output = coerce(raw.get("output", f"results/{name}"), str, "output")
     cache_dir = coerce(raw.get("cache_dir"), str | None, "cache_dir")
 
@@ -276,6 +282,7 @@ def parse_config(raw: Any, path: str = "<config>") -> Config:
             params = cls.build_params(s.get("params", {}), f"{where}.params", target)
         else:
             params = build(cls.Params, s.get("params", {}), f"{where}.params")
+        check_stage_model(params, f"{where}.params", training)
         use_cache = coerce(s.get("cache", True), bool, f"{where}.cache")
         stages.append(StageConfig(name=sname, type=stype, inputs=inputs, params=params, target=target, cache=use_cache))
         seen.add(sname)
@@ -291,7 +298,23 @@ def parse_config(raw: Any, path: str = "<config>") -> Config:
         raise ConfigError("evaluation.metrics: duplicate measure")
     if evaluation.baseline is not None and evaluation.baseline not in seen:
         raise ConfigError(f"evaluation.baseline: unknown stage {evaluation.baseline!r}")
+    if training is not None:
+        training.check_against(stages)
     return Config(
         name=name, dataset=dataset, stages=stages, evaluation=evaluation, measures=measures,
-        output=output, cache_dir=cache_dir, path=path, raw=raw,
+        output=output, cache_dir=cache_dir, path=path, raw=raw, training=training,
     )  # fmt: skip
+
+
+def check_stage_model(params: Any, where: str, training: Any = None) -> None:
+    """A stage's ``model``/``source`` must resolve (local folder, carrier or hub) when the config
+    is loaded, so an unknown name fails before any stage runs. The one exception: the folder
+    this config's ``training:`` section writes, which may not exist before training."""
+    from stagebench.models import check_model
+
+    if not hasattr(params, "model") or not hasattr(params, "source"):
+        return
+    if training is not None and training.produces(params.model):
+        return
+    for key, msg in check_model(params.model, params.source):
+        raise ConfigError(f"{where}.{key}: {msg}")

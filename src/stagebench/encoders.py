@@ -167,7 +167,7 @@ class OnnxCrossEncoder(CrossEncoderModel):
 
 
 class STCrossEncoder(CrossEncoderModel):
-    def __init__(self, model: ResolvedModel, max_length: int) -> None:
+    def __init__(self, model: ResolvedModel, max_length: int, quantize: str = "none") -> None:
         import torch
         from sentence_transformers import CrossEncoder
 
@@ -176,6 +176,8 @@ class STCrossEncoder(CrossEncoderModel):
             self.ce = CrossEncoder(model.path, device="cpu", max_length=max_length, activation_fn=torch.nn.Identity())
         except Exception as exc:
             raise StagebenchError(f"model {model.name!r}: cannot load from {model.origin} ({type(exc).__name__}: {exc})") from exc
+        if quantize == "int8":
+            self.ce = quantize_int8(self.ce)
 
     def predict(self, pairs, batch_size):
         import torch
@@ -186,7 +188,7 @@ class STCrossEncoder(CrossEncoderModel):
         return np.asarray(scores, dtype=np.float64).reshape(len(pairs), -1)[:, 0]
 
 
-def load_cross_encoder(model: ResolvedModel, max_length: int = 512) -> CrossEncoderModel:
+def load_cross_encoder(model: ResolvedModel, max_length: int = 512, quantize: str = "none") -> CrossEncoderModel:
     if model.backend == "onnx":
         return OnnxCrossEncoder(model, max_length)
-    return STCrossEncoder(model, max_length)
+    return STCrossEncoder(model, max_length, quantize)

@@ -1,4 +1,8 @@
-"""A sentence-transformers reference for the bundled INT8 ONNX cross-encoder.
+"""fp32 torch weights from the bundled INT8 ONNX cross-encoder.
+
+Two uses: the reference the ONNX path is checked against (tests/test_onnx_weights.py,
+make perf), and the starting point for fine-tuning the bundled MS MARCO cross-encoder
+offline (stagebench.training), since an INT8 ONNX graph cannot be trained.
 
 The fp32 original (cross-encoder/ms-marco-MiniLM-L-12-v2 on the hub) cannot be fetched
 offline. The closest real reference is built here: the INT8 weights of the ONNX graph are

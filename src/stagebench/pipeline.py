@@ -152,6 +152,9 @@ def run_config(config: Config, output: str | Path | None = None, cache_dir: str 
     results (and replaces them)."""
     from stagebench.cache import Cache, cache_root
 
+    from stagebench.training import check_trained_models
+
+    check_trained_models(config)
     out = Path(output or config.output)
     cache = Cache(cache_root(cache_dir, config.cache_dir), read=not recompute)
     t_start = time.perf_counter()
@@ -175,8 +178,10 @@ def run_config(config: Config, output: str | Path | None = None, cache_dir: str 
 
 
 def _run_stage(sc: StageConfig, stage: Stage, ctx: StageContext, inputs: list[Run], key: str, parts: dict,
-               cache: Cache) -> tuple[Run, dict]:  # fmt: skip
-    entry = cache.get("runs", key) if sc.cache else None
+               cache: Cache | None) -> tuple[Run, dict]:  # fmt: skip
+    """Run one stage through the cache (``cache=None``: compute, store nothing)."""
+    use_cache = cache is not None and sc.cache
+    entry = cache.get("runs", key) if use_cache else None
     if entry is not None:
         with PeakMemory() as pm:
             t0 = time.perf_counter()
@@ -201,7 +206,7 @@ def _run_stage(sc: StageConfig, stage: Stage, ctx: StageContext, inputs: list[Ru
     depth = max((len(v) for v in run.values()), default=0)
     log.info("stage %s: computed, %d queries, up to %d docs each [%.1fs, peak RSS %.0f MB]",
              sc.name, len(run), depth, dt, pm.peak_mb)  # fmt: skip
-    if sc.cache:
+    if use_cache:
         meta = {"stage": sc.name, "type": sc.type, "seconds": round(dt, 3), "peak_rss_mb": round(pm.peak_mb, 1),
                 "queries": len(run), "run_digest": info["run_digest"]}  # fmt: skip
         cache.put("runs", key, lambda d: write_trec_run(run, d / "run.trec", tag=f"stagebench.{sc.type}"), meta, parts)

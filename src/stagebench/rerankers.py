@@ -46,12 +46,12 @@ class CrossEncoderReranker:
     """A cross-encoder (sentence-transformers or ONNX) behind the plug-in protocol."""
 
     def __init__(self, model: str = "cross-encoder/ms-marco-MiniLM-L-12-v2", source: str = "auto",
-                 max_length: int = 256, batch_size: int = 32) -> None:  # fmt: skip
+                 max_length: int = 256, batch_size: int = 32, quantize: str = "none") -> None:  # fmt: skip
         from stagebench.encoders import load_cross_encoder
         from stagebench.models import resolve_model
 
         self.resolved = resolve_model(model, source)
-        self.model = load_cross_encoder(self.resolved, max_length)
+        self.model = load_cross_encoder(self.resolved, max_length, quantize)
         self.batch_size = batch_size
 
     def score(self, query: str, docs: Sequence[str]) -> list[float]:

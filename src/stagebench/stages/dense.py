@@ -48,9 +48,7 @@ class DenseParams:
             errs.append(("index", f"must be 'flat' or 'hnsw', got {self.index!r}"))
         if self.top_k < 1:
             errs.append(("top_k", "must be >= 1"))
-        from stagebench.models import check_model
-
-        return errs + check_model(self.model, self.source)
+        return errs  # model/source are checked by the config loader (stagebench.config.parse_config)
 
 
 def embeddings_parts(model_identity: str, fingerprint: str, passage_prefix: str, max_length: int | None,

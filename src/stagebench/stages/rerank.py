@@ -55,10 +55,13 @@ class CrossEncoderParams(RerankCommon):
     max_length: int = 256  # tokens of query + document; longer pairs are truncated
     batch_size: int = 32
 
-    def validate(self) -> list[tuple[str, str]]:
-        from stagebench.models import check_model
+    quantize: str = "none"  # none | int8: dynamic INT8 for sentence-transformers models (ONNX carriers already are)
 
-        return super().validate() + check_model(self.model, self.source)
+    def validate(self) -> list[tuple[str, str]]:
+        errs = super().validate()
+        if self.quantize not in ("none", "int8"):
+            errs.append(("quantize", f"must be 'none' or 'int8', got {self.quantize!r}"))
+        return errs  # model/source are checked by the config loader (stagebench.config.parse_config)
 
 
 def merge_head_tail(head: dict[str, float], tail: list[str]) -> dict[str, float]:
@@ -162,7 +165,7 @@ class CrossEncoderStage(Stage):
         from stagebench.rerankers import CrossEncoderReranker
 
         p: CrossEncoderParams = self.params
-        rr = CrossEncoderReranker(p.model, p.source, p.max_length, p.batch_size)
+        rr = CrossEncoderReranker(p.model, p.source, p.max_length, p.batch_size, p.quantize)
         log.info("stage %s: model %s resolved to %s", self.name, p.model, rr.resolved.origin)
         return rerank_run(inputs[0], rr, ctx, p, self.name, f"cross-encoder {p.model}")
 

@@ -1,0 +1,393 @@
+"""Fine-tune a cross-encoder reranker on a dataset's train split (`stagebench train-reranker`).
+
+A config's ``training:`` section says what to train; its ``dataset:`` says the data (the
+train split is loaded with the same loader options, only ``split`` replaced) and its
+``stages:`` name the first stage that mines hard negatives::
+
+    training:
+      base_model: cross-encoder/ms-marco-MiniLM-L-12-v2   # anything the resolver loads
+      output: models/esci-ce-minilm-l12                   # a model folder + model card
+      split: train
+      max_queries: 600            # train queries used (after the dev ones are set aside)
+      dev_queries: 100            # held out from the train split, for dev metrics / early stopping
+      negatives: {judged: true, from_stage: bm25, per_query: 8, depth: 50}
+      labels: {E: 1.0, S: 0.1, C: 0.01, I: 0.0}   # grade name (or grade) -> target
+      unjudged_label: 0.0         # target of mined negatives nobody judged
+      loss: bce                   # bce (pointwise) | mse (pointwise regression) | lambda (listwise LambdaLoss)
+      epochs: 1
+      batch_size: 16
+      max_length: 96
+      learning_rate: 2.0e-5
+      seed: 12
+
+Data separation: only the ``split`` queries are loaded for training - the test split's
+queries and judgments are never read by this module (``tests/test_training.py`` checks it).
+Bundled INT8 ONNX models (the offline MS MARCO MiniLM) are dequantized to fp32 torch
+weights first (:mod:`stagebench.onnx_weights`); a bi-encoder such as all-MiniLM-L6-v2
+gets a fresh one-logit head.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from stagebench.errors import ConfigError, DataError, StagebenchError
+
+log = logging.getLogger("stagebench")
+
+LOSSES = ("bce", "mse", "lambda")
+
+
+@dataclass
+class NegativesConfig:
+    judged: bool = True  # the judged products of each query, with their mapped labels
+    from_stage: str | None = "bm25"  # a stage of this config without inputs, run over the train queries
+    per_query: int = 8  # hard negatives per query, sampled among ...
+    depth: int = 50  # ... the unjudged documents in the top `depth` of that stage's run
+    skip_top: int = 0  # ignore the first N unjudged (they are the likeliest false negatives)
+
+
+@dataclass
+class TrainingConfig:
+    base_model: str = "cross-encoder/ms-marco-MiniLM-L-12-v2"
+    source: str = "auto"
+    output: str = "models/reranker"
+    split: str = "train"
+    max_queries: int | None = None
+    dev_queries: int = 100
+    negatives: NegativesConfig = field(default_factory=NegativesConfig)
+    labels: dict[str, float] = field(default_factory=lambda: {"E": 1.0, "S": 0.1, "C": 0.01, "I": 0.0})
+    unjudged_label: float = 0.0
+    loss: str = "bce"
+    epochs: int = 1
+    batch_size: int = 16
+    max_length: int = 96
+    learning_rate: float = 2e-5
+    warmup_ratio: float = 0.1
+    seed: int = 12
+    early_stopping_patience: int | None = None  # epochs without dev nDCG@10 gain before stopping
+
+    def validate(self) -> list[tuple[str, str]]:
+        from stagebench.models import check_model
+
+        errs = []
+        if self.loss not in LOSSES:
+            errs.append(("loss", f"must be one of {', '.join(LOSSES)}, got {self.loss!r}"))
+        for key in ("epochs", "batch_size", "max_length"):
+            if getattr(self, key) < 1:
+                errs.append((key, "must be >= 1"))
+        if self.dev_queries < 0 or (self.max_queries is not None and self.max_queries < 1):
+            errs.append(("max_queries", "must be >= 1 (and dev_queries >= 0)"))
+        if not self.labels:
+            errs.append(("labels", "needs at least one grade -> target"))
+        if not 0 < self.learning_rate < 1:
+            errs.append(("learning_rate", "must be in (0, 1)"))
+        if self.negatives.per_query < 0 or self.negatives.depth < 1:
+            errs.append(("negatives", "per_query must be >= 0 and depth >= 1"))
+        if not errs:  # the base model must be loadable before any training step
+            errs += check_model(self.base_model, self.source)
+            errs = [("base_model" if k == "model" else k, m) for k, m in errs]
+        return errs
+
+    def produces(self, model: str) -> bool:
+        """Whether a stage's ``model`` names this training's output folder."""
+        return Path(model).expanduser().resolve() == Path(self.output).expanduser().resolve()
+
+    def check_against(self, stages: list) -> None:
+        name = self.negatives.from_stage
+        if name is None:
+            return
+        sc = next((s for s in stages if s.name == name), None)
+        if sc is None:
+            raise ConfigError(f"training.negatives.from_stage: unknown stage {name!r} "
+                              f"(known: {', '.join(s.name for s in stages)})")  # fmt: skip
+        if sc.inputs:
+            raise ConfigError(f"training.negatives.from_stage: stage {name!r} has inputs; hard negatives come from a "
+                              "first stage (a retriever), which can run on the train queries alone")  # fmt: skip
+
+
+def check_trained_models(config) -> None:
+    """Fail early (before any stage runs) when a stage uses this config's training output
+    and it has not been trained yet."""
+    t = config.training
+    if t is None:
+        return
+    for sc in config.stages:
+        model = getattr(sc.params, "model", None)
+        if model and t.produces(model) and not Path(model).expanduser().is_dir():
+            raise StagebenchError(f"{config.path}: stages ({sc.name}).params.model: {model!r} is this config's training "
+                                  f"output and does not exist yet; run `stagebench train-reranker {config.path}` first")  # fmt: skip
+
+
+# --------------------------------------------------------------------------- data
+
+
+@dataclass
+class TrainingData:
+    train: list[tuple[str, str, str, float]]  # (qid, query text, doc text, target)
+    dev: dict[str, list[tuple[str, float]]]  # dev qid -> [(doc id, target)] candidate pool
+    dev_qrels: dict[str, dict[str, int]]
+    dev_queries: dict[str, str]
+    train_qids: list[str]
+    stats: dict
+
+
+def target_for(grade: int, label_names: dict[int, str], mapping: dict[str, float]) -> float | None:
+    name = label_names.get(grade)
+    if name is not None and name in mapping:
+        return mapping[name]
+    return mapping.get(str(grade))
+
+
+def build_training_data(config, t: TrainingConfig, cache=None) -> tuple[TrainingData, Any]:
+    """Load the train split, split off dev queries, map labels, mine hard negatives."""
+    from stagebench.data import LOADERS
+
+    opts = config.dataset.options
+    if not hasattr(opts, "split"):
+        raise ConfigError(f"{config.path}: training: loader {config.dataset.loader!r} has no split option")
+    train_opts = dataclasses.replace(opts, split=t.split, max_queries=None) if hasattr(opts, "max_queries") else \
+        dataclasses.replace(opts, split=t.split)  # fmt: skip
+    try:
+        ds = LOADERS[config.dataset.loader].load(train_opts)
+    except DataError as exc:
+        raise ConfigError(f"{config.path}: training.split: split {t.split!r} has no queries or cannot be loaded ({exc})") \
+            from None
+    if not ds.queries:
+        raise ConfigError(f"{config.path}: training.split: split {t.split!r} has no queries in {ds.source or ds.name} "
+                          "(after the dataset's locale and version filters)")  # fmt: skip
+    names = ds.label_names or {}
+    unmapped: dict[int, int] = {}
+    for docs in ds.qrels.values():
+        for g in docs.values():
+            if target_for(g, names, t.labels) is None:
+                unmapped[g] = unmapped.get(g, 0) + 1
+    if unmapped:
+        desc = ", ".join(f"{names.get(g, g)!s} (grade {g}): {n} judgments" for g, n in sorted(unmapped.items()))
+        raise ConfigError(f"{config.path}: training.labels: no target for {desc}; mapping has {sorted(t.labels)}")
+
+    qids = sorted(ds.queries)
+    rng = random.Random(t.seed)
+    rng.shuffle(qids)
+    dev_ids = sorted(qids[: t.dev_queries])
+    train_ids = sorted(qids[t.dev_queries:])
+    if t.max_queries is not None:
+        train_ids = train_ids[: t.max_queries]
+    if not train_ids:
+        raise ConfigError(f"{config.path}: training.dev_queries: {t.dev_queries} dev queries leave no train queries "
+                          f"(the split has {len(qids)})")  # fmt: skip
+    keep = set(train_ids) | set(dev_ids)
+    ds.queries = {q: ds.queries[q] for q in sorted(keep)}
+    ds.qrels = {q: d for q, d in ds.qrels.items() if q in keep}
+    ds.__dict__.pop("query_ids", None)
+    ds.__dict__.pop("queries_fingerprint", None)
+    ds.__dict__.pop("qrels_fingerprint", None)
+
+    mined: dict[str, list[str]] = {}
+    n = t.negatives
+    if n.from_stage and n.per_query > 0:
+        mined = mine_negatives(config, ds, n, cache)
+    text = ds.doc_text
+    train, dev = [], {}
+    counts = {"judged": 0, "mined": 0, "skipped_missing_docs": 0}
+    for q in sorted(keep):
+        pool: list[tuple[str, float]] = []
+        if n.judged:
+            for d, g in sorted(ds.qrels.get(q, {}).items()):
+                if d not in text:
+                    counts["skipped_missing_docs"] += 1
+                    continue
+                pool.append((d, float(target_for(g, names, t.labels))))  # type: ignore[arg-type]
+        judged = set(ds.qrels.get(q, {}))
+        cands = [d for d in mined.get(q, []) if d not in judged][n.skip_top : n.depth]
+        qrng = random.Random(f"{t.seed}:{q}")
+        picks = qrng.sample(cands, min(n.per_query, len(cands)))
+        pool += [(d, t.unjudged_label) for d in sorted(picks)]
+        if q in dev_ids:
+            dev[q] = pool
+        else:
+            counts["judged"] += sum(1 for d, _ in pool if d in judged)
+            counts["mined"] += sum(1 for d, _ in pool if d not in judged)
+            train += [(q, ds.queries[q], text[d], y) for d, y in pool]
+    stats = {"split": t.split, "split_queries": len(qids), "train_queries": len(train_ids), "dev_queries": len(dev_ids),
+             "train_pairs": len(train), **counts, "dataset": ds.source or ds.name,
+             "labels": {str(k): v for k, v in t.labels.items()}}  # fmt: skip
+    data = TrainingData(train, dev, {q: ds.qrels.get(q, {}) for q in dev_ids}, {q: ds.queries[q] for q in dev_ids},
+                        train_ids, stats)  # fmt: skip
+    return data, ds
+
+
+def mine_negatives(config, ds, n: NegativesConfig, cache) -> dict[str, list[str]]:
+    """Run the named first stage over the train+dev queries (through the stage cache)."""
+    from stagebench.pipeline import _run_stage, stage_key
+    from stagebench.stages import StageContext, stage_class
+
+    sc = next(s for s in config.stages if s.name == n.from_stage)
+    stage = stage_class(sc.type, sc.target, sc.name)(sc.name, sc.params)
+    key, parts = stage_key(sc, stage, ds, [])
+    run, info = _run_stage(sc, stage, StageContext(ds, cache), [], key, parts, cache)
+    log.info("training: hard negatives from stage %s over %d train+dev queries (%s)", sc.name, len(ds.queries),
+             info["status"])  # fmt: skip
+    from stagebench.run import ranked_ids
+
+    return {q: ranked_ids(docs)[: n.depth + n.skip_top + 200] for q, docs in run.items()}
+
+
+# --------------------------------------------------------------------------- model
+
+
+def base_model_folder(t: TrainingConfig, work: Path) -> tuple[str, str]:
+    """A folder (or hub name) sentence-transformers' CrossEncoder can train, and a description."""
+    from stagebench.models import resolve_model
+
+    m = resolve_model(t.base_model, t.source)
+    if m.backend == "onnx":
+        from stagebench.onnx_weights import build_reference_folder
+
+        folder = build_reference_folder(m.path, work / "base-fp32")
+        return str(folder), f"{m.origin}, INT8 weights dequantized to fp32 for training"
+    return m.path, m.origin
+
+
+def dev_ndcg(model, data: TrainingData, text: dict[str, str], batch_size: int) -> dict[str, float]:
+    """Graded nDCG@10 / RR@10 of the model reranking each dev query's pool (stagebench metrics)."""
+    from stagebench.metrics import evaluate
+
+    run = {}
+    for q, pool in data.dev.items():
+        if not pool:
+            continue
+        scores = model.predict([[data.dev_queries[q], text[d]] for d, _ in pool], batch_size=batch_size,
+                               show_progress_bar=False)  # fmt: skip
+        run[q] = {d: float(s) for (d, _), s in zip(pool, scores)}
+    ev = evaluate(data.dev_qrels, run, ["nDCG@10", "RR@10"])
+    return {k: round(v, 6) for k, v in ev.means.items()}
+
+
+def train_reranker(config, output: str | None = None, cache=None) -> dict:
+    """Train, save the model folder + model card, and return the training report."""
+    import os
+
+    import torch
+    from datasets import Dataset as HFDataset
+    from sentence_transformers import CrossEncoder
+    from sentence_transformers.cross_encoder import CrossEncoderTrainer, CrossEncoderTrainingArguments
+    from sentence_transformers.cross_encoder.evaluation import CrossEncoderRerankingEvaluator
+    from transformers import EarlyStoppingCallback, set_seed
+
+    from stagebench.cache import Cache, cache_root
+
+    t: TrainingConfig = config.training
+    if t is None:
+        raise ConfigError(f"{config.path}: no training: section (see docs/training.md)")
+    cache = cache or Cache(cache_root(None, config.cache_dir))
+    out = Path(output or t.output)
+    t0 = time.perf_counter()
+    data, ds = build_training_data(config, t, cache)
+    log.info("training data: %s", json.dumps(data.stats))
+    work = out.parent / f".{out.name}.work"
+    work.mkdir(parents=True, exist_ok=True)
+    base, base_desc = base_model_folder(t, work)
+    torch.set_num_threads(os.cpu_count() or 1)
+    set_seed(t.seed)
+    try:
+        model = CrossEncoder(base, num_labels=1, max_length=t.max_length, device="cpu")
+    except Exception as exc:
+        raise StagebenchError(f"{config.path}: training.base_model: cannot load {t.base_model!r} from {base_desc} "
+                              f"({type(exc).__name__}: {exc})") from exc  # fmt: skip
+    text = ds.doc_text
+    before = dev_ndcg(model, data, text, 64) if data.dev else {}
+    log.info("training: dev metrics of the base model: %s", before)
+
+    if t.loss == "lambda":
+        from sentence_transformers.cross_encoder.losses import LambdaLoss
+
+        groups: dict[str, list] = {}
+        for q, qt, d, y in data.train:
+            groups.setdefault(q, [qt, [], []])
+            groups[q][1].append(d)
+            groups[q][2].append(y)
+        train_ds = HFDataset.from_dict({"query": [g[0] for g in groups.values()], "docs": [g[1] for g in groups.values()],
+                                        "labels": [g[2] for g in groups.values()]})  # fmt: skip
+        loss = LambdaLoss(model)
+    else:
+        from sentence_transformers.cross_encoder.losses import BinaryCrossEntropyLoss, MSELoss
+
+        train_ds = HFDataset.from_dict({"query": [x[1] for x in data.train], "passage": [x[2] for x in data.train],
+                                        "label": [x[3] for x in data.train]})  # fmt: skip
+        loss = BinaryCrossEntropyLoss(model) if t.loss == "bce" else MSELoss(model)
+    evaluator = None
+    if data.dev:
+        samples = [{"query": data.dev_queries[q], "positive": [text[d] for d, y in pool if y > 0],
+                    "documents": [text[d] for d, _ in pool]} for q, pool in data.dev.items() if pool]  # fmt: skip
+        evaluator = CrossEncoderRerankingEvaluator(samples, at_k=10, name="dev", always_rerank_positives=True,
+                                                   show_progress_bar=False)  # fmt: skip
+    steps_per_epoch = math.ceil(len(train_ds) / t.batch_size)
+    args = CrossEncoderTrainingArguments(
+        output_dir=str(work / "checkpoints"), num_train_epochs=t.epochs, per_device_train_batch_size=t.batch_size,
+        learning_rate=t.learning_rate, warmup_steps=int(t.warmup_ratio * steps_per_epoch * t.epochs), seed=t.seed,
+        data_seed=t.seed, eval_strategy="epoch" if evaluator else "no", save_strategy="epoch" if t.early_stopping_patience
+        else "no", load_best_model_at_end=bool(t.early_stopping_patience and evaluator),
+        metric_for_best_model="eval_dev_ndcg@10" if evaluator else None, save_total_limit=1,
+        logging_steps=max(1, steps_per_epoch // 10), report_to="none", use_cpu=True, dataloader_num_workers=0,
+        disable_tqdm=False,
+    )  # fmt: skip
+    callbacks = [EarlyStoppingCallback(t.early_stopping_patience)] if t.early_stopping_patience and evaluator else []
+    trainer = CrossEncoderTrainer(model=model, args=args, train_dataset=train_ds, loss=loss, evaluator=evaluator,
+                                  callbacks=callbacks)  # fmt: skip
+    t_train = time.perf_counter()
+    trainer.train()
+    train_seconds = time.perf_counter() - t_train
+    after = dev_ndcg(model, data, text, 64) if data.dev else {}
+    log.info("training: dev metrics after training: %s", after)
+
+    tmp = out.parent / f".{out.name}.partial"
+    import shutil
+
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(str(tmp))
+    report = {
+        "base_model": t.base_model, "base_model_origin": base_desc, "config": config.path,
+        "training": json.loads(json.dumps(dataclasses.asdict(t), default=str)), "data": data.stats,
+        "dev_before": before, "dev_after": after, "train_seconds": round(train_seconds, 1),
+        "total_seconds": round(time.perf_counter() - t0, 1), "steps": trainer.state.global_step,
+        "log_history": trainer.state.log_history,
+    }  # fmt: skip
+    (tmp / "stagebench_training.json").write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
+    (tmp / "README.md").write_text(model_card(report), encoding="utf-8")
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    shutil.rmtree(work, ignore_errors=True)
+    report["output"] = str(out)
+    return report
+
+
+def model_card(r: dict) -> str:
+    t, d = r["training"], r["data"]
+    lines = [
+        f"# Cross-encoder reranker fine-tuned by stagebench from {r['base_model']}", "",
+        f"Base: {r['base_model_origin']}. Config: `{r['config']}`.", "",
+        "## Data", "",
+        f"- {d['dataset']}, split `{d['split']}` ({d['split_queries']} queries): {d['train_queries']} train queries, "
+        f"{d['dev_queries']} dev queries held out of the same split. No test-split query or judgment is read.",
+        f"- {d['train_pairs']} training pairs: {d['judged']} judged, {d['mined']} mined hard negatives "
+        f"(stage `{t['negatives']['from_stage']}`, {t['negatives']['per_query']} per query from its top "
+        f"{t['negatives']['depth']} unjudged, target {t['unjudged_label']}).",
+        f"- Label targets: {d['labels']}.", "",
+        "## Recipe", "",
+        f"- loss `{t['loss']}`, {t['epochs']} epoch(s), batch {t['batch_size']}, max_length {t['max_length']}, "
+        f"learning rate {t['learning_rate']}, warmup {t['warmup_ratio']}, seed {t['seed']}; {r['steps']} steps in "
+        f"{r['train_seconds']} s on CPU.", "",
+        "## Dev metrics (graded nDCG@10 / RR@10 reranking each dev query's pool)", "",
+        f"- before: {r['dev_before']}", f"- after: {r['dev_after']}", "",
+        "Full details: `stagebench_training.json`.", "",
+    ]  # fmt: skip
+    return "\n".join(lines)
