@@ -325,7 +325,7 @@ def train_reranker(config, output: str | None = None, cache=None) -> dict:
                                         "label": [x[3] for x in data.train]})  # fmt: skip
         loss = BinaryCrossEntropyLoss(model) if t.loss == "bce" else MSELoss(model)
     evaluator = None
-    if data.dev:
+    if data.dev and t.early_stopping_patience:  # otherwise the dev pools are scored only before and after
         samples = [{"query": data.dev_queries[q], "positive": [text[d] for d, y in pool if y > 0],
                     "documents": [text[d] for d, _ in pool]} for q, pool in data.dev.items() if pool]  # fmt: skip
         evaluator = CrossEncoderRerankingEvaluator(samples, at_k=10, name="dev", always_rerank_positives=True,
