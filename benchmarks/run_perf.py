@@ -55,22 +55,6 @@ def percentiles(latencies_s: list[float]) -> dict:
             "p99_ms": round(float(np.percentile(a, 99)), 3)}  # fmt: skip
 
 
-def peak_rss_mb() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def rss_mb() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
 def load(path: str | Path, max_queries: int | None = None):
     from stagebench.config import load_config
     from stagebench.data.esci import load_esci
@@ -158,12 +142,11 @@ def cross_encoder_section(ds, repeats: int, n_queries: int, top_n: int, ref_dir:
     from sentence_transformers import CrossEncoder
 
     from stagebench.models import resolve_model
+    from stagebench.onnx_weights import build_reference_folder
     from stagebench.rerankers import CrossEncoderReranker
     from stagebench.stages.base import StageContext
     from stagebench.stages.bm25 import BM25Params, BM25Stage
     from stagebench.stages.rerank import RerankCommon, rerank_run
-
-    from stagebench.onnx_weights import build_reference_folder
 
     run = BM25Stage("bm25", BM25Params(k1=1.2, b=0.75, top_k=top_n))(StageContext(ds), [])
     qids = [q for q in ds.query_ids if run.get(q)][:n_queries]
@@ -249,6 +232,8 @@ def dense_section(ds, repeats: int, sample_docs: int, cache_root: Path) -> dict:
 
 def scale_one(path: Path, what: str, queries: int, encode_docs: int | None) -> dict:
     """Runs in its own process, so peak RSS belongs to this size alone."""
+    from stagebench.system import peak_rss_mb, rss_mb
+
     t0 = time.perf_counter()
     ds = load(path, max_queries=queries)
     texts = ds.doc_texts

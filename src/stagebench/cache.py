@@ -97,7 +97,7 @@ class CorruptEntry(Exception):
 
 
 class Cache:
-    """A cache rooted at ``root``. ``enabled=False`` never reads (but still writes: a refresh)."""
+    """A cache rooted at ``root``. ``read=False`` never reads (but still writes: a refresh)."""
 
     def __init__(self, root: str | Path, read: bool = True) -> None:
         self.root = Path(root)

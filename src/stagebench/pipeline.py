@@ -17,17 +17,17 @@ import json
 import logging
 import os
 import platform
+import resource
 import shutil
 import sys
 import time
-import resource
 from dataclasses import asdict, dataclass, is_dataclass
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 
 from stagebench import __version__
-from stagebench.cache import Cache
+from stagebench.cache import Cache, cache_root, code_identity, make_key
 from stagebench.config import Config, StageConfig
 from stagebench.data import LOADERS, Dataset
 from stagebench.errors import StagebenchError
@@ -35,6 +35,7 @@ from stagebench.results import render
 from stagebench.run import Run, ranked, read_trec_run, run_digest, write_trec_qrels, write_trec_run
 from stagebench.stages import Stage, StageContext, stage_class
 from stagebench.system import PeakMemory, machine_info
+from stagebench.training import check_trained_models
 
 log = logging.getLogger("stagebench")
 
@@ -103,8 +104,6 @@ def stage_key(sc: StageConfig, stage: Stage, ds: Dataset, input_digests: list[st
     * model identities (name + origin + weight-file hash) and other ``identity()`` parts;
     * the source hash of the modules that compute it, and the versions of the libraries.
     """
-    from stagebench.cache import code_identity, make_key
-
     params = asdict(sc.params) if is_dataclass(sc.params) else sc.params
     params = {k: v for k, v in params.items() if k not in stage.unkeyed_params}
     parts = {
@@ -150,10 +149,6 @@ def run_config(config: Config, output: str | Path | None = None, cache_dir: str 
                recompute: bool = False) -> RunResult:  # fmt: skip
     """Run ``config``; ``cache_dir`` overrides the cache root, ``recompute`` ignores cached
     results (and replaces them)."""
-    from stagebench.cache import Cache, cache_root
-
-    from stagebench.training import check_trained_models
-
     check_trained_models(config)
     out = Path(output or config.output)
     cache = Cache(cache_root(cache_dir, config.cache_dir), read=not recompute)
@@ -177,7 +172,7 @@ def run_config(config: Config, output: str | Path | None = None, cache_dir: str 
     return result
 
 
-def _run_stage(sc: StageConfig, stage: Stage, ctx: StageContext, inputs: list[Run], key: str, parts: dict,
+def run_stage(sc: StageConfig, stage: Stage, ctx: StageContext, inputs: list[Run], key: str, parts: dict,
                cache: Cache | None) -> tuple[Run, dict]:  # fmt: skip
     """Run one stage through the cache (``cache=None``: compute, store nothing)."""
     use_cache = cache is not None and sc.cache
@@ -225,7 +220,7 @@ def _run_into(config: Config, ds: Dataset, folder: Path, cache: Cache, t_start: 
         stage = cls(sc.name, sc.params)
         key, parts = stage_key(sc, stage, ds, [digests[i] for i in sc.inputs])
         keys[sc.name] = key
-        run, info = _run_stage(sc, stage, ctx, [runs[i] for i in sc.inputs], key, parts, cache)
+        run, info = run_stage(sc, stage, ctx, [runs[i] for i in sc.inputs], key, parts, cache)
         runs[sc.name] = run
         digests[sc.name] = info["run_digest"]
         write_trec_run(run, folder / "runs" / f"{sc.name}.trec", tag=f"{config.name}.{sc.name}")

@@ -32,6 +32,14 @@ def rss_mb() -> float:
     return kb / 1024
 
 
+def peak_rss_mb() -> float:
+    """The process's resident-set high-water mark (VmHWM; ru_maxrss where /proc is absent)."""
+    kb = _status_kb("VmHWM")
+    if kb is None:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return kb / 1024
+
+
 def machine_info() -> dict:
     cpu = platform.processor() or platform.machine()
     try:
@@ -88,4 +96,4 @@ class PeakMemory:
             self._thread.join()
             self.peak_mb = max(self.peak_mb, rss_mb())
         else:
-            self.peak_mb = (_status_kb("VmHWM") or 0) / 1024
+            self.peak_mb = peak_rss_mb()

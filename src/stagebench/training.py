@@ -227,18 +227,18 @@ def build_training_data(config, t: TrainingConfig, cache=None) -> tuple[Training
 
 def mine_negatives(config, ds, n: NegativesConfig, cache) -> dict[str, list[str]]:
     """Run the named first stage over the train+dev queries (through the stage cache)."""
-    from stagebench.pipeline import _run_stage, stage_key
+    from stagebench.pipeline import run_stage, stage_key
     from stagebench.stages import StageContext, stage_class
 
     sc = next(s for s in config.stages if s.name == n.from_stage)
     stage = stage_class(sc.type, sc.target, sc.name)(sc.name, sc.params)
     key, parts = stage_key(sc, stage, ds, [])
-    run, info = _run_stage(sc, stage, StageContext(ds, cache), [], key, parts, cache)
+    run, info = run_stage(sc, stage, StageContext(ds, cache), [], key, parts, cache)
     log.info("training: hard negatives from stage %s over %d train+dev queries (%s)", sc.name, len(ds.queries),
              info["status"])  # fmt: skip
     from stagebench.run import ranked_ids
 
-    return {q: ranked_ids(docs)[: n.depth + n.skip_top + 200] for q, docs in run.items()}
+    return {q: ranked_ids(docs) for q, docs in run.items()}
 
 
 # --------------------------------------------------------------------------- model
