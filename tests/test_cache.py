@@ -237,6 +237,16 @@ def test_upstream_change_that_leaves_the_run_identical_reuses_downstream(tmp_pat
     assert (tmp_path / "out-c" / "runs" / "bm25.trec").read_bytes() != same
 
 
+def test_rerun_into_a_results_folder_keeps_its_expected_yaml(tmp_path, small_synthetic):
+    cfg = write_config(tmp_path, small_synthetic)
+    out = run_config(load_config(cfg)).output
+    (out / "expected.yaml").write_text("stages: {bm25: {nDCG@10: 0.5}}\n")
+    (out / "stale.txt").write_text("not a run's file")
+    run_config(load_config(cfg))
+    assert (out / "expected.yaml").read_text() == "stages: {bm25: {nDCG@10: 0.5}}\n"
+    assert not (out / "stale.txt").exists()  # everything else is the new run's
+
+
 def test_stage_cache_false_always_recomputes(tmp_path, small_synthetic, logs):
     cfg = write_config(tmp_path, small_synthetic)
     cfg.write_text(cfg.read_text().replace("type: rrf,", "type: rrf, cache: false,"))

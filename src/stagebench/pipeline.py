@@ -39,6 +39,10 @@ from stagebench.training import check_trained_models
 
 log = logging.getLogger("stagebench")
 
+#: files a results folder may hold that no run writes (``stagebench check``'s expected
+#: values, committed next to the results): a new run into the folder keeps them
+KEPT_FILES = ("expected.yaml",)
+
 REPORTED_PACKAGES = (
     "stagebench", "numpy", "scipy", "pandas", "pyarrow", "rank-bm25", "pytrec-eval-terrier", "torch",
     "sentence-transformers", "transformers", "faiss-cpu", "onnxruntime", "tokenizers", "datasets",
@@ -163,6 +167,9 @@ def run_config(config: Config, output: str | Path | None = None, cache_dir: str 
     try:
         result = _run_into(config, ds, partial, cache, t_start)
         if out.exists():
+            for name in KEPT_FILES:  # not written by a run: carried over, never deleted
+                if (out / name).is_file():
+                    shutil.copy2(out / name, partial / name)
             shutil.rmtree(out)
         os.replace(partial, out)
     except BaseException:
