@@ -57,7 +57,7 @@ class CheckRow:
 
 
 def load_expected(path: str | Path) -> Expected:
-    from stagebench.config import build, read_yaml
+    from stagebench.params import build, read_yaml
 
     path = Path(path)
     raw = read_yaml(path, "expected-values file")

@@ -28,15 +28,14 @@ file and the key path (``configs/x.yaml: stages[1].inputs: unknown stage 'bm52'`
 
 from __future__ import annotations
 
-import dataclasses
-import types
-import typing
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from stagebench.errors import ConfigError, StagebenchError
-from stagebench.metrics.names import GAINS, Measure, parse_measure
+from stagebench.metrics.names import Measure, parse_measure
+from stagebench.params import PositiveInt, Probability, Range, Seed, build, coerce, read_yaml
 
 DEFAULT_METRICS = ("nDCG@10", "RR@10", "R@100")
 
@@ -60,26 +59,14 @@ class StageConfig:
 @dataclass
 class EvaluationConfig:
     metrics: list[str] = field(default_factory=lambda: list(DEFAULT_METRICS))
-    relevance_threshold: int = 1
-    gain: str = "linear"
+    relevance_threshold: PositiveInt = 1  # grade >= this is relevant for binary measures (0 = "not relevant")
+    gain: Literal["linear", "exp"] = "linear"
     baseline: str | None = None  # the stage others are compared with (default: the first)
-    test: str = "randomization"  # which test marks significance: randomization | ttest
-    alpha: float = 0.05
-    permutations: int = 10000  # randomization test
-    bootstrap: int = 2000  # bootstrap resamples for the 95% confidence intervals
-    seed: int = 42
-
-    def validate(self) -> list[tuple[str, str]]:
-        errs = []
-        if self.gain not in GAINS:
-            errs.append(("gain", f"must be one of {', '.join(GAINS)}, got {self.gain!r}"))
-        if self.test not in ("randomization", "ttest"):
-            errs.append(("test", f"must be 'randomization' or 'ttest', got {self.test!r}"))
-        if not 0 < self.alpha < 1:
-            errs.append(("alpha", "must be between 0 and 1"))
-        if self.permutations < 100 or self.bootstrap < 100:
-            errs.append(("permutations", "permutations and bootstrap must be >= 100"))
-        return errs
+    test: Literal["randomization", "ttest"] = "randomization"  # which test marks significance
+    alpha: Probability = 0.05
+    permutations: Annotated[int, Range(ge=100)] = 10000  # randomization test
+    bootstrap: Annotated[int, Range(ge=100)] = 2000  # bootstrap resamples for the 95% confidence intervals
+    seed: Seed = 42
 
 
 @dataclass
@@ -96,110 +83,13 @@ class Config:
     training: Any = None  # stagebench.training.TrainingConfig, for `stagebench train-reranker`
 
 
-# --------------------------------------------------------------------------- coercion
-
-
-def _type_name(tp: Any) -> str:
-    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
-
-
-def coerce(value: Any, tp: Any, where: str) -> Any:
-    """Check/convert ``value`` against a type hint; raise ConfigError naming ``where``."""
-    origin = typing.get_origin(tp)
-    if tp is Any:
-        return value
-    if origin in (typing.Union, types.UnionType):
-        args = typing.get_args(tp)
-        if value is None and type(None) in args:
-            return None
-        errors = []
-        for a in args:
-            if a is type(None):
-                continue
-            try:
-                return coerce(value, a, where)
-            except ConfigError as exc:
-                errors.append(str(exc))
-        raise ConfigError(errors[0] if len(errors) == 1 else f"{where}: expected {_type_name(tp)}, got {value!r}")
-    if origin is typing.Literal:
-        if value not in typing.get_args(tp):
-            raise ConfigError(f"{where}: must be one of {list(typing.get_args(tp))}, got {value!r}")
-        return value
-    if origin is list:
-        if not isinstance(value, list):
-            raise ConfigError(f"{where}: expected a list, got {type(value).__name__} {value!r}")
-        (item_t,) = typing.get_args(tp) or (Any,)
-        return [coerce(v, item_t, f"{where}[{i}]") for i, v in enumerate(value)]
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise ConfigError(f"{where}: expected a mapping, got {type(value).__name__} {value!r}")
-        kt, vt = typing.get_args(tp) or (Any, Any)
-        return {coerce(k, kt, f"{where}") : coerce(v, vt, f"{where}.{k}") for k, v in value.items()}
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(f"{where}: expected true/false, got {value!r}")
-        return value
-    if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{where}: expected an integer, got {type(value).__name__} {value!r}")
-        return value
-    if tp is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{where}: expected a number, got {type(value).__name__} {value!r}")
-        return float(value)
-    if tp is str:
-        if not isinstance(value, str):
-            raise ConfigError(f"{where}: expected a string, got {type(value).__name__} {value!r}")
-        return value
-    if dataclasses.is_dataclass(tp):
-        return build(tp, value, where)
-    raise ConfigError(f"{where}: unsupported type {_type_name(tp)}")  # pragma: no cover
-
-
-def build(cls: type, mapping: Any, where: str) -> Any:
-    """Instantiate dataclass ``cls`` from a mapping: unknown keys, missing keys and wrong
-    types are errors naming ``where.key``; then ``cls.validate()`` (if any) is applied."""
-    if mapping is None:
-        mapping = {}
-    if not isinstance(mapping, dict):
-        raise ConfigError(f"{where}: expected a mapping, got {type(mapping).__name__} {mapping!r}")
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
-    for key in mapping:
-        if key not in fields:
-            raise ConfigError(f"{where}.{key}: unknown key (known: {', '.join(fields)})")
-    kwargs = {}
-    for name, f in fields.items():
-        if name in mapping:
-            kwargs[name] = coerce(mapping[name], hints[name], f"{where}.{name}")
-        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            raise ConfigError(f"{where}.{name}: required key is missing")
-    obj = cls(**kwargs)
-    if hasattr(obj, "validate"):
-        for key, msg in obj.validate():
-            raise ConfigError(f"{where}.{key}: {msg}")
-    return obj
-
-
 # --------------------------------------------------------------------------- loading
+
+#: config and stage names become file and folder names: no separators, no "..", no whitespace
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
 _TOP_KEYS = ("name", "output", "cache_dir", "dataset", "stages", "evaluation", "training")
 _STAGE_KEYS = ("name", "type", "inputs", "params", "target", "cache")
-
-
-def read_yaml(path: str | Path, what: str = "config file") -> Any:
-    """Parse a YAML file; a missing file or a syntax error is a ConfigError naming file and line."""
-    import yaml
-
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"{path}: {what} not found")
-    try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f" line {mark.line + 1}" if mark else ""
-        raise ConfigError(f"{path}:{at} invalid YAML ({getattr(exc, 'problem', exc)})") from None
 
 
 def load_config(path: str | Path) -> Config:
@@ -225,7 +115,7 @@ def parse_config(raw: Any, path: str = "<config>") -> Config:
     for key in ("name", "dataset", "stages"):
         if key not in raw:
             raise ConfigError(f"{key}: required key is missing")
-    name = coerce(raw["name"], str, "name")
+    name = _name(raw["name"], "name")
     training = None
     if raw.get("training") is not None:
         from stagebench.training import TrainingConfig
@@ -258,7 +148,7 @@ def parse_config(raw: Any, path: str = "<config>") -> Config:
         for key in ("name", "type"):
             if key not in s:
                 raise ConfigError(f"{where}.{key}: required key is missing")
-        sname = coerce(s["name"], str, f"{where}.name")
+        sname = _name(s["name"], f"{where}.name")
         where = f"stages[{i}] ({sname})"
         if sname in seen:
             raise ConfigError(f"{where}.name: duplicate stage name {sname!r}")
@@ -282,6 +172,8 @@ def parse_config(raw: Any, path: str = "<config>") -> Config:
             params = cls.build_params(s.get("params", {}), f"{where}.params", target)
         else:
             params = build(cls.Params, s.get("params", {}), f"{where}.params")
+        for key, msg in cls.check_params(params, inputs):
+            raise ConfigError(f"{where}.params.{key}: {msg}")
         check_stage_model(params, f"{where}.params", training)
         use_cache = coerce(s.get("cache", True), bool, f"{where}.cache")
         stages.append(StageConfig(name=sname, type=stype, inputs=inputs, params=params, target=target, cache=use_cache))
@@ -304,6 +196,14 @@ def parse_config(raw: Any, path: str = "<config>") -> Config:
         name=name, dataset=dataset, stages=stages, evaluation=evaluation, measures=measures,
         output=output, cache_dir=cache_dir, path=path, raw=raw, training=training,
     )  # fmt: skip
+
+
+def _name(value: Any, where: str) -> str:
+    name = coerce(value, str, where)
+    if not NAME_RE.match(name):
+        raise ConfigError(f"{where}: {name!r} is not a valid name (letters, digits, '_', '-', '.'; starting with a "
+                          "letter or digit; at most 100 characters): it names files and folders")  # fmt: skip
+    return name
 
 
 def check_stage_model(params: Any, where: str, training: Any = None) -> None:

@@ -37,22 +37,22 @@ import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from stagebench.errors import ConfigError, DataError, StagebenchError
+from stagebench.params import Fraction, NonNegativeInt, PositiveInt, Probability, Seed
 
 log = logging.getLogger("stagebench")
 
-LOSSES = ("bce", "mse", "lambda")
 
 
 @dataclass
 class NegativesConfig:
     judged: bool = True  # the judged products of each query, with their mapped labels
     from_stage: str | None = "bm25"  # a stage of this config without inputs, run over the train queries
-    per_query: int = 8  # hard negatives per query, sampled among ...
-    depth: int = 50  # ... the unjudged documents in the top `depth` of that stage's run
-    skip_top: int = 0  # ignore the first N unjudged (they are the likeliest false negatives)
+    per_query: NonNegativeInt = 8  # hard negatives per query, sampled among ...
+    depth: PositiveInt = 50  # ... the unjudged documents in the top `depth` of that stage's run
+    skip_top: NonNegativeInt = 0  # ignore the first N unjudged (they are the likeliest false negatives)
 
 
 @dataclass
@@ -61,37 +61,26 @@ class TrainingConfig:
     source: str = "auto"
     output: str = "models/reranker"
     split: str = "train"
-    max_queries: int | None = None
-    dev_queries: int = 100
+    max_queries: PositiveInt | None = None
+    dev_queries: NonNegativeInt = 100
     negatives: NegativesConfig = field(default_factory=NegativesConfig)
     labels: dict[str, float] = field(default_factory=lambda: {"E": 1.0, "S": 0.1, "C": 0.01, "I": 0.0})
     unjudged_label: float = 0.0
-    loss: str = "bce"
-    epochs: int = 1
-    batch_size: int = 16
-    max_length: int = 96
-    learning_rate: float = 2e-5
-    warmup_ratio: float = 0.1
-    seed: int = 12
-    early_stopping_patience: int | None = None  # epochs without dev nDCG@10 gain before stopping
+    loss: Literal["bce", "mse", "lambda"] = "bce"  # pointwise BCE | pointwise MSE | listwise LambdaLoss
+    epochs: PositiveInt = 1
+    batch_size: PositiveInt = 16
+    max_length: PositiveInt = 96
+    learning_rate: Probability = 2e-5
+    warmup_ratio: Fraction = 0.1
+    seed: Seed = 12
+    early_stopping_patience: PositiveInt | None = None  # epochs without dev nDCG@10 gain before stopping
 
     def validate(self) -> list[tuple[str, str]]:
         from stagebench.models import check_model
 
         errs = []
-        if self.loss not in LOSSES:
-            errs.append(("loss", f"must be one of {', '.join(LOSSES)}, got {self.loss!r}"))
-        for key in ("epochs", "batch_size", "max_length"):
-            if getattr(self, key) < 1:
-                errs.append((key, "must be >= 1"))
-        if self.dev_queries < 0 or (self.max_queries is not None and self.max_queries < 1):
-            errs.append(("max_queries", "must be >= 1 (and dev_queries >= 0)"))
         if not self.labels:
             errs.append(("labels", "needs at least one grade -> target"))
-        if not 0 < self.learning_rate < 1:
-            errs.append(("learning_rate", "must be in (0, 1)"))
-        if self.negatives.per_query < 0 or self.negatives.depth < 1:
-            errs.append(("negatives", "per_query must be >= 0 and depth >= 1"))
         if not errs:  # the base model must be loadable before any training step
             errs += check_model(self.base_model, self.source)
             errs = [("base_model" if k == "model" else k, m) for k, m in errs]

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
+from stagebench.params import PositiveInt
 from stagebench.data.model import Dataset, check_queries
 from stagebench.data.text import strip_html
 from stagebench.errors import DataError
@@ -44,21 +46,13 @@ DEFAULT_TEMPLATE = "{title} {brand} {color} {bullet_points} {description}"
 @dataclass
 class EsciOptions:
     path: str
-    locale: str | None = "us"
-    split: str | None = "test"  # test | train | null for both
+    locale: str | None = "us"  # null: every locale (products are then keyed by locale and id)
+    split: Literal["train", "test"] | None = "test"  # null for both
     small_version: bool = False  # keep only rows with small_version == 1
     labels: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_LABELS))
     text_template: str = DEFAULT_TEMPLATE
-    corpus_scope: str = "catalog"  # catalog | judged
-    max_queries: int | None = None  # keep the first N query ids (sorted), for quick runs
-
-    def validate(self) -> list[tuple[str, str]]:
-        errs = []
-        if self.corpus_scope not in ("catalog", "judged"):
-            errs.append(("corpus_scope", f"must be 'catalog' or 'judged', got {self.corpus_scope!r}"))
-        if self.split not in (None, "train", "test"):
-            errs.append(("split", f"must be 'train', 'test' or null, got {self.split!r}"))
-        return errs
+    corpus_scope: Literal["catalog", "judged"] = "catalog"
+    max_queries: PositiveInt | None = None  # keep the first N query ids (sorted), for quick runs
 
 
 @dataclass
@@ -69,7 +63,7 @@ class EsciHfOptions(EsciOptions):
     revision: str | None = None
 
     def validate(self) -> list[tuple[str, str]]:
-        errs = super().validate()
+        errs = []
         if bool(self.path) == bool(self.name):
             errs.append(("path", "set exactly one of 'path' (local parquet) or 'name' (hub dataset)"))
         return errs

@@ -7,11 +7,13 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from stagebench.data.esci import ESCI_LABEL_NAMES
 from stagebench.data.model import Dataset, check_queries
 from stagebench.data.text import strip_html
 from stagebench.errors import DataError
+from stagebench.params import PositiveInt
 
 
 def read_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
@@ -41,13 +43,8 @@ class BeirOptions:
     path: str
     split: str = "test"  # reads qrels/<split>.tsv
     text_template: str = "{title} {text}"
-    corpus_scope: str = "catalog"
-    max_queries: int | None = None
-
-    def validate(self) -> list[tuple[str, str]]:
-        if self.corpus_scope not in ("catalog", "judged"):
-            return [("corpus_scope", f"must be 'catalog' or 'judged', got {self.corpus_scope!r}")]
-        return []
+    corpus_scope: Literal["catalog", "judged"] = "catalog"
+    max_queries: PositiveInt | None = None
 
 
 def load_beir(opts: BeirOptions) -> Dataset:
@@ -128,12 +125,7 @@ class SrsJsonlOptions:
 
     path: str
     text_template: str = "{product_text}"
-    corpus_scope: str = "catalog"  # the sample itself only holds judged products
-
-    def validate(self) -> list[tuple[str, str]]:
-        if self.corpus_scope not in ("catalog", "judged"):
-            return [("corpus_scope", f"must be 'catalog' or 'judged', got {self.corpus_scope!r}")]
-        return []
+    corpus_scope: Literal["catalog", "judged"] = "catalog"  # the sample itself only holds judged products
 
 
 def load_srs_jsonl(opts: SrsJsonlOptions) -> Dataset:

@@ -12,6 +12,7 @@ import csv
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from stagebench.data.jsonl import _finish, read_jsonl
 from stagebench.data.model import Dataset, check_queries
@@ -25,14 +26,9 @@ class TrecOptions:
     qrels: str
     topics: str
     corpus: str
-    topic_field: str = "title"  # for SGML topics: title | desc
+    topic_field: Literal["title", "desc"] = "title"  # for SGML topics
     text_template: str = "{title} {text}"
-    corpus_scope: str = "catalog"
-
-    def validate(self) -> list[tuple[str, str]]:
-        if self.corpus_scope not in ("catalog", "judged"):
-            return [("corpus_scope", f"must be 'catalog' or 'judged', got {self.corpus_scope!r}")]
-        return []
+    corpus_scope: Literal["catalog", "judged"] = "catalog"
 
 
 def read_topics(path: Path, field: str = "title") -> dict[str, str]:

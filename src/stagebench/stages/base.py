@@ -52,6 +52,12 @@ class Stage:
         self.name = name
         self.params = params
 
+    @classmethod
+    def check_params(cls, params: Any, inputs: list[str]) -> list[tuple[str, str]]:
+        """Rules that tie the params to the stage's inputs (``(key, message)`` pairs), checked
+        when the config is loaded, e.g. one fusion weight per input."""
+        return []
+
     def identity(self) -> dict[str, Any]:
         """Extra cache-key parts, e.g. the resolved model's identity (name + weight hash)."""
         return {}

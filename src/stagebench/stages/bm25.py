@@ -25,9 +25,11 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
+from stagebench.params import Fraction, NonNegativeFloat, PositiveInt
 from stagebench.run import Run, ranked
 from stagebench.stages.base import Stage, StageContext
 from stagebench.tokenize import Tokenizer
@@ -38,28 +40,16 @@ log = logging.getLogger("stagebench")
 
 @dataclass
 class BM25Params:
-    k1: float = 1.5
-    b: float = 0.75
-    epsilon: float = 0.25
-    top_k: int = 1000
-    backend: str = "sparse"  # sparse | rank_bm25
+    k1: NonNegativeFloat = 1.5
+    b: Fraction = 0.75
+    epsilon: NonNegativeFloat = 0.25
+    top_k: PositiveInt = 1000
+    backend: Literal["sparse", "rank_bm25"] = "sparse"
     lowercase: bool = True
     stopwords: bool = False
     stemmer: str | None = None
-    query_batch: int = 256
-    threads: int | None = None  # sparse backend: query-batch threads (default: all cores)
-
-    def validate(self) -> list[tuple[str, str]]:
-        errs = []
-        if self.backend not in ("sparse", "rank_bm25"):
-            errs.append(("backend", f"must be 'sparse' or 'rank_bm25', got {self.backend!r}"))
-        if self.top_k < 1:
-            errs.append(("top_k", "must be >= 1"))
-        if not 0.0 <= self.b <= 1.0:
-            errs.append(("b", "must be in [0, 1]"))
-        if self.k1 < 0:
-            errs.append(("k1", "must be >= 0"))
-        return errs
+    query_batch: PositiveInt = 256
+    threads: PositiveInt | None = None  # sparse backend: query-batch threads (default: all cores)
 
 
 class SparseBM25:

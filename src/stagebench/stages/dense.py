@@ -15,9 +15,11 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from typing import Annotated, Literal
 
 import numpy as np
 
+from stagebench.params import PositiveInt, Range
 from stagebench.run import Run
 from stagebench.stages.base import Stage, StageContext
 
@@ -28,27 +30,19 @@ log = logging.getLogger("stagebench")
 class DenseParams:
     model: str = "sentence-transformers/all-MiniLM-L6-v2"
     source: str = "auto"  # auto | bundled | hub (see stagebench.models)
-    top_k: int = 1000
-    batch_size: int = 64
-    max_length: int | None = 256
+    top_k: PositiveInt = 1000
+    batch_size: PositiveInt = 64
+    max_length: PositiveInt | None = 256
     query_prefix: str = ""  # e5: "query: ", bge: "Represent this sentence for searching relevant passages: "
     passage_prefix: str = ""  # e5: "passage: "
-    quantize: str = "none"  # none | int8: dynamic INT8 for sentence-transformers models (faster, scores move slightly)
-    index: str = "flat"  # flat | hnsw
-    hnsw_m: int = 32
-    hnsw_ef_construction: int = 200
-    hnsw_ef_search: int = 256
+    # int8: dynamic INT8 for sentence-transformers models (faster, scores move slightly)
+    quantize: Literal["none", "int8"] = "none"
+    index: Literal["flat", "hnsw"] = "flat"
+    hnsw_m: Annotated[int, Range(ge=2)] = 32  # faiss needs M >= 2 (it aborts the process on 0)
+    hnsw_ef_construction: PositiveInt = 200
+    hnsw_ef_search: PositiveInt = 256
     cache: bool = True
-
-    def validate(self) -> list[tuple[str, str]]:
-        errs = []
-        if self.quantize not in ("none", "int8"):
-            errs.append(("quantize", f"must be 'none' or 'int8', got {self.quantize!r}"))
-        if self.index not in ("flat", "hnsw"):
-            errs.append(("index", f"must be 'flat' or 'hnsw', got {self.index!r}"))
-        if self.top_k < 1:
-            errs.append(("top_k", "must be >= 1"))
-        return errs  # model/source are checked by the config loader (stagebench.config.parse_config)
+    # model/source are checked by the config loader (stagebench.config.parse_config)
 
 
 def embeddings_parts(model_identity: str, fingerprint: str, passage_prefix: str, max_length: int | None,

@@ -16,54 +16,40 @@ sum by the number of inputs that retrieved the document. Missing documents contr
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
+from stagebench.params import NonNegativeFloat, PositiveInt
 from stagebench.run import Run, ranked, truncate
 from stagebench.stages.base import Stage, StageContext
 
 
 @dataclass
 class RRFParams:
-    k: float = 60.0
-    weights: list[float] | None = None
-    depth: int | None = None  # use the top `depth` of each input (default: all of it)
-    top_k: int | None = None  # cut the fused run (default: keep every fused document)
-
-    def validate(self) -> list[tuple[str, str]]:
-        errs = []
-        if self.k < 0:
-            errs.append(("k", "must be >= 0"))
-        if self.weights is not None and any(w < 0 for w in self.weights):
-            errs.append(("weights", "must be >= 0"))
-        return errs
+    k: NonNegativeFloat = 60.0
+    weights: list[NonNegativeFloat] | None = None  # one per input, in order (default: all 1)
+    depth: PositiveInt | None = None  # use the top `depth` of each input (default: all of it)
+    top_k: PositiveInt | None = None  # cut the fused run (default: keep every fused document)
 
 
 @dataclass
 class ScoreFusionParams:
-    method: str = "combsum"  # combsum | combmnz
-    norm: str = "minmax"  # minmax | zscore | none
-    weights: list[float] | None = None
-    depth: int | None = None
-    top_k: int | None = None
-
-    def validate(self) -> list[tuple[str, str]]:
-        errs = []
-        if self.method not in ("combsum", "combmnz"):
-            errs.append(("method", f"must be combsum or combmnz, got {self.method!r}"))
-        if self.norm not in ("minmax", "zscore", "none"):
-            errs.append(("norm", f"must be minmax, zscore or none, got {self.norm!r}"))
-        return errs
+    method: Literal["combsum", "combmnz"] = "combsum"
+    norm: Literal["minmax", "zscore", "none"] = "minmax"
+    weights: list[float] | None = None  # one per input, in order (default: all 1)
+    depth: PositiveInt | None = None
+    top_k: PositiveInt | None = None
 
 
-def _weights(weights: list[float] | None, n: int, stage: str) -> list[float]:
-    from stagebench.errors import ConfigError
-
+def check_weights(weights: list[float] | None, inputs: list[str]) -> list[tuple[str, str]]:
     if weights is None:
-        return [1.0] * n
-    if len(weights) != n:
-        raise ConfigError(f"stage {stage}: weights has {len(weights)} values for {n} inputs")
-    return list(weights)
+        return []
+    if len(weights) != len(inputs):
+        return [("weights", f"has {len(weights)} values for {len(inputs)} inputs ({', '.join(inputs)}): give one per input")]
+    if not any(weights):
+        return [("weights", "are all 0: every fused score would be 0")]
+    return []
 
 
 def rrf(runs: list[Run], k: float = 60.0, weights: list[float] | None = None, depth: int | None = None) -> Run:
@@ -71,7 +57,7 @@ def rrf(runs: list[Run], k: float = 60.0, weights: list[float] | None = None, de
     out: Run = {}
     for qid in sorted(set().union(*runs)):
         acc: dict[str, float] = {}
-        for run, wi in zip(runs, w):
+        for run, wi in zip(runs, w, strict=True):
             docs = run.get(qid)
             if not docs:
                 continue
@@ -101,7 +87,7 @@ def score_fusion(runs: list[Run], method: str = "combsum", norm: str = "minmax",
     for qid in sorted(set().union(*runs)):
         acc: dict[str, float] = {}
         hits: dict[str, int] = {}
-        for run, wi in zip(runs, w):
+        for run, wi in zip(runs, w, strict=True):
             docs = run.get(qid)
             if not docs:
                 continue
@@ -126,9 +112,13 @@ class RRFStage(Stage):
     code_modules = (*Stage.code_modules, "stagebench.stages.fusion")
     reads_corpus = False
 
+    @classmethod
+    def check_params(cls, params: RRFParams, inputs: list[str]) -> list[tuple[str, str]]:
+        return check_weights(params.weights, inputs)
+
     def __call__(self, ctx: StageContext, inputs: list[Run]) -> Run:
         p: RRFParams = self.params
-        return _cut(rrf(inputs, p.k, _weights(p.weights, len(inputs), self.name), p.depth), p.top_k)
+        return _cut(rrf(inputs, p.k, p.weights, p.depth), p.top_k)
 
 
 class ScoreFusionStage(Stage):
@@ -139,7 +129,11 @@ class ScoreFusionStage(Stage):
     packages = ("numpy",)
     reads_corpus = False
 
+    @classmethod
+    def check_params(cls, params: ScoreFusionParams, inputs: list[str]) -> list[tuple[str, str]]:
+        return check_weights(params.weights, inputs)
+
     def __call__(self, ctx: StageContext, inputs: list[Run]) -> Run:
         p: ScoreFusionParams = self.params
-        fused = score_fusion(inputs, p.method, p.norm, _weights(p.weights, len(inputs), self.name), p.depth)
+        fused = score_fusion(inputs, p.method, p.norm, p.weights, p.depth)
         return _cut(fused, p.top_k)

@@ -18,11 +18,12 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
-from stagebench.errors import StagebenchError
+from stagebench.errors import ConfigError, StagebenchError
+from stagebench.params import PositiveInt, build
 from stagebench.run import Run, ranked, ranked_ids
 from stagebench.stages.base import Stage, StageContext
 from stagebench.ui import progress
@@ -32,36 +33,21 @@ log = logging.getLogger("stagebench")
 
 @dataclass
 class RerankCommon:
-    top_n: int = 50
-    activation: str = "none"  # none | sigmoid
-    pairs_per_call: int = 512
+    top_n: PositiveInt = 50
+    activation: Literal["none", "sigmoid"] = "none"  # sigmoid maps scores to (0, 1); the order stays the logits'
+    pairs_per_call: PositiveInt = 512
     per_query: bool = False  # call the reranker one query at a time (slower; for comparison)
-
-    def validate(self) -> list[tuple[str, str]]:
-        errs = []
-        if self.top_n < 1:
-            errs.append(("top_n", "must be >= 1"))
-        if self.activation not in ("none", "sigmoid"):
-            errs.append(("activation", f"must be 'none' or 'sigmoid', got {self.activation!r}"))
-        if self.pairs_per_call < 1:
-            errs.append(("pairs_per_call", "must be >= 1"))
-        return errs
 
 
 @dataclass
 class CrossEncoderParams(RerankCommon):
     model: str = "cross-encoder/ms-marco-MiniLM-L-12-v2"
     source: str = "auto"
-    max_length: int = 256  # tokens of query + document; longer pairs are truncated
-    batch_size: int = 32
-
-    quantize: str = "none"  # none | int8: dynamic INT8 for sentence-transformers models (ONNX carriers already are)
-
-    def validate(self) -> list[tuple[str, str]]:
-        errs = super().validate()
-        if self.quantize not in ("none", "int8"):
-            errs.append(("quantize", f"must be 'none' or 'int8', got {self.quantize!r}"))
-        return errs  # model/source are checked by the config loader (stagebench.config.parse_config)
+    max_length: PositiveInt = 256  # tokens of query + document; longer pairs are truncated
+    batch_size: PositiveInt = 32
+    # int8: dynamic INT8 for sentence-transformers models (ONNX carriers already are)
+    quantize: Literal["none", "int8"] = "none"
+    # model/source are checked by the config loader (stagebench.config.parse_config)
 
 
 def merge_head_tail(head: dict[str, float], tail: list[str]) -> dict[str, float]:
@@ -202,8 +188,6 @@ class PluginStage(Stage):
 
     @classmethod
     def build_params(cls, raw: Any, where: str, target: str | None) -> PluginParams:
-        from stagebench.config import build
-        from stagebench.errors import ConfigError
         from stagebench.rerankers import check_kwargs, import_target
 
         if not target:

@@ -1,0 +1,205 @@
+"""Parameter declarations and their validation: the one mechanism every config section uses.
+
+A section (a stage's ``Params``, a loader's options, ``evaluation``, ``training``) is a
+dataclass. Its type hints say what a value may be, and :func:`build` checks a mapping
+against them: unknown keys, missing keys, wrong types, and
+
+* ``Literal[...]`` - one of the listed choices;
+* ``Annotated[int | float, Range(...)]`` - a declared range (``PositiveInt``, ``Fraction``...);
+* every ``float`` must be finite: NaN and infinity are never a sensible parameter.
+
+Errors are :class:`ConfigError` naming the key path (``stages[0] (bm25).params.k1: ...``).
+A section may still have a ``validate()`` method for rules that tie several keys together.
+
+:func:`read_yaml` parses a YAML file strictly: a key given twice in one mapping is an
+error, not last-one-wins.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+from stagebench.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Range:
+    """A declared numeric range, used as ``Annotated[int, Range(ge=1)]``."""
+
+    ge: float | None = None
+    le: float | None = None
+    gt: float | None = None
+    lt: float | None = None
+
+    def check(self, value: float) -> str | None:
+        if self.ge is not None and value < self.ge:
+            return f"must be >= {_num(self.ge)}"
+        if self.gt is not None and value <= self.gt:
+            return f"must be > {_num(self.gt)}"
+        if self.le is not None and value > self.le:
+            return f"must be <= {_num(self.le)}"
+        if self.lt is not None and value >= self.lt:
+            return f"must be < {_num(self.lt)}"
+        return None
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else str(x)
+
+
+PositiveInt = Annotated[int, Range(ge=1)]
+NonNegativeInt = Annotated[int, Range(ge=0)]
+NonNegativeFloat = Annotated[float, Range(ge=0)]
+PositiveFloat = Annotated[float, Range(gt=0)]
+Fraction = Annotated[float, Range(ge=0, le=1)]
+Probability = Annotated[float, Range(gt=0, lt=1)]
+#: a non-negative seed (numpy's generators reject negative ones)
+Seed = Annotated[int, Range(ge=0, le=2**32 - 1)]
+
+
+def _type_name(tp: Any) -> str:
+    if typing.get_origin(tp) is Annotated:
+        return _type_name(typing.get_args(tp)[0])
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def coerce(value: Any, tp: Any, where: str) -> Any:
+    """Check/convert ``value`` against a type hint; raise ConfigError naming ``where``."""
+    origin = typing.get_origin(tp)
+    if tp is Any:
+        return value
+    if origin is Annotated:
+        base, *extras = typing.get_args(tp)
+        value = coerce(value, base, where)
+        for extra in extras:
+            if isinstance(extra, Range) and value is not None:
+                msg = extra.check(value)
+                if msg:
+                    raise ConfigError(f"{where}: {msg}, got {value!r}")
+        return value
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for a in args:
+            if a is type(None):
+                continue
+            try:
+                return coerce(value, a, where)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(errors[0] if len(errors) == 1 else f"{where}: expected {_type_name(tp)}, got {value!r}")
+    if origin is typing.Literal:
+        if value not in typing.get_args(tp):
+            choices = ", ".join("null" if c is None else str(c) for c in typing.get_args(tp))
+            raise ConfigError(f"{where}: must be one of {choices}, got {value!r}")
+        return value
+    if origin is list:
+        if not isinstance(value, list):
+            raise ConfigError(f"{where}: expected a list, got {type(value).__name__} {value!r}")
+        (item_t,) = typing.get_args(tp) or (Any,)
+        return [coerce(v, item_t, f"{where}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a mapping, got {type(value).__name__} {value!r}")
+        kt, vt = typing.get_args(tp) or (Any, Any)
+        return {coerce(k, kt, f"{where}"): coerce(v, vt, f"{where}.{k}") for k, v in value.items()}
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: expected true/false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where}: expected an integer, got {type(value).__name__} {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{where}: expected a number, got {type(value).__name__} {value!r}")
+        if not math.isfinite(value):
+            raise ConfigError(f"{where}: must be a finite number, got {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: expected a string, got {type(value).__name__} {value!r}")
+        return value
+    if dataclasses.is_dataclass(tp):
+        return build(tp, value, where)
+    raise ConfigError(f"{where}: unsupported type {_type_name(tp)}")  # pragma: no cover
+
+
+def build(cls: type, mapping: Any, where: str) -> Any:
+    """Instantiate dataclass ``cls`` from a mapping: unknown keys, missing keys, wrong types
+    and values outside their declared range or choices are errors naming ``where.key``;
+    then ``cls.validate()`` (if any) is applied."""
+    if mapping is None:
+        mapping = {}
+    if not isinstance(mapping, dict):
+        raise ConfigError(f"{where}: expected a mapping, got {type(mapping).__name__} {mapping!r}")
+    hints = typing.get_type_hints(cls, include_extras=True)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    for key in mapping:
+        if key not in fields:
+            raise ConfigError(f"{where}.{key}: unknown key (known: {', '.join(fields)})")
+    kwargs = {}
+    for name, f in fields.items():
+        if name in mapping:
+            kwargs[name] = coerce(mapping[name], hints[name], f"{where}.{name}")
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise ConfigError(f"{where}.{name}: required key is missing")
+    obj = cls(**kwargs)
+    if hasattr(obj, "validate"):
+        for key, msg in obj.validate():
+            raise ConfigError(f"{where}.{key}: {msg}")
+    return obj
+
+
+def _strict_loader() -> type:
+    import yaml
+
+    class StrictLoader(yaml.SafeLoader):
+        """SafeLoader that refuses a key given twice in one mapping."""
+
+    def construct_mapping(loader, node, deep=False):  # noqa: ANN001
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = loader.construct_object(key_node, deep=True)
+            try:
+                hash(key)
+            except TypeError:
+                continue  # yaml's own constructor reports unhashable keys
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} (first on line {seen[key] + 1})", key_node.start_mark
+                )
+            seen[key] = key_node.start_mark.line
+        return yaml.SafeLoader.construct_mapping(loader, node, deep)
+
+    StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, construct_mapping)
+    return StrictLoader
+
+
+def read_yaml(path: str | Path, what: str = "config file") -> Any:
+    """Parse a YAML file; a missing file, a syntax error or a duplicate key is a ConfigError
+    naming file and line."""
+    import yaml
+
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: {what} not found")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: {what} is not UTF-8 text") from None
+    try:
+        return yaml.load(text, Loader=_strict_loader())  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"{path}:{at} invalid YAML ({getattr(exc, 'problem', exc)})") from None
