@@ -17,6 +17,7 @@ import pytest
 
 from stagebench.cache import Cache, cache_root, make_key
 from stagebench.config import load_config
+from stagebench.errors import StagebenchError
 from stagebench.pipeline import run_config
 from stagebench.run import read_trec_run, run_digest
 from tests.conftest import REPO
@@ -241,10 +242,15 @@ def test_rerun_into_a_results_folder_keeps_its_expected_yaml(tmp_path, small_syn
     cfg = write_config(tmp_path, small_synthetic)
     out = run_config(load_config(cfg)).output
     (out / "expected.yaml").write_text("stages: {bm25: {nDCG@10: 0.5}}\n")
-    (out / "stale.txt").write_text("not a run's file")
+    (out / "stage_table.txt").write_text("an old table")
     run_config(load_config(cfg))
     assert (out / "expected.yaml").read_text() == "stages: {bm25: {nDCG@10: 0.5}}\n"
-    assert not (out / "stale.txt").exists()  # everything else is the new run's
+    assert (out / "stage_table.txt").read_text() != "an old table"  # everything else is the new run's
+    # a file no run wrote makes the folder not ours: the run refuses and the file survives
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(StagebenchError, match=r"also holds files no run wrote \(notes.txt\)"):
+        run_config(load_config(cfg))
+    assert (out / "notes.txt").read_text() == "mine" and (out / "manifest.json").is_file()
 
 
 def test_stage_cache_false_always_recomputes(tmp_path, small_synthetic, logs):

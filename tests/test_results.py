@@ -127,7 +127,7 @@ def test_compare_two_runs(finished, tmp_path, small_synthetic):
 def test_table_on_a_folder_without_runs_fails_clearly(tmp_path):
     (tmp_path / "x").mkdir()
     r = run_cli("table", tmp_path / "x", cwd=tmp_path)
-    assert r.returncode == 2 and "not a stagebench run folder" in r.stderr
+    assert r.returncode == 2 and "not a stagebench results folder" in r.stderr
 
 
 def chromium_paths():

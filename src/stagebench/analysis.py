@@ -7,7 +7,9 @@ For a stage that **reorders** an input run (a reranker) with candidate depth ``N
 * ``oracle`` - nDCG@10 of the ideal reordering of exactly those N candidates (pool sorted by
   gain, ties in input order, then the unreranked tail in input order);
 * ``input`` / ``achieved`` - nDCG@10 of the input run and of the stage's output;
-* ``headroom_captured`` - (achieved - input) / (oracle - input), on the means.
+* ``headroom_captured`` - (achieved - input) / (oracle - input), on the means; ``None`` when
+  the room (oracle - input) is below :data:`MIN_ROOM`, the tables' display resolution, where
+  a percentage would divide by noise (the tables then say "no room" and show the change).
 
 For every stage: R@k for k in 10, 100, 1000 (up to the run's depth), the share of E/S/C/I
 and unjudged documents in the top 10, and ``lost`` - the queries none of whose relevant
@@ -24,6 +26,8 @@ from stagebench.metrics import compute
 from stagebench.run import Run, ranked_ids
 
 RECALL_DEPTHS = (10, 100, 1000)
+#: below this oracle - input gap (the 4-decimal display resolution) headroom is "no room"
+MIN_ROOM = 1e-4
 
 
 def oracle_ranking(ranking: Sequence[str], judgments: Mapping[str, int], depth: int, gain: str) -> list[str]:
@@ -45,7 +49,7 @@ class Ceiling:
     @property
     def headroom_captured(self) -> float | None:
         room = self.oracle - self.input
-        return None if room <= 1e-12 else (self.achieved - self.input) / room
+        return None if room < MIN_ROOM else (self.achieved - self.input) / room
 
 
 def ceiling(input_run: Run, output_run: Run, qrels: Mapping[str, Mapping[str, int]], queries: Sequence[str],

@@ -141,14 +141,19 @@ class Cache:
         os.utime(path / ENTRY_FILE)  # last use, for `cache prune --older-than`
         return Entry(kind, key, path, info.get("meta", {}))
 
-    def put(self, kind: str, key: str, write: Callable[[Path], None], meta: dict, key_parts: dict | None = None) -> Entry:
+    def put(self, kind: str, key: str, write: Callable[[Path], None], meta: dict, key_parts: dict | None = None,
+            check: Callable[[Path], None] | None = None) -> Entry:  # fmt: skip
         """Write an entry atomically: ``write(folder)`` creates the data files in a temp folder,
-        then checksums and ``entry.json`` are added and the folder is renamed into place."""
+        ``check(folder)`` (if given) must read them back without raising, then checksums and
+        ``entry.json`` are added and the folder is renamed into place. An entry that does not
+        read back is never stored."""
         final = self._dir(kind, key)
         tmp = final.parent / f".tmp-{key}-{os.getpid()}-{time.monotonic_ns()}"
         tmp.mkdir(parents=True)
         try:
             write(tmp)
+            if check is not None:
+                check(tmp)
             files = {p.name: {"sha256": file_sha256(p), "bytes": p.stat().st_size} for p in sorted(tmp.iterdir())}
             info = {"kind": kind, "key": key, "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                     "stagebench_version": __version__, "files": files, "meta": meta, "key_parts": key_parts or {}}  # fmt: skip

@@ -26,6 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from stagebench.errors import ConfigError, StagebenchError
+from stagebench.files import atomic_write
+from stagebench.metrics import evaluate, parse_measure
+from stagebench.params import build, read_yaml
+from stagebench.results import load_folder, read_manifest
 
 EXACT = 5e-7  # results are stored rounded to 6 decimals
 DATASET_KEYS = ("fingerprint", "queries_fingerprint", "qrels_fingerprint")
@@ -56,9 +60,21 @@ class CheckRow:
         return None
 
 
-def load_expected(path: str | Path) -> Expected:
-    from stagebench.params import build, read_yaml
+def _canonical_metrics(values: dict, where: str) -> dict:
+    """Metric names as the one alias table spells them (``ndcg@10`` -> ``nDCG@10``)."""
+    out = {}
+    for name, v in values.items():
+        try:
+            canon = parse_measure(str(name)).name
+        except StagebenchError as exc:
+            raise ConfigError(f"{where}.{name}: {exc}") from None
+        if canon in out:
+            raise ConfigError(f"{where}.{name}: {canon} is given twice")
+        out[canon] = v
+    return out
 
+
+def load_expected(path: str | Path) -> Expected:
     path = Path(path)
     raw = read_yaml(path, "expected-values file")
     try:
@@ -70,18 +86,15 @@ def load_expected(path: str | Path) -> Expected:
     for key in exp.dataset:
         if key not in DATASET_KEYS:
             raise ConfigError(f"{path}: dataset.{key}: unknown key (known: {', '.join(DATASET_KEYS)})")
+    exp.stages = {stage: _canonical_metrics(ms, f"{path}: stages.{stage}") for stage, ms in exp.stages.items()}
+    exp.tolerances = _canonical_metrics(exp.tolerances, f"{path}: tolerances")
     return exp
 
 
 def folder_metrics(folder: Path) -> tuple[dict[str, dict[str, float]], dict, str]:
-    """stage -> metric -> mean (rounded to 6 decimals, as stage_table.json), the manifest, and the source."""
-    from stagebench.metrics import evaluate
-    from stagebench.results import load_folder
-
-    mpath = folder / "manifest.json"
-    if not mpath.is_file():
-        raise StagebenchError(f"{folder}: not a stagebench run folder (no manifest.json)")
-    manifest = json.loads(mpath.read_text(encoding="utf-8"))
+    """stage -> metric -> mean (rounded to 6 decimals, as stage_table.json), the manifest, and the source.
+    Run files are verified against the manifest's digests (:func:`stagebench.results.load_folder`)."""
+    manifest = read_manifest(folder)
     if all((folder / "runs" / f"{s['name']}.trec").is_file() for s in manifest["stages"]) and (folder / "qrels.trec").is_file():
         manifest, qrels, runs = load_folder(folder)
         ev = manifest["evaluation"]
@@ -94,7 +107,9 @@ def folder_metrics(folder: Path) -> tuple[dict[str, dict[str, float]], dict, str
     if not table.is_file():
         raise StagebenchError(f"{folder}: neither run files nor stage_table.json to check")
     rows = json.loads(table.read_text(encoding="utf-8"))
-    return ({r["stage"]: {k: v for k, v in r.items() if isinstance(v, float)} for r in rows}, manifest,
+    metrics = manifest["evaluation"]["metrics"]
+    names = [parse_measure(m).name for m in metrics]
+    return ({r["stage"]: {m: r[m] for m in names if m in r} for r in rows}, manifest,
             "read from stage_table.json (no run files)")  # fmt: skip
 
 
@@ -162,4 +177,4 @@ def write_expected(folder: str | Path, expected_path: str | Path, tolerance: flo
     header = (f"# Expected metrics of {manifest.get('config_path')} (stagebench check RUN_DIR THIS_FILE).\n"
               "# Regenerate on purpose, after a change that should move the numbers:\n"
               f"#   stagebench check {folder} {expected_path} --update\n")  # fmt: skip
-    Path(expected_path).write_text(header + yaml.safe_dump(doc, sort_keys=False, width=200), encoding="utf-8")
+    atomic_write(expected_path, header + yaml.safe_dump(doc, sort_keys=False, width=200))

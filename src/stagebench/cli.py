@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import logging
+import os
 import sys
+import traceback
 
 from stagebench import __version__
 from stagebench.errors import StagebenchError
@@ -110,14 +113,26 @@ def _cmd_generate(args: argparse.Namespace) -> int:
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
-    from stagebench.metrics import evaluate
+    from stagebench.metrics import evaluate, parse_measure
     from stagebench.report import conventions_line
     from stagebench.run import read_trec_qrels, read_trec_run
 
+    if args.rel < 1:
+        raise StagebenchError(f"--rel {args.rel}: must be >= 1 (grade 0 means not relevant)")
+    measures = []
+    for m in args.metrics:
+        try:
+            measures.append(parse_measure(m))
+        except StagebenchError as exc:
+            raise StagebenchError(f"-m {m}: {exc}") from None
     qrels = read_trec_qrels(args.qrels)
     run = read_trec_run(args.run)
-    ev = evaluate(qrels, run, args.metrics, relevance_threshold=args.rel, gain=args.gain)
+    ev = evaluate(qrels, run, measures, relevance_threshold=args.rel, gain=args.gain)
     means = ev.means
+    excluded = ", ".join(f"{n} {why}" for why, n in ev.excluded.items())
+    print(f"# {conventions_line(args.rel, args.gain)}; {len(ev.scored_queries)} scored queries (every judged query "
+          f"with a positive grade), {len(ev.missing_queries)} of them without results (scored 0); left out: "
+          f"{excluded}", file=sys.stderr)  # fmt: skip
     if args.json:
         print(json.dumps({k: round(v, 6) for k, v in means.items()}))
         return 0
@@ -127,8 +142,6 @@ def _cmd_eval(args: argparse.Namespace) -> int:
                 print(f"{name}\t{q}\t{ev.per_query[name][q]:.4f}")
     for name, v in means.items():
         print(f"{name}\tall\t{v:.4f}")
-    print(f"# {conventions_line(args.rel, args.gain)}; {len(ev.scored_queries)} scored queries, "
-          f"{len(ev.missing_queries)} without results (scored 0)", file=sys.stderr)  # fmt: skip
     return 0
 
 
@@ -136,6 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="stagebench", description="Benchmark multi-stage search ranking pipelines.")
     p.add_argument("--version", action="version", version=f"stagebench {__version__}")
     p.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors on stderr")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="on an error, also print the traceback (as STAGEBENCH_DEBUG=1 does)")  # fmt: skip
     sub = p.add_subparsers(dest="command", required=True)
 
     r = sub.add_parser("run", help="run a config's stages and write the stage table")
@@ -211,8 +226,38 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname).1s %(message)s",
                         datefmt="%H:%M:%S", stream=sys.stderr)  # fmt: skip
     logging.getLogger("stagebench").setLevel(logging.WARNING if args.quiet else logging.INFO)
+    debug = args.verbose or os.environ.get("STAGEBENCH_DEBUG", "") not in ("", "0")
     try:
         return args.func(args)
     except StagebenchError as exc:
-        print(f"stagebench: error: {exc}", file=sys.stderr)
-        return 2
+        return _fail(str(exc), debug)
+    except KeyboardInterrupt:
+        if args.command in ("run", "train-reranker"):
+            kept = ("no results folder was written or changed; every stage that finished is in the cache, so the "
+                    "same command resumes after the last finished stage")  # fmt: skip
+        else:
+            kept = "nothing was changed"
+        return _fail(f"interrupted: {kept}", debug, code=130)
+    except BrokenPipeError:  # `stagebench cache ls | head`: the reader left; exit as a shell does on SIGPIPE
+        _silence_stdout()
+        return 141
+    except OSError as exc:  # file, permission and disk-full errors: one line naming the file
+        where = exc.filename if exc.filename is not None else "stagebench"
+        what = "no space left on the device" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
+        return _fail(f"{where}: {what}", debug)
+
+
+def _fail(message: str, debug: bool, code: int = 2) -> int:
+    if debug:
+        traceback.print_exc()
+    print(f"stagebench: error: {' '.join(message.split())}", file=sys.stderr)
+    return code
+
+
+def _silence_stdout() -> None:
+    """After a broken pipe, point stdout at /dev/null so the interpreter's final flush is quiet."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass

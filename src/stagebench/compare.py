@@ -1,6 +1,12 @@
 """``stagebench compare A B``: two run folders side by side, stage by matching stage.
 
-Reads each folder's ``per_query.csv`` (nothing is re-run). For every stage name present in
+Two folders are comparable only when their numbers mean the same thing: the same measures,
+gain and relevance threshold, the same corpus, and the same judgments for the queries they
+share; otherwise ``compare`` refuses with the difference (identical runs scored with linear
+and with exponential gain are not "significantly different", they are incomparable). With
+different query sets it compares the common queries and says how many there are.
+
+Reads each folder's manifest and ``per_query.csv`` (nothing is re-run). For every stage name present in
 both and every measure present in both: the means, the difference B - A, the paired
 randomization test and the paired t-test on the queries both scored, Holm-Bonferroni
 corrected across the matching stages of each measure, and win/tie/loss counts of B vs A.
@@ -14,6 +20,34 @@ from pathlib import Path
 from stagebench import stats
 from stagebench.errors import StagebenchError
 from stagebench.report import format_p
+from stagebench.results import read_manifest
+from stagebench.run import read_trec_qrels
+
+#: evaluation settings that change what a number means
+EVALUATION_KEYS = ("metrics", "gain", "relevance_threshold")
+
+
+def check_comparable(a: Path, b: Path) -> None:
+    """Refuse folders whose evaluation settings, corpus or shared judgments differ."""
+    ma, mb = read_manifest(a), read_manifest(b)
+    for key in EVALUATION_KEYS:
+        va, vb = ma.get("evaluation", {}).get(key), mb.get("evaluation", {}).get(key)
+        if va != vb:
+            raise StagebenchError(f"{a} and {b} are scored differently: evaluation.{key} is {va!r} vs {vb!r}; "
+                                  "their numbers cannot be compared (re-run one with the other's settings)")  # fmt: skip
+    ca, cb = ma.get("dataset", {}).get("fingerprint"), mb.get("dataset", {}).get("fingerprint")
+    if ca != cb:
+        raise StagebenchError(f"{a} and {b} ran on different corpora (dataset fingerprints {str(ca)[:12]} vs "
+                              f"{str(cb)[:12]}): their numbers cannot be compared")  # fmt: skip
+    qa, qb = a / "qrels.trec", b / "qrels.trec"
+    if qa.is_file() and qb.is_file():
+        ra, rb = read_trec_qrels(qa), read_trec_qrels(qb)
+        for q in sorted(set(ra) & set(rb)):
+            if ra[q] != rb[q]:
+                raise StagebenchError(f"{a} and {b} judge query {q!r} differently (qrels.trec): their numbers cannot "
+                                      "be compared")  # fmt: skip
+    elif ma.get("dataset", {}).get("qrels_fingerprint") != mb.get("dataset", {}).get("qrels_fingerprint"):
+        raise StagebenchError(f"{a} and {b} were scored against different qrels: their numbers cannot be compared")
 
 
 def read_per_query(folder: Path) -> tuple[list[str], dict[str, dict[str, dict[str, float]]]]:
@@ -38,6 +72,7 @@ def read_per_query(folder: Path) -> tuple[list[str], dict[str, dict[str, dict[st
 
 def compare_dirs(a: str | Path, b: str | Path, permutations: int = 10000, seed: int = 42, alpha: float = 0.05) -> str:
     a, b = Path(a), Path(b)
+    check_comparable(a, b)
     order_a, pa = read_per_query(a)
     order_b, pb = read_per_query(b)
     stages = [s for s in order_a if s in pb]
@@ -46,7 +81,12 @@ def compare_dirs(a: str | Path, b: str | Path, permutations: int = 10000, seed: 
     measures = [m for m in pa[stages[0]] if m in pb[stages[0]]]
     lines = [f"A = {a}", f"B = {b}"]
     rows = []
-    n_common = None
+    if not measures:
+        raise StagebenchError(f"{a} and {b} have no measure in common")
+    qa, qb = set(pa[stages[0]][measures[0]]), set(pb[stages[0]][measures[0]])
+    n_common = len(qa & qb)
+    if n_common == 0:
+        raise StagebenchError(f"{a} and {b} have no scored query in common")
     for m in measures:
         family = []
         for s in stages:
@@ -57,6 +97,9 @@ def compare_dirs(a: str | Path, b: str | Path, permutations: int = 10000, seed: 
         for (s, c), pr, pt in zip(family, stats.holm([c.p_rand for _, c in family]), stats.holm([c.p_t for _, c in family])):
             rows.append([s, m, f"{c.mean_b:.4f}", f"{c.mean_a:.4f}", f"{c.mean_a - c.mean_b:+.4f}", format_p(pr),
                          format_p(pt), f"{c.wins}/{c.ties}/{c.losses}", "*" if pr < alpha else ""])
+    if qa != qb:
+        lines.append(f"different query sets: A scored {len(qa)}, B scored {len(qb)}; only the {n_common} common "
+                     "queries are compared (means below are over those)")  # fmt: skip
     lines.append(f"paired tests on the {n_common} queries both scored; p-values Holm-corrected across the "
                  f"{len(stages)} matching stages of each measure; * = randomization p < {alpha}")  # fmt: skip
     only = [s for s in order_a + order_b if s not in stages]

@@ -5,10 +5,13 @@ under a key of everything it depends on (:func:`stage_key`); a hit is read back 
 checksum-verified, a miss is computed and stored at once. A run killed in stage N thus
 resumes at stage N, with stages 1..N-1 from the cache.
 
-Results are written into a hidden sibling folder (``.<name>.partial-<pid>``) that is
-renamed to the output folder only once everything (runs, tables, manifest) is written,
-so a failed run never leaves a results folder that looks complete; partial folders of
-killed runs are removed by the next run.
+Before anything is computed, the output folder must be absent, empty, or a results folder
+stagebench wrote (a valid manifest and nothing else), the cache and the output must not
+contain each other, and both must be writable: a run never deletes what it did not write.
+Results are written into a hidden sibling folder (``.<name>.partial-<pid>``) that replaces
+the output folder only once everything (runs, tables, manifest) is written, so a failed run
+never leaves a results folder that looks complete; partial folders of killed runs are
+removed by the next run.
 """
 
 from __future__ import annotations
@@ -30,8 +33,10 @@ from stagebench import __version__
 from stagebench.cache import Cache, cache_root, code_identity, make_key
 from stagebench.config import Config, StageConfig
 from stagebench.data import LOADERS, Dataset
-from stagebench.errors import StagebenchError
-from stagebench.results import render
+from stagebench.errors import ConfigError, DataError, StagebenchError
+from stagebench.files import atomic_write, check_apart, check_replaceable, check_writable, swap_in
+from stagebench.metrics import SCORED_MIN_GRADE
+from stagebench.results import not_a_results_folder, render
 from stagebench.run import Run, ranked, read_trec_run, run_digest, write_trec_qrels, write_trec_run
 from stagebench.stages import Stage, StageContext, stage_class
 from stagebench.system import PeakMemory, machine_info
@@ -74,15 +79,40 @@ def load_dataset(config: Config) -> Dataset:
     return ds
 
 
+def check_scorable(config: Config, ds: Dataset) -> None:
+    """Before any stage runs: the dataset has queries to score, and the evaluation's
+    relevance threshold (and every measure's ``rel``) names a grade the qrels hold."""
+    if not ds.queries:
+        raise DataError(f"{ds.source or ds.name}: no query left to score (after the loader's filters)")
+    if not ds.corpus:
+        raise DataError(f"{ds.source or ds.name}: the corpus has no documents")
+    grades = [g for docs in ds.qrels.values() for g in docs.values()]
+    if not any(g >= SCORED_MIN_GRADE for g in grades):
+        raise DataError(f"{ds.source or ds.name}: no judgment has a positive grade (grades: "
+                        f"{sorted(set(grades))}); nothing can be scored")  # fmt: skip
+    top = max(grades)
+    if config.evaluation.relevance_threshold > top:
+        raise ConfigError(f"{config.path}: evaluation.relevance_threshold: {config.evaluation.relevance_threshold} is "
+                          f"above every grade in the qrels (highest: {top}); every binary measure would be 0")  # fmt: skip
+    for j, m in enumerate(config.measures):
+        if m.rel is not None and m.rel > top:
+            raise ConfigError(f"{config.path}: evaluation.metrics[{j}]: {m.name}: rel={m.rel} is above every grade "
+                              f"in the qrels (highest: {top})")  # fmt: skip
+
+
 def check_run(run: Run, stage: str, dataset: Dataset) -> None:
+    """A stage's run holds known queries, string doc ids a TREC file can hold, finite scores."""
     import math
 
     for qid, docs in run.items():
         if qid not in dataset.queries:
             raise StagebenchError(f"stage {stage}: returned unknown query id {qid!r}")
         for d, s in docs.items():
-            if not isinstance(s, float) or math.isnan(s):
-                raise StagebenchError(f"stage {stage}: score for query {qid!r} doc {d!r} is {s!r}, not a number")
+            if not isinstance(d, str) or not d or any(c.isspace() for c in d):
+                raise StagebenchError(f"stage {stage}: query {qid!r}: document id {d!r} is empty or holds whitespace "
+                                      "(a TREC run file cannot hold it)")  # fmt: skip
+            if not isinstance(s, float) or not math.isfinite(s):
+                raise StagebenchError(f"stage {stage}: score for query {qid!r} doc {d!r} is {s!r}, not a finite number")
 
 
 def package_versions() -> dict[str, str]:
@@ -149,15 +179,28 @@ def _remove_stale_partials(out: Path) -> None:
             shutil.rmtree(d, ignore_errors=True)
 
 
+def check_destinations(out: Path, cache: Cache) -> None:
+    """Refuse, before anything is computed, an output that is not ours to replace, an output
+    and a cache inside each other, and destinations that cannot be written."""
+    check_replaceable(out, "results of this run", not_a_results_folder)
+    check_apart(out, "results folder", cache.root, "cache")
+    check_writable(out, "results folder")
+    check_writable(cache.root, "cache")
+
+
 def run_config(config: Config, output: str | Path | None = None, cache_dir: str | None = None,
                recompute: bool = False) -> RunResult:  # fmt: skip
     """Run ``config``; ``cache_dir`` overrides the cache root, ``recompute`` ignores cached
     results (and replaces them)."""
-    check_trained_models(config)
     out = Path(output or config.output)
+    if not out.name or out.name in (".", ".."):
+        raise StagebenchError(f"{out}: give the results folder a name (not '.' or '..')")
     cache = Cache(cache_root(cache_dir, config.cache_dir), read=not recompute)
+    check_destinations(out, cache)
+    check_trained_models(config)
     t_start = time.perf_counter()
     ds = load_dataset(config)
+    check_scorable(config, ds)
     out.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale_partials(out)
     partial = out.parent / f".{out.name}.partial-{os.getpid()}"
@@ -166,12 +209,11 @@ def run_config(config: Config, output: str | Path | None = None, cache_dir: str 
     (partial / "runs").mkdir(parents=True)
     try:
         result = _run_into(config, ds, partial, cache, t_start)
-        if out.exists():
-            for name in KEPT_FILES:  # not written by a run: carried over, never deleted
-                if (out / name).is_file():
-                    shutil.copy2(out / name, partial / name)
-            shutil.rmtree(out)
-        os.replace(partial, out)
+        check_destinations(out, cache)  # the folder may have changed while the stages ran
+        for name in KEPT_FILES:  # not written by a run: carried over, never deleted
+            if (out / name).is_file():
+                shutil.copy2(out / name, partial / name)
+        swap_in(partial, out)
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise
@@ -211,8 +253,15 @@ def run_stage(sc: StageConfig, stage: Stage, ctx: StageContext, inputs: list[Run
     if use_cache:
         meta = {"stage": sc.name, "type": sc.type, "seconds": round(dt, 3), "peak_rss_mb": round(pm.peak_mb, 1),
                 "queries": len(run), "run_digest": info["run_digest"]}  # fmt: skip
-        cache.put("runs", key, lambda d: write_trec_run(run, d / "run.trec", tag=f"stagebench.{sc.type}"), meta, parts)
+        cache.put("runs", key, lambda d: write_trec_run(run, d / "run.trec", tag=f"stagebench.{sc.type}"), meta, parts,
+                  check=lambda d: _reads_back(d / "run.trec", info["run_digest"], sc.name))  # fmt: skip
     return run, info
+
+
+def _reads_back(path: Path, digest: str, stage: str) -> None:
+    """A cache entry is stored only if it reads back as the run that was computed."""
+    if run_digest(read_trec_run(path)) != digest:
+        raise StagebenchError(f"stage {stage}: its run does not read back identically from a TREC file; not cached")
 
 
 def _run_into(config: Config, ds: Dataset, folder: Path, cache: Cache, t_start: float) -> RunResult:
@@ -272,6 +321,4 @@ def _run_into(config: Config, ds: Dataset, folder: Path, cache: Cache, t_start: 
 
 
 def write_manifest(folder: Path, manifest: dict) -> None:
-    tmp = folder / "manifest.json.part"
-    tmp.write_text(json.dumps(manifest, indent=2, default=str) + "\n", encoding="utf-8")
-    os.replace(tmp, folder / "manifest.json")
+    atomic_write(folder / "manifest.json", json.dumps(manifest, indent=2, default=str) + "\n")

@@ -73,8 +73,9 @@ def ceiling_chart(rows: Sequence[dict]) -> bytes:
         ax.bar(x + (i - 1) * 0.27, [r["ceiling"][key] for r in rr], 0.27, label=label)
     for xi, r in zip(x, rr):
         h = r["ceiling"]["headroom_captured"]
-        if h is not None:
-            ax.text(xi, r["ceiling"]["oracle_ndcg10"] + 0.02, f"{100 * h:.0f}% captured", ha="center", fontsize=8)
+        change = r["ceiling"]["achieved_ndcg10"] - r["ceiling"]["input_ndcg10"]
+        text = f"{100 * h:.0f}% captured" if h is not None else f"no room ({change:+.4f})"
+        ax.text(xi, r["ceiling"]["oracle_ndcg10"] + 0.02, text, ha="center", fontsize=8)
     ax.set_xticks(x, [f"{r['stage']} (N={r['ceiling']['depth']})" for r in rr])
     ax.set_ylim(0, 1.1)
     ax.set_ylabel("nDCG@10")

@@ -14,7 +14,7 @@ import json
 from collections.abc import Sequence
 
 FIXED = ("stage", "id", "type", "inputs", "ci95", "better_than", "queries", "queries_without_results",
-         "recall", "ceiling", "top10_labels", "lost")  # fmt: skip
+         "queries_excluded", "recall", "ceiling", "top10_labels", "lost")  # fmt: skip
 
 
 def metric_names(rows: Sequence[dict]) -> list[str]:
@@ -39,8 +39,18 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
 
 
-def tables(rows: Sequence[dict]) -> list[tuple[str, list[str], list[list[str]]]]:
-    """The report's tables as (title, header, body) with cells already formatted."""
+def headroom_cell(c: dict) -> str:
+    """The share of headroom captured, or - when the oracle leaves (almost) no room above the
+    input - "no room" with the nDCG@10 change, so a regression is never hidden by a blank."""
+    if c["headroom_captured"] is not None:
+        return _pct(c["headroom_captured"])
+    change = c.get("ndcg10_change", c["achieved_ndcg10"] - c["input_ndcg10"])
+    return f"no room ({change:+.4f})"
+
+
+def tables(rows: Sequence[dict]) -> list[tuple[str, list[str], list[list[str]], int]]:
+    """The report's tables as (title, header, body, number of leading text columns) with cells
+    already formatted; text columns are left-aligned, the others right-aligned."""
     metrics = metric_names(rows)
     main = [
         [r["id"], r["stage"], r["type"], ",".join(r["inputs"]) or "-",
@@ -54,28 +64,28 @@ def tables(rows: Sequence[dict]) -> list[tuple[str, list[str], list[list[str]]]]
         c = r["ceiling"]
         ceil.append([r["stage"], *[_f(r["recall"].get(k)) for k in depth_cols], str(r["lost"]),
                      *( [str(c["depth"]), _f(c["pool_recall"]), _f(c["input_ndcg10"]), _f(c["achieved_ndcg10"]),
-                         _f(c["oracle_ndcg10"]), _pct(c["headroom_captured"])] if c else ["-"] * 6)])  # fmt: skip
+                         _f(c["oracle_ndcg10"]), headroom_cell(c)] if c else ["-"] * 6)])  # fmt: skip
     labels = list(rows[0]["top10_labels"]) if rows else []
     lab = [[r["stage"], *[_pct(r["top10_labels"][k]) for k in labels]] for r in rows]
     ci = [[r["stage"], *[f"[{r['ci95'][m][0]:.4f}, {r['ci95'][m][1]:.4f}]" for m in metrics]] for r in rows]
     return [
         ("Stage metrics (^x: significantly better than stage x)",
-         ["id", "stage", "type", "inputs", *metrics, "queries"], main),
+         ["id", "stage", "type", "inputs", *metrics, "queries"], main, 4),
         ("Recall ceiling and reranking headroom",
          ["stage", *depth_cols, "lost", "N", "pool R@N", "input nDCG@10", "achieved nDCG@10", "oracle nDCG@10",
-          "headroom captured"], ceil),
-        ("Top-10 labels (share of top-10 positions)", ["stage", *[f"{k}" for k in labels]], lab),
-        ("95% bootstrap confidence intervals of the means", ["stage", *metrics], ci),
+          "headroom captured"], ceil, 1),
+        ("Top-10 labels (share of top-10 positions)", ["stage", *[f"{k}" for k in labels]], lab, 1),
+        ("95% bootstrap confidence intervals of the means", ["stage", *metrics], ci, 1),
     ]  # fmt: skip
 
 
 def render_text(rows: Sequence[dict], title: str, notes: Sequence[str]) -> str:
     out = [title, *notes]
-    for sub, head, body in tables(rows):
+    for sub, head, body, n_text in tables(rows):
         widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
 
-        def fmt(cells, widths=widths):
-            return "  ".join(c.ljust(w) if i < 4 and not c[:1].isdigit() else c.rjust(w)
+        def fmt(cells, widths=widths, n_text=n_text):
+            return "  ".join(c.ljust(w) if i < n_text else c.rjust(w)
                              for i, (c, w) in enumerate(zip(cells, widths))).rstrip()  # fmt: skip
 
         out += ["", sub, fmt(head), "  ".join("-" * w for w in widths), *map(fmt, body)]
@@ -84,7 +94,7 @@ def render_text(rows: Sequence[dict], title: str, notes: Sequence[str]) -> str:
 
 def render_markdown(rows: Sequence[dict], title: str, notes: Sequence[str]) -> str:
     out = [f"## {title}", "", *[f"{n}  " for n in notes]]
-    for sub, head, body in tables(rows):
+    for sub, head, body, _ in tables(rows):
         out += ["", f"### {sub}", "", "| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
         out += ["| " + " | ".join(c.replace("^", "<sup>", 1) + ("</sup>" if "^" in c else "") for c in b) + " |"
                 for b in body]  # fmt: skip
@@ -99,7 +109,7 @@ def render_csv(rows: Sequence[dict]) -> str:
     w.writerow(["stage", "id", "type", "inputs", *metrics, *[f"{m}_ci_low" for m in metrics], *[f"{m}_ci_high" for m in metrics],
                 *[f"better_than_{m}" for m in metrics], "queries", "queries_without_results",
                 *depth_cols, "lost", "pool_depth", "pool_recall", "input_ndcg10", "achieved_ndcg10", "oracle_ndcg10",
-                "headroom_captured"])  # fmt: skip
+                "headroom_captured", "ndcg10_change"])  # fmt: skip
     for r in rows:
         c = r["ceiling"] or {}
         w.writerow([r["stage"], r["id"], r["type"], " ".join(r["inputs"]), *[f"{r[m]:.6f}" for m in metrics],
@@ -108,7 +118,7 @@ def render_csv(rows: Sequence[dict]) -> str:
                     *[f"{r['recall'][k]:.6f}" if k in r["recall"] else "" for k in depth_cols], r["lost"],
                     *[("" if c.get(k) is None else (f"{c[k]:.6f}" if isinstance(c[k], float) else c[k]))
                       for k in ("depth", "pool_recall", "input_ndcg10", "achieved_ndcg10", "oracle_ndcg10",
-                                "headroom_captured")]])  # fmt: skip
+                                "headroom_captured", "ndcg10_change")]])  # fmt: skip
     return buf.getvalue()
 
 
@@ -152,7 +162,7 @@ def render_html(rows: Sequence[dict], title: str, notes: Sequence[str], signific
         "{text-align:left}img{max-width:100%;border:1px solid #ddd;margin:0.5em 0}sup{color:#0a6}</style>",
         "</head><body>", f"<h1>{e(title)}</h1>", *[f"<p>{e(n)}</p>" for n in notes],
     ]  # fmt: skip
-    for sub, head, body in tables(rows):
+    for sub, head, body, _ in tables(rows):
         parts.append(f"<h2>{e(sub)}</h2><table id=\"{e(sub.split()[0].lower())}\"><tr>"
                      + "".join(f"<th>{e(h)}</th>" for h in head) + "</tr>")  # fmt: skip
         for b in body:

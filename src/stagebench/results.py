@@ -11,15 +11,23 @@ tests, and writes ``stage_table.{txt,md,csv,json}``, ``significance.json``,
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from string import ascii_lowercase
 
 from stagebench import analysis, plots, report, stats
 from stagebench.errors import StagebenchError
+from stagebench.files import atomic_write
 from stagebench.metrics import evaluate
-from stagebench.run import Run, read_trec_qrels, read_trec_run
+from stagebench.run import Run, qrels_digest, read_trec_qrels, read_trec_run, run_digest
+
+MANIFEST = "manifest.json"
+#: everything a run writes into a results folder (``expected.yaml`` is kept across runs, see
+#: stagebench.pipeline); a folder holding anything else is not stagebench's to replace
+RESULT_ENTRIES = frozenset({
+    MANIFEST, "runs", "qrels.trec", "stage_table.txt", "stage_table.md", "stage_table.csv", "stage_table.json",
+    "significance.json", "per_query.csv", "plots", "report.html", "expected.yaml", "report_screenshot.png",
+})  # fmt: skip
 
 
 @dataclass
@@ -37,18 +45,54 @@ def stage_letter(i: int) -> str:
     return ascii_lowercase[i] if i < 26 else f"s{i}"
 
 
-def load_folder(folder: Path) -> tuple[dict, dict, dict[str, Run]]:
-    mpath = folder / "manifest.json"
+def read_manifest(folder: Path) -> dict:
+    """A results folder's manifest; absent, unreadable or not stagebench's is one clear error."""
+    mpath = folder / MANIFEST
     if not mpath.is_file():
-        raise StagebenchError(f"{folder}: not a stagebench run folder (no manifest.json)")
-    manifest = json.loads(mpath.read_text(encoding="utf-8"))
-    qrels = read_trec_qrels(folder / "qrels.trec")
+        raise StagebenchError(f"{folder}: not a stagebench results folder (no {MANIFEST})")
+    try:
+        manifest = json.loads(mpath.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise StagebenchError(f"{mpath}: not a readable stagebench manifest ({exc})") from None
+    if not isinstance(manifest, dict) or "stagebench_version" not in manifest or not isinstance(manifest.get("stages"), list):
+        raise StagebenchError(f"{mpath}: not a stagebench manifest (no stagebench_version / stages)")
+    return manifest
+
+
+def not_a_results_folder(folder: Path) -> str | None:
+    """None when ``folder`` is a results folder stagebench wrote (a valid manifest and
+    nothing but what a run writes), else why not: only such a folder may be replaced."""
+    try:
+        read_manifest(folder)
+    except StagebenchError as exc:
+        return str(exc).removeprefix(f"{folder}: ")
+    foreign = sorted(p.name for p in folder.iterdir() if p.name not in RESULT_ENTRIES and not p.name.startswith("."))
+    if foreign:
+        return f"a stagebench results folder that also holds files no run wrote ({', '.join(foreign[:5])})"
+    return None
+
+
+def load_folder(folder: Path) -> tuple[dict, dict, dict[str, Run]]:
+    """The manifest, qrels and runs of a results folder, each file verified against the
+    digest the manifest recorded when it was written (an edited or truncated run file would
+    silently change every number computed from it)."""
+    manifest = read_manifest(folder)
+    qpath = folder / "qrels.trec"
+    qrels = read_trec_qrels(qpath)
+    want = manifest.get("dataset", {}).get("qrels_fingerprint")
+    if want is not None and qrels_digest(qrels) != want:
+        raise StagebenchError(f"{qpath}: does not match the qrels this folder was scored with (digest differs from "
+                              f"{MANIFEST}); the file was changed after the run")  # fmt: skip
     runs = {}
     for s in manifest["stages"]:
         p = folder / "runs" / f"{s['name']}.trec"
         if not p.is_file():
             raise StagebenchError(f"{p}: run file missing (the folder holds tables only; `stagebench run` it again)")
         runs[s["name"]] = read_trec_run(p)
+        want = s.get("run_digest")
+        if want is not None and run_digest(runs[s["name"]]) != want:
+            raise StagebenchError(f"{p}: does not match the run recorded in {MANIFEST} (digest differs); the file was "
+                                  "changed or truncated after the run - `stagebench run` the config again")  # fmt: skip
     return manifest, qrels, runs
 
 
@@ -107,12 +151,14 @@ def analyse(manifest: dict, qrels: dict, runs: dict[str, Run]) -> Rendered:
         row["better_than"] = {m: sorted(v) for m, v in better[n].items()}
         row["queries"] = len(queries)
         row["queries_without_results"] = len(e.missing_queries)
+        row["queries_excluded"] = e.excluded
         row["recall"] = {k: round(v, 6) for k, v in analysis.recall_at(runs[n], qrels, queries, rel).items()}
         if s.get("reorders_input") and s["inputs"]:
             depth = int(s["candidate_depth"])
             c = analysis.ceiling(runs[s["inputs"][0]], runs[n], qrels, queries, depth, rel, gain)
             row["ceiling"] = {"depth": depth, "pool_recall": round(c.pool_recall, 6), "input_ndcg10": round(c.input, 6),
                               "achieved_ndcg10": round(c.achieved, 6), "oracle_ndcg10": round(c.oracle, 6),
+                              "ndcg10_change": round(c.achieved - c.input, 6),
                               "headroom_captured": None if c.headroom_captured is None else round(c.headroom_captured, 6)}  # fmt: skip
             row["lost"] = analysis.lost(runs[s["inputs"][0]], qrels, queries, rel, depth)
         else:
@@ -123,8 +169,14 @@ def analyse(manifest: dict, qrels: dict, runs: dict[str, Run]) -> Rendered:
 
     title = f"Stage table: {manifest['config'].get('name', '')}"
     ds = manifest["dataset"]
+    first = evals[names[0]]
+    scope = ds["corpus_scope"] + (" - only judged documents are indexed, which inflates recall"
+                                  if ds["corpus_scope"] == "judged" else "")  # fmt: skip
     notes = [
-        f"dataset: {ds['name']} ({ds['documents']:,} documents, corpus scope: {ds['corpus_scope']}; {len(queries)} scored queries)",
+        f"dataset: {ds['name']} ({ds['documents']:,} documents, corpus scope: {scope})",
+        f"queries: {len(queries)} scored = every judged query with a positive grade, for every measure and threshold; "
+        f"left out: {first.judged_without_positive} judged with no positive grade, "
+        f"{first.unscored_run_queries} in the runs but not scored",
         report.conventions_line(rel, gain),
         f"significance: ^x = significantly better than stage x ({'paired randomization test, ' + str(ev['permutations']) + ' permutations' if ev['test'] == 'randomization' else 'paired t-test'}, "
         f"seed {ev['seed']}, Holm-Bonferroni over the {len(pairs)} comparisons of each metric, alpha {ev['alpha']}); "
@@ -137,15 +189,6 @@ def analyse(manifest: dict, qrels: dict, runs: dict[str, Run]) -> Rendered:
     return Rendered(rows, [c.as_dict() for c in comps], text, per_query, queries, title, notes)
 
 
-def _write(path: Path, data: str | bytes) -> None:
-    tmp = path.with_name(path.name + ".part")
-    if isinstance(data, bytes):
-        tmp.write_bytes(data)
-    else:
-        tmp.write_text(data, encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def render(folder: str | Path) -> Rendered:
     """Score, analyse and write every table, plot and the report of a run folder."""
     folder = Path(folder)
@@ -153,12 +196,12 @@ def render(folder: str | Path) -> Rendered:
     rendered = analyse(manifest, qrels, runs)
     rows, title, notes = rendered.rows, rendered.title, rendered.notes
     names = [s["name"] for s in manifest["stages"]]
-    _write(folder / "stage_table.txt", rendered.text)
-    _write(folder / "stage_table.md", report.render_markdown(rows, title, notes))
-    _write(folder / "stage_table.csv", report.render_csv(rows))
-    _write(folder / "stage_table.json", report.render_json(rows))
-    _write(folder / "significance.json", json.dumps(rendered.comparisons, indent=2) + "\n")
-    _write(folder / "per_query.csv", report.per_query_csv(names, rendered.per_query, rendered.queries))
+    atomic_write(folder / "stage_table.txt", rendered.text)
+    atomic_write(folder / "stage_table.md", report.render_markdown(rows, title, notes))
+    atomic_write(folder / "stage_table.csv", report.render_csv(rows))
+    atomic_write(folder / "stage_table.json", report.render_json(rows))
+    atomic_write(folder / "significance.json", json.dumps(rendered.comparisons, indent=2) + "\n")
+    atomic_write(folder / "per_query.csv", report.per_query_csv(names, rendered.per_query, rendered.queries))
 
     rel = manifest["evaluation"]["relevance_threshold"]
     retrieval = [s for s in manifest["stages"] if not s.get("reorders_input")]
@@ -172,6 +215,6 @@ def render(folder: str | Path) -> Rendered:
         images.insert(2, ("ceiling.png", plots.ceiling_chart(rows)))
     (folder / "plots").mkdir(exist_ok=True)
     for name, png in images:
-        _write(folder / "plots" / name, png)
-    _write(folder / "report.html", report.render_html(rows, title, notes, rendered.comparisons, images, manifest["stages"]))
+        atomic_write(folder / "plots" / name, png)
+    atomic_write(folder / "report.html", report.render_html(rows, title, notes, rendered.comparisons, images, manifest["stages"]))
     return rendered

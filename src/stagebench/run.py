@@ -11,12 +11,14 @@ by trec_eval/pytrec_eval or by :mod:`stagebench.metrics`, yields the same ranks.
 
 from __future__ import annotations
 
+import hashlib
 import math
-import os
-from collections.abc import Iterable, Mapping
+import re
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 from stagebench.errors import DataError
+from stagebench.files import atomic_write
 
 Run = dict[str, dict[str, float]]
 Qrels = dict[str, dict[str, int]]
@@ -43,8 +45,6 @@ def truncate(run: Mapping[str, Mapping[str, float]], depth: int) -> Run:
 def run_digest(run: Mapping[str, Mapping[str, float]]) -> str:
     """sha256 of a run's content (queries sorted, documents in rank order, scores as ``repr``):
     equal digests mean equal runs, however they were computed."""
-    import hashlib
-
     h = hashlib.sha256()
     for qid in sorted(run):
         h.update(f"{qid}\x00".encode())
@@ -58,13 +58,27 @@ def from_ranking(ranking: Mapping[str, list[str]]) -> Run:
     return {q: {d: float(-(i + 1)) for i, d in enumerate(docs)} for q, docs in ranking.items()}
 
 
-def _atomic_write(path: Path, lines: Iterable[str]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".part")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        for line in lines:
-            fh.write(line)
-    os.replace(tmp, path)
+def qrels_digest(qrels: Mapping[str, Mapping[str, int]]) -> str:
+    """sha256 over the sorted (query, doc, grade) judgments."""
+    h = hashlib.sha256()
+    for q in sorted(qrels):
+        for d in sorted(qrels[q]):
+            h.update(f"{q}\t{d}\t{qrels[q][d]}\n".encode())
+    return h.hexdigest()
+
+
+def _text_lines(path: Path, what: str) -> Iterator[tuple[int, str]]:
+    """(line number, line) of a text file; a missing or binary file is one clear error."""
+    if not path.is_file():
+        raise DataError(f"{path}: {what} not found")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            yield from enumerate(fh, start=1)
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path}: not a UTF-8 text {what} (undecodable byte at offset {exc.start})") from None
+
+
+_HEADER_WORD = re.compile(r"[A-Za-z][A-Za-z_-]*")
 
 
 def write_trec_run(run: Mapping[str, Mapping[str, float]], path: str | Path, tag: str = "stagebench") -> None:
@@ -79,33 +93,31 @@ def write_trec_run(run: Mapping[str, Mapping[str, float]], path: str | Path, tag
             for rank, (docid, score) in enumerate(ranked(run[qid]), start=1):
                 yield f"{qid} Q0 {docid} {rank} {float(score)!r} {tag}\n"
 
-    _atomic_write(Path(path), lines())
+    atomic_write(Path(path), lines())
 
 
 def read_trec_run(path: str | Path) -> Run:
     """Read a TREC run file (6 whitespace-separated columns; the rank column is ignored)."""
     path = Path(path)
-    if not path.is_file():
-        raise DataError(f"{path}: run file not found")
     run: Run = {}
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            parts = line.split()
-            if len(parts) != 6:
-                raise DataError(f"{path}:{lineno}: expected 6 columns 'qid Q0 docid rank score tag', got {len(parts)}")
-            qid, _, docid, _, score_s, _ = parts
-            try:
-                score = float(score_s)
-            except ValueError:
-                raise DataError(f"{path}:{lineno}: score {score_s!r} is not a number") from None
-            if math.isnan(score):
-                raise DataError(f"{path}:{lineno}: score is NaN")
-            docs = run.setdefault(qid, {})
-            if docid in docs:
-                raise DataError(f"{path}:{lineno}: duplicate document {docid!r} for query {qid!r}")
-            docs[docid] = score
+    for lineno, line in _text_lines(path, "run file"):
+        if not line.strip():
+            continue
+        parts = line.split()
+        if len(parts) != 6:
+            raise DataError(f"{path}:{lineno}: expected 6 columns 'qid Q0 docid rank score tag', got {len(parts)}")
+        qid, _, docid, _, score_s, _ = parts
+        try:
+            score = float(score_s)
+        except ValueError:
+            raise DataError(f"{path}:{lineno}: score {score_s!r} is not a number") from None
+        if not math.isfinite(score):
+            raise DataError(f"{path}:{lineno}: score {score_s!r} is not a finite number")
+        docs = run.setdefault(qid, {})
+        if docid in docs:
+            raise DataError(f"{path}:{lineno}: duplicate line for query {qid!r} document {docid!r} (a run ranks a "
+                            "document once)")  # fmt: skip
+        docs[docid] = score
     return run
 
 
@@ -115,34 +127,40 @@ def write_trec_qrels(qrels: Mapping[str, Mapping[str, int]], path: str | Path) -
             for docid in sorted(qrels[qid]):
                 yield f"{qid} 0 {docid} {int(qrels[qid][docid])}\n"
 
-    _atomic_write(Path(path), lines())
+    atomic_write(Path(path), lines())
 
 
 def read_trec_qrels(path: str | Path) -> Qrels:
-    """Read TREC qrels (``qid iter docid grade``; a BEIR-style 3-column TSV with header also works)."""
+    """Read TREC qrels (``qid iter docid grade``; a BEIR-style 3-column TSV with a header also works).
+
+    Line 1 is skipped only when it is a header: its grade column is a word such as ``score``
+    (``q1 0 d1 3.5`` is an error, not a header). A query-document pair judged twice is an
+    error naming both lines, whether the grades agree or not.
+    """
     path = Path(path)
-    if not path.is_file():
-        raise DataError(f"{path}: qrels file not found")
     qrels: Qrels = {}
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            parts = line.split()
-            if not parts:
+    first_line: dict[tuple[str, str], int] = {}
+    for lineno, line in _text_lines(path, "qrels file"):
+        parts = line.split()
+        if not parts:
+            continue
+        if len(parts) == 4:
+            qid, _, docid, grade_s = parts
+        elif len(parts) == 3:
+            qid, docid, grade_s = parts
+        else:
+            raise DataError(f"{path}:{lineno}: expected 'qid iter docid grade', got {len(parts)} columns")
+        try:
+            grade = int(grade_s)
+        except ValueError:
+            if lineno == 1 and _HEADER_WORD.fullmatch(grade_s):  # a header such as "query-id corpus-id score"
                 continue
-            if len(parts) == 4:
-                qid, _, docid, grade_s = parts
-            elif len(parts) == 3:
-                qid, docid, grade_s = parts
-            else:
-                raise DataError(f"{path}:{lineno}: expected 'qid iter docid grade', got {len(parts)} columns")
-            try:
-                grade = int(grade_s)
-            except ValueError:
-                if lineno == 1:  # a header line such as "query-id corpus-id score"
-                    continue
-                raise DataError(f"{path}:{lineno}: grade {grade_s!r} is not an integer") from None
-            docs = qrels.setdefault(qid, {})
-            if docid in docs and docs[docid] != grade:
-                raise DataError(f"{path}:{lineno}: conflicting grades for query {qid!r} document {docid!r}")
-            docs[docid] = grade
+            raise DataError(f"{path}:{lineno}: grade {grade_s!r} is not an integer") from None
+        docs = qrels.setdefault(qid, {})
+        if docid in docs:
+            other = "" if docs[docid] == grade else f" with grade {docs[docid]}, here {grade}"
+            raise DataError(f"{path}:{lineno}: query {qid!r} document {docid!r} is judged twice (first on line "
+                            f"{first_line[qid, docid]}{other})")  # fmt: skip
+        docs[docid] = grade
+        first_line[qid, docid] = lineno
     return qrels

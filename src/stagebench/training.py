@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from stagebench.errors import ConfigError, DataError, StagebenchError
+from stagebench.files import check_replaceable, check_writable, swap_in
 from stagebench.params import Fraction, NonNegativeInt, PositiveInt, Probability, Seed
 
 log = logging.getLogger("stagebench")
@@ -279,6 +280,8 @@ def train_reranker(config, output: str | None = None, cache=None) -> dict:
         raise ConfigError(f"{config.path}: no training: section (see docs/training.md)")
     cache = cache or Cache(cache_root(None, config.cache_dir))
     out = Path(output or t.output)
+    check_replaceable(out, "trained model", not_a_model_folder)
+    check_writable(out, "model folder")
     t0 = time.perf_counter()
     data, ds = build_training_data(config, t, cache)
     log.info("training data: %s", json.dumps(data.stats))
@@ -350,13 +353,23 @@ def train_reranker(config, output: str | None = None, cache=None) -> dict:
         "total_seconds": round(time.perf_counter() - t0, 1), "steps": trainer.state.global_step,
         "log_history": trainer.state.log_history,
     }  # fmt: skip
-    (tmp / "stagebench_training.json").write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
+    (tmp / TRAINING_REPORT).write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
     (tmp / "README.md").write_text(model_card(report), encoding="utf-8")
-    shutil.rmtree(out, ignore_errors=True)
-    tmp.rename(out)
+    check_replaceable(out, "trained model", not_a_model_folder)  # it may have changed while training ran
+    swap_in(tmp, out)
     shutil.rmtree(work, ignore_errors=True)
     report["output"] = str(out)
     return report
+
+
+TRAINING_REPORT = "stagebench_training.json"
+
+
+def not_a_model_folder(folder: Path) -> str | None:
+    """None when ``folder`` is a model folder train-reranker wrote (it may replace it), else why not."""
+    if (folder / TRAINING_REPORT).is_file():
+        return None
+    return f"not a model folder stagebench trained (no {TRAINING_REPORT})"
 
 
 def model_card(r: dict) -> str:

@@ -102,7 +102,7 @@ def test_empty_query_text(tmp_path, esci_real):
         return e
 
     _write(tmp_path, esci_real, edit_ex=edit)
-    with pytest.raises(DataError, match="empty query text"):
+    with pytest.raises(DataError, match="empty or null query text"):
         load_esci(EsciOptions(path=str(tmp_path), split=None))
 
 

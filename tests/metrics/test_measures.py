@@ -28,13 +28,17 @@ def test_queries_with_judgments_but_no_results_count_as_zero():
     assert ev.means == {"nDCG@10": 0.5, "RR@10": 0.5, "R@100": 0.5}
 
 
-def test_queries_without_relevant_judgments_are_not_scored():
+def test_the_query_set_is_every_query_with_a_positive_grade_whatever_the_threshold():
     qrels = {"q1": {"a": 2}, "q2": {"b": 0}, "q3": {"c": 1}}
     run = {"q1": {"a": 1.0}, "q2": {"b": 1.0}, "q3": {"c": 1.0}, "q9": {"x": 1.0}}
-    ev = evaluate(qrels, run, ["P@1"], relevance_threshold=2)
-    assert ev.scored_queries == ["q1"]
-    assert ev.unscored_run_queries == 3
-    assert ev.means["P@1"] == 1.0
+    for rel in (1, 2, 3):
+        ev = evaluate(qrels, run, ["P@1", "nDCG@10"], relevance_threshold=rel)
+        assert ev.scored_queries == ["q1", "q3"]  # q2 has no positive grade; q9 is not judged
+        assert ev.excluded == {"judged, no positive grade": 1, "in the run, not scored": 2}
+        assert ev.means["nDCG@10"] == 1.0  # the threshold never applies to nDCG
+    # a query with no document at the binary measure's rel scores 0 there, and stays in the average
+    assert evaluate(qrels, run, ["P@1"], relevance_threshold=2).means["P@1"] == 0.5
+    assert evaluate(qrels, run, ["P@1"], relevance_threshold=1).means["P@1"] == 1.0
 
 
 def test_relevance_threshold_in_name_overrides_default():

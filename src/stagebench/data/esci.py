@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Literal
 
 from stagebench.params import PositiveInt
-from stagebench.data.model import Dataset, check_queries
+from stagebench.data.model import Dataset, check_id, check_queries
 from stagebench.data.text import strip_html
 from stagebench.errors import DataError
 
@@ -107,7 +107,9 @@ def _split_from_filename(path: str) -> str | None:
 def load_esci_hf(opts: EsciHfOptions) -> Dataset:
     """Merged ESCI rows via ``datasets``; products are the distinct (product_id, locale) rows.
 
-    ``tasksource/esci`` has no ``split`` column: the split is the ``datasets`` split (hub) or
+    The corpus is therefore only the judged products, whatever ``corpus_scope`` says: the
+    dataset says ``corpus_scope: judged`` (and the log and the table warn that recall is
+    inflated). ``tasksource/esci`` has no ``split`` column: the split is the ``datasets`` split (hub) or
     the file name's prefix (local ``test-00000-of-00002.parquet``), added as a column.
     """
     import datasets
@@ -141,7 +143,13 @@ def load_esci_hf(opts: EsciHfOptions) -> Dataset:
     _require_columns(df, EXAMPLE_COLUMNS + ("product_title",), source)
     product_cols = ["product_id", "product_locale"] + [c for c in PRODUCT_FIELDS if c in df.columns]
     products = df[product_cols].drop_duplicates(subset=["product_id", "product_locale"])
-    return build_esci(df, products, opts, source, source, name=f"esci-hf:{Path(source).name}")
+    ds = build_esci(df, products, opts, source, source, name=f"esci-hf:{Path(source).name}")
+    if ds.corpus_scope != "judged":
+        ds.corpus_scope = "judged"
+        ds.warnings.append(f"{source}: esci_hf rows carry only judged products, so corpus_scope: catalog is judged-only "
+                           "here; recall is inflated against a whole-catalog index (use loader: esci with the products "
+                           "file for a catalog corpus)")  # fmt: skip
+    return ds
 
 
 def build_esci(examples, products, opts: EsciOptions, ex_source: str, prod_source: str, name: str) -> Dataset:
@@ -160,44 +168,61 @@ def build_esci(examples, products, opts: EsciOptions, ex_source: str, prod_sourc
     if opts.max_queries is not None:
         keep = sorted(ex["query_id"].astype(str).unique())[: opts.max_queries]
         ex = ex[ex["query_id"].astype(str).isin(set(keep))]
+    # one locale: products keyed by product_id; several (locale: null): by locale and id, so the
+    # same ASIN in "us" and "es" stays two products (and a US query is judged against US text)
+    locales = sorted(set(ex["product_locale"].astype(str)))
+    multi = len(locales) > 1
+
+    def doc_key(pid: object, locale: object) -> str:
+        return f"{locale}:{pid}" if multi else str(pid)
 
     queries: dict[str, str] = {}
     qrels: dict[str, dict[str, int]] = {}
     id_col = ex["example_id"] if "example_id" in ex.columns else ex.index
-    for ex_id, qid, qtext, pid, label in zip(id_col, ex["query_id"], ex["query"], ex["product_id"], ex["esci_label"]):
+    for ex_id, qid, qtext, pid, loc, label in zip(id_col, ex["query_id"], ex["query"], ex["product_id"],
+                                                  ex["product_locale"], ex["esci_label"]):  # fmt: skip
         qid = str(qid)
         where = f"{ex_source}: example_id {ex_id}"
         if label not in opts.labels:
             raise DataError(f"{where}: unknown esci_label {label!r} (known: {', '.join(map(str, opts.labels))})")
-        if qtext is None or not str(qtext).strip():
-            raise DataError(f"{where}: empty query text for query_id {qid}")
-        prev = queries.setdefault(qid, str(qtext))
-        if prev != str(qtext):
+        if not isinstance(qtext, str) or not qtext.strip():  # pandas reads a null text as None or NaN
+            raise DataError(f"{where}: empty or null query text for query_id {qid} ({qtext!r})")
+        check_id(qid, "query", where)
+        check_id(str(pid), "product", where)
+        prev = queries.setdefault(qid, qtext)
+        if prev != qtext:
             raise DataError(f"{where}: query_id {qid} has two texts ({prev!r} and {qtext!r})")
         docs = qrels.setdefault(qid, {})
-        pid = str(pid)
-        if pid in docs:
+        key = doc_key(pid, loc)
+        if key in docs:
             raise DataError(f"{where}: duplicate judgment for query_id {qid} product_id {pid}")
-        docs[pid] = int(opts.labels[label])
+        docs[key] = int(opts.labels[label])
     check_queries(queries, ex_source)
 
     prods = products
-    if opts.locale is not None:
-        prods = prods[prods["product_locale"] == opts.locale]
+    if len(prods) == 0:
+        raise DataError(f"{prod_source}: the products file has no rows")
+    prods = prods[prods["product_locale"].astype(str).isin(set(locales))]
+    if len(prods) == 0:
+        raise DataError(f"{prod_source}: no product in locale(s) {', '.join(locales)}")
     dup = prods.duplicated(subset=["product_id", "product_locale"], keep=False)
     if dup.any():
         first = prods[dup].iloc[0]
         raise DataError(
             f"{prod_source}: duplicate product (product_id={first['product_id']}, product_locale={first['product_locale']})"
         )
+    keys = [doc_key(p, loc) for p, loc in zip(prods["product_id"].astype(str), prods["product_locale"].astype(str))]
     if opts.corpus_scope == "judged":
         judged = {d for docs in qrels.values() for d in docs}
-        prods = prods[prods["product_id"].astype(str).isin(judged)]
+        mask = [k in judged for k in keys]
+        prods = prods[mask]
+        keys = [k for k, m in zip(keys, mask) if m]
     cols = [c for c in PRODUCT_FIELDS if c in prods.columns]
     columns = {c: prods[c].tolist() for c in cols}
     corpus: dict[str, dict[str, str]] = {}
-    for i, pid in enumerate(prods["product_id"].astype(str).tolist()):
-        corpus[pid] = {PRODUCT_FIELDS[c]: strip_html(columns[c][i]) if isinstance(columns[c][i], str) else "" for c in cols}
+    for i, key in enumerate(keys):
+        check_id(key, "product", prod_source)
+        corpus[key] = {PRODUCT_FIELDS[c]: strip_html(columns[c][i]) if isinstance(columns[c][i], str) else "" for c in cols}
     for f in PRODUCT_FIELDS.values():  # absent optional columns behave as empty fields
         if f not in {PRODUCT_FIELDS[c] for c in cols}:
             for fields in corpus.values():

@@ -8,6 +8,7 @@ from functools import cached_property
 
 from stagebench.data.text import render, template_fields
 from stagebench.errors import DataError
+from stagebench.run import qrels_digest
 
 
 @dataclass
@@ -83,12 +84,8 @@ class Dataset:
 
     @cached_property
     def qrels_fingerprint(self) -> str:
-        """sha256 over the sorted (query, doc, grade) judgments."""
-        h = hashlib.sha256()
-        for q in sorted(self.qrels):
-            for d in sorted(self.qrels[q]):
-                h.update(f"{q}\t{d}\t{self.qrels[q][d]}\n".encode())
-        return h.hexdigest()
+        """sha256 over the sorted (query, doc, grade) judgments (:func:`stagebench.run.qrels_digest`)."""
+        return qrels_digest(self.qrels)
 
     @cached_property
     def qrels_docs_missing(self) -> int:
@@ -125,6 +122,14 @@ class Dataset:
         self.corpus_scope = "judged"
         for attr in ("doc_ids", "doc_texts", "doc_text", "fingerprint", "qrels_docs_missing"):
             self.__dict__.pop(attr, None)
+
+
+def check_id(value: str, kind: str, where: str) -> str:
+    """An id a TREC file can hold: non-empty, no whitespace. ``where`` names file and row."""
+    if not value or any(c.isspace() for c in value):
+        raise DataError(f"{where}: {kind} id {value!r} is empty or holds whitespace (run and qrels files "
+                        "are whitespace-separated and cannot hold it)")  # fmt: skip
+    return value
 
 
 def check_queries(queries: dict[str, str], source: str) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Literal
 
 from stagebench.data.jsonl import _finish, read_jsonl
-from stagebench.data.model import Dataset, check_queries
+from stagebench.data.model import Dataset, check_id, check_queries
 from stagebench.data.text import strip_html
 from stagebench.errors import DataError
 from stagebench.run import read_trec_qrels
@@ -37,19 +37,24 @@ def read_topics(path: Path, field: str = "title") -> dict[str, str]:
     text = path.read_text(encoding="utf-8")
     topics: dict[str, str] = {}
     if "<top>" in text:
-        for block in re.findall(r"<top>(.*?)</top>", text, flags=re.S):
+        for m in re.finditer(r"<top>(.*?)</top>", text, flags=re.S):
+            block = m.group(1)
+            lineno = text.count("\n", 0, m.start()) + 1
             num = re.search(r"<num>\s*(?:Number:)?\s*([^\s<]+)", block)
             body = re.search(rf"<{field}>\s*(?:Description:|Topic:)?(.*?)(?=<|\Z)", block, flags=re.S)
             if not num or not body:
-                raise DataError(f"{path}: a <top> block lacks <num> or <{field}>")
+                raise DataError(f"{path}:{lineno}: a <top> block lacks <num> or <{field}>")
+            if num.group(1) in topics:
+                raise DataError(f"{path}:{lineno}: duplicate <num> {num.group(1)!r}")
             topics[num.group(1)] = " ".join(body.group(1).split())
         return topics
     with open(path, encoding="utf-8", newline="") as fh:
         for lineno, row in enumerate(csv.reader(fh, delimiter="\t"), start=1):
             if not row:
                 continue
-            if len(row) < 2:
-                raise DataError(f"{path}:{lineno}: expected 'qid<TAB>text'")
+            if len(row) != 2:
+                raise DataError(f"{path}:{lineno}: expected 2 tab-separated columns 'qid<TAB>text', got {len(row)}")
+            check_id(row[0], "query", f"{path}:{lineno}")
             if row[0] in topics:
                 raise DataError(f"{path}:{lineno}: duplicate query id {row[0]!r}")
             topics[row[0]] = row[1]
@@ -63,7 +68,7 @@ def read_corpus(path: Path) -> dict[str, dict[str, str]]:
             did = row.get("_id", row.get("id", row.get("docid")))
             if did is None:
                 raise DataError(f"{path}:{lineno}: missing document id ('_id', 'id' or 'docid')")
-            did = str(did)
+            did = check_id(str(did), "document", f"{path}:{lineno}")
             if did in corpus:
                 raise DataError(f"{path}:{lineno}: duplicate document id {did!r}")
             corpus[did] = {"title": strip_html(row.get("title") or ""), "text": strip_html(row.get("text") or row.get("contents") or "")}
@@ -76,6 +81,7 @@ def read_corpus(path: Path) -> dict[str, dict[str, str]]:
                 continue
             if len(row) < 2:
                 raise DataError(f"{path}:{lineno}: expected 'docid<TAB>text'")
+            check_id(row[0], "document", f"{path}:{lineno}")
             if row[0] in corpus:
                 raise DataError(f"{path}:{lineno}: duplicate document id {row[0]!r}")
             corpus[row[0]] = {"title": "", "text": strip_html(row[1])}

@@ -9,10 +9,12 @@ Conventions (see ``docs/metrics.md``):
 * **Relevance**: binary measures count a document as relevant when its grade is
   ``>= rel``; ``rel`` comes from the measure name or else the evaluation's
   ``relevance_threshold`` (default 1, as trec_eval's ``relevance_level``).
-* **Scored queries**: every query in the qrels with at least one document at grade
-  ``>= relevance_threshold``. A scored query missing from the run scores 0 on every
-  measure. Run queries absent from the qrels, or with no relevant judgment, are not
-  scored (their count is reported).
+* **Scored queries** (one set for every measure, whatever the threshold): every query in
+  the qrels with at least one positive grade (``>= 1``). A scored query missing from the
+  run scores 0 on every measure; a scored query with no document at a binary measure's
+  ``rel`` scores 0 on that measure (as trec_eval). Queries judged only with grades <= 0,
+  and run queries absent from the qrels, are not scored; their counts are reported
+  (:attr:`Evaluation.excluded`). No scored query at all is an error.
 * **Cut-offs are real**: ``RR@10`` is 0 when the first relevant document is below rank 10.
 """
 
@@ -39,7 +41,14 @@ class Evaluation:
     gain: str
     scored_queries: list[str]
     missing_queries: list[str] = field(default_factory=list)  # scored but absent from the run
-    unscored_run_queries: int = 0  # run queries not scored (no qrels / no relevant doc)
+    unscored_run_queries: int = 0  # run queries not scored (not in the qrels, or no positive grade)
+    judged_without_positive: int = 0  # qrels queries whose every grade is <= 0 (not scored)
+
+    @property
+    def excluded(self) -> dict[str, int]:
+        """Why queries were left out of the averages, with their counts."""
+        return {"judged, no positive grade": self.judged_without_positive,
+                "in the run, not scored": self.unscored_run_queries}  # fmt: skip
 
     @property
     def means(self) -> dict[str, float]:
@@ -72,8 +81,13 @@ def per_query_value(
     raise AssertionError(f"unhandled family {f}")
 
 
-def scored_query_ids(qrels: Mapping[str, Mapping[str, int]], relevance_threshold: int) -> list[str]:
-    return sorted(q for q, docs in qrels.items() if any(g >= relevance_threshold for g in docs.values()))
+#: a query is scored when it has a judgment at this grade or above (a positive gain)
+SCORED_MIN_GRADE = 1
+
+
+def scored_query_ids(qrels: Mapping[str, Mapping[str, int]]) -> list[str]:
+    """The query set every measure averages over: queries with a positive grade, sorted."""
+    return sorted(q for q, docs in qrels.items() if any(g >= SCORED_MIN_GRADE for g in docs.values()))
 
 
 def evaluate(
@@ -91,7 +105,12 @@ def evaluate(
     names = [m.name for m in ms]
     if len(set(names)) != len(names):
         raise StagebenchError(f"measures: duplicate names in {names}")
-    scored = scored_query_ids(qrels, relevance_threshold)
+    if relevance_threshold < 1:
+        raise StagebenchError(f"relevance threshold {relevance_threshold}: must be >= 1 (grade 0 means not relevant)")
+    scored = scored_query_ids(qrels)
+    if not scored:
+        raise StagebenchError(f"no query in the qrels has a positive grade ({len(qrels)} queries judged): "
+                              "nothing can be scored")  # fmt: skip
     per_query: dict[str, dict[str, float]] = {n: {} for n in names}
     missing = []
     for qid in scored:
@@ -110,4 +129,5 @@ def evaluate(
         scored_queries=scored,
         missing_queries=missing,
         unscored_run_queries=sum(1 for q in run if q not in scored_set),
+        judged_without_positive=len(qrels) - len(scored),
     )

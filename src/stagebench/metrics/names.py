@@ -2,7 +2,8 @@
 
 Grammar: ``FAMILY[(param=value[,param=value])][@CUTOFF]``
 
-Families (case-sensitive, aliases in brackets):
+Families (case-insensitive everywhere: configs, ``eval -m``, expected-values files;
+aliases in brackets):
   nDCG     graded; params ``gain=linear|exp``             cutoff optional
   RR       binary; reciprocal rank of the first relevant   cutoff optional [MRR]
   R        binary; recall                                  cutoff required [Recall]
@@ -24,16 +25,15 @@ from dataclasses import dataclass
 from stagebench.errors import StagebenchError
 
 FAMILIES = ("nDCG", "RR", "R", "P", "AP", "Hit", "Rprec", "Judged")
+#: the one alias table: lower-case name -> family (the families themselves included)
 ALIASES = {
-    "MRR": "RR",
-    "Recall": "R",
-    "Precision": "P",
-    "MAP": "AP",
-    "Success": "Hit",
-    "R-Prec": "Rprec",
-    "RPrec": "Rprec",
-    "NDCG": "nDCG",
-    "ndcg": "nDCG",
+    **{f.lower(): f for f in FAMILIES},
+    "mrr": "RR",
+    "recall": "R",
+    "precision": "P",
+    "map": "AP",
+    "success": "Hit",
+    "r-prec": "Rprec",
 }
 BINARY = {"RR", "R", "P", "AP", "Hit", "Rprec"}
 CUTOFF_REQUIRED = {"R", "P", "Hit", "Judged"}
@@ -69,8 +69,8 @@ def parse_measure(text: str) -> Measure:
     m = _NAME_RE.match(text.strip())
     if not m:
         raise StagebenchError(f"measure {text!r}: not of the form FAMILY[(rel=N)][@K], e.g. nDCG@10, RR@10, R@100")
-    family = ALIASES.get(m["family"], m["family"])
-    if family not in FAMILIES:
+    family = ALIASES.get(m["family"].lower())
+    if family is None:
         raise StagebenchError(f"measure {text!r}: unknown family {m['family']!r} (known: {', '.join(FAMILIES)})")
     cutoff = int(m["cutoff"]) if m["cutoff"] is not None else None
     if cutoff is not None and cutoff < 1:
@@ -83,12 +83,14 @@ def parse_measure(text: str) -> Measure:
     if m["params"]:
         for part in m["params"].split(","):
             key, _, value = part.partition("=")
-            key, value = key.strip(), value.strip()
+            key, value = key.strip().lower(), value.strip().lower()
             if key == "rel" and family in BINARY:
                 try:
                     rel = int(value)
                 except ValueError:
                     raise StagebenchError(f"measure {text!r}: rel must be an integer grade") from None
+                if rel < 1:
+                    raise StagebenchError(f"measure {text!r}: rel must be >= 1 (grade 0 means not relevant)")
             elif key == "gain" and family == "nDCG":
                 if value not in GAINS:
                     raise StagebenchError(f"measure {text!r}: gain must be one of {', '.join(GAINS)}")

@@ -20,7 +20,7 @@ from typing import Annotated, Literal
 import numpy as np
 
 from stagebench.params import PositiveInt, Range
-from stagebench.run import Run
+from stagebench.run import Run, ranked
 from stagebench.stages.base import Stage, StageContext
 
 log = logging.getLogger("stagebench")
@@ -83,6 +83,39 @@ def corpus_embeddings(encoder, ctx: StageContext, p: DenseParams, stage: str) ->
     return emb
 
 
+#: extra neighbours asked of faiss beyond k, so that ties at the cut can be resolved
+TIE_MARGIN = 16
+
+
+def search_top_k(index, qemb: np.ndarray, qids: list[str], doc_ids: list[str], k: int) -> Run:
+    """Each query's top ``k`` with the run tie rule (score desc, docid desc), as BM25 cuts.
+
+    faiss breaks ties among equal scores arbitrarily, so it is asked for more than ``k``;
+    a query whose k-th score is still tied with the last one returned is searched again,
+    deeper, until the tie group is complete (or the whole corpus is returned). The cut is
+    then made by :func:`stagebench.run.ranked`.
+    """
+    n = len(doc_ids)
+    k = min(k, n)
+    run: Run = {}
+    todo = np.arange(len(qids))
+    depth = min(n, k + TIE_MARGIN)
+    while todo.size:
+        scores, idx = index.search(qemb[todo], depth)
+        again = []
+        for row, qi in enumerate(todo):
+            s, ix = scores[row], idx[row]
+            valid = ix >= 0
+            s, ix = s[valid], ix[valid]
+            if depth < n and len(s) >= k and len(s) == depth and s[k - 1] == s[-1]:
+                again.append(qi)  # the tie at the cut may continue past what faiss returned
+                continue
+            run[qids[qi]] = dict(ranked({doc_ids[j]: float(v) for v, j in zip(s, ix)})[:k])
+        todo = np.asarray(again, dtype=np.int64)
+        depth = min(n, depth * 2)
+    return run
+
+
 def build_index(emb: np.ndarray, p: DenseParams):
     import faiss
 
@@ -125,12 +158,8 @@ class DenseStage(Stage):
         index = build_index(emb, p)
         k = min(p.top_k, len(ds.doc_ids))
         t0 = time.perf_counter()
-        scores, idx = index.search(qemb, k)
+        run = search_top_k(index, qemb, qids, ds.doc_ids, k)
         dt = time.perf_counter() - t0
-        log.info("stage %s: faiss %s search, %d queries, k=%d: %.2f ms/query",
+        log.info("stage %s: faiss %s search, %d queries, k=%d (ties at the cut by docid): %.2f ms/query",
                  self.name, p.index, len(qids), k, 1000 * dt / max(len(qids), 1))  # fmt: skip
-        doc_ids = ds.doc_ids
-        return {
-            q: {doc_ids[j]: float(s) for s, j in zip(scores[i], idx[i]) if j >= 0}
-            for i, q in enumerate(qids)
-        }
+        return run

@@ -64,8 +64,20 @@ def merge_head_tail(head: dict[str, float], tail: list[str]) -> dict[str, float]
     return out
 
 
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return 1.0 / (1.0 + np.exp(-x))
+def sigmoid_keeping_order(logits: np.ndarray) -> np.ndarray:
+    """sigmoid(logits), except where it saturates: two different logits whose sigmoids round
+    to the same float (1.0 for every logit above about 37) would become a false tie that the
+    tie rule then breaks by doc id. There the lower one is moved down by the smallest step a
+    float allows, so the order is exactly the logits' order; equal logits stay tied."""
+    x = np.asarray(logits, dtype=np.float64)
+    out = 1.0 / (1.0 + np.exp(-x))
+    order = np.argsort(-x, kind="stable")
+    for a, b in zip(order[:-1], order[1:]):
+        if x[b] < x[a] and out[b] >= out[a]:
+            out[b] = np.nextafter(out[a], -np.inf)
+        elif x[b] == x[a]:
+            out[b] = out[a]
+    return out
 
 
 def rerank_run(run: Run, reranker: Any, ctx: StageContext, p: RerankCommon, stage: str, label: str) -> Run:
@@ -92,7 +104,11 @@ def rerank_run(run: Run, reranker: Any, ctx: StageContext, p: RerankCommon, stag
             out = np.empty(len(flat), dtype=np.float64)
             for i in range(0, len(flat), p.pairs_per_call):
                 chunk = flat[i : i + p.pairs_per_call]
-                got = reranker.score_pairs([(ds.queries[q], doc_input(d)) for q, d in chunk])
+                try:
+                    got = reranker.score_pairs([(ds.queries[q], doc_input(d)) for q, d in chunk])
+                except Exception as exc:
+                    queries = list(dict.fromkeys(q for q, _ in chunk))
+                    raise _failed(stage, label, "score_pairs", queries, exc) from exc
                 out[i : i + len(chunk)] = _check_scores(got, chunk, stage, label)
                 bar.update(len(chunk))
             pos = 0
@@ -101,7 +117,10 @@ def rerank_run(run: Run, reranker: Any, ctx: StageContext, p: RerankCommon, stag
                 pos += len(heads[q])
         else:
             for q in qids:
-                got = reranker.score(ds.queries[q], [doc_input(d) for d in heads[q]])
+                try:
+                    got = reranker.score(ds.queries[q], [doc_input(d) for d in heads[q]])
+                except Exception as exc:
+                    raise _failed(stage, label, "score", [q], exc) from exc
                 scores[q] = _check_scores(got, [(q, d) for d in heads[q]], stage, label)
                 bar.update(len(heads[q]))
     dt = time.perf_counter() - t0
@@ -112,9 +131,16 @@ def rerank_run(run: Run, reranker: Any, ctx: StageContext, p: RerankCommon, stag
     for qid in run:
         s = scores.get(qid, np.empty(0))
         if p.activation == "sigmoid":
-            s = _sigmoid(s)
+            s = sigmoid_keeping_order(s)
         result[qid] = merge_head_tail(dict(zip(heads[qid], s.tolist())), tails[qid])
     return result
+
+
+def _failed(stage: str, label: str, method: str, queries: list[str], exc: Exception) -> StagebenchError:
+    """A reranker that raised: one line naming the stage, the call and the query (or queries)."""
+    which = f"query {queries[0]!r}" if len(queries) == 1 else \
+        f"a batch of {len(queries)} queries ({queries[0]!r} ... {queries[-1]!r})"  # fmt: skip
+    return StagebenchError(f"stage {stage}: {label} raised in {method}() on {which}: {type(exc).__name__}: {exc}")
 
 
 def _check_scores(got: Any, chunk: list[tuple[str, str]], stage: str, label: str) -> np.ndarray:
@@ -205,7 +231,11 @@ class PluginStage(Stage):
 
         p: PluginParams = self.params
         factory = import_target(p.target, f"stage {self.name}.target")
-        reranker = factory(**(p.kwargs or {}))
+        try:
+            reranker = factory(**(p.kwargs or {}))
+        except Exception as exc:
+            raise StagebenchError(f"stage {self.name}: plug-in {p.target} raised when constructed: "
+                                  f"{type(exc).__name__}: {exc}") from exc  # fmt: skip
         if not callable(getattr(reranker, "score", None)):
             raise StagebenchError(f"stage {self.name}: {p.target} instance has no score(query, docs) method")
         return rerank_run(inputs[0], reranker, ctx, p, self.name, f"plug-in {p.target}")
