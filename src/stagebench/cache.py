@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from stagebench import __version__
+from stagebench.files import named
 
 log = logging.getLogger("stagebench")
 
@@ -164,6 +165,9 @@ class Cache:
                 os.rename(tmp, final)
             except OSError:  # another process put the same key first: its entry is as good as ours
                 shutil.rmtree(tmp, ignore_errors=True)
+        except OSError as exc:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise named(exc, final) from exc
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise

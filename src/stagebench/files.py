@@ -38,9 +38,20 @@ def atomic_write(path: str | Path, data: str | bytes | Iterable[str]) -> None:
                 for chunk in data:
                     fh.write(chunk)
         os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise named(exc, path) from exc
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def named(exc: OSError, path: str | Path) -> OSError:
+    """``exc`` with a file name: a failed ``write()`` (disk full, file too large) names no file,
+    and an error message must say which one."""
+    if exc.filename is not None:
+        return exc
+    return type(exc)(exc.errno, exc.strerror or str(exc), str(path))
 
 
 def _nearest_existing(path: Path) -> Path:

@@ -176,7 +176,7 @@ def analyse(manifest: dict, qrels: dict, runs: dict[str, Run]) -> Rendered:
         f"dataset: {ds['name']} ({ds['documents']:,} documents, corpus scope: {scope})",
         f"queries: {len(queries)} scored = every judged query with a positive grade, for every measure and threshold; "
         f"left out: {first.judged_without_positive} judged with no positive grade, "
-        f"{first.unscored_run_queries} in the runs but not scored",
+        f"{first.unjudged_run_queries} in the runs but not judged",
         report.conventions_line(rel, gain),
         f"significance: ^x = significantly better than stage x ({'paired randomization test, ' + str(ev['permutations']) + ' permutations' if ev['test'] == 'randomization' else 'paired t-test'}, "
         f"seed {ev['seed']}, Holm-Bonferroni over the {len(pairs)} comparisons of each metric, alpha {ev['alpha']}); "

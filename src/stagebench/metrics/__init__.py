@@ -41,14 +41,14 @@ class Evaluation:
     gain: str
     scored_queries: list[str]
     missing_queries: list[str] = field(default_factory=list)  # scored but absent from the run
-    unscored_run_queries: int = 0  # run queries not scored (not in the qrels, or no positive grade)
+    unjudged_run_queries: int = 0  # run queries absent from the qrels (not scored)
     judged_without_positive: int = 0  # qrels queries whose every grade is <= 0 (not scored)
 
     @property
     def excluded(self) -> dict[str, int]:
         """Why queries were left out of the averages, with their counts."""
         return {"judged, no positive grade": self.judged_without_positive,
-                "in the run, not scored": self.unscored_run_queries}  # fmt: skip
+                "in the run, not judged": self.unjudged_run_queries}  # fmt: skip
 
     @property
     def means(self) -> dict[str, float]:
@@ -120,7 +120,6 @@ def evaluate(
         ranking = ranked_ids(docs) if docs else []
         for m, n in zip(ms, names):
             per_query[n][qid] = per_query_value(m, ranking, qrels[qid], relevance_threshold, gain)
-    scored_set = set(scored)
     return Evaluation(
         measures=ms,
         per_query=per_query,
@@ -128,6 +127,6 @@ def evaluate(
         gain=gain,
         scored_queries=scored,
         missing_queries=missing,
-        unscored_run_queries=sum(1 for q in run if q not in scored_set),
+        unjudged_run_queries=sum(1 for q in run if q not in qrels),
         judged_without_positive=len(qrels) - len(scored),
     )
