@@ -443,21 +443,23 @@ def test_6_duplicate_eval_measure_after_aliasing(tmp_path, capsys):
 
 
 def test_7_the_averaged_query_set_does_not_depend_on_the_threshold(tmp_path, capsys):
-    rows = {}
+    # q5 has only a grade-1 judgment: at threshold 2 it has no relevant document, and stays averaged
+    data = beir(tmp_path / "d5", queries={**QUERIES, "q5": "hose nozzle"}, qrels=[*QRELS, ("q5", "d7", 1)])
+    rows, per_query = {}, {}
     for rel in (1, 2, 3):
-        cfg = config(tmp_path, evaluation=f", relevance_threshold: {rel}")
+        cfg = config(tmp_path, evaluation=f", relevance_threshold: {rel}", dataset=f"{{loader: beir, path: {data}}}")
         out = tmp_path / f"out{rel}"
         assert run_main(capsys, "run", cfg, "--output", out)[0] == 0
         rows[rel] = json.loads((out / "stage_table.json").read_text())[0]
+        per_query[rel] = pd.read_csv(out / "per_query.csv", dtype={"qid": str}).set_index("qid")
         text = (out / "stage_table.txt").read_text()
-        assert "queries: 3 scored = every judged query with a positive grade" in text
+        assert "queries: 4 scored = every judged query with a positive grade" in text
         assert "left out: 1 judged with no positive grade, 0 in the runs but not judged" in text
         assert rows[rel]["queries_excluded"] == {"judged, no positive grade": 1, "in the run, not judged": 0}
-    assert rows[1]["queries"] == rows[2]["queries"] == rows[3]["queries"] == 3
-    assert rows[1]["nDCG@10"] == rows[2]["nDCG@10"] == rows[3]["nDCG@10"]
-    # binary measures move, averaged over the same 3 queries: each has one grade-3 document, so R(rel=3)@5 is
-    # a multiple of 1/3 (it would be of 1/2 or 1 if queries without a grade-3 document were dropped)
-    assert rows[3]["R@5"] * 3 == pytest.approx(round(rows[3]["R@5"] * 3), abs=1e-5)
+    assert rows[1]["queries"] == rows[2]["queries"] == rows[3]["queries"] == 4
+    assert rows[1]["nDCG@10"] == rows[2]["nDCG@10"] == rows[3]["nDCG@10"]  # the threshold is not nDCG's
+    assert per_query[1].loc["q5", "R@5"] == 1.0 and per_query[2].loc["q5", "R@5"] == 0.0
+    assert rows[2]["R@5"] == pytest.approx(per_query[2]["R@5"].sum() / 4, abs=1e-6)
 
 
 def test_7_eval_reports_what_it_left_out(tmp_path, capsys):
