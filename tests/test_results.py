@@ -44,6 +44,33 @@ def run_cli(*args, cwd):
                           cwd=cwd, env=env)  # fmt: skip
 
 
+def independent_holm(ps: list[float]) -> list[float]:
+    """Holm's step-down adjustment written from its definition, not from stagebench.stats: the
+    adjusted p of hypothesis i is the largest (m - k + 1) * p_(k), capped at 1, over the
+    hypotheses k ranked at or before it (ranks by p ascending, ties by position)."""
+    m = len(ps)
+    ranked = sorted(range(m), key=lambda i: (ps[i], i))
+    rank = {i: r + 1 for r, i in enumerate(ranked)}
+    return [min(1.0, max((m - rank[j] + 1) * ps[j] for j in range(m) if rank[j] <= rank[i])) for i in range(m)]
+
+
+def check_holm_and_marks(sig: list[dict], rows: list[dict], alpha: float) -> None:
+    """Every metric's family of comparisons is Holm-corrected as a whole, and a stage carries
+    the mark of another exactly when the corrected randomization p is below alpha."""
+    letters = {r["stage"]: r["id"] for r in rows}
+    metrics = list(dict.fromkeys(c["metric"] for c in sig))
+    for m in metrics:
+        family = [c for c in sig if c["metric"] == m]
+        for key, raw in (("p_rand_holm", "p_rand"), ("p_t_holm", "p_t")):
+            want = independent_holm([c[raw] for c in family])
+            assert [c[key] for c in family] == pytest.approx(want, abs=2e-6), (m, key)
+        for r in rows:
+            expected = sorted(letters[c["b"] if c["a"] == r["stage"] else c["a"]] for c in family
+                              if r["stage"] in (c["a"], c["b"]) and c["p_rand_holm"] < alpha
+                              and (c["mean_a"] > c["mean_b"]) == (c["a"] == r["stage"]) and c["mean_a"] != c["mean_b"])
+            assert r["better_than"].get(m, []) == expected, (m, r["stage"])
+
+
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory, small_synthetic):
     tmp = tmp_path_factory.mktemp("runs")
@@ -83,7 +110,8 @@ def test_stage_table_has_ceiling_significance_and_labels(finished):
     assert pairs == {("bm25_stem", "bm25"), ("rrf", "bm25"), ("rrf", "bm25_stem"), ("title", "rrf"), ("title", "bm25"),
                      ("reverse", "rrf"), ("reverse", "bm25")}  # fmt: skip
     for c in sig:
-        assert c["p_rand_holm"] >= c["p_rand"] and c["wins"] + c["ties"] + c["losses"] == rows[0]["queries"]
+        assert c["wins"] + c["ties"] + c["losses"] == rows[0]["queries"]
+    check_holm_and_marks(sig, rows, alpha=0.05)
     assert "Recall ceiling and reranking headroom" in stdout and "headroom captured" in stdout
     for f in ("metrics.png", "recall_at_k.png", "ceiling.png", "top10_labels.png"):
         assert (out / "plots" / f).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

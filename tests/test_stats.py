@@ -57,3 +57,27 @@ def test_bootstrap_ci_contains_mean_and_narrows_with_n():
     assert lo < small.mean() < hi
     lo2, hi2 = bootstrap_ci(large)
     assert (hi2 - lo2) < (hi - lo) / 4
+
+
+def test_bootstrap_ci_matches_a_reimplemented_percentile_bootstrap():
+    rng = np.random.default_rng(11)
+    values = rng.random(87)
+    for seed in (1, 42):
+        lo, hi = bootstrap_ci(values, resamples=3000, seed=seed)
+        # the percentile bootstrap from its definition: resample queries with replacement, take the
+        # 2.5th and 97.5th percentiles of the resampled means (same generator and seed)
+        gen = np.random.default_rng(seed)
+        means = np.array([values[gen.integers(0, values.size, size=values.size)].mean() for _ in range(3000)])
+        ref = np.percentile(means, [2.5, 97.5])
+        assert (lo, hi) == pytest.approx(tuple(ref), abs=1e-12)
+
+
+def test_bootstrap_ci_covers_the_true_mean_about_95_percent_of_the_time():
+    rng = np.random.default_rng(5)
+    hits = 0
+    trials = 300
+    for t in range(trials):
+        sample = rng.exponential(1.0, size=60)  # true mean 1.0, skewed like per-query metrics
+        lo, hi = bootstrap_ci(sample, resamples=1000, seed=t)
+        hits += lo <= 1.0 <= hi
+    assert 0.90 <= hits / trials <= 0.985  # a 90% interval would cover about 0.90 or less

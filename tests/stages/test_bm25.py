@@ -68,3 +68,32 @@ def test_tokenizer_options():
     assert Tokenizer()("Men's RUNNING-shoes, size 10!") == ["men", "s", "running", "shoes", "size", "10"]
     assert Tokenizer(stopwords=True)("the shoes for the run") == ["shoes", "run"]
     assert Tokenizer(stemmer="english")("running shoes") == ["run", "shoe"]
+
+
+def test_top_k_with_ties_at_the_cut_matches_a_brute_force_oracle(tmp_path):
+    """Groups of identical documents tie exactly; k cuts through a tie group. The oracle is
+    rank-bm25's full score matrix sorted by (score desc, doc id desc), independent of the
+    top-k code both backends share."""
+    import json
+    import random
+
+    from stagebench.run import ranked
+
+    rng = random.Random(3)
+    texts = ["shoe shoe red"] * 12 + ["shoe blue"] * 12 + ["shoe lace green"] * 12 + ["hat"] * 12
+    ids = [f"d{n:04d}" for n in rng.sample(range(10000), len(texts))]  # id order unrelated to index order
+    (tmp_path / "qrels").mkdir()
+    (tmp_path / "corpus.jsonl").write_text("".join(json.dumps({"_id": d, "title": "", "text": t}) + "\n"
+                                                   for d, t in zip(ids, texts)))  # fmt: skip
+    (tmp_path / "queries.jsonl").write_text('{"_id": "q", "text": "shoe"}\n{"_id": "r", "text": "blue shoe"}\n')
+    (tmp_path / "qrels" / "test.tsv").write_text("q\td0001\t1\nr\td0002\t1\n")
+    ds = load_beir(BeirOptions(path=str(tmp_path)))
+    tok = Tokenizer()
+    ref = BM25Okapi([tok(t) for t in ds.doc_texts])
+    for k in (5, 12, 17, 30):  # inside the first, at the end of the first, inside the second and third group
+        for backend in ("sparse", "rank_bm25"):
+            run = BM25Stage("b", BM25Params(top_k=k, backend=backend))(StageContext(dataset=ds), [])
+            for q in ("q", "r"):
+                full = dict(zip(ds.doc_ids, ref.get_scores(tok(ds.queries[q])).tolist()))
+                oracle = [d for d, s in ranked({d: s for d, s in full.items() if s > 0})][:k]
+                assert [d for d, _ in ranked(run[q])] == oracle, (backend, k, q)

@@ -23,12 +23,13 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
 
+from stagebench.cache import code_identity, make_key
 from stagebench.params import Fraction, NonNegativeFloat, PositiveInt
 from stagebench.run import Run, ranked
 from stagebench.stages.base import Stage, StageContext
@@ -156,13 +157,23 @@ def top_k_run(qids: list[str], doc_ids: list[str], scores: np.ndarray, k: int, k
     return run
 
 
-def sparse_index(ctx: StageContext, p: BM25Params, tok: Tokenizer, stage: str) -> SparseBM25:
-    """The sparse index, from the cache when the corpus, tokenizer and k1/b/epsilon are unchanged."""
-    from stagebench.cache import code_identity, make_key
+#: the BM25 params the sparse index is built from (the weights and the tokenizer); the others
+#: (top_k, backend, query_batch, threads) only change how it is searched. Every field of
+#: BM25Params is in exactly one of the two groups (tests/test_cache_keys.py checks it).
+INDEX_PARAMS = ("k1", "b", "epsilon", "lowercase", "stopwords", "stemmer")
+SEARCH_PARAMS = ("top_k", "backend", "query_batch", "threads")
 
+
+def index_key_parts(ds_fingerprint: str, p: BM25Params) -> dict:
+    """What the sparse index depends on: the corpus, every index param, the code."""
+    return {"corpus": ds_fingerprint, "params": {name: getattr(p, name) for name in INDEX_PARAMS},
+            "code": code_identity(("stagebench.stages.bm25", "stagebench.tokenize"))}  # fmt: skip
+
+
+def sparse_index(ctx: StageContext, p: BM25Params, tok: Tokenizer, stage: str) -> SparseBM25:
+    """The sparse index, from the cache when the corpus and every index param are unchanged."""
     ds = ctx.dataset
-    parts = {"corpus": ds.fingerprint, "k1": p.k1, "b": p.b, "epsilon": p.epsilon, "tokenizer": asdict(tok),
-             "code": code_identity(("stagebench.stages.bm25", "stagebench.tokenize"))}  # fmt: skip
+    parts = index_key_parts(ds.fingerprint, p)
     key = make_key(parts)
     entry = ctx.cache.get("bm25-index", key) if ctx.cache is not None else None
     if entry is not None:

@@ -1,0 +1,184 @@
+"""Cache-key completeness, property-style, derived from the parameter declarations.
+
+For every stage type, every field of its ``Params`` dataclass is changed to another valid
+value: the run's cache key must change, unless the stage declares the field as not changing
+the output (``unkeyed_params``). A field added tomorrow is covered the day it is added.
+And a run computed through a warm cache (filled under the default params) must equal the
+run computed with no cache at all: a stale BM25 index or embedding matrix served under an
+incomplete key would differ.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import typing
+from pathlib import Path
+
+import pytest
+
+from stagebench.cache import Cache
+from stagebench.config import StageConfig
+from stagebench.data.jsonl import BeirOptions, load_beir
+from stagebench.params import Range
+from stagebench.pipeline import canonical, stage_key
+from stagebench.stages import STAGE_TYPES, StageContext
+from stagebench.stages.bm25 import INDEX_PARAMS, SEARCH_PARAMS, BM25Params, index_key_parts
+from tests.conftest import REPO
+
+# identity fields are keyed through Stage.identity() (the resolved model's name and weight hash),
+# tested with the model resolver; changing them here would need a second model
+IDENTITY_FIELDS = {"model", "source", "target"}
+INPUTS = {"bm25": [], "dense": [], "rrf": ["a", "b"], "score_fusion": ["a", "b"], "cross_encoder": ["a"],
+          "plugin": ["a"]}  # fmt: skip
+DOCS = {"d1": "red running shoes", "d2": "blue running shoes", "d3": "garden hose", "d4": "hose nozzle",
+        "d5": "water bottle", "d6": "running socks", "d7": "shoe rack", "d8": "bottle brush"}  # fmt: skip
+
+
+def alternative(tp, value):
+    """Another valid value of a declared type."""
+    origin = typing.get_origin(tp)
+    if origin is typing.Annotated:
+        base, *extras = typing.get_args(tp)
+        alt = alternative(base, value)
+        rng = next((e for e in extras if isinstance(e, Range)), None)
+        if rng is not None and rng.le is not None and alt > rng.le:
+            alt = (value + (rng.ge or 0)) / 2
+        return alt
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType")):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if value is None:
+            first = args[0]
+            base = typing.get_args(first)[0] if typing.get_origin(first) is typing.Annotated else first
+            if base is int:
+                return 3
+            if base is str:
+                return "english"
+            if typing.get_origin(base) is list:
+                return [1.0, 2.0]
+            if typing.get_origin(base) is dict:
+                return {"title_weight": 5.0}
+            raise AssertionError(f"no alternative for None of {tp}")
+        return alternative(args[0], value)
+    if origin is typing.Literal:
+        return next(c for c in typing.get_args(tp) if c != value)
+    if tp is bool:
+        return not value
+    if tp is int:
+        return value + 1
+    if tp is float:
+        return value * 0.5 + 0.05
+    if tp is str:
+        return value + "x: "
+    if origin is list:
+        return [v * 2 + 1 for v in value]
+    if origin is dict:
+        return {**value, "title_weight": 5.0}
+    raise AssertionError(f"no alternative for {tp}")
+
+
+def variations(params):
+    hints = typing.get_type_hints(type(params), include_extras=True)
+    for f in dataclasses.fields(params):
+        if f.name in IDENTITY_FIELDS:
+            continue
+        yield f.name, dataclasses.replace(params, **{f.name: alternative(hints[f.name], getattr(params, f.name))})
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    root = tmp_path_factory.mktemp("beir")
+    (root / "qrels").mkdir()
+    (root / "corpus.jsonl").write_text("".join(json.dumps({"_id": d, "title": "", "text": t}) + "\n" for d, t in DOCS.items()))
+    (root / "queries.jsonl").write_text('{"_id": "q1", "text": "running shoes"}\n{"_id": "q2", "text": "hose"}\n')
+    (root / "qrels" / "test.tsv").write_text("q1\td1\t2\nq2\td3\t1\n")
+    return load_beir(BeirOptions(path=str(root)))
+
+
+def default_params(stype: str):
+    cls = STAGE_TYPES[stype]
+    if stype == "plugin":
+        return cls.build_params({"prior_weight": 0.5}, "params", "examples.title_boost:TitleBoostReranker")
+    return cls.Params()
+
+
+@pytest.mark.parametrize("stype", sorted(STAGE_TYPES))
+def test_every_param_that_can_change_the_output_changes_the_run_key(stype, dataset, monkeypatch):
+    monkeypatch.chdir(REPO)
+    cls = STAGE_TYPES[stype]
+    target = "examples.title_boost:TitleBoostReranker" if stype == "plugin" else None
+    base = default_params(stype)
+    digests = ["0" * 64] * len(INPUTS[stype])
+
+    def key(params):
+        sc = StageConfig(name="s", type=stype, inputs=INPUTS[stype], params=params, target=target)
+        return stage_key(sc, cls("s", params), dataset, digests)[0]
+
+    k0 = key(base)
+    assert key(base) == k0
+    seen = 0
+    for name, changed in variations(base):
+        if name in cls.unkeyed_params:
+            assert key(changed) == k0, f"{stype}.{name} is declared not to change the output but changes the key"
+        else:
+            assert key(changed) != k0, f"{stype}.{name} can change the output but is not in the cache key"
+        seen += 1
+    assert seen >= 3
+    # the stage name is not part of the key; the inputs' digests are
+    sc = StageConfig(name="other", type=stype, inputs=INPUTS[stype], params=base, target=target)
+    assert stage_key(sc, cls("other", base), dataset, digests)[0] == k0
+    if digests:
+        assert stage_key(sc, cls("other", base), dataset, ["1" * 64] * len(digests))[0] != k0
+
+
+def test_plugin_constructor_kwargs_are_in_the_key(dataset, monkeypatch):
+    monkeypatch.chdir(REPO)
+    cls = STAGE_TYPES["plugin"]
+    target = "examples.title_boost:TitleBoostReranker"
+    keys = set()
+    for kwargs in ({}, {"title_weight": 3.0}, {"title_weight": 3.5}, {"stemmer": None}):
+        p = cls.build_params(kwargs, "params", target)
+        sc = StageConfig(name="p", type="plugin", inputs=["a"], params=p, target=target)
+        keys.add(stage_key(sc, cls("p", p), dataset, ["0" * 64])[0])
+    assert len(keys) == 4
+
+
+def test_bm25_params_are_each_declared_index_or_search():
+    fields = {f.name for f in dataclasses.fields(BM25Params)}
+    assert set(INDEX_PARAMS) | set(SEARCH_PARAMS) == fields and not set(INDEX_PARAMS) & set(SEARCH_PARAMS)
+    base = BM25Params()
+    k0 = index_key_parts("fp", base)
+    for name, changed in variations(base):
+        assert (index_key_parts("fp", changed) != k0) == (name in INDEX_PARAMS), name
+
+
+def run_stage_once(stype: str, params, ds, cache: Cache | None, inputs=()):
+    cls = STAGE_TYPES[stype]
+    return canonical(cls("s", params)(StageContext(ds, cache), list(inputs)))
+
+
+@pytest.mark.parametrize("stype", ["bm25", "dense"])
+def test_a_warm_cache_gives_what_a_fresh_computation_gives(stype, dataset, tmp_path):
+    """Fill the cache under the default params, then change one param at a time: the run
+    through the warm cache (index or embeddings reused only where the key says so) must equal
+    the run computed with no cache."""
+    base = default_params(stype)
+    if stype == "bm25":
+        base = dataclasses.replace(base, top_k=5)
+    cache = Cache(tmp_path / "cache")
+    run_stage_once(stype, base, dataset, cache)
+    for name, changed in variations(base):
+        if stype == "dense" and name.startswith("hnsw") and changed.index != "hnsw":
+            changed = dataclasses.replace(changed, index="hnsw")
+        fresh = run_stage_once(stype, changed, dataset, None)
+        warm = run_stage_once(stype, changed, dataset, cache)
+        assert warm == fresh, f"{stype}.{name}: a cached artefact was reused although {name} changed"
+
+
+def test_stage_key_reads_every_declared_field(dataset):
+    """The run key hashes the params as a whole (minus unkeyed ones), so a field can only be
+    left out on purpose: every unkeyed name must be a real field of that stage's Params."""
+    for stype, cls in STAGE_TYPES.items():
+        names = {f.name for f in dataclasses.fields(cls.Params)}
+        assert set(cls.unkeyed_params) <= names, stype
+    assert Path(REPO / "examples" / "title_boost.py").is_file()
