@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 DATA   := data/synthetic-esci
 
-.PHONY: bench bench-trained test unit-test check-default perf report-check data install clean help
+.PHONY: bench bench-trained test unit-test check-default perf report-check mutation data install clean help
 
 help:
 	@echo "make bench   run configs/default.yaml on the embedded synthetic dataset (offline)"
@@ -13,6 +13,7 @@ help:
 	@echo "make bench-trained  fine-tune a cross-encoder on the train split, compare it with the zero-shot one"
 	@echo "make perf    run the speed/memory/scaling benchmarks, figures in results/perf.md"
 	@echo "make report-check  render results/default/report.html in headless Chromium, save a screenshot"
+	@echo "make mutation  mutation-test the core modules with the fast tests (mutmut; slow, not part of make test)"
 
 $(PY):
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH (or PYTHON=/path/to/python3.11)"; exit 1; }
@@ -59,5 +60,13 @@ perf: $(STAMP) data
 report-check: $(STAMP)
 	$(PY) benchmarks/report_screenshot.py results/default
 
+# mutation testing of the core modules (metrics, runs and ties, fusion, the rerank merge, analysis,
+# stats, cache keys) with the fast test layer; results in mutants/ and mutation.txt (not in CI: slow)
+mutation: $(STAMP) data
+	$(PY) -m pip install --quiet 'mutmut==3.8.1'
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(VENV)/bin/mutmut run --max-children 2
+	$(VENV)/bin/mutmut results --all true > mutation.txt
+	@awk -F': ' '{n[$$2]++; t++} END {for (s in n) printf "%s %d\n", s, n[s]; printf "mutation score: %.1f%% killed of %d\n", 100*n["killed"]/t, t}' mutation.txt
+
 clean:
-	rm -rf $(VENV) .cache .stagebench-cache build models data/synthetic-esci
+	rm -rf $(VENV) .cache .stagebench-cache build models data/synthetic-esci mutants mutation.txt
