@@ -435,7 +435,7 @@ def main() -> None:
         print(json.dumps(scale_one(Path(args.scale_one), args.what, args.queries, None)))
         return
 
-    from stagebench.pipeline import package_versions
+    from stagebench.execute import package_versions
     from stagebench.system import machine_info
 
     out = Path(args.output)

@@ -21,7 +21,7 @@ from stagebench.cache import Cache
 from stagebench.config import StageConfig
 from stagebench.data.jsonl import BeirOptions, load_beir
 from stagebench.params import Range
-from stagebench.pipeline import canonical, stage_key
+from stagebench.execute import canonical, stage_key
 from stagebench.stages import STAGE_TYPES, StageContext
 from stagebench.stages.bm25 import INDEX_PARAMS, SEARCH_PARAMS, BM25Params, index_key_parts
 from tests.conftest import REPO
@@ -157,7 +157,7 @@ def run_stage_once(stype: str, params, ds, cache: Cache | None, inputs=()):
     return canonical(cls("s", params)(StageContext(ds, cache), list(inputs)))
 
 
-@pytest.mark.parametrize("stype", ["bm25", "dense"])
+@pytest.mark.parametrize("stype", ["bm25", pytest.param("dense", marks=pytest.mark.slow)])
 def test_a_warm_cache_gives_what_a_fresh_computation_gives(stype, dataset, tmp_path):
     """Fill the cache under the default params, then change one param at a time: the run
     through the warm cache (index or embeddings reused only where the key says so) must equal

@@ -35,7 +35,10 @@ from typing import Annotated, Any, Literal
 
 from stagebench.errors import ConfigError, StagebenchError
 from stagebench.metrics.names import Measure, parse_measure
-from stagebench.params import PositiveInt, Probability, Range, Seed, build, coerce, read_yaml
+from stagebench.models import check_model
+from stagebench.params import (
+    Fraction, NonNegativeInt, PositiveInt, Probability, Range, Seed, build, coerce, read_yaml,
+)
 
 DEFAULT_METRICS = ("nDCG@10", "RR@10", "R@100")
 
@@ -70,6 +73,74 @@ class EvaluationConfig:
 
 
 @dataclass
+class NegativesConfig:
+    judged: bool = True  # the judged products of each query, with their mapped labels
+    from_stage: str | None = "bm25"  # a stage of this config without inputs, run over the train queries
+    per_query: NonNegativeInt = 8  # hard negatives per query, sampled among ...
+    depth: PositiveInt = 50  # ... the unjudged documents in the top `depth` of that stage's run
+    skip_top: NonNegativeInt = 0  # ignore the first N unjudged (they are the likeliest false negatives)
+
+
+@dataclass
+class TrainingConfig:
+    base_model: str = "cross-encoder/ms-marco-MiniLM-L-12-v2"
+    source: str = "auto"
+    output: str = "models/reranker"
+    split: str = "train"
+    max_queries: PositiveInt | None = None
+    dev_queries: NonNegativeInt = 100
+    negatives: NegativesConfig = field(default_factory=NegativesConfig)
+    labels: dict[str, float] = field(default_factory=lambda: {"E": 1.0, "S": 0.1, "C": 0.01, "I": 0.0})
+    unjudged_label: float = 0.0
+    loss: Literal["bce", "mse", "lambda"] = "bce"  # pointwise BCE | pointwise MSE | listwise LambdaLoss
+    epochs: PositiveInt = 1
+    batch_size: PositiveInt = 16
+    max_length: PositiveInt = 96
+    learning_rate: Probability = 2e-5
+    warmup_ratio: Fraction = 0.1
+    seed: Seed = 12
+    early_stopping_patience: PositiveInt | None = None  # epochs without dev nDCG@10 gain before stopping
+
+    def validate(self) -> list[tuple[str, str]]:
+        errs = []
+        if not self.labels:
+            errs.append(("labels", "needs at least one grade -> target"))
+        if not errs:  # the base model must be loadable before any training step
+            errs += check_model(self.base_model, self.source)
+            errs = [("base_model" if k == "model" else k, m) for k, m in errs]
+        return errs
+
+    def produces(self, model: str) -> bool:
+        """Whether a stage's ``model`` names this training's output folder."""
+        return Path(model).expanduser().resolve() == Path(self.output).expanduser().resolve()
+
+    def check_against(self, stages: list) -> None:
+        name = self.negatives.from_stage
+        if name is None:
+            return
+        sc = next((s for s in stages if s.name == name), None)
+        if sc is None:
+            raise ConfigError(f"training.negatives.from_stage: unknown stage {name!r} "
+                              f"(known: {', '.join(s.name for s in stages)})")  # fmt: skip
+        if sc.inputs:
+            raise ConfigError(f"training.negatives.from_stage: stage {name!r} has inputs; hard negatives come from a "
+                              "first stage (a retriever), which can run on the train queries alone")  # fmt: skip
+
+
+def check_trained_models(config) -> None:
+    """Fail early (before any stage runs) when a stage uses this config's training output
+    and it has not been trained yet."""
+    t = config.training
+    if t is None:
+        return
+    for sc in config.stages:
+        model = getattr(sc.params, "model", None)
+        if model and t.produces(model) and not Path(model).expanduser().is_dir():
+            raise StagebenchError(f"{config.path}: stages ({sc.name}).params.model: {model!r} is this config's training "
+                                  f"output and does not exist yet; run `stagebench train-reranker {config.path}` first")  # fmt: skip
+
+
+@dataclass
 class Config:
     name: str
     dataset: DatasetConfig
@@ -80,7 +151,7 @@ class Config:
     cache_dir: str | None  # None: $STAGEBENCH_CACHE or .stagebench-cache (stagebench.cache.cache_root)
     path: str
     raw: dict
-    training: Any = None  # stagebench.training.TrainingConfig, for `stagebench train-reranker`
+    training: TrainingConfig | None = None  # for `stagebench train-reranker`
 
 
 # --------------------------------------------------------------------------- loading
@@ -118,8 +189,6 @@ def parse_config(raw: Any, path: str = "<config>") -> Config:
     name = _name(raw["name"], "name")
     training = None
     if raw.get("training") is not None:
-        from stagebench.training import TrainingConfig
-
         training = build(TrainingConfig, raw["training"], "training")
     output = coerce(raw.get("output", f"results/{name}"), str, "output")
     cache_dir = coerce(raw.get("cache_dir"), str | None, "cache_dir")
@@ -210,7 +279,6 @@ def check_stage_model(params: Any, where: str, training: Any = None) -> None:
     """A stage's ``model``/``source`` must resolve (local folder, carrier or hub) when the config
     is loaded, so an unknown name fails before any stage runs. The one exception: the folder
     this config's ``training:`` section writes, which may not exist before training."""
-    from stagebench.models import check_model
 
     if not hasattr(params, "model") or not hasattr(params, "source"):
         return

@@ -35,86 +35,16 @@ import logging
 import math
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
+from stagebench.config import NegativesConfig, TrainingConfig
 from stagebench.errors import ConfigError, DataError, StagebenchError
+from stagebench.execute import run_stage, stage_key
 from stagebench.files import check_replaceable, check_writable, swap_in
-from stagebench.params import Fraction, NonNegativeInt, PositiveInt, Probability, Seed
 
 log = logging.getLogger("stagebench")
-
-
-
-@dataclass
-class NegativesConfig:
-    judged: bool = True  # the judged products of each query, with their mapped labels
-    from_stage: str | None = "bm25"  # a stage of this config without inputs, run over the train queries
-    per_query: NonNegativeInt = 8  # hard negatives per query, sampled among ...
-    depth: PositiveInt = 50  # ... the unjudged documents in the top `depth` of that stage's run
-    skip_top: NonNegativeInt = 0  # ignore the first N unjudged (they are the likeliest false negatives)
-
-
-@dataclass
-class TrainingConfig:
-    base_model: str = "cross-encoder/ms-marco-MiniLM-L-12-v2"
-    source: str = "auto"
-    output: str = "models/reranker"
-    split: str = "train"
-    max_queries: PositiveInt | None = None
-    dev_queries: NonNegativeInt = 100
-    negatives: NegativesConfig = field(default_factory=NegativesConfig)
-    labels: dict[str, float] = field(default_factory=lambda: {"E": 1.0, "S": 0.1, "C": 0.01, "I": 0.0})
-    unjudged_label: float = 0.0
-    loss: Literal["bce", "mse", "lambda"] = "bce"  # pointwise BCE | pointwise MSE | listwise LambdaLoss
-    epochs: PositiveInt = 1
-    batch_size: PositiveInt = 16
-    max_length: PositiveInt = 96
-    learning_rate: Probability = 2e-5
-    warmup_ratio: Fraction = 0.1
-    seed: Seed = 12
-    early_stopping_patience: PositiveInt | None = None  # epochs without dev nDCG@10 gain before stopping
-
-    def validate(self) -> list[tuple[str, str]]:
-        from stagebench.models import check_model
-
-        errs = []
-        if not self.labels:
-            errs.append(("labels", "needs at least one grade -> target"))
-        if not errs:  # the base model must be loadable before any training step
-            errs += check_model(self.base_model, self.source)
-            errs = [("base_model" if k == "model" else k, m) for k, m in errs]
-        return errs
-
-    def produces(self, model: str) -> bool:
-        """Whether a stage's ``model`` names this training's output folder."""
-        return Path(model).expanduser().resolve() == Path(self.output).expanduser().resolve()
-
-    def check_against(self, stages: list) -> None:
-        name = self.negatives.from_stage
-        if name is None:
-            return
-        sc = next((s for s in stages if s.name == name), None)
-        if sc is None:
-            raise ConfigError(f"training.negatives.from_stage: unknown stage {name!r} "
-                              f"(known: {', '.join(s.name for s in stages)})")  # fmt: skip
-        if sc.inputs:
-            raise ConfigError(f"training.negatives.from_stage: stage {name!r} has inputs; hard negatives come from a "
-                              "first stage (a retriever), which can run on the train queries alone")  # fmt: skip
-
-
-def check_trained_models(config) -> None:
-    """Fail early (before any stage runs) when a stage uses this config's training output
-    and it has not been trained yet."""
-    t = config.training
-    if t is None:
-        return
-    for sc in config.stages:
-        model = getattr(sc.params, "model", None)
-        if model and t.produces(model) and not Path(model).expanduser().is_dir():
-            raise StagebenchError(f"{config.path}: stages ({sc.name}).params.model: {model!r} is this config's training "
-                                  f"output and does not exist yet; run `stagebench train-reranker {config.path}` first")  # fmt: skip
 
 
 # --------------------------------------------------------------------------- data
@@ -217,7 +147,6 @@ def build_training_data(config, t: TrainingConfig, cache=None) -> tuple[Training
 
 def mine_negatives(config, ds, n: NegativesConfig, cache) -> dict[str, list[str]]:
     """Run the named first stage over the train+dev queries (through the stage cache)."""
-    from stagebench.pipeline import run_stage, stage_key
     from stagebench.stages import StageContext, stage_class
 
     sc = next(s for s in config.stages if s.name == n.from_stage)

@@ -1,0 +1,136 @@
+"""Executing one stage: its cache key, and its run computed or read through the cache.
+
+This is what the pipeline does for every stage, and what ``train-reranker`` does to mine
+hard negatives with a first stage - without either importing the other.
+
+* :func:`stage_key` - the content address of a stage's run: everything it depends on;
+* :func:`run_stage` - the run from the cache (checksum-verified), or computed, checked
+  (:func:`check_run`), made canonical and stored - only if it reads back identically.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import asdict, is_dataclass
+from importlib import metadata
+from pathlib import Path
+
+from stagebench.cache import Cache, code_identity, make_key
+from stagebench.config import StageConfig
+from stagebench.data import Dataset
+from stagebench.errors import StagebenchError
+from stagebench.run import Run, ranked, read_trec_run, run_digest, write_trec_run
+from stagebench.stages import Stage, StageContext
+from stagebench.system import PeakMemory
+
+log = logging.getLogger("stagebench")
+
+REPORTED_PACKAGES = (
+    "stagebench", "numpy", "scipy", "pandas", "pyarrow", "rank-bm25", "pytrec-eval-terrier", "torch",
+    "sentence-transformers", "transformers", "faiss-cpu", "onnxruntime", "tokenizers", "datasets",
+)  # fmt: skip
+
+
+def package_versions() -> dict[str, str]:
+    out = {}
+    for p in REPORTED_PACKAGES:
+        try:
+            out[p] = metadata.version(p)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def stage_key(sc: StageConfig, stage: Stage, ds: Dataset, input_digests: list[str]) -> tuple[str, dict]:
+    """The cache key of a stage's run and the parts it hashes: everything the run depends on.
+
+    * the stage type, plug-in target and params (less ``unkeyed_params`` that cannot change
+      the output, e.g. a query batch size); the stage *name* is not part of it;
+    * the content digests of its input runs, in order: a change upstream that changes an
+      input run recomputes this stage; one that leaves it byte-identical (an edit to BM25's
+      code that does not move a score, say) does not - the cut-off of build systems;
+    * the dataset: corpus fingerprint (ids + indexed texts) if the stage reads texts, the
+      queries fingerprint (ids + texts), the qrels fingerprint if the stage may read them;
+    * model identities (name + origin + weight-file hash) and other ``identity()`` parts;
+    * the source hash of the modules that compute it, and the versions of the libraries.
+    """
+    params = asdict(sc.params) if is_dataclass(sc.params) else sc.params
+    params = {k: v for k, v in params.items() if k not in stage.unkeyed_params}
+    parts = {
+        "type": sc.type,
+        "target": sc.target,
+        "params": params,
+        "inputs": input_digests,
+        "corpus": ds.fingerprint if stage.reads_corpus else None,
+        "queries": ds.queries_fingerprint,
+        "qrels": ds.qrels_fingerprint if stage.reads_qrels else None,
+        "identity": stage.identity(),
+        "code": code_identity(stage.code_modules),
+        "packages": {p: v for p, v in package_versions().items() if p in stage.packages},
+    }
+    return make_key(parts), parts
+
+
+def check_run(run: Run, stage: str, dataset: Dataset) -> None:
+    """A stage's run holds known queries, string doc ids a TREC file can hold, finite scores."""
+    for qid, docs in run.items():
+        if qid not in dataset.queries:
+            raise StagebenchError(f"stage {stage}: returned unknown query id {qid!r}")
+        for d, s in docs.items():
+            if not isinstance(d, str) or not d or any(c.isspace() for c in d):
+                raise StagebenchError(f"stage {stage}: query {qid!r}: document id {d!r} is empty or holds whitespace "
+                                      "(a TREC run file cannot hold it)")  # fmt: skip
+            if not isinstance(s, float) or not math.isfinite(s):
+                raise StagebenchError(f"stage {stage}: score for query {qid!r} doc {d!r} is {s!r}, not a finite number")
+
+
+def canonical(run: Run) -> Run:
+    """Queries sorted, documents in rank order, queries without documents dropped (a TREC file
+    cannot hold them; metrics score them 0 either way): the same object whether a run was
+    computed or read back from the cache, so downstream stages see identical inputs."""
+    return {q: dict(ranked(run[q])) for q in sorted(run) if run[q]}
+
+
+def run_stage(sc: StageConfig, stage: Stage, ctx: StageContext, inputs: list[Run], key: str, parts: dict,
+               cache: Cache | None) -> tuple[Run, dict]:  # fmt: skip
+    """Run one stage through the cache (``cache=None``: compute, store nothing)."""
+    use_cache = cache is not None and sc.cache
+    entry = cache.get("runs", key) if use_cache else None
+    if entry is not None:
+        with PeakMemory() as pm:
+            t0 = time.perf_counter()
+            run = read_trec_run(entry.file("run.trec"))
+            dt = time.perf_counter() - t0
+        info = {"status": "cached", "seconds": dt, "computed_seconds": entry.meta.get("seconds"),
+                "peak_rss_mb": round(pm.peak_mb, 1), "computed_peak_rss_mb": entry.meta.get("peak_rss_mb")}  # fmt: skip
+        log.info("stage %s: cached (key %s, computed in %.1fs; loaded in %.2fs)", sc.name, key[:12],
+                 entry.meta.get("seconds", float("nan")), dt)  # fmt: skip
+        info["run_digest"] = run_digest(run)
+        return run, info
+    log.info("stage %s (%s%s): computing (key %s)", sc.name, sc.type,
+             f" <- {', '.join(sc.inputs)}" if sc.inputs else "", key[:12])  # fmt: skip
+    with PeakMemory() as pm:
+        t0 = time.perf_counter()
+        run = stage(ctx, inputs)
+        dt = time.perf_counter() - t0
+    check_run(run, sc.name, ctx.dataset)
+    run = canonical(run)
+    info = {"status": "computed", "seconds": dt, "computed_seconds": dt, "peak_rss_mb": round(pm.peak_mb, 1),
+            "computed_peak_rss_mb": round(pm.peak_mb, 1), "run_digest": run_digest(run)}  # fmt: skip
+    depth = max((len(v) for v in run.values()), default=0)
+    log.info("stage %s: computed, %d queries, up to %d docs each [%.1fs, peak RSS %.0f MB]",
+             sc.name, len(run), depth, dt, pm.peak_mb)  # fmt: skip
+    if use_cache:
+        meta = {"stage": sc.name, "type": sc.type, "seconds": round(dt, 3), "peak_rss_mb": round(pm.peak_mb, 1),
+                "queries": len(run), "run_digest": info["run_digest"]}  # fmt: skip
+        cache.put("runs", key, lambda d: write_trec_run(run, d / "run.trec", tag=f"stagebench.{sc.type}"), meta, parts,
+                  check=lambda d: _reads_back(d / "run.trec", info["run_digest"], sc.name))  # fmt: skip
+    return run, info
+
+
+def _reads_back(path: Path, digest: str, stage: str) -> None:
+    """A cache entry is stored only if it reads back as the run that was computed."""
+    if run_digest(read_trec_run(path)) != digest:
+        raise StagebenchError(f"stage {stage}: its run does not read back identically from a TREC file; not cached")
