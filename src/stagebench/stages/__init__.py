@@ -8,9 +8,11 @@ from stagebench.stages.bm25 import BM25Stage
 from stagebench.stages.dense import DenseStage
 from stagebench.stages.fusion import RRFStage, ScoreFusionStage
 from stagebench.stages.rerank import CrossEncoderStage, PluginStage
+from stagebench.stages.run_file import RunFileStage
 
 STAGE_TYPES: dict[str, type[Stage]] = {
-    cls.type_name: cls for cls in (BM25Stage, DenseStage, RRFStage, ScoreFusionStage, CrossEncoderStage, PluginStage)
+    cls.type_name: cls
+    for cls in (BM25Stage, DenseStage, RunFileStage, RRFStage, ScoreFusionStage, CrossEncoderStage, PluginStage)
 }
 
 
