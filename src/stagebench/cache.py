@@ -33,7 +33,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from stagebench import __version__
+from stagebench.version import __version__
 from stagebench.files import named
 
 log = logging.getLogger("stagebench")

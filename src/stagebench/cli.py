@@ -10,7 +10,7 @@ import os
 import sys
 import traceback
 
-from stagebench import __version__
+from stagebench.version import __version__
 from stagebench.errors import StagebenchError
 
 

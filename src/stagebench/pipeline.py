@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, is_dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from stagebench import __version__
+from stagebench.version import __version__
 from stagebench.cache import Cache, cache_root
 from stagebench.config import Config, check_trained_models
 from stagebench.data import LOADERS, Dataset
@@ -55,6 +55,7 @@ class RunResult:
     runs: dict[str, Run]
     dataset: Dataset
     table_text: str
+    per_query: dict[str, dict[str, dict[str, float]]]  # stage -> measure -> qid -> value
 
 
 def load_dataset(config: Config) -> Dataset:
@@ -206,7 +207,8 @@ def _run_into(config: Config, ds: Dataset, folder: Path, cache: Cache, t_start: 
     first = rendered.rows[0]
     log.info("scored %d queries (%d without results in the first stage); tables, plots and report.html written "
              "[wall %.1fs]", first["queries"], first["queries_without_results"], manifest["wall_seconds"])  # fmt: skip
-    return RunResult(output=folder, rows=rendered.rows, runs=runs, dataset=ds, table_text=rendered.text)
+    return RunResult(output=folder, rows=rendered.rows, runs=runs, dataset=ds, table_text=rendered.text,
+                     per_query=rendered.per_query)  # fmt: skip
 
 
 def write_manifest(folder: Path, manifest: dict) -> None:

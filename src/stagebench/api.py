@@ -1,0 +1,104 @@
+"""The Python API: what a notebook or a script needs, in a few names.
+
+    import stagebench
+
+    result = stagebench.run({"name": "mine", "dataset": {...}, "stages": [...]})
+    result.table                   # pandas DataFrame, one row per stage
+    result.per_query               # pandas DataFrame: stage, qid, one column per measure
+    result.runs["bm25"]            # {qid: {docid: score}}
+    result.save("elsewhere/")      # a copy of the results folder
+
+    stagebench.evaluate(qrels, run, ["nDCG@10", "RR@10"]).means
+
+A config is a YAML path, a mapping (validated exactly as a file is) or a loaded
+:class:`~stagebench.config.Config`. Results are written where the CLI writes them (the
+config's ``output``, or ``output=``), with the same safety rules, and the stage cache is
+shared with the CLI.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from stagebench.config import Config, load_config, parse_config
+from stagebench.errors import ConfigError
+from stagebench.files import check_replaceable
+from stagebench.pipeline import RunResult, run_config
+from stagebench.results import not_a_results_folder
+from stagebench.run import Run
+
+
+def config_from(config: Config | Mapping[str, Any] | str | Path) -> Config:
+    """A validated config from a YAML path, a mapping or a Config."""
+    if isinstance(config, Config):
+        return config
+    if isinstance(config, Mapping):
+        try:
+            return parse_config(dict(config), "<dict>")
+        except ConfigError as exc:
+            raise ConfigError(f"<dict>: {exc}") from None
+    return load_config(config)
+
+
+@dataclass
+class Result:
+    """A finished run: its stage table, per-query values and runs, and its results folder."""
+
+    output: Path
+    rows: list[dict]
+    runs: dict[str, Run]
+    per_query_values: dict[str, dict[str, dict[str, float]]]  # stage -> measure -> qid -> value
+    table_text: str
+
+    @property
+    def table(self):
+        """The stage table as a pandas DataFrame: one row per stage, the measures as columns
+        (plus queries, pool recall and headroom for rerankers)."""
+        import pandas as pd
+
+        records = []
+        for r in self.rows:
+            c = r["ceiling"] or {}
+            records.append({"id": r["id"], "stage": r["stage"], "type": r["type"], "inputs": ",".join(r["inputs"]),
+                            **{m: r[m] for m in self.measures}, "queries": r["queries"],
+                            "pool_depth": c.get("depth"), "pool_recall": c.get("pool_recall"),
+                            "oracle_ndcg10": c.get("oracle_ndcg10"), "headroom_captured": c.get("headroom_captured")})  # fmt: skip
+        return pd.DataFrame.from_records(records).set_index("stage")
+
+    @property
+    def measures(self) -> list[str]:
+        first = next(iter(self.per_query_values.values()), {})
+        return list(first)
+
+    @property
+    def per_query(self):
+        """Per-query values as a long pandas DataFrame: stage, qid, one column per measure."""
+        import pandas as pd
+
+        records = [{"stage": s, "qid": q, **{m: values[m][q] for m in values}}
+                   for s, values in self.per_query_values.items() for q in next(iter(values.values()), {})]  # fmt: skip
+        return pd.DataFrame.from_records(records)
+
+    def save(self, folder: str | Path) -> Path:
+        """Copy the results folder to ``folder`` (absent, empty, or a results folder a run wrote)."""
+        dest = Path(folder)
+        check_replaceable(dest, "copy of the results", not_a_results_folder)
+        if dest.exists():
+            shutil.rmtree(dest)
+        shutil.copytree(self.output, dest)
+        return dest
+
+    def __repr__(self) -> str:
+        return f"Result({self.output}, stages={[r['stage'] for r in self.rows]})"
+
+
+def run(config: Config | Mapping[str, Any] | str | Path, output: str | Path | None = None,
+        cache_dir: str | None = None, recompute: bool = False) -> Result:  # fmt: skip
+    """Run a config (path, mapping or Config) and return its :class:`Result`."""
+    res: RunResult = run_config(config_from(config), output, cache_dir=cache_dir, recompute=recompute)
+    return Result(output=res.output, rows=res.rows, runs=res.runs, per_query_values=res.per_query,
+                  table_text=res.table_text)  # fmt: skip
