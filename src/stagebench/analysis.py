@@ -22,6 +22,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from stagebench.metrics import compute
 from stagebench.run import Run, ranked_ids
 
@@ -82,7 +84,6 @@ def recall_at(run: Run, qrels, queries: Sequence[str], rel: int, depths: Sequenc
 
 def recall_curve(run: Run, qrels, queries: Sequence[str], rel: int, max_k: int) -> list[float]:
     """Mean R@k for k = 1..max_k (one pass per query)."""
-    import numpy as np
 
     acc = np.zeros(max_k)
     for q in queries:

@@ -33,8 +33,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from stagebench.version import __version__
 from stagebench.files import named
+from stagebench.version import __version__
 
 log = logging.getLogger("stagebench")
 

@@ -25,6 +25,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
 from stagebench.errors import ConfigError, StagebenchError
 from stagebench.files import atomic_write
 from stagebench.metrics import evaluate, parse_measure
@@ -163,7 +165,6 @@ def format_check(rows: list[CheckRow], folder: str, expected_path: str, source: 
 def write_expected(folder: str | Path, expected_path: str | Path, tolerance: float = 0.001,
                    metrics: list[str] | None = None) -> None:  # fmt: skip
     """Pin a run folder's current metrics as the expected values (an on-purpose update)."""
-    import yaml
 
     folder = Path(folder)
     got, manifest, _ = folder_metrics(folder)

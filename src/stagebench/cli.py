@@ -8,16 +8,25 @@ import json
 import logging
 import os
 import sys
+import time
 import traceback
 
-from stagebench.version import __version__
+from stagebench.cache import Cache, cache_root, human_bytes
+from stagebench.check import check, format_check, write_expected
+from stagebench.compare import compare_dirs
+from stagebench.config import load_config
+from stagebench.data.synthetic import SyntheticSpec, generate
 from stagebench.errors import StagebenchError
+from stagebench.metrics import evaluate, parse_measure
+from stagebench.pipeline import run_config
+from stagebench.report import conventions_line
+from stagebench.results import render
+from stagebench.run import read_trec_qrels, read_trec_run
+from stagebench.training import train_reranker
+from stagebench.version import __version__
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from stagebench.config import load_config
-    from stagebench.pipeline import run_config
-
     config = load_config(args.config)
     result = run_config(config, args.output, cache_dir=args.cache_dir, recompute=args.recompute)
     sys.stdout.write(result.table_text)
@@ -26,25 +35,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_table(args: argparse.Namespace) -> int:
-    from stagebench.results import render
-
     sys.stdout.write(render(args.run_dir).text)
     return 0
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from stagebench.compare import compare_dirs
-
     sys.stdout.write(compare_dirs(args.run_dir_a, args.run_dir_b, permutations=args.permutations, seed=args.seed,
                                   alpha=args.alpha))  # fmt: skip
     return 0
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from stagebench.cache import Cache, cache_root
-    from stagebench.config import load_config
-    from stagebench.training import train_reranker
-
     config = load_config(args.config)
     report = train_reranker(config, args.output, Cache(cache_root(args.cache_dir, config.cache_dir)))
     d = report["data"]
@@ -56,8 +57,6 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from stagebench.check import check, format_check, write_expected
-
     if args.update:
         write_expected(args.run_dir, args.expected, tolerance=args.tolerance)
         print(f"wrote {args.expected} from {args.run_dir}")
@@ -68,10 +67,6 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def _cmd_cache(args: argparse.Namespace) -> int:
-    import time
-
-    from stagebench.cache import Cache, cache_root, human_bytes
-
     cache = Cache(cache_root(args.cache_dir))
     if args.cache_command == "ls":
         rows = cache.list()
@@ -95,16 +90,12 @@ def _cmd_cache(args: argparse.Namespace) -> int:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    from stagebench.config import load_config
-
     config = load_config(args.config)
     print(f"{args.config}: ok ({len(config.stages)} stages: {', '.join(s.name for s in config.stages)})")
     return 0
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
-    from stagebench.data.synthetic import SyntheticSpec, generate
-
     spec = SyntheticSpec(seed=args.seed, n_products=args.products, n_test_queries=args.test_queries,
                          n_train_queries=args.train_queries)  # fmt: skip
     stats = generate(args.output, spec)
@@ -113,10 +104,6 @@ def _cmd_generate(args: argparse.Namespace) -> int:
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
-    from stagebench.metrics import evaluate, parse_measure
-    from stagebench.report import conventions_line
-    from stagebench.run import read_trec_qrels, read_trec_run
-
     if args.rel < 1:
         raise StagebenchError(f"--rel {args.rel}: must be >= 1 (grade 0 means not relevant)")
     measures = []

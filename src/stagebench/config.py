@@ -33,12 +33,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+from stagebench.data import LOADERS
 from stagebench.errors import ConfigError, StagebenchError
 from stagebench.metrics.names import Measure, parse_measure
 from stagebench.models import check_model
-from stagebench.params import (
-    Fraction, NonNegativeInt, PositiveInt, Probability, Range, Seed, build, coerce, read_yaml,
-)
+from stagebench.params import Fraction, NonNegativeInt, PositiveInt, Probability, Range, Seed, build, coerce, read_yaml
+from stagebench.stages import STAGE_TYPES, stage_class
 
 DEFAULT_METRICS = ("nDCG@10", "RR@10", "R@100")
 
@@ -175,8 +175,6 @@ def load_config(path: str | Path) -> Config:
 
 def parse_config(raw: Any, path: str = "<config>") -> Config:
     """Validate a config mapping; errors are ``key.path: message`` (the caller adds the file)."""
-    from stagebench.data import LOADERS
-    from stagebench.stages import STAGE_TYPES, stage_class
 
     if not isinstance(raw, dict):
         raise ConfigError("top level: expected a mapping")

@@ -8,7 +8,6 @@ ONNX files that PyPI packages carry). Heavy libraries are imported on first use.
 
 from __future__ import annotations
 
-
 import logging
 import os
 from collections.abc import Sequence
@@ -19,6 +18,7 @@ import numpy as np
 from stagebench import ui
 from stagebench.errors import StagebenchError
 from stagebench.models import ResolvedModel
+from stagebench.optional import need
 
 log = logging.getLogger("stagebench")
 
@@ -36,8 +36,8 @@ class OnnxSession:
     """A tokenizer.json + model.onnx pair run with onnxruntime."""
 
     def __init__(self, folder: str, max_length: int) -> None:
-        import onnxruntime as ort
-        from tokenizers import Tokenizer
+        ort = need("onnxruntime", "an ONNX model")
+        Tokenizer = need("tokenizers", "an ONNX model").Tokenizer
 
         folder_p = Path(folder)
         self.tokenizer = Tokenizer.from_file(str(folder_p / "tokenizer.json"))
@@ -105,15 +105,13 @@ class OnnxBiEncoder(BiEncoder):
 def quantize_int8(module):
     """Dynamic INT8 quantization of a torch module's Linear layers (weights int8, activations
     quantized per batch at run time). Faster on CPU; scores move slightly (see make perf)."""
-    import torch
-
+    torch = need("torch", "quantize: int8")
     return torch.ao.quantization.quantize_dynamic(module, {torch.nn.Linear}, dtype=torch.qint8)
 
 
 class STBiEncoder(BiEncoder):
     def __init__(self, model: ResolvedModel, max_length: int | None, quantize: str = "none") -> None:
-        from sentence_transformers import SentenceTransformer
-
+        SentenceTransformer = need("sentence_transformers", f"model {model.name!r}").SentenceTransformer
         self.model = model
         try:
             self.st = SentenceTransformer(model.path, device="cpu")
@@ -127,8 +125,7 @@ class STBiEncoder(BiEncoder):
         self.dim = int(dim())
 
     def encode(self, texts, batch_size, progress=False, desc="encode"):
-        import torch
-
+        torch = need("torch", "a sentence-transformers model")
         torch.set_num_threads(_threads())
         emb = self.st.encode(list(texts), batch_size=batch_size, show_progress_bar=progress,
                              normalize_embeddings=True, convert_to_numpy=True)  # fmt: skip
@@ -168,9 +165,8 @@ class OnnxCrossEncoder(CrossEncoderModel):
 
 class STCrossEncoder(CrossEncoderModel):
     def __init__(self, model: ResolvedModel, max_length: int, quantize: str = "none") -> None:
-        import torch
-        from sentence_transformers import CrossEncoder
-
+        torch = need("torch", f"model {model.name!r}")
+        CrossEncoder = need("sentence_transformers", f"model {model.name!r}").CrossEncoder
         self.model = model
         try:
             self.ce = CrossEncoder(model.path, device="cpu", max_length=max_length, activation_fn=torch.nn.Identity())
@@ -180,8 +176,7 @@ class STCrossEncoder(CrossEncoderModel):
             self.ce = quantize_int8(self.ce)
 
     def predict(self, pairs, batch_size):
-        import torch
-
+        torch = need("torch", "a sentence-transformers model")
         torch.set_num_threads(_threads())
         scores = self.ce.predict([list(p) for p in pairs], batch_size=batch_size, show_progress_bar=False,
                                  activation_fn=torch.nn.Identity(), convert_to_numpy=True)  # fmt: skip

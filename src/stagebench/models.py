@@ -27,6 +27,7 @@ from importlib import metadata
 from pathlib import Path
 
 from stagebench.errors import StagebenchError
+from stagebench.optional import need
 
 SOURCES = ("auto", "bundled", "hub")
 
@@ -113,11 +114,10 @@ def _bundled_path(b: Bundled) -> Path | None:
 
 
 def _in_hub_cache(name: str) -> bool:
-    try:
-        from huggingface_hub import try_to_load_from_cache
-    except ImportError:  # pragma: no cover - huggingface_hub ships with transformers
+    if importlib.util.find_spec("huggingface_hub") is None:  # it ships with transformers (the neural extra)
         return False
-    return isinstance(try_to_load_from_cache(name, "config.json"), str)
+    hub = need("huggingface_hub", "looking a model up in the Hugging Face cache")
+    return isinstance(hub.try_to_load_from_cache(name, "config.json"), str)
 
 
 def resolve_model(name: str, source: str = "auto") -> ResolvedModel:

@@ -17,9 +17,12 @@ which both share.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
+
+from stagebench.optional import need
 
 # MiniLM-L12-H384 (the architecture of cross-encoder/ms-marco-MiniLM-L-12-v2)
 BERT_CONFIG = {
@@ -31,9 +34,8 @@ BERT_CONFIG = {
 
 
 def dequantized_state_dict(onnx_path: str) -> dict[str, np.ndarray]:
-    import onnx
-    from onnx import numpy_helper
-
+    onnx = need("onnx", "reading INT8 ONNX weights")
+    numpy_helper = need("onnx.numpy_helper", "reading INT8 ONNX weights")
     model = onnx.load(onnx_path)
     g = model.graph
     inits = {i.name: numpy_helper.to_array(i) for i in g.initializer}
@@ -80,10 +82,8 @@ def _downstream_bias(node, consumers, state) -> str:
 
 def build_reference_folder(onnx_folder: str, out: str | Path) -> Path:
     """Write a transformers folder (config, safetensors, tokenizer) from the ONNX files."""
-    import shutil
-
-    import torch
-    from safetensors.torch import save_file
+    torch = need("torch", "dequantizing an ONNX model to train it")
+    save_file = need("safetensors.torch", "dequantizing an ONNX model to train it").save_file
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

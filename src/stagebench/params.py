@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
+import yaml
+
 from stagebench.errors import ConfigError
 
 
@@ -161,8 +163,6 @@ def build(cls: type, mapping: Any, where: str) -> Any:
 
 
 def _strict_loader() -> type:
-    import yaml
-
     class StrictLoader(yaml.SafeLoader):
         """SafeLoader that refuses a key given twice in one mapping."""
 
@@ -188,7 +188,6 @@ def _strict_loader() -> type:
 def read_yaml(path: str | Path, what: str = "config file") -> Any:
     """Parse a YAML file; a missing file, a syntax error or a duplicate key is a ConfigError
     naming file and line."""
-    import yaml
 
     path = Path(path)
     if not path.is_file():

@@ -28,7 +28,6 @@ from dataclasses import asdict, dataclass, is_dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from stagebench.version import __version__
 from stagebench.cache import Cache, cache_root
 from stagebench.config import Config, check_trained_models
 from stagebench.data import LOADERS, Dataset
@@ -40,6 +39,7 @@ from stagebench.results import not_a_results_folder, render
 from stagebench.run import Run, write_trec_qrels, write_trec_run
 from stagebench.stages import StageContext, stage_class
 from stagebench.system import machine_info
+from stagebench.version import __version__
 
 log = logging.getLogger("stagebench")
 

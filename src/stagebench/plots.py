@@ -5,16 +5,17 @@ from __future__ import annotations
 import io
 from collections.abc import Sequence
 
+import numpy as np
+
+from stagebench.optional import need
+
 _METADATA = {"Software": None}
 
 
 def _fig():
-    import matplotlib
-
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-
-    return plt
+    """pyplot on the non-interactive Agg backend, chosen when the first plot is drawn."""
+    need("matplotlib", "plots").use("Agg", force=True)
+    return need("matplotlib.pyplot", "plots")
 
 
 def _png(fig) -> bytes:
@@ -26,8 +27,6 @@ def _png(fig) -> bytes:
 
 def metric_bars(rows: Sequence[dict], metrics: Sequence[str]) -> bytes:
     plt = _fig()
-    import numpy as np
-
     fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(metrics) + 2), 4))
     width = 0.8 / max(len(rows), 1)
     x = np.arange(len(metrics))
@@ -64,8 +63,6 @@ def recall_curves(curves: dict[str, list[float]], marks: dict[str, int]) -> byte
 
 def ceiling_chart(rows: Sequence[dict]) -> bytes:
     plt = _fig()
-    import numpy as np
-
     rr = [r for r in rows if r["ceiling"]]
     fig, ax = plt.subplots(figsize=(max(5, 2.2 * len(rr) + 2), 4))
     x = np.arange(len(rr))

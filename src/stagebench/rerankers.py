@@ -34,7 +34,9 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from stagebench.encoders import load_cross_encoder
 from stagebench.errors import ConfigError
+from stagebench.models import resolve_model
 
 
 @runtime_checkable
@@ -47,8 +49,6 @@ class CrossEncoderReranker:
 
     def __init__(self, model: str = "cross-encoder/ms-marco-MiniLM-L-12-v2", source: str = "auto",
                  max_length: int = 256, batch_size: int = 32, quantize: str = "none") -> None:  # fmt: skip
-        from stagebench.encoders import load_cross_encoder
-        from stagebench.models import resolve_model
 
         self.resolved = resolve_model(model, source)
         self.model = load_cross_encoder(self.resolved, max_length, quantize)

@@ -19,11 +19,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.stats import t as student_t
 
 
 def paired_t_test(a: Sequence[float], b: Sequence[float]) -> tuple[float, float]:
     """Return ``(t, p)`` for the paired two-sided t-test of ``a - b``."""
-    from scipy.stats import t as student_t
 
     d = np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)
     n = d.size

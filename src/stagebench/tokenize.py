@@ -10,6 +10,8 @@ import re
 from dataclasses import dataclass
 from functools import cached_property
 
+import Stemmer  # PyStemmer
+
 _TOKEN_RE = re.compile(r"[^\W_]+", re.UNICODE)
 
 # A compact English stopword list (the classic Lucene/Elasticsearch English set).
@@ -29,8 +31,6 @@ class Tokenizer:
     def _stem(self):
         if self.stemmer is None:
             return None
-        import Stemmer  # PyStemmer
-
         return Stemmer.Stemmer(self.stemmer)
 
     def __call__(self, text: str) -> list[str]:

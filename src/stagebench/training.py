@@ -33,16 +33,26 @@ import dataclasses
 import json
 import logging
 import math
+import os
 import random
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from stagebench.cache import Cache, cache_root
 from stagebench.config import NegativesConfig, TrainingConfig
+from stagebench.data import LOADERS
 from stagebench.errors import ConfigError, DataError, StagebenchError
 from stagebench.execute import run_stage, stage_key
 from stagebench.files import check_replaceable, check_writable, swap_in
+from stagebench.metrics import evaluate
+from stagebench.models import resolve_model
+from stagebench.onnx_weights import build_reference_folder
+from stagebench.optional import need
+from stagebench.run import ranked_ids
+from stagebench.stages import StageContext, stage_class
 
 log = logging.getLogger("stagebench")
 
@@ -69,7 +79,6 @@ def target_for(grade: int, label_names: dict[int, str], mapping: dict[str, float
 
 def build_training_data(config, t: TrainingConfig, cache=None) -> tuple[TrainingData, Any]:
     """Load the train split, split off dev queries, map labels, mine hard negatives."""
-    from stagebench.data import LOADERS
 
     opts = config.dataset.options
     if not hasattr(opts, "split"):
@@ -147,7 +156,6 @@ def build_training_data(config, t: TrainingConfig, cache=None) -> tuple[Training
 
 def mine_negatives(config, ds, n: NegativesConfig, cache) -> dict[str, list[str]]:
     """Run the named first stage over the train+dev queries (through the stage cache)."""
-    from stagebench.stages import StageContext, stage_class
 
     sc = next(s for s in config.stages if s.name == n.from_stage)
     stage = stage_class(sc.type, sc.target, sc.name)(sc.name, sc.params)
@@ -155,7 +163,6 @@ def mine_negatives(config, ds, n: NegativesConfig, cache) -> dict[str, list[str]
     run, info = run_stage(sc, stage, StageContext(ds, cache), [], key, parts, cache)
     log.info("training: hard negatives from stage %s over %d train+dev queries (%s)", sc.name, len(ds.queries),
              info["status"])  # fmt: skip
-    from stagebench.run import ranked_ids
 
     return {q: ranked_ids(docs) for q, docs in run.items()}
 
@@ -165,11 +172,9 @@ def mine_negatives(config, ds, n: NegativesConfig, cache) -> dict[str, list[str]
 
 def base_model_folder(t: TrainingConfig, work: Path) -> tuple[str, str]:
     """A folder (or hub name) sentence-transformers' CrossEncoder can train, and a description."""
-    from stagebench.models import resolve_model
 
     m = resolve_model(t.base_model, t.source)
     if m.backend == "onnx":
-        from stagebench.onnx_weights import build_reference_folder
 
         folder = build_reference_folder(m.path, work / "base-fp32")
         return str(folder), f"{m.origin}, INT8 weights dequantized to fp32 for training"
@@ -178,7 +183,6 @@ def base_model_folder(t: TrainingConfig, work: Path) -> tuple[str, str]:
 
 def dev_ndcg(model, data: TrainingData, text: dict[str, str], batch_size: int) -> dict[str, float]:
     """Graded nDCG@10 / RR@10 of the model reranking each dev query's pool (stagebench metrics)."""
-    from stagebench.metrics import evaluate
 
     run = {}
     for q, pool in data.dev.items():
@@ -193,16 +197,18 @@ def dev_ndcg(model, data: TrainingData, text: dict[str, str], batch_size: int) -
 
 def train_reranker(config, output: str | None = None, cache=None) -> dict:
     """Train, save the model folder + model card, and return the training report."""
-    import os
 
-    import torch
-    from datasets import Dataset as HFDataset
-    from sentence_transformers import CrossEncoder
-    from sentence_transformers.cross_encoder import CrossEncoderTrainer, CrossEncoderTrainingArguments
-    from sentence_transformers.cross_encoder.evaluation import CrossEncoderRerankingEvaluator
-    from transformers import EarlyStoppingCallback, set_seed
+    why = "train-reranker"
+    torch = need("torch", why)
+    HFDataset = need("datasets", why).Dataset
+    CrossEncoder = need("sentence_transformers", why).CrossEncoder
+    ce = need("sentence_transformers.cross_encoder", why)
+    CrossEncoderTrainer, CrossEncoderTrainingArguments = ce.CrossEncoderTrainer, ce.CrossEncoderTrainingArguments
+    CrossEncoderRerankingEvaluator = need("sentence_transformers.cross_encoder.evaluation", why).CrossEncoderRerankingEvaluator
+    transformers = need("transformers", why)
+    EarlyStoppingCallback, set_seed = transformers.EarlyStoppingCallback, transformers.set_seed
+    losses = need("sentence_transformers.cross_encoder.losses", why)
 
-    from stagebench.cache import Cache, cache_root
 
     t: TrainingConfig = config.training
     if t is None:
@@ -229,8 +235,6 @@ def train_reranker(config, output: str | None = None, cache=None) -> dict:
     log.info("training: dev metrics of the base model: %s", before)
 
     if t.loss == "lambda":
-        from sentence_transformers.cross_encoder.losses import LambdaLoss
-
         groups: dict[str, list] = {}
         for q, qt, d, y in data.train:
             groups.setdefault(q, [qt, [], []])
@@ -238,13 +242,11 @@ def train_reranker(config, output: str | None = None, cache=None) -> dict:
             groups[q][2].append(y)
         train_ds = HFDataset.from_dict({"query": [g[0] for g in groups.values()], "docs": [g[1] for g in groups.values()],
                                         "labels": [g[2] for g in groups.values()]})  # fmt: skip
-        loss = LambdaLoss(model)
+        loss = losses.LambdaLoss(model)
     else:
-        from sentence_transformers.cross_encoder.losses import BinaryCrossEntropyLoss, MSELoss
-
         train_ds = HFDataset.from_dict({"query": [x[1] for x in data.train], "passage": [x[2] for x in data.train],
                                         "label": [x[3] for x in data.train]})  # fmt: skip
-        loss = BinaryCrossEntropyLoss(model) if t.loss == "bce" else MSELoss(model)
+        loss = losses.BinaryCrossEntropyLoss(model) if t.loss == "bce" else losses.MSELoss(model)
     evaluator = None
     if data.dev and t.early_stopping_patience:  # otherwise the dev pools are scored only before and after
         samples = [{"query": data.dev_queries[q], "positive": [text[d] for d, y in pool if y > 0],
@@ -271,8 +273,6 @@ def train_reranker(config, output: str | None = None, cache=None) -> dict:
     log.info("training: dev metrics after training: %s", after)
 
     tmp = out.parent / f".{out.name}.partial"
-    import shutil
-
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(str(tmp))
     report = {

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import sys
 
+from tqdm.auto import tqdm
+
 
 def progress(total: int, desc: str, unit: str = "it", enabled: bool = True):
-    from tqdm.auto import tqdm
-
     return tqdm(total=total, desc=desc, unit=unit, disable=not enabled, leave=False,
                 mininterval=1.0 if sys.stderr.isatty() else 30.0)  # fmt: skip

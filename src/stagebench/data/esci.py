@@ -18,10 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from stagebench.params import PositiveInt
+import pandas as pd
+
 from stagebench.data.model import Dataset, check_id, check_queries
 from stagebench.data.text import strip_html
 from stagebench.errors import DataError
+from stagebench.optional import need
+from stagebench.params import PositiveInt
 
 EXAMPLES_FILE = "shopping_queries_dataset_examples.parquet"
 PRODUCTS_FILE = "shopping_queries_dataset_products.parquet"
@@ -70,8 +73,6 @@ class EsciHfOptions(EsciOptions):
 
 
 def _read_parquet(path: Path, required: tuple[str, ...]):
-    import pandas as pd
-
     if not path.is_file():
         raise DataError(f"{path}: file not found")
     try:
@@ -112,8 +113,8 @@ def load_esci_hf(opts: EsciHfOptions) -> Dataset:
     inflated). ``tasksource/esci`` has no ``split`` column: the split is the ``datasets`` split (hub) or
     the file name's prefix (local ``test-00000-of-00002.parquet``), added as a column.
     """
-    import datasets
-    import pandas as pd
+
+    datasets = need("datasets", "loader: esci_hf")
 
     frames: list[tuple[str | None, object]] = []
     if opts.name:

@@ -25,6 +25,8 @@ import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import pandas as pd
+
 from stagebench.data.esci import EXAMPLES_FILE, PRODUCTS_FILE
 from stagebench.files import atomic_write, check_replaceable, check_writable
 
@@ -304,7 +306,6 @@ def _make_queries(spec: SyntheticSpec, products: list[dict], rng: random.Random)
 
 def generate(output: str | Path, spec: SyntheticSpec = SyntheticSpec()) -> dict:
     """Write the two parquet files (and a README) into ``output``; return statistics."""
-    import pandas as pd
 
     out = Path(output)
     check_replaceable(out, "synthetic dataset", not_synthetic)

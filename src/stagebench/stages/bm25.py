@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import time
+from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -28,6 +29,9 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
+import Stemmer
+from rank_bm25 import BM25Okapi
+from scipy import sparse
 
 from stagebench.cache import code_identity, make_key
 from stagebench.params import Fraction, NonNegativeFloat, PositiveInt
@@ -52,6 +56,11 @@ class BM25Params:
     query_batch: PositiveInt = 256
     threads: PositiveInt | None = None  # sparse backend: query-batch threads (default: all cores)
 
+    def validate(self) -> list[tuple[str, str]]:
+        if self.stemmer is not None and self.stemmer not in Stemmer.algorithms():
+            return [("stemmer", f"unknown stemmer {self.stemmer!r} (PyStemmer has: {', '.join(Stemmer.algorithms())})")]
+        return []
+
 
 class SparseBM25:
     """rank-bm25's BM25Okapi, vectorised with scipy.sparse.
@@ -72,10 +81,6 @@ class SparseBM25:
 
     @classmethod
     def build(cls, corpus_tokens: Iterable[list[str]], k1: float, b: float, epsilon: float) -> SparseBM25:
-        from array import array
-
-        from scipy import sparse
-
         vocab: dict[str, int] = {}
         ids = array("i")
         lengths = array("l")
@@ -105,8 +110,6 @@ class SparseBM25:
         return cls(tf.T.tocsr(), vocab)  # term-major, so a query picks whole rows
 
     def score_batch(self, queries_tokens: list[list[str]]) -> np.ndarray:
-        from scipy import sparse
-
         rows, cols, vals = [], [], []
         for i, toks in enumerate(queries_tokens):
             for tok, c in Counter(toks).items():
@@ -120,15 +123,11 @@ class SparseBM25:
 
     # ---------------------------------------------------------------- cache entry files
     def save(self, folder: Path) -> None:
-        from scipy import sparse
-
         sparse.save_npz(folder / "weights.npz", self.weights, compressed=False)
         (folder / "vocab.json").write_text(json.dumps(list(self.vocab)), encoding="utf-8")
 
     @classmethod
     def load(cls, folder: Path) -> SparseBM25:
-        from scipy import sparse
-
         terms = json.loads((folder / "vocab.json").read_text(encoding="utf-8"))
         return cls(sparse.load_npz(folder / "weights.npz").tocsr(), {t: i for i, t in enumerate(terms)})
 
@@ -240,8 +239,6 @@ class BM25Stage(Stage):
         qids = ds.query_ids
         q_tokens = [tok(ds.queries[q]) for q in qids]
         if p.backend == "rank_bm25":
-            from rank_bm25 import BM25Okapi
-
             index = BM25Okapi([tok(t) for t in ds.doc_texts], k1=p.k1, b=p.b, epsilon=p.epsilon)
 
             def score(batch: list[list[str]]) -> np.ndarray:

@@ -19,6 +19,10 @@ from typing import Annotated, Literal
 
 import numpy as np
 
+from stagebench.cache import code_identity, make_key
+from stagebench.encoders import load_bi_encoder
+from stagebench.models import resolve_model
+from stagebench.optional import need
 from stagebench.params import PositiveInt, Range
 from stagebench.run import Run, ranked
 from stagebench.stages.base import Stage, StageContext
@@ -48,7 +52,6 @@ class DenseParams:
 def embeddings_parts(model_identity: str, fingerprint: str, passage_prefix: str, max_length: int | None,
                      batch_size: int) -> dict:
     """What corpus embeddings depend on (the cache key is the hash of this)."""
-    from stagebench.cache import code_identity
 
     return {"model": model_identity, "corpus": fingerprint, "passage_prefix": passage_prefix,
             "max_length": max_length, "batch_size": batch_size,
@@ -56,8 +59,6 @@ def embeddings_parts(model_identity: str, fingerprint: str, passage_prefix: str,
 
 
 def corpus_embeddings(encoder, ctx: StageContext, p: DenseParams, stage: str) -> np.ndarray:
-    from stagebench.cache import make_key
-
     ds = ctx.dataset
     parts = embeddings_parts(encoder.model.identity, ds.fingerprint, p.passage_prefix, p.max_length, p.batch_size)
     if p.quantize != "none" and encoder.model.backend != "onnx":
@@ -117,8 +118,7 @@ def search_top_k(index, qemb: np.ndarray, qids: list[str], doc_ids: list[str], k
 
 
 def build_index(emb: np.ndarray, p: DenseParams):
-    import faiss
-
+    faiss = need("faiss", "dense retrieval")
     dim = emb.shape[1]
     if p.index == "hnsw":
         index = faiss.IndexHNSWFlat(dim, p.hnsw_m, faiss.METRIC_INNER_PRODUCT)
@@ -139,14 +139,9 @@ class DenseStage(Stage):
     unkeyed_params = ("cache",)
 
     def identity(self) -> dict:
-        from stagebench.models import resolve_model
-
         return {"model": resolve_model(self.params.model, self.params.source).identity}
 
     def __call__(self, ctx: StageContext, inputs: list[Run]) -> Run:
-        from stagebench.encoders import load_bi_encoder
-        from stagebench.models import resolve_model
-
         p: DenseParams = self.params
         model = resolve_model(p.model, p.source)
         log.info("stage %s: model %s resolved to %s", self.name, p.model, model.origin)

@@ -14,7 +14,6 @@ unless the reranker only has ``score(query, docs)`` or ``per_query: true`` is se
 
 from __future__ import annotations
 
-
 import logging
 import time
 from dataclasses import dataclass, fields
@@ -22,8 +21,11 @@ from typing import Any, Literal
 
 import numpy as np
 
+from stagebench.cache import module_source_hash
 from stagebench.errors import ConfigError, StagebenchError
+from stagebench.models import resolve_model
 from stagebench.params import PositiveInt, build
+from stagebench.rerankers import CrossEncoderReranker, check_kwargs, import_target
 from stagebench.run import Run, ranked, ranked_ids
 from stagebench.stages.base import Stage, StageContext
 from stagebench.ui import progress
@@ -169,13 +171,9 @@ class CrossEncoderStage(Stage):
     packages = ("numpy", *("onnxruntime", "tokenizers", "sentence-transformers", "transformers", "torch"))
 
     def identity(self) -> dict:
-        from stagebench.models import resolve_model
-
         return {"model": resolve_model(self.params.model, self.params.source).identity}
 
     def __call__(self, ctx: StageContext, inputs: list[Run]) -> Run:
-        from stagebench.rerankers import CrossEncoderReranker
-
         p: CrossEncoderParams = self.params
         rr = CrossEncoderReranker(p.model, p.source, p.max_length, p.batch_size, p.quantize)
         log.info("stage %s: model %s resolved to %s", self.name, p.model, rr.resolved.origin)
@@ -201,8 +199,6 @@ class PluginStage(Stage):
     def identity(self) -> dict:
         """The plug-in module's source hash, and whatever its optional ``cache_identity(**kwargs)``
         returns (e.g. a hash of model files it loads by path)."""
-        from stagebench.cache import module_source_hash
-        from stagebench.rerankers import import_target
 
         p: PluginParams = self.params
         factory = import_target(p.target, f"stage {self.name}.target")
@@ -214,8 +210,6 @@ class PluginStage(Stage):
 
     @classmethod
     def build_params(cls, raw: Any, where: str, target: str | None) -> PluginParams:
-        from stagebench.rerankers import check_kwargs, import_target
-
         if not target:
             raise ConfigError(f"{where.rsplit('.', 1)[0]}.target: a plugin stage needs target: 'package.module:Class'")
         raw = dict(raw or {})
@@ -227,8 +221,6 @@ class PluginStage(Stage):
         return PluginParams(**{f.name: getattr(base, f.name) for f in fields(RerankCommon)}, target=target, kwargs=raw)
 
     def __call__(self, ctx: StageContext, inputs: list[Run]) -> Run:
-        from stagebench.rerankers import import_target
-
         p: PluginParams = self.params
         factory = import_target(p.target, f"stage {self.name}.target")
         try:
