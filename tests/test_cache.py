@@ -155,7 +155,7 @@ def test_sigkill_mid_stage_resumes_from_cache_with_the_same_table(tmp_path, smal
     assert resumed.returncode == 0, resumed.stderr
     for s in ("bm25", "bm25_stem", "rrf", "tb"):
         assert f"stage {s}: cached" in resumed.stderr
-    assert "stage slow (plugin <- tb): computing" in resumed.stderr
+    assert "stage slow: computing run (plugin <- tb)" in resumed.stderr
     assert "left by an interrupted run" in resumed.stderr and not list(tmp_path.glob(".out-c.partial-*"))
     # an uninterrupted run with an empty cache gives the same table, byte for byte
     clean = write_config(tmp_path, small_synthetic, name="clean", cache="cache2", extra=extra)

@@ -99,6 +99,6 @@ stages:
     second = subprocess.run([sys.executable, "-m", "stagebench", "run", config(20)], capture_output=True, text=True,
                             cwd=REPO, env=env)  # fmt: skip
     assert second.returncode == 0, second.stderr
-    assert "stage dense: cached (key" in second.stderr  # the whole dense run, not just its embeddings
-    assert "stage tb (plugin <- dense): computing" in second.stderr
+    assert "stage dense: cached run (dense) (key" in second.stderr  # the whole dense run, not just its embeddings
+    assert "stage tb: computing run (plugin <- dense)" in second.stderr
     assert "corpus embeddings" not in second.stderr

@@ -13,6 +13,9 @@ half-written entry under a real key. Every read re-hashes the files; an entry wh
 files do not match ``entry.json`` (flipped bytes, truncation, a missing file) is
 reported once, removed, and the caller recomputes it.
 
+:func:`memo` is the one "from the cache, else compute, time, log and store" used by stage
+runs, corpus embeddings and BM25 indexes (and anything later).
+
 The cache root is, in order: ``--cache-dir``, ``$STAGEBENCH_CACHE``, the config's
 ``cache_dir``, and ``.stagebench-cache`` in the working directory.
 """
@@ -34,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from stagebench.files import named
+from stagebench.system import PeakMemory
 from stagebench.version import __version__
 
 log = logging.getLogger("stagebench")
@@ -80,6 +84,20 @@ def module_source_hash(module: str) -> str:
 
 def code_identity(modules: Iterable[str]) -> dict[str, str]:
     return {m: module_source_hash(m) for m in modules}
+
+
+@dataclass
+class Memo:
+    """What :func:`memo` returns: the value, whether it was ``cached`` or ``computed`` in this
+    run, its key, the seconds it took now and when it was computed, and peak memory."""
+
+    value: Any
+    status: str
+    key: str
+    seconds: float
+    computed_seconds: float | None
+    peak_rss_mb: float | None = None
+    computed_peak_rss_mb: float | None = None
 
 
 @dataclass
@@ -237,3 +255,53 @@ def human_bytes(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n:.1f} GB"  # pragma: no cover
+
+
+def memo(cache: Cache | None, kind: str, parts: dict, compute: Callable[[], Any], save: Callable[[Any, Path], None],
+         load: Callable[[Entry], Any], *, label: str, what: str, describe: Callable[[Any], str] = lambda v: "",
+         meta: Callable[[Any], dict] = lambda v: {}, check: Callable[[Any, Path], None] | None = None,
+         measure_memory: bool = False) -> Memo:  # fmt: skip
+    """The value keyed by ``parts`` under ``kind``: read from ``cache`` (checksum-verified) when
+    it is there, else computed, timed, logged and stored (``cache=None``: computed, not stored).
+
+    ``save(value, folder)`` writes the entry's files, ``load(entry)`` reads them back;
+    ``check(value, folder)``, if given, must accept what ``save`` wrote before it is stored.
+    ``describe(value)`` adds detail to the log line, ``meta(value)`` to the entry's metadata.
+    ``measure_memory`` records the peak RSS of the computation (not nested: the high-water
+    mark is reset for it).
+    """
+    key = make_key(parts)
+    entry = cache.get(kind, key) if cache is not None else None
+    if entry is not None:
+        with PeakMemory() if measure_memory else _no_memory() as pm:
+            t0 = time.perf_counter()
+            value = load(entry)
+            dt = time.perf_counter() - t0
+        detail = describe(value)
+        log.info("%s: cached %s (key %s, computed in %.1fs; loaded in %.2fs)%s", label, what, key[:12],
+                 entry.meta.get("seconds", float("nan")), dt, f": {detail}" if detail else "")  # fmt: skip
+        return Memo(value, "cached", key, dt, entry.meta.get("seconds"), pm.peak_mb if pm else None,
+                    entry.meta.get("peak_rss_mb"))  # fmt: skip
+    log.info("%s: computing %s (key %s)", label, what, key[:12])
+    with PeakMemory() if measure_memory else _no_memory() as pm:
+        t0 = time.perf_counter()
+        value = compute()
+        dt = time.perf_counter() - t0
+    peak = round(pm.peak_mb, 1) if pm else None
+    detail = describe(value)
+    log.info("%s: computed %s%s [%.1fs%s]", label, what, f": {detail}" if detail else "", dt,
+             f", peak RSS {peak:.0f} MB" if peak is not None else "")  # fmt: skip
+    if cache is not None:
+        entry_meta = {**meta(value), "seconds": round(dt, 3), **({"peak_rss_mb": peak} if peak is not None else {})}
+        stored = cache.put(kind, key, lambda folder: save(value, folder), entry_meta, parts,
+                           check=(lambda folder: check(value, folder)) if check else None)  # fmt: skip
+        log.info("%s: stored %s in %s", label, what, stored.path)
+    return Memo(value, "computed", key, dt, dt, peak, peak)
+
+
+class _no_memory:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc) -> None:
+        return None

@@ -12,18 +12,16 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from dataclasses import asdict, is_dataclass
 from importlib import metadata
 from pathlib import Path
 
-from stagebench.cache import Cache, code_identity, make_key
+from stagebench.cache import Cache, code_identity, make_key, memo
 from stagebench.config import StageConfig
 from stagebench.data import Dataset
 from stagebench.errors import StagebenchError
 from stagebench.run import Run, ranked, read_trec_run, run_digest, write_trec_run
 from stagebench.stages import Stage, StageContext
-from stagebench.system import PeakMemory
 
 log = logging.getLogger("stagebench")
 
@@ -93,41 +91,30 @@ def canonical(run: Run) -> Run:
     return {q: dict(ranked(run[q])) for q in sorted(run) if run[q]}
 
 
-def run_stage(sc: StageConfig, stage: Stage, ctx: StageContext, inputs: list[Run], key: str, parts: dict,
-               cache: Cache | None) -> tuple[Run, dict]:  # fmt: skip
-    """Run one stage through the cache (``cache=None``: compute, store nothing)."""
-    use_cache = cache is not None and sc.cache
-    entry = cache.get("runs", key) if use_cache else None
-    if entry is not None:
-        with PeakMemory() as pm:
-            t0 = time.perf_counter()
-            run = read_trec_run(entry.file("run.trec"))
-            dt = time.perf_counter() - t0
-        info = {"status": "cached", "seconds": dt, "computed_seconds": entry.meta.get("seconds"),
-                "peak_rss_mb": round(pm.peak_mb, 1), "computed_peak_rss_mb": entry.meta.get("peak_rss_mb")}  # fmt: skip
-        log.info("stage %s: cached (key %s, computed in %.1fs; loaded in %.2fs)", sc.name, key[:12],
-                 entry.meta.get("seconds", float("nan")), dt)  # fmt: skip
-        info["run_digest"] = run_digest(run)
-        return run, info
-    log.info("stage %s (%s%s): computing (key %s)", sc.name, sc.type,
-             f" <- {', '.join(sc.inputs)}" if sc.inputs else "", key[:12])  # fmt: skip
-    with PeakMemory() as pm:
-        t0 = time.perf_counter()
+def run_stage(sc: StageConfig, stage: Stage, ctx: StageContext, inputs: list[Run], parts: dict,
+              cache: Cache | None) -> tuple[Run, dict]:  # fmt: skip
+    """Run one stage through the cache (``cache=None`` or ``cache: false`` on the stage:
+    compute, store nothing). ``parts`` are :func:`stage_key`'s."""
+
+    def compute() -> Run:
         run = stage(ctx, inputs)
-        dt = time.perf_counter() - t0
-    check_run(run, sc.name, ctx.dataset)
-    run = canonical(run)
-    info = {"status": "computed", "seconds": dt, "computed_seconds": dt, "peak_rss_mb": round(pm.peak_mb, 1),
-            "computed_peak_rss_mb": round(pm.peak_mb, 1), "run_digest": run_digest(run)}  # fmt: skip
-    depth = max((len(v) for v in run.values()), default=0)
-    log.info("stage %s: computed, %d queries, up to %d docs each [%.1fs, peak RSS %.0f MB]",
-             sc.name, len(run), depth, dt, pm.peak_mb)  # fmt: skip
-    if use_cache:
-        meta = {"stage": sc.name, "type": sc.type, "seconds": round(dt, 3), "peak_rss_mb": round(pm.peak_mb, 1),
-                "queries": len(run), "run_digest": info["run_digest"]}  # fmt: skip
-        cache.put("runs", key, lambda d: write_trec_run(run, d / "run.trec", tag=f"stagebench.{sc.type}"), meta, parts,
-                  check=lambda d: _reads_back(d / "run.trec", info["run_digest"], sc.name))  # fmt: skip
-    return run, info
+        check_run(run, sc.name, ctx.dataset)
+        return canonical(run)
+
+    def describe(run: Run) -> str:
+        return f"{len(run)} queries, up to {max((len(v) for v in run.values()), default=0)} docs each"
+
+    m = memo(cache if sc.cache else None, "runs", parts, compute,
+             save=lambda run, folder: write_trec_run(run, folder / "run.trec", tag=f"stagebench.{sc.type}"),
+             load=lambda entry: read_trec_run(entry.file("run.trec")),
+             check=lambda run, folder: _reads_back(folder / "run.trec", run_digest(run), sc.name),
+             meta=lambda run: {"stage": sc.name, "type": sc.type, "queries": len(run), "run_digest": run_digest(run)},
+             label=f"stage {sc.name}", what=f"run ({sc.type}{' <- ' + ', '.join(sc.inputs) if sc.inputs else ''})",
+             describe=describe, measure_memory=True)  # fmt: skip
+    info = {"status": m.status, "seconds": m.seconds, "computed_seconds": m.computed_seconds,
+            "peak_rss_mb": m.peak_rss_mb, "computed_peak_rss_mb": m.computed_peak_rss_mb,
+            "run_digest": run_digest(m.value), "key": m.key}  # fmt: skip
+    return m.value, info
 
 
 def _reads_back(path: Path, digest: str, stage: str) -> None:

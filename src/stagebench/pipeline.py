@@ -166,7 +166,8 @@ def _run_into(config: Config, ds: Dataset, folder: Path, cache: Cache, t_start: 
         stage = cls(sc.name, sc.params)
         key, parts = stage_key(sc, stage, ds, [digests[i] for i in sc.inputs])
         keys[sc.name] = key
-        run, info = run_stage(sc, stage, ctx, [runs[i] for i in sc.inputs], key, parts, cache)
+        run, info = run_stage(sc, stage, ctx, [runs[i] for i in sc.inputs], parts, cache)
+        info.pop("key")
         runs[sc.name] = run
         digests[sc.name] = info["run_digest"]
         write_trec_run(run, folder / "runs" / f"{sc.name}.trec", tag=f"{config.name}.{sc.name}")

@@ -33,7 +33,7 @@ import Stemmer
 from rank_bm25 import BM25Okapi
 from scipy import sparse
 
-from stagebench.cache import code_identity, make_key
+from stagebench.cache import code_identity, memo
 from stagebench.params import Fraction, NonNegativeFloat, PositiveInt
 from stagebench.run import Run, ranked
 from stagebench.stages.base import Stage, StageContext
@@ -172,25 +172,12 @@ def index_key_parts(ds_fingerprint: str, p: BM25Params) -> dict:
 def sparse_index(ctx: StageContext, p: BM25Params, tok: Tokenizer, stage: str) -> SparseBM25:
     """The sparse index, from the cache when the corpus and every index param are unchanged."""
     ds = ctx.dataset
-    parts = index_key_parts(ds.fingerprint, p)
-    key = make_key(parts)
-    entry = ctx.cache.get("bm25-index", key) if ctx.cache is not None else None
-    if entry is not None:
-        t0 = time.perf_counter()
-        index = SparseBM25.load(entry.path)
-        log.info("stage %s: cached BM25 index %s (%d terms x %d docs; built in %.1fs, loaded in %.1fs)",
-                 stage, entry.path, len(index.vocab), index.n_docs, entry.meta.get("seconds", float("nan")),
-                 time.perf_counter() - t0)  # fmt: skip
-        return index
-    t0 = time.perf_counter()
-    index = SparseBM25.build((tok(t) for t in ds.doc_texts), p.k1, p.b, p.epsilon)
-    dt = time.perf_counter() - t0
-    log.info("stage %s: computed BM25 index: %d terms x %d docs, %d postings in %.1fs",
-             stage, len(index.vocab), index.n_docs, index.weights.nnz, dt)  # fmt: skip
-    if ctx.cache is not None:
-        ctx.cache.put("bm25-index", key, index.save, {"seconds": round(dt, 3), "terms": len(index.vocab),
-                                                      "postings": int(index.weights.nnz)}, parts)  # fmt: skip
-    return index
+    return memo(ctx.cache, "bm25-index", index_key_parts(ds.fingerprint, p),
+                lambda: SparseBM25.build((tok(t) for t in ds.doc_texts), p.k1, p.b, p.epsilon),
+                save=lambda index, folder: index.save(folder), load=lambda entry: SparseBM25.load(entry.path),
+                meta=lambda index: {"terms": len(index.vocab), "postings": int(index.weights.nnz)},
+                describe=lambda index: f"{len(index.vocab)} terms x {index.n_docs} docs, {index.weights.nnz} postings",
+                label=f"stage {stage}", what="BM25 index").value  # fmt: skip
 
 
 def query_batch_size(p: BM25Params, n_docs: int) -> int:

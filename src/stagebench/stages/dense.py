@@ -19,7 +19,7 @@ from typing import Annotated, Literal
 
 import numpy as np
 
-from stagebench.cache import code_identity, make_key
+from stagebench.cache import code_identity, memo
 from stagebench.encoders import load_bi_encoder
 from stagebench.models import resolve_model
 from stagebench.optional import need
@@ -63,25 +63,18 @@ def corpus_embeddings(encoder, ctx: StageContext, p: DenseParams, stage: str) ->
     parts = embeddings_parts(encoder.model.identity, ds.fingerprint, p.passage_prefix, p.max_length, p.batch_size)
     if p.quantize != "none" and encoder.model.backend != "onnx":
         parts["quantize"] = p.quantize
-    key = make_key(parts)
-    cache = ctx.cache if p.cache else None
-    entry = cache.get("embeddings", key) if cache else None
-    if entry is not None:
-        emb = np.load(entry.file("embeddings.npy"))
-        log.info("stage %s: cached corpus embeddings %s (%d x %d; model %s; computed in %.1fs)",
-                 stage, entry.path, *emb.shape, encoder.model.identity, entry.meta.get("seconds", float("nan")))  # fmt: skip
-        return emb
     texts = [p.passage_prefix + t for t in ds.doc_texts]
-    t0 = time.perf_counter()
-    emb = encoder.encode(texts, p.batch_size, progress=True, desc=f"{stage}: corpus")
-    dt = time.perf_counter() - t0
-    log.info("stage %s: computed corpus embeddings: %d documents in %.1fs (%.0f docs/s) with %s [%s]",
-             stage, len(texts), dt, len(texts) / max(dt, 1e-9), encoder.model.name, encoder.model.origin)  # fmt: skip
-    if cache is not None:
-        meta = {"model": encoder.model.identity, "shape": list(emb.shape), "seconds": round(dt, 2)}
-        entry = cache.put("embeddings", key, lambda d: np.save(d / "embeddings.npy", emb), meta, parts)
-        log.info("stage %s: stored corpus embeddings in %s", stage, entry.path)
-    return emb
+    m = memo(ctx.cache if p.cache else None, "embeddings", parts,
+             lambda: encoder.encode(texts, p.batch_size, progress=True, desc=f"{stage}: corpus"),
+             save=lambda emb, folder: np.save(folder / "embeddings.npy", emb),
+             load=lambda entry: np.load(entry.file("embeddings.npy")),
+             meta=lambda emb: {"model": encoder.model.identity, "shape": list(emb.shape)},
+             describe=lambda emb: f"{emb.shape[0]} documents x {emb.shape[1]} with {encoder.model.name} "
+                                  f"[{encoder.model.origin}]",
+             label=f"stage {stage}", what="corpus embeddings")  # fmt: skip
+    if m.status == "computed":
+        log.info("stage %s: %.0f docs/s", stage, len(texts) / max(m.seconds, 1e-9))
+    return m.value
 
 
 #: extra neighbours asked of faiss beyond k, so that ties at the cut can be resolved
