@@ -334,6 +334,7 @@ def test_5_a_plugin_that_raises_names_stage_and_query_and_leaves_nothing(tmp_pat
     assert code == 2 and "Traceback" in err and "model server said no" in err
 
 
+@pytest.mark.slow
 def test_5_ctrl_c_is_one_line_and_keeps_what_finished(tmp_path):
     slow = ("import time\nclass Boom:\n    def score(self, query, docs):\n"
             "        open('started', 'w').close()\n        time.sleep(30)\n        return [0.0] * len(docs)\n")  # fmt: skip
@@ -352,6 +353,7 @@ def test_5_ctrl_c_is_one_line_and_keeps_what_finished(tmp_path):
     assert any(r["meta"].get("stage") == "bm25" for r in Cache(tmp_path / "cache").list())
 
 
+@pytest.mark.slow
 def test_5_disk_full_while_writing_is_one_line_and_leaves_no_broken_entry(tmp_path):
     cfg = config(tmp_path)
 
@@ -380,6 +382,7 @@ def test_5_corrupt_manifest_binary_eval_input_and_missing_file(tmp_path, capsys)
                  contains=(str(tmp_path / "nope"), "qrels file not found"))
 
 
+@pytest.mark.slow
 def test_5_cache_ls_into_a_closed_pipe_is_quiet(tmp_path):
     cache = Cache(tmp_path / "c")
     for i in range(1500):  # enough lines to overflow the pipe buffer after `head` has gone

@@ -106,6 +106,7 @@ def test_second_run_is_all_cached_and_top_n_change_recomputes_only_the_reranker(
     assert [s["status"] for s in manifest["stages"]] == ["cached", "cached", "cached", "computed"]
 
 
+@pytest.mark.slow
 def test_query_filter_change_recomputes_runs_but_reuses_corpus_embeddings_and_model_change_keeps_bm25(
         tmp_path, small_synthetic, logs):  # fmt: skip
     dense = "  - {name: dense, type: dense, params: {top_k: 100, model: MODEL}}\n  - {name: hyb, type: rrf, inputs: [bm25, dense]}"
@@ -140,6 +141,7 @@ def test_flipped_bytes_in_a_cached_run_are_detected_once_and_recomputed(tmp_path
     assert files_sha(again.output) == want
 
 
+@pytest.mark.slow
 def test_sigkill_mid_stage_resumes_from_cache_with_the_same_table(tmp_path, small_synthetic):
     (tmp_path / "killplug.py").write_text(KILLER)
     extra = '  - {name: slow, type: plugin, target: "killplug:Slow", inputs: [tb], params: {top_n: 5, per_query: true}}'
@@ -167,6 +169,7 @@ def test_sigkill_mid_stage_resumes_from_cache_with_the_same_table(tmp_path, smal
             b"clean.", b"c."), f  # run files carry the config name as their tag
 
 
+@pytest.mark.slow
 def test_two_clean_runs_with_neural_stages_are_byte_identical(tmp_path, small_synthetic):
     extra = ("  - {name: dense, type: dense, params: {top_k: 50}}\n"
              "  - {name: ce, type: cross_encoder, inputs: [dense], params: {top_n: 10}}")  # fmt: skip
@@ -196,6 +199,7 @@ def test_manifest_records_keys_machine_memory_and_versions(tmp_path, small_synth
     assert m["stages"][0]["run_digest"] == run_digest(read_trec_run(out / "runs" / "bm25.trec"))
 
 
+@pytest.mark.slow
 def test_cache_ls_and_prune(tmp_path, small_synthetic):
     run_config(load_config(write_config(tmp_path, small_synthetic)))
     root = tmp_path / "cache"

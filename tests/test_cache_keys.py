@@ -185,3 +185,29 @@ def test_stage_key_reads_every_declared_field(dataset):
         names = {f.name for f in dataclasses.fields(cls.Params)}
         assert set(cls.unkeyed_params) <= names, stype
     assert Path(REPO / "examples" / "title_boost.py").is_file()
+
+
+def test_make_key_is_canonical():
+    from stagebench.cache import make_key
+
+    assert make_key({"a": 1, "b": {"x": 1, "y": 2}}) == make_key({"b": {"y": 2, "x": 1}, "a": 1})
+    assert make_key({"a": 1}) != make_key({"a": 1.5}) and len(make_key({"a": 1})) == 32
+    assert make_key({"p": Path("x")}) == make_key({"p": "x"})  # non-JSON values by their str()
+
+
+def test_the_run_key_holds_the_dataset_parts_a_stage_reads(dataset, monkeypatch):
+    """Corpus: only for stages that read texts; qrels: only for plug-ins; queries: always;
+    packages: exactly the ones the stage declares."""
+    monkeypatch.chdir(REPO)
+    for stype, cls in STAGE_TYPES.items():
+        target = "examples.title_boost:TitleBoostReranker" if stype == "plugin" else None
+        params = default_params(stype)
+        sc = StageConfig(name="s", type=stype, inputs=INPUTS[stype], params=params, target=target)
+        _, parts = stage_key(sc, cls("s", params), dataset, ["0" * 64] * len(INPUTS[stype]))
+        assert (parts["corpus"] == dataset.fingerprint) == cls.reads_corpus, stype
+        assert parts["corpus"] is None or cls.reads_corpus
+        assert (parts["qrels"] == dataset.qrels_fingerprint) == cls.reads_qrels, stype
+        assert parts["queries"] == dataset.queries_fingerprint
+        assert set(parts["packages"]) <= set(cls.packages) and parts["type"] == stype and parts["target"] == target
+        assert set(parts["code"]) == set(cls.code_modules)
+    assert STAGE_TYPES["bm25"].reads_corpus and not STAGE_TYPES["rrf"].reads_corpus and STAGE_TYPES["plugin"].reads_qrels

@@ -48,6 +48,7 @@ def test_randomization_known_textbook_case():
 def test_holm():
     assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
     assert holm([0.5, 0.5]) == [1.0, 1.0]
+    assert holm([0.6, 0.7, 0.001]) == [1.0, 1.0, pytest.approx(0.003)]  # capped at 1
 
 
 def test_bootstrap_ci_contains_mean_and_narrows_with_n():

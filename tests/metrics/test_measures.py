@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from stagebench.errors import StagebenchError
@@ -58,18 +60,47 @@ def test_judged_at_k_counts_any_judgment_including_zero():
     qrels = {"q": {"a": 0, "b": 2}}
     run = from_ranking({"q": ["a", "x", "b", "y"]})
     assert evaluate(qrels, run, ["Judged@4", "Hit@2", "Hit@3"]).means == {"Judged@4": 0.5, "Hit@2": 0.0, "Hit@3": 1.0}
+    run = from_ranking({"q": ["a", "b", "x", "y", "z"]})  # 2 of 5 judged, 3 unjudged: not symmetric
+    assert evaluate(qrels, run, ["Judged@5", "Judged@1"]).means == {"Judged@5": 0.4, "Judged@1": 1.0}
+
+
+def test_kernels_on_a_query_without_a_positive_grade_and_without_cutoffs():
+    from stagebench.metrics import compute
+
+    assert compute.ndcg(["a", "b"], {"a": 0, "b": 0}, 10, "linear") == 0.0  # IDCG = 0: 0, not 1
+    assert compute.ndcg(["a", "b"], {"b": 1}, None, "linear") == pytest.approx(1 / 1.584962500721156)
+    ranking = [f"n{i}" for i in range(30)] + ["r"]
+    assert compute.reciprocal_rank(ranking, {"r": 1}, None, 1) == pytest.approx(1 / 31)
+    assert compute.average_precision(ranking, {"r": 1}, None, 1) == pytest.approx(1 / 31)
+    assert compute.gain_of(0, "exp") == 0.0 and compute.gain_of(-1, "linear") == 0.0 and compute.gain_of(3, "exp") == 7.0
+
+
+def test_evaluate_takes_measure_objects_and_reports_its_settings():
+    ms = [parse_measure("nDCG@2"), parse_measure("P(rel=2)@1")]
+    ev = evaluate({"q": {"a": 1, "b": 2}}, {"q": {"a": 2.0, "b": 1.0}}, ms, relevance_threshold=2, gain="exp")
+    assert ev.measures == ms and ev.relevance_threshold == 2 and ev.gain == "exp"
+    assert ev.means["P(rel=2)@1"] == 0.0 and ev.means["nDCG@2"] == pytest.approx((1 + 3 / 1.584962500721156) / (3 + 1 / 1.584962500721156))
+    with pytest.raises(StagebenchError, match="gain 'log': must be one of linear, exp"):
+        evaluate({"q": {"a": 1}}, {}, ["nDCG@2"], gain="log")
 
 
 @pytest.mark.parametrize(
     "name,canonical",
     [("nDCG@10", "nDCG@10"), ("MRR@10", "RR@10"), ("Recall@100", "R@100"), ("P(rel=2)@5", "P(rel=2)@5"),
-     ("R-Prec", "Rprec"), ("AP", "AP"), ("nDCG(gain=exp)@10", "nDCG(gain=exp)@10")],
+     ("R-Prec", "Rprec"), ("AP", "AP"), ("nDCG(gain=exp)@10", "nDCG(gain=exp)@10"), ("p(rel=1)@3", "P(rel=1)@3"),
+     ("ndcg(GAIN=EXP)@5", "nDCG(gain=exp)@5"), ("success@5", "Hit@5"), ("judged@10", "Judged@10")],
 )  # fmt: skip
 def test_measure_names(name, canonical):
     assert str(parse_measure(name)) == canonical
 
 
-@pytest.mark.parametrize("bad", ["nDCG@0", "R", "Foo@10", "Rprec@10", "nDCG(rel=2)@10", "P(gain=exp)@5", "nDCG@ten"])
-def test_bad_measure_names(bad):
-    with pytest.raises(StagebenchError):
+@pytest.mark.parametrize("bad,why", [
+    ("nDCG@0", "cutoff must be >= 1"), ("R", "R needs a cutoff"), ("Foo@10", "unknown family 'Foo' (known: nDCG, RR"),
+    ("Rprec@10", "Rprec takes no cutoff"), ("nDCG(rel=2)@10", "parameter 'rel' does not apply to nDCG"),
+    ("P(gain=exp)@5", "parameter 'gain' does not apply to P"), ("nDCG@ten", "not of the form"),
+    ("P(rel=0)@5", "rel must be >= 1"), ("P(rel=x)@5", "rel must be an integer grade"),
+    ("nDCG(gain=log)@5", "gain must be one of linear, exp"),
+])  # fmt: skip
+def test_bad_measure_names(bad, why):
+    with pytest.raises(StagebenchError, match=re.escape(f"measure '{bad}'") + ".*" + re.escape(why)):
         parse_measure(bad)

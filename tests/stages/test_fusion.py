@@ -33,6 +33,15 @@ def test_rrf_runs_of_different_depths_and_weights():
 def test_query_present_in_one_run_only():
     fused = rrf([{"q1": {"a": 1.0}}, {"q2": {"b": 1.0}}])
     assert set(fused) == {"q1", "q2"}
+    # the first run lacks q2: the second still contributes to it
+    assert rrf([{"q1": {"a": 1.0}}, {"q1": {"a": 1.0}, "q2": {"b": 1.0}}], k=0) == {"q1": {"a": 2.0}, "q2": {"b": 1.0}}
+    fused = score_fusion([{"q1": {"a": 1.0}}, {"q1": {"a": 3.0}, "q2": {"b": 5.0}}], norm="none")
+    assert fused == {"q1": {"a": 4.0}, "q2": {"b": 5.0}}
+
+
+def test_weights_must_match_the_inputs():
+    with pytest.raises(ValueError):
+        rrf([{"q": {"a": 1.0}}, {"q": {"a": 1.0}}], weights=[1.0])
 
 
 def test_score_fusion_minmax_combsum_and_combmnz():
@@ -47,5 +56,7 @@ def test_score_fusion_minmax_combsum_and_combmnz():
 def test_normalisation_edge_cases():
     assert normalise({"a": 3.0, "b": 3.0}, "minmax") == {"a": 1.0, "b": 1.0}
     assert normalise({"a": 3.0, "b": 3.0}, "zscore") == {"a": 0.0, "b": 0.0}
+    assert normalise({"a": 3.0, "b": -2.5}, "none") == {"a": 3.0, "b": -2.5}
+    assert normalise({}, "minmax") == {}
     z = normalise({"a": 1.0, "b": 3.0}, "zscore")
     assert z["a"] == pytest.approx(-1.0) and z["b"] == pytest.approx(1.0)
