@@ -114,11 +114,7 @@ def build_training_data(config, t: TrainingConfig, cache=None) -> tuple[Training
         raise ConfigError(f"{config.path}: training.dev_queries: {t.dev_queries} dev queries leave no train queries "
                           f"(the split has {len(qids)})")  # fmt: skip
     keep = set(train_ids) | set(dev_ids)
-    ds.queries = {q: ds.queries[q] for q in sorted(keep)}
-    ds.qrels = {q: d for q, d in ds.qrels.items() if q in keep}
-    ds.__dict__.pop("query_ids", None)
-    ds.__dict__.pop("queries_fingerprint", None)
-    ds.__dict__.pop("qrels_fingerprint", None)
+    ds = ds.subset(keep)
 
     mined: dict[str, list[str]] = {}
     n = t.negatives

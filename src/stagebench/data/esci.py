@@ -14,13 +14,13 @@ stripped, and build the corpus as the whole catalog or only the judged products.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
 import pandas as pd
 
-from stagebench.data.model import Dataset, check_id, check_queries
+from stagebench.data.model import Dataset, check_id, check_queries, judged_doc_ids
 from stagebench.data.text import strip_html
 from stagebench.errors import DataError
 from stagebench.optional import need
@@ -146,10 +146,9 @@ def load_esci_hf(opts: EsciHfOptions) -> Dataset:
     products = df[product_cols].drop_duplicates(subset=["product_id", "product_locale"])
     ds = build_esci(df, products, opts, source, source, name=f"esci-hf:{Path(source).name}")
     if ds.corpus_scope != "judged":
-        ds.corpus_scope = "judged"
-        ds.warnings.append(f"{source}: esci_hf rows carry only judged products, so corpus_scope: catalog is judged-only "
-                           "here; recall is inflated against a whole-catalog index (use loader: esci with the products "
-                           "file for a catalog corpus)")  # fmt: skip
+        ds = replace(ds, corpus_scope="judged").with_warnings(
+            f"{source}: esci_hf rows carry only judged products, so corpus_scope: catalog is judged-only here; recall "
+            "is inflated against a whole-catalog index (use loader: esci with the products file for a catalog corpus)")
     return ds
 
 
@@ -213,8 +212,8 @@ def build_esci(examples, products, opts: EsciOptions, ex_source: str, prod_sourc
             f"{prod_source}: duplicate product (product_id={first['product_id']}, product_locale={first['product_locale']})"
         )
     keys = [doc_key(p, loc) for p, loc in zip(prods["product_id"].astype(str), prods["product_locale"].astype(str))]
-    if opts.corpus_scope == "judged":
-        judged = {d for docs in qrels.values() for d in docs}
+    if opts.corpus_scope == "judged":  # filtered before the corpus is built: a catalog can hold millions
+        judged = judged_doc_ids(qrels)
         mask = [k in judged for k in keys]
         prods = prods[mask]
         keys = [k for k, m in zip(keys, mask) if m]
@@ -241,7 +240,7 @@ def build_esci(examples, products, opts: EsciOptions, ex_source: str, prod_sourc
         source=ex_source,
     )
     if ds.qrels_docs_missing:
-        ds.warnings.append(
+        ds = ds.with_warnings(
             f"{ex_source}: {ds.qrels_docs_missing} judgment(s) name products absent from {prod_source}; "
             "they stay in the qrels (they count in recall denominators and can never be retrieved)"
         )

@@ -115,9 +115,9 @@ def _read_beir_qrels(path: Path) -> dict[str, dict[str, int]]:
 
 def _finish(ds: Dataset, scope: str) -> Dataset:
     if scope == "judged":
-        ds.restrict_to_judged()
+        ds = ds.judged_only()
     if ds.qrels_docs_missing:
-        ds.warnings.append(
+        ds = ds.with_warnings(
             f"{ds.source}: {ds.qrels_docs_missing} judgment(s) name documents absent from the corpus; "
             "they stay in the qrels (they count in recall denominators and can never be retrieved)"
         )

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 from stagebench.data.text import render, template_fields
@@ -11,9 +12,15 @@ from stagebench.errors import DataError
 from stagebench.run import qrels_digest
 
 
-@dataclass
+def judged_doc_ids(qrels: dict[str, dict[str, int]]) -> set[str]:
+    """Every document judged for some query (grade 0 included): what a judged-only corpus holds."""
+    return {d for docs in qrels.values() for d in docs}
+
+
+@dataclass(frozen=True)
 class Dataset:
-    """A test collection.
+    """A test collection, immutable: derived values (texts, fingerprints) are computed once,
+    and :meth:`subset`, :meth:`judged_only` and :meth:`with_warnings` return new datasets.
 
     * ``corpus``: doc id -> field name -> text (already cleaned, e.g. HTML stripped)
     * ``text_template``: ``str.format`` template over the corpus fields that builds the
@@ -33,7 +40,7 @@ class Dataset:
     label_names: dict[int, str] | None = None
     splits: dict[str, str] | None = None
     source: str = ""
-    warnings: list[str] = field(default_factory=list)
+    warnings: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         fields_used = template_fields(self.text_template)
@@ -116,12 +123,20 @@ class Dataset:
             "qrels_fingerprint": self.qrels_fingerprint,
         }
 
-    def restrict_to_judged(self) -> None:
-        judged = {d for docs in self.qrels.values() for d in docs}
-        self.corpus = {d: f for d, f in self.corpus.items() if d in judged}
-        self.corpus_scope = "judged"
-        for attr in ("doc_ids", "doc_texts", "doc_text", "fingerprint", "qrels_docs_missing"):
-            self.__dict__.pop(attr, None)
+    def judged_only(self) -> Dataset:
+        """The same collection with only the judged documents in the corpus (scope ``judged``)."""
+        judged = judged_doc_ids(self.qrels)
+        return replace(self, corpus={d: f for d, f in self.corpus.items() if d in judged}, corpus_scope="judged")
+
+    def subset(self, query_ids: Iterable[str]) -> Dataset:
+        """The same collection evaluated on ``query_ids`` only (queries, qrels and splits cut)."""
+        keep = set(query_ids)
+        return replace(self, queries={q: t for q, t in self.queries.items() if q in keep},
+                       qrels={q: d for q, d in self.qrels.items() if q in keep},
+                       splits=None if self.splits is None else {q: s for q, s in self.splits.items() if q in keep})  # fmt: skip
+
+    def with_warnings(self, *messages: str) -> Dataset:
+        return replace(self, warnings=(*self.warnings, *messages))
 
 
 def check_id(value: str, kind: str, where: str) -> str:
