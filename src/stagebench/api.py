@@ -30,6 +30,7 @@ from stagebench.files import check_replaceable
 from stagebench.pipeline import RunResult, run_config
 from stagebench.results import not_a_results_folder
 from stagebench.run import Run
+from stagebench.table import StageTable
 
 
 def config_from(config: Config | Mapping[str, Any] | str | Path) -> Config:
@@ -49,7 +50,7 @@ class Result:
     """A finished run: its stage table, per-query values and runs, and its results folder."""
 
     output: Path
-    rows: list[dict]
+    stage_table: StageTable
     runs: dict[str, Run]
     per_query_values: dict[str, dict[str, dict[str, float]]]  # stage -> measure -> qid -> value
     table_text: str
@@ -61,18 +62,16 @@ class Result:
         import pandas as pd
 
         records = []
-        for r in self.rows:
-            c = r["ceiling"] or {}
-            records.append({"id": r["id"], "stage": r["stage"], "type": r["type"], "inputs": ",".join(r["inputs"]),
-                            **{m: r[m] for m in self.measures}, "queries": r["queries"],
-                            "pool_depth": c.get("depth"), "pool_recall": c.get("pool_recall"),
-                            "oracle_ndcg10": c.get("oracle_ndcg10"), "headroom_captured": c.get("headroom_captured")})  # fmt: skip
+        for r in self.stage_table.rows:
+            c = r.ceiling
+            records.append({"id": r.id, "stage": r.stage, "type": r.type, "inputs": ",".join(r.inputs), **r.metrics,
+                            "queries": r.queries, "pool_depth": c and c.depth, "pool_recall": c and c.pool_recall,
+                            "oracle_ndcg10": c and c.oracle_ndcg10, "headroom_captured": c and c.headroom_captured})  # fmt: skip
         return pd.DataFrame.from_records(records).set_index("stage")
 
     @property
     def measures(self) -> list[str]:
-        first = next(iter(self.per_query_values.values()), {})
-        return list(first)
+        return list(self.stage_table.metrics)
 
     @property
     def per_query(self):
@@ -93,12 +92,12 @@ class Result:
         return dest
 
     def __repr__(self) -> str:
-        return f"Result({self.output}, stages={[r['stage'] for r in self.rows]})"
+        return f"Result({self.output}, stages={[r.stage for r in self.stage_table.rows]})"
 
 
 def run(config: Config | Mapping[str, Any] | str | Path, output: str | Path | None = None,
         cache_dir: str | None = None, recompute: bool = False) -> Result:  # fmt: skip
     """Run a config (path, mapping or Config) and return its :class:`Result`."""
     res: RunResult = run_config(config_from(config), output, cache_dir=cache_dir, recompute=recompute)
-    return Result(output=res.output, rows=res.rows, runs=res.runs, per_query_values=res.per_query,
+    return Result(output=res.output, stage_table=res.table, runs=res.runs, per_query_values=res.per_query,
                   table_text=res.table_text)  # fmt: skip

@@ -21,7 +21,6 @@ from the folder's run files and qrels when they are there (``stage_table.json`` 
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,7 +30,7 @@ from stagebench.errors import ConfigError, StagebenchError
 from stagebench.files import atomic_write
 from stagebench.metrics import evaluate, parse_measure
 from stagebench.params import build, read_yaml
-from stagebench.results import load_folder, read_manifest
+from stagebench.results import RunFolder
 
 EXACT = 5e-7  # results are stored rounded to 6 decimals
 DATASET_KEYS = ("fingerprint", "queries_fingerprint", "qrels_fingerprint")
@@ -95,24 +94,17 @@ def load_expected(path: str | Path) -> Expected:
 
 def folder_metrics(folder: Path) -> tuple[dict[str, dict[str, float]], dict, str]:
     """stage -> metric -> mean (rounded to 6 decimals, as stage_table.json), the manifest, and the source.
-    Run files are verified against the manifest's digests (:func:`stagebench.results.load_folder`)."""
-    manifest = read_manifest(folder)
-    if all((folder / "runs" / f"{s['name']}.trec").is_file() for s in manifest["stages"]) and (folder / "qrels.trec").is_file():
-        manifest, qrels, runs = load_folder(folder)
-        ev = manifest["evaluation"]
+    Run files are verified against the manifest's digests (:class:`stagebench.results.RunFolder`)."""
+    rf = RunFolder.open(folder)
+    if rf.has_runs():
+        qrels, runs, ev = rf.qrels(), rf.runs(), rf.manifest["evaluation"]
         out = {}
         for name, run in runs.items():
             e = evaluate(qrels, run, ev["metrics"], relevance_threshold=ev["relevance_threshold"], gain=ev["gain"])
             out[name] = {m: round(v, 6) for m, v in e.means.items()}
-        return out, manifest, "recomputed from runs/ and qrels.trec"
-    table = folder / "stage_table.json"
-    if not table.is_file():
-        raise StagebenchError(f"{folder}: neither run files nor stage_table.json to check")
-    rows = json.loads(table.read_text(encoding="utf-8"))
-    metrics = manifest["evaluation"]["metrics"]
-    names = [parse_measure(m).name for m in metrics]
-    return ({r["stage"]: {m: r[m] for m in names if m in r} for r in rows}, manifest,
-            "read from stage_table.json (no run files)")  # fmt: skip
+        return out, rf.manifest, "recomputed from runs/ and qrels.trec"
+    table = rf.table()
+    return {r.stage: dict(r.metrics) for r in table.rows}, rf.manifest, "read from stage_table.json (no run files)"
 
 
 def check(folder: str | Path, expected_path: str | Path) -> tuple[list[CheckRow], str]:

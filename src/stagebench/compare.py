@@ -14,13 +14,12 @@ corrected across the matching stages of each measure, and win/tie/loss counts of
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 
 from stagebench import stats
 from stagebench.errors import StagebenchError
 from stagebench.report import format_p
-from stagebench.results import read_manifest
+from stagebench.results import RunFolder
 from stagebench.run import read_trec_qrels
 
 #: evaluation settings that change what a number means
@@ -29,7 +28,7 @@ EVALUATION_KEYS = ("metrics", "gain", "relevance_threshold")
 
 def check_comparable(a: Path, b: Path) -> None:
     """Refuse folders whose evaluation settings, corpus or shared judgments differ."""
-    ma, mb = read_manifest(a), read_manifest(b)
+    ma, mb = RunFolder.open(a).manifest, RunFolder.open(b).manifest
     for key in EVALUATION_KEYS:
         va, vb = ma.get("evaluation", {}).get(key), mb.get("evaluation", {}).get(key)
         if va != vb:
@@ -50,31 +49,11 @@ def check_comparable(a: Path, b: Path) -> None:
         raise StagebenchError(f"{a} and {b} were scored against different qrels: their numbers cannot be compared")
 
 
-def read_per_query(folder: Path) -> tuple[list[str], dict[str, dict[str, dict[str, float]]]]:
-    """-> (stage order, stage -> measure -> qid -> value)."""
-    path = folder / "per_query.csv"
-    if not path.is_file():
-        raise StagebenchError(f"{folder}: not a finished stagebench run folder (no per_query.csv)")
-    out: dict[str, dict[str, dict[str, float]]] = {}
-    order: list[str] = []
-    with open(path, encoding="utf-8", newline="") as fh:
-        reader = csv.DictReader(fh)
-        measures = [c for c in reader.fieldnames or [] if c not in ("stage", "qid")]
-        for row in reader:
-            s = row["stage"]
-            if s not in out:
-                order.append(s)
-                out[s] = {m: {} for m in measures}
-            for m in measures:
-                out[s][m][row["qid"]] = float(row[m])
-    return order, out
-
-
 def compare_dirs(a: str | Path, b: str | Path, permutations: int = 10000, seed: int = 42, alpha: float = 0.05) -> str:
     a, b = Path(a), Path(b)
     check_comparable(a, b)
-    order_a, pa = read_per_query(a)
-    order_b, pb = read_per_query(b)
+    pa, pb = RunFolder.open(a).per_query(), RunFolder.open(b).per_query()
+    order_a, order_b = list(pa), list(pb)
     stages = [s for s in order_a if s in pb]
     if not stages:
         raise StagebenchError(f"{a} and {b} have no stage name in common ({', '.join(order_a)} vs {', '.join(order_b)})")

@@ -39,6 +39,7 @@ from stagebench.results import not_a_results_folder, render
 from stagebench.run import Run, write_trec_qrels, write_trec_run
 from stagebench.stages import StageContext, stage_class
 from stagebench.system import machine_info
+from stagebench.table import StageTable
 from stagebench.version import __version__
 
 log = logging.getLogger("stagebench")
@@ -51,7 +52,7 @@ KEPT_FILES = ("expected.yaml",)
 @dataclass
 class RunResult:
     output: Path
-    rows: list[dict]
+    table: StageTable
     runs: dict[str, Run]
     dataset: Dataset
     table_text: str
@@ -205,10 +206,10 @@ def _run_into(config: Config, ds: Dataset, folder: Path, cache: Cache, t_start: 
     manifest["wall_seconds"] = round(time.perf_counter() - t_start, 3)
     manifest["peak_rss_mb_process"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     write_manifest(folder, manifest)
-    first = rendered.rows[0]
+    first = rendered.table.rows[0]
     log.info("scored %d queries (%d without results in the first stage); tables, plots and report.html written "
-             "[wall %.1fs]", first["queries"], first["queries_without_results"], manifest["wall_seconds"])  # fmt: skip
-    return RunResult(output=folder, rows=rendered.rows, runs=runs, dataset=ds, table_text=rendered.text,
+             "[wall %.1fs]", first.queries, first.queries_without_results, manifest["wall_seconds"])  # fmt: skip
+    return RunResult(output=folder, table=rendered.table, runs=runs, dataset=ds, table_text=rendered.text,
                      per_query=rendered.per_query)  # fmt: skip
 
 

@@ -1,7 +1,8 @@
-"""Rendering of the stage table (text, Markdown, CSV, JSON) and the HTML report.
+"""Rendering of the stage table (text, Markdown, CSV) and the HTML report.
 
-Rows are plain dicts built by :mod:`stagebench.results`; every renderer here is a pure
-function of them, so re-rendering from saved runs reproduces the files byte for byte.
+Every renderer here is a pure function of a :class:`~stagebench.table.StageTable` (built by
+:mod:`stagebench.results`), so re-rendering from saved runs reproduces the files byte for
+byte. The JSON form is :meth:`StageTable.to_json`.
 """
 
 from __future__ import annotations
@@ -10,16 +11,10 @@ import base64
 import csv
 import html
 import io
-import json
 from collections.abc import Sequence
+from dataclasses import asdict
 
-FIXED = ("stage", "id", "type", "inputs", "ci95", "better_than", "queries", "queries_without_results",
-         "queries_excluded", "recall", "ceiling", "top10_labels", "lost")  # fmt: skip
-
-
-def metric_names(rows: Sequence[dict]) -> list[str]:
-    return [k for k in rows[0] if k not in FIXED] if rows else []
-
+from stagebench.table import CeilingCells, StageRow, StageTable
 
 def conventions_line(relevance_threshold: int, gain: str) -> str:
     g = "linear gain (grade, as trec_eval)" if gain == "linear" else "exponential gain (2^grade - 1)"
@@ -39,35 +34,38 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
 
 
-def headroom_cell(c: dict) -> str:
+def headroom_cell(c: CeilingCells) -> str:
     """The share of headroom captured, or - when the oracle leaves (almost) no room above the
     input - "no room" with the nDCG@10 change, so a regression is never hidden by a blank."""
-    if c["headroom_captured"] is not None:
-        return _pct(c["headroom_captured"])
-    change = c.get("ndcg10_change", c["achieved_ndcg10"] - c["input_ndcg10"])
-    return f"no room ({change:+.4f})"
+    if c.headroom_captured is not None:
+        return _pct(c.headroom_captured)
+    return f"no room ({c.ndcg10_change:+.4f})"
 
 
-def tables(rows: Sequence[dict]) -> list[tuple[str, list[str], list[list[str]], int]]:
+def _depth_cols(rows: Sequence[StageRow]) -> list[str]:
+    return sorted({k for r in rows for k in r.recall}, key=lambda k: int(k.split("@")[1]))
+
+
+def tables(table: StageTable) -> list[tuple[str, list[str], list[list[str]], int]]:
     """The report's tables as (title, header, body, number of leading text columns) with cells
     already formatted; text columns are left-aligned, the others right-aligned."""
-    metrics = metric_names(rows)
+    rows, metrics = table.rows, table.metrics
     main = [
-        [r["id"], r["stage"], r["type"], ",".join(r["inputs"]) or "-",
-         *[_f(r[m]) + (("^" + "".join(r["better_than"].get(m, []))) if r["better_than"].get(m) else "") for m in metrics],
-         str(r["queries"])]
+        [r.id, r.stage, r.type, ",".join(r.inputs) or "-",
+         *[_f(r.metrics[m]) + (("^" + "".join(r.better_than.get(m, []))) if r.better_than.get(m) else "") for m in metrics],
+         str(r.queries)]
         for r in rows
     ]  # fmt: skip
-    depth_cols = sorted({k for r in rows for k in r["recall"]}, key=lambda k: int(k.split("@")[1]))
+    depth_cols = _depth_cols(rows)
     ceil = []
     for r in rows:
-        c = r["ceiling"]
-        ceil.append([r["stage"], *[_f(r["recall"].get(k)) for k in depth_cols], str(r["lost"]),
-                     *( [str(c["depth"]), _f(c["pool_recall"]), _f(c["input_ndcg10"]), _f(c["achieved_ndcg10"]),
-                         _f(c["oracle_ndcg10"]), headroom_cell(c)] if c else ["-"] * 6)])  # fmt: skip
-    labels = list(rows[0]["top10_labels"]) if rows else []
-    lab = [[r["stage"], *[_pct(r["top10_labels"][k]) for k in labels]] for r in rows]
-    ci = [[r["stage"], *[f"[{r['ci95'][m][0]:.4f}, {r['ci95'][m][1]:.4f}]" for m in metrics]] for r in rows]
+        c = r.ceiling
+        ceil.append([r.stage, *[_f(r.recall.get(k)) for k in depth_cols], str(r.lost),
+                     *([str(c.depth), _f(c.pool_recall), _f(c.input_ndcg10), _f(c.achieved_ndcg10),
+                        _f(c.oracle_ndcg10), headroom_cell(c)] if c else ["-"] * 6)])  # fmt: skip
+    labels = list(rows[0].top10_labels) if rows else []
+    lab = [[r.stage, *[_pct(r.top10_labels[k]) for k in labels]] for r in rows]
+    ci = [[r.stage, *[f"[{r.ci95[m][0]:.4f}, {r.ci95[m][1]:.4f}]" for m in metrics]] for r in rows]
     return [
         ("Stage metrics (^x: significantly better than stage x)",
          ["id", "stage", "type", "inputs", *metrics, "queries"], main, 4),
@@ -79,9 +77,9 @@ def tables(rows: Sequence[dict]) -> list[tuple[str, list[str], list[list[str]], 
     ]  # fmt: skip
 
 
-def render_text(rows: Sequence[dict], title: str, notes: Sequence[str]) -> str:
-    out = [title, *notes]
-    for sub, head, body, n_text in tables(rows):
+def render_text(table: StageTable) -> str:
+    out = [table.title, *table.notes]
+    for sub, head, body, n_text in tables(table):
         widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
 
         def fmt(cells, widths=widths, n_text=n_text):
@@ -92,38 +90,34 @@ def render_text(rows: Sequence[dict], title: str, notes: Sequence[str]) -> str:
     return "\n".join(out) + "\n"
 
 
-def render_markdown(rows: Sequence[dict], title: str, notes: Sequence[str]) -> str:
-    out = [f"## {title}", "", *[f"{n}  " for n in notes]]
-    for sub, head, body, _ in tables(rows):
+def render_markdown(table: StageTable) -> str:
+    out = [f"## {table.title}", "", *[f"{n}  " for n in table.notes]]
+    for sub, head, body, _ in tables(table):
         out += ["", f"### {sub}", "", "| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
         out += ["| " + " | ".join(c.replace("^", "<sup>", 1) + ("</sup>" if "^" in c else "") for c in b) + " |"
                 for b in body]  # fmt: skip
     return "\n".join(out) + "\n"
 
 
-def render_csv(rows: Sequence[dict]) -> str:
-    metrics = metric_names(rows)
+def render_csv(table: StageTable) -> str:
+    rows, metrics = table.rows, table.metrics
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    depth_cols = sorted({k for r in rows for k in r["recall"]}, key=lambda k: int(k.split("@")[1]))
+    depth_cols = _depth_cols(rows)
     w.writerow(["stage", "id", "type", "inputs", *metrics, *[f"{m}_ci_low" for m in metrics], *[f"{m}_ci_high" for m in metrics],
                 *[f"better_than_{m}" for m in metrics], "queries", "queries_without_results",
                 *depth_cols, "lost", "pool_depth", "pool_recall", "input_ndcg10", "achieved_ndcg10", "oracle_ndcg10",
                 "headroom_captured", "ndcg10_change"])  # fmt: skip
     for r in rows:
-        c = r["ceiling"] or {}
-        w.writerow([r["stage"], r["id"], r["type"], " ".join(r["inputs"]), *[f"{r[m]:.6f}" for m in metrics],
-                    *[f"{r['ci95'][m][0]:.6f}" for m in metrics], *[f"{r['ci95'][m][1]:.6f}" for m in metrics],
-                    *["".join(r["better_than"].get(m, [])) for m in metrics], r["queries"], r["queries_without_results"],
-                    *[f"{r['recall'][k]:.6f}" if k in r["recall"] else "" for k in depth_cols], r["lost"],
+        c = {} if r.ceiling is None else asdict(r.ceiling)
+        w.writerow([r.stage, r.id, r.type, " ".join(r.inputs), *[f"{r.metrics[m]:.6f}" for m in metrics],
+                    *[f"{r.ci95[m][0]:.6f}" for m in metrics], *[f"{r.ci95[m][1]:.6f}" for m in metrics],
+                    *["".join(r.better_than.get(m, [])) for m in metrics], r.queries, r.queries_without_results,
+                    *[f"{r.recall[k]:.6f}" if k in r.recall else "" for k in depth_cols], r.lost,
                     *[("" if c.get(k) is None else (f"{c[k]:.6f}" if isinstance(c[k], float) else c[k]))
                       for k in ("depth", "pool_recall", "input_ndcg10", "achieved_ndcg10", "oracle_ndcg10",
                                 "headroom_captured", "ndcg10_change")]])  # fmt: skip
     return buf.getvalue()
-
-
-def render_json(rows: Sequence[dict]) -> str:
-    return json.dumps(list(rows), indent=2) + "\n"
 
 
 def per_query_csv(stage_order: Sequence[str], per_query: dict[str, dict[str, dict[str, float]]], queries: Sequence[str]) -> str:
@@ -150,10 +144,11 @@ def cost_table(stages: Sequence[dict]) -> tuple[list[str], list[list[str]]]:
     return head, body
 
 
-def render_html(rows: Sequence[dict], title: str, notes: Sequence[str], significance: Sequence[dict],
-                images: Sequence[tuple[str, bytes]], stages: Sequence[dict] = ()) -> str:  # fmt: skip
+def render_html(table: StageTable, significance: Sequence[dict], images: Sequence[tuple[str, bytes]],
+                stages: Sequence[dict] = ()) -> str:  # fmt: skip
     """A self-contained page: tables inline, PNGs as data: URIs, no external assets."""
     e = html.escape
+    title, notes = table.title, table.notes
     parts = [
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">', f"<title>{e(title)}</title>",
         "<style>body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px;color:#222}"
@@ -162,7 +157,7 @@ def render_html(rows: Sequence[dict], title: str, notes: Sequence[str], signific
         "{text-align:left}img{max-width:100%;border:1px solid #ddd;margin:0.5em 0}sup{color:#0a6}</style>",
         "</head><body>", f"<h1>{e(title)}</h1>", *[f"<p>{e(n)}</p>" for n in notes],
     ]  # fmt: skip
-    for sub, head, body, _ in tables(rows):
+    for sub, head, body, _ in tables(table):
         parts.append(f"<h2>{e(sub)}</h2><table id=\"{e(sub.split()[0].lower())}\"><tr>"
                      + "".join(f"<th>{e(h)}</th>" for h in head) + "</tr>")  # fmt: skip
         for b in body:

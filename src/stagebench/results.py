@@ -10,6 +10,7 @@ tests, and writes ``stage_table.{txt,md,csv,json}``, ``significance.json``,
 
 from __future__ import annotations
 
+import csv
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,8 +19,9 @@ from string import ascii_lowercase
 from stagebench import analysis, plots, report, stats
 from stagebench.errors import StagebenchError
 from stagebench.files import atomic_write
-from stagebench.metrics import evaluate
+from stagebench.metrics import evaluate, parse_measure
 from stagebench.run import Run, qrels_digest, read_trec_qrels, read_trec_run, run_digest
+from stagebench.table import CeilingCells, StageRow, StageTable
 
 MANIFEST = "manifest.json"
 #: everything a run writes into a results folder (``expected.yaml`` is kept across runs, see
@@ -32,13 +34,11 @@ RESULT_ENTRIES = frozenset({
 
 @dataclass
 class Rendered:
-    rows: list[dict]
+    table: StageTable
     comparisons: list[dict]
     text: str
-    per_query: dict[str, dict[str, dict[str, float]]]
+    per_query: dict[str, dict[str, dict[str, float]]]  # stage -> measure -> qid -> value
     queries: list[str]
-    title: str
-    notes: list[str]
 
 
 def stage_letter(i: int) -> str:
@@ -72,28 +72,74 @@ def not_a_results_folder(folder: Path) -> str | None:
     return None
 
 
-def load_folder(folder: Path) -> tuple[dict, dict, dict[str, Run]]:
-    """The manifest, qrels and runs of a results folder, each file verified against the
-    digest the manifest recorded when it was written (an edited or truncated run file would
-    silently change every number computed from it)."""
-    manifest = read_manifest(folder)
-    qpath = folder / "qrels.trec"
-    qrels = read_trec_qrels(qpath)
-    want = manifest.get("dataset", {}).get("qrels_fingerprint")
-    if want is not None and qrels_digest(qrels) != want:
-        raise StagebenchError(f"{qpath}: does not match the qrels this folder was scored with (digest differs from "
-                              f"{MANIFEST}); the file was changed after the run")  # fmt: skip
-    runs = {}
-    for s in manifest["stages"]:
-        p = folder / "runs" / f"{s['name']}.trec"
-        if not p.is_file():
-            raise StagebenchError(f"{p}: run file missing (the folder holds tables only; `stagebench run` it again)")
-        runs[s["name"]] = read_trec_run(p)
-        want = s.get("run_digest")
-        if want is not None and run_digest(runs[s["name"]]) != want:
-            raise StagebenchError(f"{p}: does not match the run recorded in {MANIFEST} (digest differs); the file was "
-                                  "changed or truncated after the run - `stagebench run` the config again")  # fmt: skip
-    return manifest, qrels, runs
+@dataclass
+class RunFolder:
+    """A finished results folder, read one way by ``table``, ``check``, ``compare`` and the
+    report: the manifest, then - verified against the digests it recorded - the qrels and
+    runs, or the stored stage table and per-query values."""
+
+    path: Path
+    manifest: dict
+
+    @classmethod
+    def open(cls, path: str | Path) -> RunFolder:
+        return cls(Path(path), read_manifest(Path(path)))
+
+    @property
+    def stages(self) -> list[str]:
+        return [s["name"] for s in self.manifest["stages"]]
+
+    @property
+    def metrics(self) -> list[str]:
+        """The measure columns, as the alias table spells them."""
+        return [parse_measure(m).name for m in self.manifest["evaluation"]["metrics"]]
+
+    def has_runs(self) -> bool:
+        return (self.path / "qrels.trec").is_file() and all(
+            (self.path / "runs" / f"{s}.trec").is_file() for s in self.stages)  # fmt: skip
+
+    def qrels(self) -> dict:
+        qpath = self.path / "qrels.trec"
+        qrels = read_trec_qrels(qpath)
+        want = self.manifest.get("dataset", {}).get("qrels_fingerprint")
+        if want is not None and qrels_digest(qrels) != want:
+            raise StagebenchError(f"{qpath}: does not match the qrels this folder was scored with (digest differs from "
+                                  f"{MANIFEST}); the file was changed after the run")  # fmt: skip
+        return qrels
+
+    def runs(self) -> dict[str, Run]:
+        runs = {}
+        for s in self.manifest["stages"]:
+            p = self.path / "runs" / f"{s['name']}.trec"
+            if not p.is_file():
+                raise StagebenchError(f"{p}: run file missing (the folder holds tables only; `stagebench run` it again)")
+            runs[s["name"]] = read_trec_run(p)
+            want = s.get("run_digest")
+            if want is not None and run_digest(runs[s["name"]]) != want:
+                raise StagebenchError(f"{p}: does not match the run recorded in {MANIFEST} (digest differs); the file "
+                                      "was changed or truncated after the run - `stagebench run` the config again")  # fmt: skip
+        return runs
+
+    def table(self) -> StageTable:
+        path = self.path / "stage_table.json"
+        if not path.is_file():
+            raise StagebenchError(f"{self.path}: no stage_table.json (not a finished run folder)")
+        return StageTable.from_json(path.read_text(encoding="utf-8"), self.metrics)
+
+    def per_query(self) -> dict[str, dict[str, dict[str, float]]]:
+        """stage -> measure -> qid -> value, from per_query.csv, stages in pipeline order."""
+        path = self.path / "per_query.csv"
+        if not path.is_file():
+            raise StagebenchError(f"{self.path}: not a finished stagebench run folder (no per_query.csv)")
+        out: dict[str, dict[str, dict[str, float]]] = {}
+        with open(path, encoding="utf-8", newline="") as fh:
+            reader = csv.DictReader(fh)
+            measures = [c for c in reader.fieldnames or [] if c not in ("stage", "qid")]
+            for row in reader:
+                values = out.setdefault(row["stage"], {m: {} for m in measures})
+                for m in measures:
+                    values[m][row["qid"]] = float(row[m])
+        return out
 
 
 def comparisons_for(stages: list[dict], baseline: str) -> list[tuple[str, str]]:
@@ -139,33 +185,32 @@ def analyse(manifest: dict, qrels: dict, runs: dict[str, Run]) -> Rendered:
             win, lose = (c.a, c.b) if c.mean_a > c.mean_b else (c.b, c.a)
             better[win].setdefault(c.metric, []).append(letters[lose])
 
-    rows = []
+    rows: list[StageRow] = []
     for s in stages:
         n = s["name"]
         e = evals[n]
-        row: dict = {"stage": n, "id": letters[n], "type": s["type"], "inputs": list(s["inputs"])}
-        row.update({m: round(v, 6) for m, v in e.means.items()})
-        row["ci95"] = {m: [round(x, 6) for x in stats.bootstrap_ci([e.per_query[m][q] for q in queries],
-                                                                   ev["bootstrap"], ev["seed"])]
-                       for m in metric_names}  # fmt: skip
-        row["better_than"] = {m: sorted(v) for m, v in better[n].items()}
-        row["queries"] = len(queries)
-        row["queries_without_results"] = len(e.missing_queries)
-        row["queries_excluded"] = e.excluded
-        row["recall"] = {k: round(v, 6) for k, v in analysis.recall_at(runs[n], qrels, queries, rel).items()}
+        ceiling = None
         if s.get("reorders_input") and s["inputs"]:
             depth = int(s["candidate_depth"])
             c = analysis.ceiling(runs[s["inputs"][0]], runs[n], qrels, queries, depth, rel, gain)
-            row["ceiling"] = {"depth": depth, "pool_recall": round(c.pool_recall, 6), "input_ndcg10": round(c.input, 6),
-                              "achieved_ndcg10": round(c.achieved, 6), "oracle_ndcg10": round(c.oracle, 6),
-                              "ndcg10_change": round(c.achieved - c.input, 6),
-                              "headroom_captured": None if c.headroom_captured is None else round(c.headroom_captured, 6)}  # fmt: skip
-            row["lost"] = analysis.lost(runs[s["inputs"][0]], qrels, queries, rel, depth)
+            ceiling = CeilingCells(depth=depth, pool_recall=round(c.pool_recall, 6), input_ndcg10=round(c.input, 6),
+                                   achieved_ndcg10=round(c.achieved, 6), oracle_ndcg10=round(c.oracle, 6),
+                                   ndcg10_change=round(c.achieved - c.input, 6),
+                                   headroom_captured=None if c.headroom_captured is None else round(c.headroom_captured, 6))  # fmt: skip
+            lost = analysis.lost(runs[s["inputs"][0]], qrels, queries, rel, depth)
         else:
-            row["ceiling"] = None
-            row["lost"] = analysis.lost(runs[n], qrels, queries, rel)
-        row["top10_labels"] = {k: round(v, 6) for k, v in analysis.top_labels(runs[n], qrels, queries, label_names).items()}
-        rows.append(row)
+            lost = analysis.lost(runs[n], qrels, queries, rel)
+        rows.append(StageRow(
+            stage=n, id=letters[n], type=s["type"], inputs=list(s["inputs"]),
+            metrics={m: round(v, 6) for m, v in e.means.items()},
+            ci95={m: [round(x, 6) for x in stats.bootstrap_ci([e.per_query[m][q] for q in queries], ev["bootstrap"],
+                                                              ev["seed"])] for m in metric_names},
+            better_than={m: sorted(v) for m, v in better[n].items()}, queries=len(queries),
+            queries_without_results=len(e.missing_queries), queries_excluded=e.excluded,
+            recall={k: round(v, 6) for k, v in analysis.recall_at(runs[n], qrels, queries, rel).items()},
+            ceiling=ceiling, lost=lost,
+            top10_labels={k: round(v, 6) for k, v in analysis.top_labels(runs[n], qrels, queries, label_names).items()},
+        ))  # fmt: skip
 
     title = f"Stage table: {manifest['config'].get('name', '')}"
     ds = manifest["dataset"]
@@ -184,22 +229,23 @@ def analyse(manifest: dict, qrels: dict, runs: dict[str, Run]) -> Rendered:
         "ceiling: for rerankers, N = candidate depth, pool R@N = recall of the candidates it received, oracle = nDCG@10 of "
         "their ideal order; lost = queries with no relevant document among the stage's candidates",
     ]  # fmt: skip
-    text = report.render_text(rows, title, notes)
+    table = StageTable(rows, metric_names, title, notes)
     per_query = {n: evals[n].per_query for n in names}
-    return Rendered(rows, [c.as_dict() for c in comps], text, per_query, queries, title, notes)
+    return Rendered(table, [c.as_dict() for c in comps], report.render_text(table), per_query, queries)
 
 
 def render(folder: str | Path) -> Rendered:
     """Score, analyse and write every table, plot and the report of a run folder."""
     folder = Path(folder)
-    manifest, qrels, runs = load_folder(folder)
+    rf = RunFolder.open(folder)
+    manifest, qrels, runs = rf.manifest, rf.qrels(), rf.runs()
     rendered = analyse(manifest, qrels, runs)
-    rows, title, notes = rendered.rows, rendered.title, rendered.notes
+    table = rendered.table
     names = [s["name"] for s in manifest["stages"]]
     atomic_write(folder / "stage_table.txt", rendered.text)
-    atomic_write(folder / "stage_table.md", report.render_markdown(rows, title, notes))
-    atomic_write(folder / "stage_table.csv", report.render_csv(rows))
-    atomic_write(folder / "stage_table.json", report.render_json(rows))
+    atomic_write(folder / "stage_table.md", report.render_markdown(table))
+    atomic_write(folder / "stage_table.csv", report.render_csv(table))
+    atomic_write(folder / "stage_table.json", table.to_json())
     atomic_write(folder / "significance.json", json.dumps(rendered.comparisons, indent=2) + "\n")
     atomic_write(folder / "per_query.csv", report.per_query_csv(names, rendered.per_query, rendered.queries))
 
@@ -208,13 +254,12 @@ def render(folder: str | Path) -> Rendered:
     max_k = max((max((len(v) for v in runs[s["name"]].values()), default=1) for s in retrieval), default=1)
     curves = {s["name"]: analysis.recall_curve(runs[s["name"]], qrels, rendered.queries, rel, max_k) for s in retrieval}
     marks = {s["name"]: int(s["candidate_depth"]) for s in manifest["stages"] if s.get("reorders_input")}
-    metrics = report.metric_names(rows)
-    images = [("metrics.png", plots.metric_bars(rows, metrics)), ("recall_at_k.png", plots.recall_curves(curves, marks)),
-              ("top10_labels.png", plots.label_distribution(rows))]  # fmt: skip
-    if any(r["ceiling"] for r in rows):
-        images.insert(2, ("ceiling.png", plots.ceiling_chart(rows)))
+    images = [("metrics.png", plots.metric_bars(table.rows, table.metrics)),
+              ("recall_at_k.png", plots.recall_curves(curves, marks)), ("top10_labels.png", plots.label_distribution(table.rows))]  # fmt: skip
+    if any(r.ceiling for r in table.rows):
+        images.insert(2, ("ceiling.png", plots.ceiling_chart(table.rows)))
     (folder / "plots").mkdir(exist_ok=True)
     for name, png in images:
         atomic_write(folder / "plots" / name, png)
-    atomic_write(folder / "report.html", report.render_html(rows, title, notes, rendered.comparisons, images, manifest["stages"]))
+    atomic_write(folder / "report.html", report.render_html(table, rendered.comparisons, images, manifest["stages"]))
     return rendered

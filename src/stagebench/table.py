@@ -1,0 +1,91 @@
+"""The stage table, typed: one :class:`StageRow` per stage, the measure columns declared once.
+
+Every renderer (text, Markdown, CSV, JSON, HTML, plots), ``check`` and the Python API read
+these objects; nobody finds the measure columns by excluding a list of other keys.
+``stage_table.json`` is :meth:`StageTable.to_json` - a list of flat rows, the measures as
+top-level keys in evaluation order - and :meth:`StageTable.from_json` reads it back.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass(frozen=True)
+class CeilingCells:
+    """A reranker's ceiling: its candidate pool and what the pool allowed (see stagebench.analysis)."""
+
+    depth: int
+    pool_recall: float
+    input_ndcg10: float
+    achieved_ndcg10: float
+    oracle_ndcg10: float
+    ndcg10_change: float
+    headroom_captured: float | None  # None: no room (oracle - input below the display resolution)
+
+
+@dataclass
+class StageRow:
+    stage: str
+    id: str  # the letter significance marks use
+    type: str
+    inputs: list[str]
+    metrics: dict[str, float]  # measure name -> mean, in evaluation order
+    ci95: dict[str, list[float]]  # measure name -> [low, high]
+    better_than: dict[str, list[str]]  # measure name -> letters of the stages this one significantly beats
+    queries: int
+    queries_without_results: int
+    queries_excluded: dict[str, int]
+    recall: dict[str, float]  # R@10, R@100, R@1000 (up to the run's depth)
+    ceiling: CeilingCells | None
+    lost: int
+    top10_labels: dict[str, float] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        d = {"stage": self.stage, "id": self.id, "type": self.type, "inputs": list(self.inputs), **self.metrics}
+        d.update(ci95=self.ci95, better_than=self.better_than, queries=self.queries,
+                 queries_without_results=self.queries_without_results, queries_excluded=self.queries_excluded,
+                 recall=self.recall, ceiling=None if self.ceiling is None else _ceiling_json(self.ceiling),
+                 lost=self.lost, top10_labels=self.top10_labels)  # fmt: skip
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict, metrics: list[str]) -> StageRow:
+        c = d.get("ceiling")
+        return cls(stage=d["stage"], id=d["id"], type=d["type"], inputs=list(d["inputs"]),
+                   metrics={m: d[m] for m in metrics if m in d}, ci95=d.get("ci95", {}),
+                   better_than=d.get("better_than", {}), queries=d.get("queries", 0),
+                   queries_without_results=d.get("queries_without_results", 0),
+                   queries_excluded=d.get("queries_excluded", {}), recall=d.get("recall", {}),
+                   ceiling=None if c is None else CeilingCells(
+                       depth=c["depth"], pool_recall=c["pool_recall"], input_ndcg10=c["input_ndcg10"],
+                       achieved_ndcg10=c["achieved_ndcg10"], oracle_ndcg10=c["oracle_ndcg10"],
+                       ndcg10_change=c.get("ndcg10_change", c["achieved_ndcg10"] - c["input_ndcg10"]),
+                       headroom_captured=c["headroom_captured"]),
+                   lost=d.get("lost", 0), top10_labels=d.get("top10_labels", {}))  # fmt: skip
+
+
+def _ceiling_json(c: CeilingCells) -> dict:
+    d = asdict(c)
+    # the historical key order of stage_table.json: headroom after oracle, then the change
+    return {k: d[k] for k in ("depth", "pool_recall", "input_ndcg10", "achieved_ndcg10", "oracle_ndcg10",
+                              "ndcg10_change", "headroom_captured")}  # fmt: skip
+
+
+@dataclass
+class StageTable:
+    rows: list[StageRow]
+    metrics: list[str]  # the measure columns, in evaluation order
+    title: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> str:
+        return json.dumps([r.to_json() for r in self.rows], indent=2) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str, metrics: list[str]) -> StageTable:
+        return cls([StageRow.from_json(d, metrics) for d in json.loads(text)], list(metrics))
+
+    def row(self, stage: str) -> StageRow:
+        return next(r for r in self.rows if r.stage == stage)
