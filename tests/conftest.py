@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "data"
+
+
+def stagebench_cli(*args, cwd=None, env=None, **kw) -> subprocess.CompletedProcess:
+    """``python -m stagebench ARGS`` in a subprocess, text output captured: the one way tests
+    run the real command line. ``env``, when given, is the whole environment."""
+    return subprocess.run([sys.executable, "-m", "stagebench", *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd, env=env, **kw)  # fmt: skip
 
 
 def shared_path(name: str) -> Path:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import resource
 import signal
 import subprocess
@@ -21,6 +20,7 @@ import pytest
 from stagebench.cache import Cache
 from stagebench.cli import main
 from stagebench.data.esci import EXAMPLES_FILE, PRODUCTS_FILE
+from tests.conftest import stagebench_cli
 
 CORPUS = {
     "d1": "red running shoes for men", "d2": "blue running shoes for women", "d3": "green garden hose 50 ft",
@@ -85,11 +85,6 @@ def assert_clean(tmp: Path, cache_entries: int | None = 0) -> None:
     assert all(cache.verify(r["kind"], r["key"]) is None for r in rows)
     if cache_entries is not None:
         assert len(rows) == cache_entries
-
-
-def cli(*args, cwd=None, env=None, **kw):
-    return subprocess.run([sys.executable, "-m", "stagebench", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, env={**os.environ, **(env or {})}, **kw)  # fmt: skip
 
 
 # --------------------------------------------------------------------------- 1. data loss
@@ -361,8 +356,7 @@ def test_5_disk_full_while_writing_is_one_line_and_leaves_no_broken_entry(tmp_pa
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (2048, 2048))
 
-    r = subprocess.run([sys.executable, "-m", "stagebench", "run", str(cfg)], capture_output=True, text=True,
-                       cwd=tmp_path, preexec_fn=small_files)  # fmt: skip
+    r = stagebench_cli("run", cfg, cwd=tmp_path, preexec_fn=small_files)
     assert r.returncode == 2, r.stderr
     line = error_line(r.stderr)
     assert "File too large" in line and str(tmp_path) in line

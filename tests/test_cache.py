@@ -9,8 +9,6 @@ import os
 import re
 import shutil
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,7 +18,7 @@ from stagebench.config import load_config
 from stagebench.errors import StagebenchError
 from stagebench.pipeline import run_config
 from stagebench.run import read_trec_run, run_digest
-from tests.conftest import REPO
+from tests.conftest import REPO, stagebench_cli
 
 # A plug-in that SIGKILLs its own process on the 3rd call when $KILL_IN_RERANK is set:
 # a real crash in the middle of a stage, not a simulated one.
@@ -147,13 +145,12 @@ def test_sigkill_mid_stage_resumes_from_cache_with_the_same_table(tmp_path, smal
     extra = '  - {name: slow, type: plugin, target: "killplug:Slow", inputs: [tb], params: {top_n: 5, per_query: true}}'
     cfg = write_config(tmp_path, small_synthetic, extra=extra)
     env = {"PYTHONPATH": f"{REPO}:{tmp_path}", "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"}
-    killed = subprocess.run([sys.executable, "-m", "stagebench", "run", cfg], capture_output=True, text=True, cwd=tmp_path,
+    killed = stagebench_cli("run", cfg, cwd=tmp_path,
                             env={**env, "KILL_IN_RERANK": "1"})  # fmt: skip
     assert killed.returncode == -signal.SIGKILL
     assert not (tmp_path / "out-c").exists()  # no results folder that looks complete
     assert list(tmp_path.glob(".out-c.partial-*"))  # only the hidden partial one
-    resumed = subprocess.run([sys.executable, "-m", "stagebench", "run", cfg], capture_output=True, text=True,
-                             cwd=tmp_path, env=env)  # fmt: skip
+    resumed = stagebench_cli("run", cfg, cwd=tmp_path, env=env)  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr
     for s in ("bm25", "bm25_stem", "rrf", "tb"):
         assert f"stage {s}: cached" in resumed.stderr
@@ -161,7 +158,7 @@ def test_sigkill_mid_stage_resumes_from_cache_with_the_same_table(tmp_path, smal
     assert "left by an interrupted run" in resumed.stderr and not list(tmp_path.glob(".out-c.partial-*"))
     # an uninterrupted run with an empty cache gives the same table, byte for byte
     clean = write_config(tmp_path, small_synthetic, name="clean", cache="cache2", extra=extra)
-    r = subprocess.run([sys.executable, "-m", "stagebench", "run", clean], capture_output=True, text=True, cwd=tmp_path,
+    r = stagebench_cli("run", clean, cwd=tmp_path,
                        env=env)  # fmt: skip
     assert r.returncode == 0, r.stderr
     for f in ("stage_table.json", "per_query.csv", "runs/slow.trec", "runs/tb.trec"):
@@ -208,18 +205,16 @@ def test_cache_ls_and_prune(tmp_path, small_synthetic):
     victim = next(e for e in entries if e["kind"] == "runs" and not e["partial"])
     Path(victim["path"], "run.trec").write_text("truncated")
     env = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}
-    ls = subprocess.run([sys.executable, "-m", "stagebench", "cache", "--cache-dir", root, "ls"], capture_output=True,
-                        text=True, env=env)  # fmt: skip
+    ls = stagebench_cli("cache", "--cache-dir", root, "ls", env=env)  # fmt: skip
     assert ls.returncode == 0, ls.stderr
     assert "PARTIAL" in ls.stdout and "CORRUPT" in ls.stdout and "tb (plugin)" in ls.stdout
-    pr = subprocess.run([sys.executable, "-m", "stagebench", "cache", "--cache-dir", root, "prune"], capture_output=True,
-                        text=True, env=env)  # fmt: skip
+    pr = stagebench_cli("cache", "--cache-dir", root, "prune", env=env)  # fmt: skip
     assert "partial write of a killed run" in pr.stdout and "corrupt: run.trec has 9 bytes" in pr.stdout
     assert "removed 2 entries" in pr.stdout
     left = Cache(root).list()
     assert len(left) == len(entries) - 2 and all(Cache(root).verify(e["kind"], e["key"]) is None for e in left)
-    subprocess.run([sys.executable, "-m", "stagebench", "cache", "--cache-dir", root, "prune", "--all"], env=env,
-                   capture_output=True, check=True)  # fmt: skip
+    stagebench_cli("cache", "--cache-dir", root, "prune", "--all", env=env,
+                   check=True)  # fmt: skip
     assert Cache(root).list() == []
 
 

@@ -20,8 +20,8 @@ import pytest
 from stagebench.cache import Cache
 from stagebench.config import StageConfig
 from stagebench.data.jsonl import BeirOptions, load_beir
-from stagebench.params import Range
 from stagebench.execute import canonical, stage_key
+from stagebench.params import Range
 from stagebench.stages import STAGE_TYPES, StageContext
 from stagebench.stages.bm25 import INDEX_PARAMS, SEARCH_PARAMS, BM25Params, index_key_parts
 from tests.conftest import REPO

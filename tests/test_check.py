@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 import yaml
 
-from tests.conftest import REPO
+from tests.conftest import REPO, stagebench_cli
 from tests.test_cache import write_config
 
 ENV = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"}
 
 
 def cli(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "stagebench", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, env=ENV)  # fmt: skip
+    return stagebench_cli(*args, cwd=cwd, env=ENV)  # fmt: skip
 
 
 @pytest.fixture(scope="module")

@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from stagebench.cli import main
 from stagebench.run import write_trec_qrels, write_trec_run
+from tests.conftest import stagebench_cli
 
 
 def cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "stagebench", *map(str, args)], capture_output=True, text=True, cwd=cwd)
+    return stagebench_cli(*args, cwd=cwd)
 
 
 def bm25_config(tmp_path: Path, dataset: str, extra: str = "") -> Path:

@@ -10,9 +10,6 @@ from __future__ import annotations
 import random
 
 import numpy as np
-import pytest
-
-
 
 
 def test_int8_onnx_ranks_500_pairs_like_the_sentence_transformers_reference(tmp_path, monkeypatch, small_synthetic):
@@ -21,10 +18,10 @@ def test_int8_onnx_ranks_500_pairs_like_the_sentence_transformers_reference(tmp_
     from sentence_transformers import CrossEncoder
     from transformers import BertForSequenceClassification
 
-    from stagebench.onnx_weights import build_reference_folder
     from stagebench.data.esci import EsciOptions, load_esci
     from stagebench.encoders import load_cross_encoder
     from stagebench.models import resolve_model
+    from stagebench.onnx_weights import build_reference_folder
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     model = resolve_model("cross-encoder/ms-marco-MiniLM-L-12-v2")

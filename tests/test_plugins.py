@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
 from stagebench.config import load_config
 from stagebench.errors import ConfigError
-from tests.conftest import REPO
+from tests.conftest import REPO, stagebench_cli
 
 
 def cfg(tmp_path, dataset, stage, extra_top=""):
@@ -33,8 +31,7 @@ def test_example_plugin_runs_from_a_config(tmp_path, small_synthetic):
     target: "examples.title_boost:TitleBoostReranker"
     inputs: [bm25]
     params: {top_n: 20, title_weight: 3.0}"""
-    r = subprocess.run([sys.executable, "-m", "stagebench", "run", cfg(tmp_path, small_synthetic, stage)],
-                       capture_output=True, text=True, cwd=REPO)  # fmt: skip
+    r = stagebench_cli("run", cfg(tmp_path, small_synthetic, stage), cwd=REPO)  # fmt: skip
     assert r.returncode == 0, r.stderr
     rows = json.loads((tmp_path / "out" / "stage_table.json").read_text())
     assert [x["stage"] for x in rows] == ["bm25", "tb"]
@@ -60,8 +57,7 @@ def test_bad_plugin_configs(tmp_path, monkeypatch, target, params, msg):
 def test_bad_plugin_output_fails_the_run_cleanly(tmp_path, small_synthetic):
     (tmp_path / "badplug.py").write_text("class Short:\n    def score(self, q, docs):\n        return [1.0]\n")
     stage = "  - {name: p, type: plugin, target: 'badplug:Short', inputs: [bm25], params: {top_n: 5}}"
-    r = subprocess.run([sys.executable, "-m", "stagebench", "run", cfg(tmp_path, small_synthetic, stage)],
-                       capture_output=True, text=True, cwd=tmp_path)  # fmt: skip
+    r = stagebench_cli("run", cfg(tmp_path, small_synthetic, stage), cwd=tmp_path)  # fmt: skip
     assert r.returncode == 2
     assert "stagebench: error: stage p: plug-in badplug:Short returned 1 scores for 5 documents" in r.stderr
     assert not (tmp_path / "out").exists()
@@ -69,8 +65,7 @@ def test_bad_plugin_output_fails_the_run_cleanly(tmp_path, small_synthetic):
 
 def test_unknown_model_name_is_one_line_error(tmp_path, small_synthetic):
     stage = "  - {name: d, type: dense, params: {model: nobody/nothing}}"
-    r = subprocess.run([sys.executable, "-m", "stagebench", "run", cfg(tmp_path, small_synthetic, stage)],
-                       capture_output=True, text=True, env={"HF_HUB_OFFLINE": "1", "PATH": ""})  # fmt: skip
+    r = stagebench_cli("run", cfg(tmp_path, small_synthetic, stage), env={"HF_HUB_OFFLINE": "1", "PATH": ""})  # fmt: skip
     assert r.returncode == 2
     errs = [line for line in r.stderr.splitlines() if line.startswith("stagebench: error:")]
     assert len(errs) == 1 and "stages[1] (d).params.model: model 'nobody/nothing' not found; tried:" in errs[0]
@@ -92,12 +87,10 @@ stages:
         return p
 
     env = {"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}
-    first = subprocess.run([sys.executable, "-m", "stagebench", "run", config(10)], capture_output=True, text=True,
-                           cwd=REPO, env=env)  # fmt: skip
+    first = stagebench_cli("run", config(10), cwd=REPO, env=env)  # fmt: skip
     assert first.returncode == 0, first.stderr
     assert "stage dense: computed corpus embeddings" in first.stderr and "stored corpus embeddings" in first.stderr
-    second = subprocess.run([sys.executable, "-m", "stagebench", "run", config(20)], capture_output=True, text=True,
-                            cwd=REPO, env=env)  # fmt: skip
+    second = stagebench_cli("run", config(20), cwd=REPO, env=env)  # fmt: skip
     assert second.returncode == 0, second.stderr
     assert "stage dense: cached run (dense) (key" in second.stderr  # the whole dense run, not just its embeddings
     assert "stage tb: computing run (plugin <- dense)" in second.stderr

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, stagebench_cli
 
 PLUGIN = '''
 class Reverse:
@@ -40,8 +38,7 @@ evaluation: {{metrics: [nDCG@10, RR@10, R@100], baseline: bm25, permutations: 20
 
 def run_cli(*args, cwd):
     env = {"PYTHONPATH": f"{REPO}{':' if True else ''}{cwd}", "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"}
-    return subprocess.run([sys.executable, "-m", "stagebench", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, env=env)  # fmt: skip
+    return stagebench_cli(*args, cwd=cwd, env=env)  # fmt: skip
 
 
 def independent_holm(ps: list[float]) -> list[float]:

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from stagebench.config import load_config
 from stagebench.errors import ConfigError
-from tests.conftest import REPO
+from tests.conftest import REPO, stagebench_cli
 
 ENV = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"}
 
@@ -75,8 +73,7 @@ def test_no_test_query_or_judgment_reaches_training(tmp_path, small_synthetic):
 
 
 def train_cli(cfg: Path, cwd: Path):
-    return subprocess.run([sys.executable, "-m", "stagebench", "train-reranker", str(cfg)], capture_output=True,
-                          text=True, cwd=cwd, env=ENV)  # fmt: skip
+    return stagebench_cli("train-reranker", str(cfg), cwd=cwd, env=ENV)  # fmt: skip
 
 
 def test_tiny_fine_tuning_is_reproducible_and_usable_as_a_stage(tmp_path, small_synthetic):
@@ -96,8 +93,7 @@ def test_tiny_fine_tuning_is_reproducible_and_usable_as_a_stage(tmp_path, small_
     wa = hashlib.sha256((tmp_path / "model-a" / "model.safetensors").read_bytes()).hexdigest()
     wb = hashlib.sha256((tmp_path / "model-b" / "model.safetensors").read_bytes()).hexdigest()
     assert wa == wb  # bit-identical weights on this machine
-    r = subprocess.run([sys.executable, "-m", "stagebench", "run", str(tmp_path / "ta.yaml")], capture_output=True,
-                       text=True, cwd=tmp_path, env=ENV)  # fmt: skip
+    r = stagebench_cli("run", str(tmp_path / "ta.yaml"), cwd=tmp_path, env=ENV)  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]
     manifest = json.loads((tmp_path / "out-ta" / "manifest.json").read_text())
     identity = manifest["resolved"]["stages"][1]["key_parts"]["identity"]["model"]
@@ -110,8 +106,7 @@ def test_stage_naming_an_untrained_output_fails_before_any_stage(tmp_path, small
     out = tmp_path / "not-yet"
     stage = f"  - {{name: ce, type: cross_encoder, inputs: [bm25], params: {{model: {out}, top_n: 10}}}}"
     cfg = write_config(tmp_path, small_synthetic, TINY.format(out=out, seed=1), extra_stage=stage)
-    r = subprocess.run([sys.executable, "-m", "stagebench", "run", str(cfg)], capture_output=True, text=True,
-                       cwd=tmp_path, env=ENV)  # fmt: skip
+    r = stagebench_cli("run", str(cfg), cwd=tmp_path, env=ENV)  # fmt: skip
     assert r.returncode == 2 and "is this config's training output and does not exist yet" in r.stderr
     assert "stage bm25" not in r.stderr
 

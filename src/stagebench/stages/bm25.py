@@ -5,7 +5,7 @@ Two backends compute the same scores:
 * ``sparse`` (default): the whole corpus as a scipy CSR matrix of precomputed BM25
   term weights; a batch of queries is one sparse matrix product. Fast.
 * ``rank_bm25``: the reference library, one ``get_scores`` call per query. Slow, kept
-  so the fast backend can be checked against it (``tests/stages/test_bm25.py``).
+  so the fast backend can be checked against it (``tests/parity/test_rank_bm25.py``).
 
 BM25Okapi, as rank-bm25 implements it:
   idf(t) = ln((N - n_t + 0.5) / (n_t + 0.5)), and any negative idf is replaced by
