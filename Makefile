@@ -5,11 +5,12 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 DATA   := data/synthetic-esci
 
-.PHONY: bench bench-trained test unit-test check-default perf report-check mutation data install clean help
+.PHONY: bench bench-trained test test-fast unit-test check-default perf report-check mutation data install clean help
 
 help:
 	@echo "make bench   run configs/default.yaml on the embedded synthetic dataset (offline)"
 	@echo "make test    run the test suite, then the default benchmark checked against results/default/expected.yaml"
+	@echo "make test-fast  the unit layer only (no subprocess, model or browser tests), under a minute"
 	@echo "make bench-trained  fine-tune a cross-encoder on the train split, compare it with the zero-shot one"
 	@echo "make perf    run the speed/memory/scaling benchmarks, figures in results/perf.md"
 	@echo "make report-check  render results/default/report.html in headless Chromium, save a screenshot"
@@ -43,6 +44,10 @@ bench-trained: $(STAMP) data
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(VENV)/bin/stagebench run configs/default-trained.yaml
 
 test: unit-test check-default
+
+# the unit layer: no subprocess, no model, no browser (tests marked slow are left out)
+test-fast: $(STAMP)
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(PY) -m pytest -q -m "not slow"
 
 unit-test: $(STAMP)
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(PY) -m pytest -q

@@ -55,6 +55,7 @@ def test_a_bad_dict_is_one_clear_error(tmp_path, small_synthetic):
         stagebench.run(cfg)
 
 
+@pytest.mark.slow
 def test_importing_stagebench_loads_no_model_library():
     code = ("import sys, stagebench; heavy = [m for m in ('torch', 'sentence_transformers', 'transformers', 'faiss', "
             "'onnxruntime', 'datasets') if m in sys.modules]; print(heavy)")  # fmt: skip

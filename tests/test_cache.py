@@ -91,6 +91,7 @@ def test_cache_root_precedence(monkeypatch, tmp_path):
     assert cache_root("cli", "cfg") == Path("cli")
 
 
+@pytest.mark.slow
 def test_second_run_is_all_cached_and_top_n_change_recomputes_only_the_reranker(tmp_path, small_synthetic, logs):
     first = run_config(load_config(write_config(tmp_path, small_synthetic)))
     assert statuses(logs) == {"bm25": "computed", "bm25_stem": "computed", "rrf": "computed", "tb": "computed"}
@@ -218,6 +219,7 @@ def test_cache_ls_and_prune(tmp_path, small_synthetic):
     assert Cache(root).list() == []
 
 
+@pytest.mark.slow
 def test_upstream_change_that_leaves_the_run_identical_reuses_downstream(tmp_path, small_synthetic, logs):
     """Keys chain on input *content*. bm25 top_k 5000 -> 6000 on a 1,500-document catalog
     changes bm25's key but not its run (every matching document is already in it): bm25 is
@@ -237,6 +239,7 @@ def test_upstream_change_that_leaves_the_run_identical_reuses_downstream(tmp_pat
     assert (tmp_path / "out-c" / "runs" / "bm25.trec").read_bytes() != same
 
 
+@pytest.mark.slow
 def test_rerun_into_a_results_folder_keeps_its_expected_yaml(tmp_path, small_synthetic):
     cfg = write_config(tmp_path, small_synthetic)
     out = run_config(load_config(cfg)).output
@@ -252,6 +255,7 @@ def test_rerun_into_a_results_folder_keeps_its_expected_yaml(tmp_path, small_syn
     assert (out / "notes.txt").read_text() == "mine" and (out / "manifest.json").is_file()
 
 
+@pytest.mark.slow
 def test_stage_cache_false_always_recomputes(tmp_path, small_synthetic, logs):
     cfg = write_config(tmp_path, small_synthetic)
     cfg.write_text(cfg.read_text().replace("type: rrf,", "type: rrf, cache: false,"))

@@ -8,6 +8,8 @@ import yaml
 from tests.conftest import REPO, stagebench_cli
 from tests.test_cache import write_config
 
+pytestmark = pytest.mark.slow  # the real command line in subprocesses
+
 ENV = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"}
 
 

@@ -11,6 +11,8 @@ from stagebench.cli import main
 from stagebench.run import write_trec_qrels, write_trec_run
 from tests.conftest import stagebench_cli
 
+pytestmark = pytest.mark.slow  # the real command line in subprocesses
+
 
 def cli(*args, cwd=None):
     return stagebench_cli(*args, cwd=cwd)

@@ -9,7 +9,11 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from tests.conftest import REPO
+
+pytestmark = pytest.mark.slow  # subprocesses with model libraries blocked
 
 BLOCK = textwrap.dedent("""
     import importlib.abc, sys

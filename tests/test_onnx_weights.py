@@ -10,6 +10,9 @@ from __future__ import annotations
 import random
 
 import numpy as np
+import pytest
+
+pytestmark = pytest.mark.slow  # loads and runs real models
 
 
 def test_int8_onnx_ranks_500_pairs_like_the_sentence_transformers_reference(tmp_path, monkeypatch, small_synthetic):

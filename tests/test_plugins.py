@@ -25,6 +25,7 @@ stages:
     return p
 
 
+@pytest.mark.slow
 def test_example_plugin_runs_from_a_config(tmp_path, small_synthetic):
     stage = """  - name: tb
     type: plugin
@@ -54,6 +55,7 @@ def test_bad_plugin_configs(tmp_path, monkeypatch, target, params, msg):
         load_config(cfg(tmp_path, "x", stage))
 
 
+@pytest.mark.slow
 def test_bad_plugin_output_fails_the_run_cleanly(tmp_path, small_synthetic):
     (tmp_path / "badplug.py").write_text("class Short:\n    def score(self, q, docs):\n        return [1.0]\n")
     stage = "  - {name: p, type: plugin, target: 'badplug:Short', inputs: [bm25], params: {top_n: 5}}"
@@ -63,6 +65,7 @@ def test_bad_plugin_output_fails_the_run_cleanly(tmp_path, small_synthetic):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_unknown_model_name_is_one_line_error(tmp_path, small_synthetic):
     stage = "  - {name: d, type: dense, params: {model: nobody/nothing}}"
     r = stagebench_cli("run", cfg(tmp_path, small_synthetic, stage), env={"HF_HUB_OFFLINE": "1", "PATH": ""})  # fmt: skip
@@ -72,6 +75,7 @@ def test_unknown_model_name_is_one_line_error(tmp_path, small_synthetic):
     assert "stage bm25" not in r.stderr  # found when the config is loaded, before any stage runs
 
 
+@pytest.mark.slow
 def test_changing_only_reranker_params_reuses_corpus_embeddings(tmp_path, small_synthetic):
     def config(top_n: int):
         p = tmp_path / f"c{top_n}.yaml"

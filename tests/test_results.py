@@ -10,6 +10,8 @@ import pytest
 
 from tests.conftest import REPO, stagebench_cli
 
+pytestmark = pytest.mark.slow  # a full run in a subprocess, headless Chromium
+
 PLUGIN = '''
 class Reverse:
     """Reverses the candidate order: a deliberately bad reranker."""

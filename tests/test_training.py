@@ -12,6 +12,8 @@ from stagebench.config import load_config
 from stagebench.errors import ConfigError
 from tests.conftest import REPO, stagebench_cli
 
+pytestmark = pytest.mark.slow  # fine-tunes a real cross-encoder
+
 ENV = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"}
 
 

@@ -16,6 +16,7 @@ def full(tmp_path_factory):
     return out, stats
 
 
+@pytest.mark.slow
 def test_default_size_meets_the_spec(full):
     out, stats = full
     assert stats["products"] >= 20000 and stats["categories"] >= 30
@@ -28,6 +29,7 @@ def test_default_size_meets_the_spec(full):
     assert len(test.corpus) - len(judged) > 5000  # unjudged products make up the rest
 
 
+@pytest.mark.slow
 def test_deterministic(full, tmp_path):
     out, _ = full
     generate(tmp_path, SyntheticSpec())

@@ -14,6 +14,7 @@ from stagebench.stages.bm25 import BM25Params, BM25Stage, SparseBM25
 from stagebench.tokenize import Tokenizer
 
 
+@pytest.mark.slow
 def test_sparse_backend_matches_rank_bm25_scores_on_cranfield(cranfield):
     ds = load_beir(BeirOptions(path=str(cranfield)))
     tok = Tokenizer()
@@ -36,6 +37,7 @@ def assert_same_top100(ds, params: dict) -> None:
         assert list(a[q].values()) == pytest.approx(list(b[q].values()), rel=1e-12)
 
 
+@pytest.mark.slow
 def test_backends_give_identical_top100_on_cranfield(cranfield):
     assert_same_top100(load_beir(BeirOptions(path=str(cranfield))), {"k1": 1.2, "b": 0.75})  # all 225 queries
 

@@ -11,6 +11,8 @@ from stagebench.data.model import Dataset
 from stagebench.stages.base import StageContext
 from stagebench.stages.dense import DenseParams, DenseStage
 
+pytestmark = pytest.mark.slow  # encodes with a real bi-encoder
+
 DOCS = {
     "sofa1": "Velvet three seater sofa in navy blue",
     "couch2": "Leather loveseat couch, brown",

@@ -42,6 +42,7 @@ def test_a_run_file_is_reranked_by_the_cross_encoder_like_the_stage_it_came_from
     assert rows[1]["ceiling"]["depth"] == 10 and rows[1]["ceiling"]["pool_recall"] > 0  # the ceiling analysis applies
 
 
+@pytest.mark.slow
 def test_run_file_is_keyed_by_content_and_cut_by_top_k(tmp_path, small_synthetic):
     run = tmp_path / "prod.trec"
     direct = run_config(load_config(config(tmp_path, small_synthetic, "  - {name: b, type: bm25, params: {top_k: 30}}",
