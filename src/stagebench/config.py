@@ -29,7 +29,7 @@ file and the key path (``configs/x.yaml: stages[1].inputs: unknown stage 'bm52'`
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -37,7 +37,8 @@ from stagebench.data import LOADERS
 from stagebench.errors import ConfigError, StagebenchError
 from stagebench.metrics.names import Measure, parse_measure
 from stagebench.models import check_model
-from stagebench.params import Fraction, NonNegativeInt, PositiveInt, Probability, Range, Seed, build, coerce, read_yaml
+from stagebench.params import (Fraction, NonNegativeInt, PositiveInt, Probability, Range, Seed, build, coerce, param,
+                               read_yaml)  # fmt: skip
 from stagebench.stages import STAGE_TYPES, stage_class
 
 DEFAULT_METRICS = ("nDCG@10", "RR@10", "R@100")
@@ -61,45 +62,46 @@ class StageConfig:
 
 @dataclass
 class EvaluationConfig:
-    metrics: list[str] = field(default_factory=lambda: list(DEFAULT_METRICS))
-    relevance_threshold: PositiveInt = 1  # grade >= this is relevant for binary measures (0 = "not relevant")
-    gain: Literal["linear", "exp"] = "linear"
-    baseline: str | None = None  # the stage others are compared with (default: the first)
-    test: Literal["randomization", "ttest"] = "randomization"  # which test marks significance
-    alpha: Probability = 0.05
-    permutations: Annotated[int, Range(ge=100)] = 10000  # randomization test
-    bootstrap: Annotated[int, Range(ge=100)] = 2000  # bootstrap resamples for the 95% confidence intervals
-    seed: Seed = 42
+    metrics: list[str] = param(doc="measure names (docs/metrics.md), case-insensitive", factory=lambda: list(DEFAULT_METRICS))
+    relevance_threshold: PositiveInt = param(1, "binary measures count grade >= this as relevant; never changes the query set")
+    gain: Literal["linear", "exp"] = param("linear", "nDCG gain: linear (the grade, as trec_eval) or exp (2^grade - 1)")
+    baseline: str | None = param(None, "the stage every other stage is compared with, besides its inputs (null: the first)")
+    test: Literal["randomization", "ttest"] = param("randomization", "which test marks significance (both are in significance.json)")
+    alpha: Probability = param(0.05, "significance level, after Holm-Bonferroni correction")
+    permutations: Annotated[int, Range(ge=100)] = param(10000, "randomization-test permutations")
+    bootstrap: Annotated[int, Range(ge=100)] = param(2000, "bootstrap resamples for the 95% confidence intervals")
+    seed: Seed = param(42, "seed of both, so the numbers are reproducible")
 
 
 @dataclass
 class NegativesConfig:
-    judged: bool = True  # the judged products of each query, with their mapped labels
-    from_stage: str | None = "bm25"  # a stage of this config without inputs, run over the train queries
-    per_query: NonNegativeInt = 8  # hard negatives per query, sampled among ...
-    depth: PositiveInt = 50  # ... the unjudged documents in the top `depth` of that stage's run
-    skip_top: NonNegativeInt = 0  # ignore the first N unjudged (they are the likeliest false negatives)
+    judged: bool = param(True, "train on the judged products of each query, with their mapped labels")
+    from_stage: str | None = param("bm25", "a first stage of this config, run over the train queries to mine negatives")
+    per_query: NonNegativeInt = param(8, "hard negatives per query, sampled among ...")
+    depth: PositiveInt = param(50, "... the unjudged documents in the top depth of that stage's run")
+    skip_top: NonNegativeInt = param(0, "ignore the first N unjudged (the likeliest false negatives)")
 
 
 @dataclass
 class TrainingConfig:
-    base_model: str = "cross-encoder/ms-marco-MiniLM-L-12-v2"
-    source: str = "auto"
-    output: str = "models/reranker"
-    split: str = "train"
-    max_queries: PositiveInt | None = None
-    dev_queries: NonNegativeInt = 100
-    negatives: NegativesConfig = field(default_factory=NegativesConfig)
-    labels: dict[str, float] = field(default_factory=lambda: {"E": 1.0, "S": 0.1, "C": 0.01, "I": 0.0})
-    unjudged_label: float = 0.0
-    loss: Literal["bce", "mse", "lambda"] = "bce"  # pointwise BCE | pointwise MSE | listwise LambdaLoss
-    epochs: PositiveInt = 1
-    batch_size: PositiveInt = 16
-    max_length: PositiveInt = 96
-    learning_rate: Probability = 2e-5
-    warmup_ratio: Fraction = 0.1
-    seed: Seed = 12
-    early_stopping_patience: PositiveInt | None = None  # epochs without dev nDCG@10 gain before stopping
+    base_model: str = param("cross-encoder/ms-marco-MiniLM-L-12-v2", "the model to fine-tune (anything the resolver loads)")
+    source: str = param("auto", "where the base model comes from: auto | bundled | hub")
+    output: str = param("models/reranker", "the model folder written (with a model card)")
+    split: str = param("train", "the split the training queries come from (the test split is never read)")
+    max_queries: PositiveInt | None = param(None, "train queries used, after the dev ones are set aside (null: all)")
+    dev_queries: NonNegativeInt = param(100, "held out of the training split for dev metrics and early stopping")
+    negatives: NegativesConfig = param(doc="hard-negative mining (below)", factory=NegativesConfig)
+    labels: dict[str, float] = param(doc="grade name (or grade) -> training target",
+                                     factory=lambda: {"E": 1.0, "S": 0.1, "C": 0.01, "I": 0.0})
+    unjudged_label: float = param(0.0, "the target of mined negatives nobody judged")
+    loss: Literal["bce", "mse", "lambda"] = param("bce", "pointwise BCE | pointwise MSE | listwise LambdaLoss")
+    epochs: PositiveInt = param(1, "training epochs")
+    batch_size: PositiveInt = param(16, "pairs per training batch")
+    max_length: PositiveInt = param(96, "tokens of query + document")
+    learning_rate: Probability = param(2e-5, "AdamW learning rate")
+    warmup_ratio: Fraction = param(0.1, "share of the steps with a linear warm-up")
+    seed: Seed = param(12, "seed of the dev split, the negative sampling and training")
+    early_stopping_patience: PositiveInt | None = param(None, "epochs without a dev nDCG@10 gain before stopping (null: never)")
 
     def validate(self) -> list[tuple[str, str]]:
         errs = []

@@ -13,6 +13,10 @@ A section may still have a ``validate()`` method for rules that tie several keys
 
 :func:`read_yaml` parses a YAML file strictly: a key given twice in one mapping is an
 error, not last-one-wins.
+
+Every field carries a one-line description (:func:`param`); :func:`describe` turns a section
+into rows of (name, type, default, description), from which docs/config.md's parameter
+tables are generated (``python -m stagebench.docgen``; a test checks the docs are current).
 """
 
 from __future__ import annotations
@@ -63,6 +67,72 @@ Fraction = Annotated[float, Range(ge=0, le=1)]
 Probability = Annotated[float, Range(gt=0, lt=1)]
 #: a non-negative seed (numpy's generators reject negative ones)
 Seed = Annotated[int, Range(ge=0, le=2**32 - 1)]
+
+
+def param(default: Any = dataclasses.MISSING, doc: str = "", *, factory: Any = dataclasses.MISSING) -> Any:
+    """A documented field: ``k1: NonNegativeFloat = param(1.5, "term-frequency saturation")``."""
+    if factory is not dataclasses.MISSING:
+        return dataclasses.field(default_factory=factory, metadata={"doc": doc})
+    return dataclasses.field(default=default, metadata={"doc": doc})
+
+
+def type_text(tp: Any) -> str:
+    """A declared type as a reader would say it: ``int >= 1``, ``flat | hnsw``, ``float in [0, 1]``."""
+    origin = typing.get_origin(tp)
+    if origin is Annotated:
+        base, *extras = typing.get_args(tp)
+        rng = next((e for e in extras if isinstance(e, Range)), None)
+        text = type_text(base)
+        if rng is not None:
+            lo = f"{'>=' if rng.ge is not None else '>'} {_num(rng.ge if rng.ge is not None else rng.gt)}" \
+                if rng.ge is not None or rng.gt is not None else ""  # fmt: skip
+            hi = f"{'<=' if rng.le is not None else '<'} {_num(rng.le if rng.le is not None else rng.lt)}" \
+                if rng.le is not None or rng.lt is not None else ""  # fmt: skip
+            text += " " + ", ".join(x for x in (lo, hi) if x)
+        return text
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        parts = [type_text(a) for a in args if a is not type(None)]
+        return " or ".join(parts) + (" or null" if type(None) in args else "")
+    if origin is typing.Literal:
+        return " | ".join(str(c) for c in typing.get_args(tp))
+    if origin is list:
+        (item,) = typing.get_args(tp) or (Any,)
+        return f"list of {type_text(item)}"
+    if origin is dict:
+        k, v = typing.get_args(tp) or (Any, Any)
+        return f"mapping {type_text(k)} -> {type_text(v)}"
+    if dataclasses.is_dataclass(tp):
+        return "mapping (below)"
+    return {int: "int", float: "float", str: "str", bool: "bool"}.get(tp, _type_name(tp))
+
+
+def describe(cls: type) -> list[tuple[str, str, str, str]]:
+    """(name, type, default, description) of every field of a section, in declaration order."""
+    hints = typing.get_type_hints(cls, include_extras=True)
+    rows = []
+    for f in dataclasses.fields(cls):
+        if not f.init:
+            continue
+        if f.default is not dataclasses.MISSING:
+            default = "null" if f.default is None else (f.default or '""') if isinstance(f.default, str) else str(f.default)
+            default = default.replace("True", "true").replace("False", "false")
+        elif f.default_factory is not dataclasses.MISSING:
+            value = f.default_factory()
+            default = "(below)" if dataclasses.is_dataclass(value) else _flow(value)
+        else:
+            default = "required"
+        rows.append((f.name, type_text(hints[f.name]), default, f.metadata.get("doc", "")))
+    return rows
+
+
+def _flow(value: Any) -> str:
+    """A default as YAML flow style: ``[nDCG@10, RR@10]``, ``{E: 1.0, S: 0.1}``."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_flow(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_flow(v) for v in value) + "]"
+    return str(value)
 
 
 def _type_name(tp: Any) -> str:

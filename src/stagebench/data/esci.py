@@ -14,7 +14,7 @@ stripped, and build the corpus as the whole catalog or only the judged products.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -24,7 +24,7 @@ from stagebench.data.model import Dataset, check_id, check_queries, judged_doc_i
 from stagebench.data.text import strip_html
 from stagebench.errors import DataError
 from stagebench.optional import need
-from stagebench.params import PositiveInt
+from stagebench.params import PositiveInt, param
 
 EXAMPLES_FILE = "shopping_queries_dataset_examples.parquet"
 PRODUCTS_FILE = "shopping_queries_dataset_products.parquet"
@@ -48,22 +48,22 @@ DEFAULT_TEMPLATE = "{title} {brand} {color} {bullet_points} {description}"
 
 @dataclass
 class EsciOptions:
-    path: str
-    locale: str | None = "us"  # null: every locale (products are then keyed by locale and id)
-    split: Literal["train", "test"] | None = "test"  # null for both
-    small_version: bool = False  # keep only rows with small_version == 1
-    labels: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_LABELS))
-    text_template: str = DEFAULT_TEMPLATE
-    corpus_scope: Literal["catalog", "judged"] = "catalog"
-    max_queries: PositiveInt | None = None  # keep the first N query ids (sorted), for quick runs
+    path: str = param(doc="the folder holding the examples and products parquet files")
+    locale: str | None = param("us", "keep rows of this product_locale (null: all; several locales key products as locale:id)")
+    split: Literal["train", "test"] | None = param("test", "keep rows of this split (null: both)")
+    small_version: bool = param(False, "keep only rows with small_version == 1 (the reduced Task 1 set)")
+    labels: dict[str, int] = param(doc="label -> grade (E/S/C/I and the words -> 3/2/1/0)", factory=lambda: dict(DEFAULT_LABELS))
+    text_template: str = param(DEFAULT_TEMPLATE, "the indexed text, over title, brand, color, bullet_points, description")
+    corpus_scope: Literal["catalog", "judged"] = param("catalog", "index the whole catalog, or only the judged products")
+    max_queries: PositiveInt | None = param(None, "keep the first N query ids (sorted), for quick runs")
 
 
 @dataclass
 class EsciHfOptions(EsciOptions):
-    path: str = ""  # local parquet file or folder of parquet files (or leave empty and set name)
-    name: str | None = None  # hub dataset name, e.g. "tasksource/esci"
-    hf_split: str | None = None  # the datasets split(s) to read; None reads all
-    revision: str | None = None
+    path: str = param("", "a local parquet file or folder of parquet files (or leave empty and set name)")
+    name: str | None = param(None, "a hub dataset name, e.g. tasksource/esci (needs internet)")
+    hf_split: str | None = param(None, "the datasets split(s) to read (null: all)")
+    revision: str | None = param(None, "the hub revision to read")
 
     def validate(self) -> list[tuple[str, str]]:
         errs = []

@@ -13,7 +13,7 @@ from stagebench.data.esci import ESCI_LABEL_NAMES
 from stagebench.data.model import Dataset, check_id, check_queries
 from stagebench.data.text import strip_html
 from stagebench.errors import DataError
-from stagebench.params import PositiveInt
+from stagebench.params import PositiveInt, param
 
 
 def read_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
@@ -40,11 +40,11 @@ def _get(row: dict, key: str, path: Path, lineno: int):
 
 @dataclass
 class BeirOptions:
-    path: str
-    split: str = "test"  # reads qrels/<split>.tsv
-    text_template: str = "{title} {text}"
-    corpus_scope: Literal["catalog", "judged"] = "catalog"
-    max_queries: PositiveInt | None = None
+    path: str = param(doc="the BEIR folder: corpus.jsonl, queries.jsonl, qrels/<split>.tsv")
+    split: str = param("test", "reads qrels/<split>.tsv")
+    text_template: str = param("{title} {text}", "the indexed text, over title and text")
+    corpus_scope: Literal["catalog", "judged"] = param("catalog", "index the whole corpus, or only the judged documents")
+    max_queries: PositiveInt | None = param(None, "keep the first N judged queries, for quick runs")
 
 
 def load_beir(opts: BeirOptions) -> Dataset:
@@ -128,9 +128,9 @@ def _finish(ds: Dataset, scope: str) -> Dataset:
 class SrsJsonlOptions:
     """search-ranking-stack's sample: corpus.jsonl / queries.jsonl / qrels.jsonl."""
 
-    path: str
-    text_template: str = "{product_text}"
-    corpus_scope: Literal["catalog", "judged"] = "catalog"  # the sample itself only holds judged products
+    path: str = param(doc="the folder holding corpus.jsonl, queries.jsonl and qrels.jsonl")
+    text_template: str = param("{product_text}", "the indexed text, over product_text, title, brand, color")
+    corpus_scope: Literal["catalog", "judged"] = param("catalog", "the sample itself only holds judged products")
 
 
 def load_srs_jsonl(opts: SrsJsonlOptions) -> Dataset:

@@ -18,17 +18,18 @@ from stagebench.data.jsonl import _finish, read_jsonl
 from stagebench.data.model import Dataset, check_id, check_queries
 from stagebench.data.text import strip_html
 from stagebench.errors import DataError
+from stagebench.params import param
 from stagebench.run import read_trec_qrels
 
 
 @dataclass
 class TrecOptions:
-    qrels: str
-    topics: str
-    corpus: str
-    topic_field: Literal["title", "desc"] = "title"  # for SGML topics
-    text_template: str = "{title} {text}"
-    corpus_scope: Literal["catalog", "judged"] = "catalog"
+    qrels: str = param(doc="TREC qrels: qid iter docid grade")
+    topics: str = param(doc="topics: a TSV (qid<TAB>text) or TREC SGML (<top><num> ... <title> ...)")
+    corpus: str = param(doc="the corpus: JSONL (_id/id/docid, title, text/contents) or TSV (docid<TAB>text)")
+    topic_field: Literal["title", "desc"] = param("title", "which SGML topic field is the query")
+    text_template: str = param("{title} {text}", "the indexed text, over title and text")
+    corpus_scope: Literal["catalog", "judged"] = param("catalog", "index the whole corpus, or only the judged documents")
 
 
 def read_topics(path: Path, field: str = "title") -> dict[str, str]:

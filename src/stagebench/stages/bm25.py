@@ -34,7 +34,7 @@ from rank_bm25 import BM25Okapi
 from scipy import sparse
 
 from stagebench.cache import code_identity, memo
-from stagebench.params import Fraction, NonNegativeFloat, PositiveInt
+from stagebench.params import Fraction, NonNegativeFloat, PositiveInt, param
 from stagebench.run import Run, ranked
 from stagebench.stages.base import Stage, StageContext
 from stagebench.tokenize import Tokenizer
@@ -45,16 +45,16 @@ log = logging.getLogger("stagebench")
 
 @dataclass
 class BM25Params:
-    k1: NonNegativeFloat = 1.5
-    b: Fraction = 0.75
-    epsilon: NonNegativeFloat = 0.25
-    top_k: PositiveInt = 1000
-    backend: Literal["sparse", "rank_bm25"] = "sparse"
-    lowercase: bool = True
-    stopwords: bool = False
-    stemmer: str | None = None
-    query_batch: PositiveInt = 256
-    threads: PositiveInt | None = None  # sparse backend: query-batch threads (default: all cores)
+    k1: NonNegativeFloat = param(1.5, "term-frequency saturation")
+    b: Fraction = param(0.75, "document-length normalisation (0: none, 1: full)")
+    epsilon: NonNegativeFloat = param(0.25, "a negative idf is replaced by epsilon x the mean idf (rank-bm25's rule)")
+    top_k: PositiveInt = param(1000, "documents kept per query (ties at the cut by doc id)")
+    backend: Literal["sparse", "rank_bm25"] = param("sparse", "sparse: scipy matrix product (fast); rank_bm25: the reference library")
+    lowercase: bool = param(True, "lowercase before tokenizing")
+    stopwords: bool = param(False, "drop English stopwords")
+    stemmer: str | None = param(None, "a PyStemmer (Snowball) language, e.g. english")
+    query_batch: PositiveInt = param(256, "queries per sparse product (capped so a score block stays under 64 MB)")
+    threads: PositiveInt | None = param(None, "sparse backend: query-batch threads (null: all cores)")
 
     def validate(self) -> list[tuple[str, str]]:
         if self.stemmer is not None and self.stemmer not in Stemmer.algorithms():

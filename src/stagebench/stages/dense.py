@@ -23,7 +23,7 @@ from stagebench.cache import code_identity, memo
 from stagebench.encoders import load_bi_encoder
 from stagebench.models import resolve_model
 from stagebench.optional import need
-from stagebench.params import PositiveInt, Range
+from stagebench.params import PositiveInt, Range, param
 from stagebench.run import Run, ranked
 from stagebench.stages.base import Stage, StageContext
 
@@ -32,20 +32,19 @@ log = logging.getLogger("stagebench")
 
 @dataclass
 class DenseParams:
-    model: str = "sentence-transformers/all-MiniLM-L6-v2"
-    source: str = "auto"  # auto | bundled | hub (see stagebench.models)
-    top_k: PositiveInt = 1000
-    batch_size: PositiveInt = 64
-    max_length: PositiveInt | None = 256
-    query_prefix: str = ""  # e5: "query: ", bge: "Represent this sentence for searching relevant passages: "
-    passage_prefix: str = ""  # e5: "passage: "
-    # int8: dynamic INT8 for sentence-transformers models (faster, scores move slightly)
-    quantize: Literal["none", "int8"] = "none"
-    index: Literal["flat", "hnsw"] = "flat"
-    hnsw_m: Annotated[int, Range(ge=2)] = 32  # faiss needs M >= 2 (it aborts the process on 0)
-    hnsw_ef_construction: PositiveInt = 200
-    hnsw_ef_search: PositiveInt = 256
-    cache: bool = True
+    model: str = param("sentence-transformers/all-MiniLM-L6-v2", "bi-encoder: a public name, a local folder or a hub id (docs/models.md)")
+    source: str = param("auto", "where the model comes from: auto | bundled | hub (docs/models.md)")
+    top_k: PositiveInt = param(1000, "documents kept per query (ties at the cut by doc id)")
+    batch_size: PositiveInt = param(64, "texts per encoder batch")
+    max_length: PositiveInt | None = param(256, "tokens per text; longer ones are truncated")
+    query_prefix: str = param("", 'prepended to queries (e5: "query: ", bge: "Represent this sentence ...")')
+    passage_prefix: str = param("", 'prepended to documents (e5: "passage: ")')
+    quantize: Literal["none", "int8"] = param("none", "int8: dynamic INT8 for sentence-transformers models (faster, scores move)")
+    index: Literal["flat", "hnsw"] = param("flat", "flat: exact inner-product search; hnsw: approximate")
+    hnsw_m: Annotated[int, Range(ge=2)] = param(32, "HNSW graph degree (faiss needs >= 2)")
+    hnsw_ef_construction: PositiveInt = param(200, "HNSW build-time search depth")
+    hnsw_ef_search: PositiveInt = param(256, "HNSW query-time search depth (raised to top_k if lower)")
+    cache: bool = param(True, "keep the corpus embeddings in the stage cache")
     # model/source are checked by the config loader (stagebench.config.parse_config)
 
 

@@ -20,26 +20,26 @@ from typing import Literal
 
 import numpy as np
 
-from stagebench.params import NonNegativeFloat, PositiveInt
+from stagebench.params import NonNegativeFloat, PositiveInt, param
 from stagebench.run import Run, ranked, truncate
 from stagebench.stages.base import Stage, StageContext
 
 
 @dataclass
 class RRFParams:
-    k: NonNegativeFloat = 60.0
-    weights: list[NonNegativeFloat] | None = None  # one per input, in order (default: all 1)
-    depth: PositiveInt | None = None  # use the top `depth` of each input (default: all of it)
-    top_k: PositiveInt | None = None  # cut the fused run (default: keep every fused document)
+    k: NonNegativeFloat = param(60.0, "the RRF constant: score = sum of w / (k + rank)")
+    weights: list[NonNegativeFloat] | None = param(None, "one weight per input, in order (null: all 1)")
+    depth: PositiveInt | None = param(None, "use the top depth of each input (null: all of it)")
+    top_k: PositiveInt | None = param(None, "cut the fused run (null: keep every fused document)")
 
 
 @dataclass
 class ScoreFusionParams:
-    method: Literal["combsum", "combmnz"] = "combsum"
-    norm: Literal["minmax", "zscore", "none"] = "minmax"
-    weights: list[float] | None = None  # one per input, in order (default: all 1)
-    depth: PositiveInt | None = None
-    top_k: PositiveInt | None = None
+    method: Literal["combsum", "combmnz"] = param("combsum", "combsum adds; combmnz multiplies the sum by the inputs that found the document")
+    norm: Literal["minmax", "zscore", "none"] = param("minmax", "per-query normalisation of each input's scores")
+    weights: list[float] | None = param(None, "one weight per input, in order (null: all 1)")
+    depth: PositiveInt | None = param(None, "use the top depth of each input (null: all of it)")
+    top_k: PositiveInt | None = param(None, "cut the fused run (null: keep every fused document)")
 
 
 def check_weights(weights: list[float] | None, inputs: list[str]) -> list[tuple[str, str]]:

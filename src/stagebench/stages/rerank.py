@@ -24,7 +24,7 @@ import numpy as np
 from stagebench.cache import module_source_hash
 from stagebench.errors import ConfigError, StagebenchError
 from stagebench.models import resolve_model
-from stagebench.params import PositiveInt, build
+from stagebench.params import PositiveInt, build, param
 from stagebench.rerankers import CrossEncoderReranker, check_kwargs, import_target
 from stagebench.run import Run, ranked, ranked_ids
 from stagebench.stages.base import Stage, StageContext
@@ -35,20 +35,19 @@ log = logging.getLogger("stagebench")
 
 @dataclass
 class RerankCommon:
-    top_n: PositiveInt = 50
-    activation: Literal["none", "sigmoid"] = "none"  # sigmoid maps scores to (0, 1); the order stays the logits'
-    pairs_per_call: PositiveInt = 512
-    per_query: bool = False  # call the reranker one query at a time (slower; for comparison)
+    top_n: PositiveInt = param(50, "candidates reranked per query; the rest keep their order below")
+    activation: Literal["none", "sigmoid"] = param("none", "sigmoid maps scores to (0, 1); the order stays the logits'")
+    pairs_per_call: PositiveInt = param(512, "pairs per score_pairs call, batched across queries")
+    per_query: bool = param(False, "call the reranker one query at a time (slower; for comparison)")
 
 
 @dataclass
 class CrossEncoderParams(RerankCommon):
-    model: str = "cross-encoder/ms-marco-MiniLM-L-12-v2"
-    source: str = "auto"
-    max_length: PositiveInt = 256  # tokens of query + document; longer pairs are truncated
-    batch_size: PositiveInt = 32
-    # int8: dynamic INT8 for sentence-transformers models (ONNX carriers already are)
-    quantize: Literal["none", "int8"] = "none"
+    model: str = param("cross-encoder/ms-marco-MiniLM-L-12-v2", "a public name, a local folder (e.g. a fine-tuned model) or a hub id")
+    source: str = param("auto", "where the model comes from: auto | bundled | hub (docs/models.md)")
+    max_length: PositiveInt = param(256, "tokens of query + document; longer pairs are truncated")
+    batch_size: PositiveInt = param(32, "pairs per model batch")
+    quantize: Literal["none", "int8"] = param("none", "int8: dynamic INT8 for sentence-transformers models (ONNX carriers already are)")
     # model/source are checked by the config loader (stagebench.config.parse_config)
 
 
@@ -182,8 +181,8 @@ class CrossEncoderStage(Stage):
 
 @dataclass
 class PluginParams(RerankCommon):
-    target: str = ""
-    kwargs: dict[str, Any] | None = None
+    target: str = param("", "the plug-in class, package.module:Class (a stage key beside type)")
+    kwargs: dict[str, Any] | None = param(None, "the class's constructor arguments: every other params key")
 
 
 class PluginStage(Stage):

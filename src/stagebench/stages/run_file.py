@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from stagebench.cache import file_sha256
-from stagebench.params import PositiveInt
+from stagebench.params import PositiveInt, param
 from stagebench.run import Run, read_trec_run, truncate
 from stagebench.stages.base import Stage, StageContext
 
@@ -25,8 +25,8 @@ log = logging.getLogger("stagebench")
 
 @dataclass
 class RunFileParams:
-    path: str  # a TREC run file, relative to the working directory
-    top_k: PositiveInt | None = None  # keep each query's top k (default: all of it)
+    path: str = param(doc="a TREC run file (qid Q0 docid rank score tag), relative to the working directory")
+    top_k: PositiveInt | None = param(None, "keep each query's top k (null: all of it)")
 
 
 class RunFileStage(Stage):
