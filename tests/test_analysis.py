@@ -93,3 +93,16 @@ def test_ceiling_means_over_several_queries_against_a_direct_computation():
     ce = ceiling(from_ranking(inp), from_ranking(out), qrels, sorted(qrels), depth=8, rel=2, gain="exp")
     assert ce.oracle == pytest.approx(sum(compute.ndcg(oracle_ranking(inp[q], qrels[q], 8, "exp"), qrels[q], 10, "exp")
                                           for q in qrels) / n)
+
+
+def test_headroom_with_no_room_shows_the_change():
+    from stagebench.report import headroom_cell
+    from stagebench.table import CeilingCells
+
+    assert headroom_cell(CeilingCells(depth=50, pool_recall=0.5, input_ndcg10=0.8, achieved_ndcg10=0.75,
+                                      oracle_ndcg10=0.8, ndcg10_change=-0.05, headroom_captured=None)) == "no room (-0.0500)"
+    assert headroom_cell(CeilingCells(50, 0.5, 0.5, 0.55, 0.6, 0.05, 0.5)) == "50.0%"
+    from stagebench.analysis import Ceiling
+
+    assert Ceiling(10, 1.0, 0.5, 0.49, 0.50005).headroom_captured is None  # a 5e-5 room is not a denominator
+    assert Ceiling(10, 1.0, 0.5, 0.55, 0.6).headroom_captured == pytest.approx(0.5)

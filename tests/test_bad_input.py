@@ -5,7 +5,6 @@ partial folder, no unreadable cache entry, the user's files intact)."""
 from __future__ import annotations
 
 import json
-import math
 import resource
 import signal
 import subprocess
@@ -13,7 +12,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
 
@@ -504,52 +502,8 @@ def test_9_esci_hf_says_its_corpus_is_judged_only(tmp_path):
     assert any("judged-only" in w and "recall is inflated" in w for w in ds.warnings)
 
 
-# --------------------------------------------------------------------------- 10-12. numbers that mean what they say
-
-
-def test_10_dense_top_k_cuts_ties_with_the_run_rule():
-    import faiss
-
-    from stagebench.run import ranked
-    from stagebench.stages.dense import search_top_k
-
-    rng = np.random.default_rng(0)
-    base = rng.normal(size=(4, 8)).astype(np.float32)
-    base /= np.linalg.norm(base, axis=1, keepdims=True)
-    emb = np.repeat(base, 30, axis=0)  # 4 groups of 30 identical vectors: 30-way ties everywhere
-    doc_ids = [f"d{i:03d}" for i in range(len(emb))]
-    index = faiss.IndexFlatIP(8)
-    index.add(emb)
-    q = base[:2] + 0.01 * rng.normal(size=(2, 8)).astype(np.float32)
-    run = search_top_k(index, q, ["qa", "qb"], doc_ids, 10)
-    for qi, qid in enumerate(["qa", "qb"]):
-        full = {d: float(s) for d, s in zip(doc_ids, (emb @ q[qi]).astype(np.float32))}
-        oracle = [d for d, _ in ranked(full)[:10]]  # score desc, then doc id desc
-        assert [d for d, _ in ranked(run[qid])] == oracle
-
-
-def test_11_headroom_with_no_room_shows_the_change():
-    from stagebench.report import headroom_cell
-    from stagebench.table import CeilingCells
-
-    assert headroom_cell(CeilingCells(depth=50, pool_recall=0.5, input_ndcg10=0.8, achieved_ndcg10=0.75,
-                                      oracle_ndcg10=0.8, ndcg10_change=-0.05, headroom_captured=None)) == "no room (-0.0500)"
-    assert headroom_cell(CeilingCells(50, 0.5, 0.5, 0.55, 0.6, 0.05, 0.5)) == "50.0%"
-    from stagebench.analysis import Ceiling
-
-    assert Ceiling(10, 1.0, 0.5, 0.49, 0.50005).headroom_captured is None  # a 5e-5 room is not a denominator
-    assert Ceiling(10, 1.0, 0.5, 0.55, 0.6).headroom_captured == pytest.approx(0.5)
-
-
-def test_12_sigmoid_keeps_the_order_of_the_logits():
-    from stagebench.run import ranked_ids
-    from stagebench.stages.rerank import sigmoid_keeping_order
-
-    logits = np.array([40.0, 45.0, 38.0, 45.0, -3.0, 50.0])
-    s = sigmoid_keeping_order(logits)
-    docs = ["a", "b", "c", "d", "e", "f"]
-    assert ranked_ids(dict(zip(docs, s.tolist()))) == ["f", "d", "b", "a", "c", "e"]  # b, d tie: docid desc
-    assert s[1] == s[3] and np.all((s > 0) & (s <= 1)) and math.isclose(s[4], 1 / (1 + math.exp(3)))
+# items 10-12 (dense ties, no-room headroom, sigmoid order) are unit tests: tests/stages/test_dense_topk.py,
+# tests/test_analysis.py, tests/stages/test_rerank.py
 
 
 # --------------------------------------------------------------------------- 13-15

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from stagebench.data.model import Dataset
@@ -96,3 +97,14 @@ def test_bad_plugin_outputs(bad, msg):
     ds = dataset()
     with pytest.raises(StagebenchError, match=msg):
         rerank_run(input_run(ds), bad, StageContext(ds), RerankCommon(top_n=5), "s", "plug-in x")
+
+
+def test_sigmoid_keeps_the_order_of_the_logits():
+    from stagebench.run import ranked_ids
+    from stagebench.stages.rerank import sigmoid_keeping_order
+
+    logits = np.array([40.0, 45.0, 38.0, 45.0, -3.0, 50.0])
+    s = sigmoid_keeping_order(logits)
+    docs = ["a", "b", "c", "d", "e", "f"]
+    assert ranked_ids(dict(zip(docs, s.tolist()))) == ["f", "d", "b", "a", "c", "e"]  # b, d tie: docid desc
+    assert s[1] == s[3] and np.all((s > 0) & (s <= 1)) and math.isclose(s[4], 1 / (1 + math.exp(3)))
