@@ -1,3 +1,6 @@
+import sys
+
 from stagebench.cli import main
 
-raise SystemExit(main())
+if __name__ == "__main__":
+    sys.exit(main())

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from stagebench import stats
+import stagebench.stats as stats
 from stagebench.errors import StagebenchError
 from stagebench.report import format_p
 from stagebench.results import RunFolder

@@ -37,8 +37,18 @@ from stagebench.data import LOADERS
 from stagebench.errors import ConfigError, StagebenchError
 from stagebench.metrics.names import Measure, parse_measure
 from stagebench.models import check_model
-from stagebench.params import (Fraction, NonNegativeInt, PositiveInt, Probability, Range, Seed, build, coerce, param,
-                               read_yaml)  # fmt: skip
+from stagebench.params import (
+    Fraction,
+    NonNegativeInt,
+    PositiveInt,
+    Probability,
+    Range,
+    Seed,
+    build,
+    coerce,
+    param,
+    read_yaml,  # fmt: skip
+)
 from stagebench.stages import STAGE_TYPES, stage_class
 
 DEFAULT_METRICS = ("nDCG@10", "RR@10", "R@100")

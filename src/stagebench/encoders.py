@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from stagebench import ui
+import stagebench.ui as ui
 from stagebench.errors import StagebenchError
 from stagebench.models import ResolvedModel
 from stagebench.optional import need

@@ -16,6 +16,7 @@ from dataclasses import asdict
 
 from stagebench.table import CeilingCells, StageRow, StageTable
 
+
 def conventions_line(relevance_threshold: int, gain: str) -> str:
     g = "linear gain (grade, as trec_eval)" if gain == "linear" else "exponential gain (2^grade - 1)"
     return f"nDCG: {g}; binary measures: relevant = grade >= {relevance_threshold}; ties: score desc, docid desc"

@@ -16,7 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from string import ascii_lowercase
 
-from stagebench import analysis, plots, report, stats
+import stagebench.analysis as analysis
+import stagebench.plots as plots
+import stagebench.report as report
+import stagebench.stats as stats
 from stagebench.errors import StagebenchError
 from stagebench.files import atomic_write
 from stagebench.metrics import evaluate, parse_measure

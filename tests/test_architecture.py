@@ -1,0 +1,66 @@
+"""The floor plan: every module sits in one layer (docs/architecture.md), imports only from its
+own layer or lower ones, and the import graph has no cycle - counting every import, at module
+level or inside a function."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from graphlib import TopologicalSorter
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "stagebench"
+
+LAYERS = {
+    0: ["errors", "version", "optional", "files", "params", "system", "ui", "tokenize", "metrics.compute", "stats",
+        "table", "data.text"],
+    1: ["run", "metrics.names", "metrics", "cache", "models", "data.model", "data.esci", "data.jsonl", "data.trec",
+        "data.synthetic", "data"],
+    2: ["encoders", "rerankers", "onnx_weights", "analysis", "stages.base", "stages.bm25", "stages.dense",
+        "stages.fusion", "stages.rerank", "stages.run_file", "stages", "report", "plots"],
+    3: ["config"],
+    4: ["execute", "results", "pipeline", "training", "check", "compare"],
+    5: ["api", "cli", "docgen", "", "__main__"],
+}  # fmt: skip
+LAYER = {f"stagebench.{m}".rstrip("."): n for n, mods in LAYERS.items() for m in mods}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(SRC).with_suffix("").parts
+    name = ".".join(("stagebench", *parts))
+    return name.removesuffix(".__init__")
+
+
+def imports() -> dict[str, set[str]]:
+    """module -> the stagebench modules it imports (``from pkg import sub`` counts as ``pkg.sub``)."""
+    paths = list(SRC.rglob("*.py"))
+    modules = {module_name(p) for p in paths}
+    graph = {}
+    for path in paths:
+        deps = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("stagebench"):
+                for a in node.names:
+                    sub = f"{node.module}.{a.name}"
+                    deps.add(sub if sub in modules else node.module)
+            elif isinstance(node, ast.Import):
+                deps |= {a.name for a in node.names if a.name.startswith("stagebench")}
+        graph[module_name(path)] = deps - {module_name(path)}
+    return graph
+
+
+def test_every_module_has_a_layer_and_imports_only_downwards():
+    graph = imports()
+    assert set(graph) == set(LAYER), f"modules without a layer: {set(graph) - set(LAYER)}; gone: {set(LAYER) - set(graph)}"
+    for mod, deps in graph.items():
+        for dep in deps:
+            assert LAYER[dep] <= LAYER[mod], f"{mod} (layer {LAYER[mod]}) imports {dep} (layer {LAYER[dep]})"
+
+
+def test_no_import_cycle_and_every_module_imports_in_dependency_order():
+    graph = imports()
+    order = list(TopologicalSorter(graph).static_order())  # raises CycleError on a cycle
+    code = "import importlib\nfor m in %r:\n    importlib.import_module(m)\nprint('ok')" % order
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.stdout.strip() == "ok", r.stderr[-2000:]
