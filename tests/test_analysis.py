@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from stagebench.analysis import ceiling, lost, oracle_ranking, top_labels
 from stagebench.metrics import compute
-from stagebench.run import from_ranking
+from stagebench.runs import from_ranking
 
 
 def test_pool_holding_all_relevant_gives_oracle_one():

@@ -17,7 +17,7 @@ from stagebench.cache import Cache, cache_root, make_key
 from stagebench.config import load_config
 from stagebench.errors import StagebenchError
 from stagebench.pipeline import run_config
-from stagebench.run import read_trec_run, run_digest
+from stagebench.runs import read_trec_run, run_digest
 from tests.conftest import REPO, stagebench_cli
 
 # A plug-in that SIGKILLs its own process on the 3rd call when $KILL_IN_RERANK is set:

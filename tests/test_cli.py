@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from stagebench.cli import main
-from stagebench.run import write_trec_qrels, write_trec_run
+from stagebench.runs import write_trec_qrels, write_trec_run
 from tests.conftest import stagebench_cli
 
 pytestmark = pytest.mark.slow  # the real command line in subprocesses

@@ -8,7 +8,7 @@ import pytest
 
 from stagebench.data.jsonl import _read_beir_qrels
 from stagebench.errors import DataError
-from stagebench.run import read_trec_qrels, read_trec_run, write_trec_run
+from stagebench.runs import read_trec_qrels, read_trec_run, write_trec_run
 
 
 def test_a_duplicate_line_in_a_run_is_an_error(tmp_path):

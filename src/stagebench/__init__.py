@@ -17,7 +17,7 @@ from stagebench.data.model import Dataset
 from stagebench.errors import StagebenchError
 from stagebench.metrics import Evaluation, evaluate
 from stagebench.rerankers import Reranker
-from stagebench.run import read_trec_qrels, read_trec_run, write_trec_run
+from stagebench.runs import read_trec_qrels, read_trec_run, write_trec_run
 from stagebench.version import __version__
 
 __all__ = [

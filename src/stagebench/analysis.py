@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from stagebench.metrics import compute
-from stagebench.run import Run, ranked_ids
+from stagebench.runs import Run, ranked_ids
 
 RECALL_DEPTHS = (10, 100, 1000)
 #: below this oracle - input gap (the 4-decimal display resolution) headroom is "no room"

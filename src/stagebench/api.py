@@ -29,7 +29,7 @@ from stagebench.errors import ConfigError
 from stagebench.files import check_replaceable
 from stagebench.pipeline import RunResult, run_config
 from stagebench.results import not_a_results_folder
-from stagebench.run import Run
+from stagebench.runs import Run
 from stagebench.table import StageTable
 
 

@@ -21,7 +21,7 @@ from stagebench.metrics import evaluate, parse_measure
 from stagebench.pipeline import run_config
 from stagebench.report import conventions_line
 from stagebench.results import render
-from stagebench.run import read_trec_qrels, read_trec_run
+from stagebench.runs import read_trec_qrels, read_trec_run
 from stagebench.training import train_reranker
 from stagebench.version import __version__
 

@@ -20,7 +20,7 @@ import stagebench.stats as stats
 from stagebench.errors import StagebenchError
 from stagebench.report import format_p
 from stagebench.results import RunFolder
-from stagebench.run import read_trec_qrels
+from stagebench.runs import read_trec_qrels
 
 #: evaluation settings that change what a number means
 EVALUATION_KEYS = ("metrics", "gain", "relevance_threshold")

@@ -20,7 +20,7 @@ from stagebench.cache import Cache, code_identity, make_key, memo
 from stagebench.config import StageConfig
 from stagebench.data import Dataset
 from stagebench.errors import StagebenchError
-from stagebench.run import Run, ranked, read_trec_run, run_digest, write_trec_run
+from stagebench.runs import Run, ranked, read_trec_run, run_digest, write_trec_run
 from stagebench.stages import Stage, StageContext
 
 log = logging.getLogger("stagebench")

@@ -36,7 +36,7 @@ from stagebench.execute import package_versions, run_stage, stage_key
 from stagebench.files import atomic_write, check_apart, check_replaceable, check_writable, swap_in
 from stagebench.metrics import SCORED_MIN_GRADE
 from stagebench.results import not_a_results_folder, render
-from stagebench.run import Run, write_trec_qrels, write_trec_run
+from stagebench.runs import Run, write_trec_qrels, write_trec_run
 from stagebench.stages import StageContext, stage_class
 from stagebench.system import machine_info
 from stagebench.table import StageTable

@@ -23,7 +23,7 @@ import stagebench.stats as stats
 from stagebench.errors import StagebenchError
 from stagebench.files import atomic_write
 from stagebench.metrics import evaluate, parse_measure
-from stagebench.run import Run, qrels_digest, read_trec_qrels, read_trec_run, run_digest
+from stagebench.runs import Run, qrels_digest, read_trec_qrels, read_trec_run, run_digest
 from stagebench.table import CeilingCells, StageRow, StageTable
 
 MANIFEST = "manifest.json"
@@ -157,7 +157,8 @@ def comparisons_for(stages: list[dict], baseline: str) -> list[tuple[str, str]]:
     return pairs
 
 
-def analyse(manifest: dict, qrels: dict, runs: dict[str, Run]) -> Rendered:
+def score_folder(manifest: dict, qrels: dict, runs: dict[str, Run]) -> Rendered:
+    """Score every stage of a folder: measures, significance, ceilings, labels; the stage table."""
     ev = manifest["evaluation"]
     rel, gain = ev["relevance_threshold"], ev["gain"]
     stages = manifest["stages"]
@@ -242,7 +243,7 @@ def render(folder: str | Path) -> Rendered:
     folder = Path(folder)
     rf = RunFolder.open(folder)
     manifest, qrels, runs = rf.manifest, rf.qrels(), rf.runs()
-    rendered = analyse(manifest, qrels, runs)
+    rendered = score_folder(manifest, qrels, runs)
     table = rendered.table
     names = [s["name"] for s in manifest["stages"]]
     atomic_write(folder / "stage_table.txt", rendered.text)

@@ -51,7 +51,7 @@ from stagebench.metrics import evaluate
 from stagebench.models import resolve_model
 from stagebench.onnx_weights import build_reference_folder
 from stagebench.optional import need
-from stagebench.run import ranked_ids
+from stagebench.runs import ranked_ids
 from stagebench.stages import StageContext, stage_class
 
 log = logging.getLogger("stagebench")

@@ -6,7 +6,7 @@ import pytest
 
 from stagebench.errors import StagebenchError
 from stagebench.metrics import evaluate, parse_measure
-from stagebench.run import from_ranking
+from stagebench.runs import from_ranking
 
 ESCI = {"E": 3, "S": 2, "C": 1, "I": 0}
 

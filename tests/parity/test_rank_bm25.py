@@ -59,7 +59,7 @@ def test_top_k_with_ties_at_the_cut_matches_a_brute_force_oracle(tmp_path):
     import json
     import random
 
-    from stagebench.run import ranked
+    from stagebench.runs import ranked
 
     rng = random.Random(3)
     texts = ["shoe shoe red"] * 12 + ["shoe blue"] * 12 + ["shoe lace green"] * 12 + ["hat"] * 12

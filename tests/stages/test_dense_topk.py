@@ -9,7 +9,7 @@ import numpy as np
 def test_dense_top_k_cuts_ties_with_the_run_rule():
     import faiss
 
-    from stagebench.run import ranked
+    from stagebench.runs import ranked
     from stagebench.stages.dense import search_top_k
 
     rng = np.random.default_rng(0)

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from stagebench.run import from_ranking
+from stagebench.runs import from_ranking
 from stagebench.stages.fusion import normalise, rrf, score_fusion
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from stagebench.data.model import Dataset
 from stagebench.errors import StagebenchError
-from stagebench.run import ranked_ids
+from stagebench.runs import ranked_ids
 from stagebench.stages.base import StageContext
 from stagebench.stages.rerank import RerankCommon, merge_head_tail, rerank_run
 
@@ -100,7 +100,7 @@ def test_bad_plugin_outputs(bad, msg):
 
 
 def test_sigmoid_keeps_the_order_of_the_logits():
-    from stagebench.run import ranked_ids
+    from stagebench.runs import ranked_ids
     from stagebench.stages.rerank import sigmoid_keeping_order
 
     logits = np.array([40.0, 45.0, 38.0, 45.0, -3.0, 50.0])

@@ -9,7 +9,7 @@ import pytest
 from stagebench.config import load_config
 from stagebench.errors import ConfigError
 from stagebench.pipeline import run_config
-from stagebench.run import read_trec_run
+from stagebench.runs import read_trec_run
 
 
 def config(tmp_path, dataset, stages: str, name: str = "rf"):

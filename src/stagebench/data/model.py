@@ -9,7 +9,7 @@ from functools import cached_property
 
 from stagebench.data.text import render, template_fields
 from stagebench.errors import DataError
-from stagebench.run import qrels_digest
+from stagebench.runs import qrels_digest
 
 
 def judged_doc_ids(qrels: dict[str, dict[str, int]]) -> set[str]:
@@ -91,7 +91,7 @@ class Dataset:
 
     @cached_property
     def qrels_fingerprint(self) -> str:
-        """sha256 over the sorted (query, doc, grade) judgments (:func:`stagebench.run.qrels_digest`)."""
+        """sha256 over the sorted (query, doc, grade) judgments (:func:`stagebench.runs.qrels_digest`)."""
         return qrels_digest(self.qrels)
 
     @cached_property

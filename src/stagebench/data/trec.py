@@ -19,7 +19,7 @@ from stagebench.data.model import Dataset, check_id, check_queries
 from stagebench.data.text import strip_html
 from stagebench.errors import DataError
 from stagebench.params import param
-from stagebench.run import read_trec_qrels
+from stagebench.runs import read_trec_qrels
 
 
 @dataclass

@@ -3,7 +3,7 @@
 Conventions (see ``docs/metrics.md``):
 
 * **Ranking and ties**: documents are ranked by score descending, ties broken by doc
-  id descending (trec_eval's rule), see :func:`stagebench.run.ranked`.
+  id descending (trec_eval's rule), see :func:`stagebench.runs.ranked`.
 * **Gain**: nDCG uses linear gain (the grade, as trec_eval) unless ``gain="exp"``
   (``2**grade - 1``) is set for the evaluation or in the name (``nDCG(gain=exp)@10``).
 * **Relevance**: binary measures count a document as relevant when its grade is
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from stagebench.errors import StagebenchError
 from stagebench.metrics import compute
 from stagebench.metrics.names import GAINS, Measure, parse_measure
-from stagebench.run import ranked_ids
+from stagebench.runs import ranked_ids
 
 __all__ = ["Measure", "parse_measure", "evaluate", "Evaluation", "per_query_value"]
 

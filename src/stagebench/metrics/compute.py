@@ -1,6 +1,6 @@
 """Per-query measure kernels over one ranked list and one query's qrels.
 
-All functions take ``ranking`` (doc ids in rank order, see :func:`stagebench.run.ranked`)
+All functions take ``ranking`` (doc ids in rank order, see :func:`stagebench.runs.ranked`)
 and ``judgments`` (doc id -> integer grade). Definitions follow trec_eval where trec_eval
 has the measure; ``docs/metrics.md`` has the formulas and worked examples.
 """

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 if TYPE_CHECKING:
     from stagebench.cache import Cache
     from stagebench.data.model import Dataset
-    from stagebench.run import Run
+    from stagebench.runs import Run
 
 
 @dataclass
@@ -38,7 +38,7 @@ class Stage:
 
     # What a cached run of this stage depends on besides its params, inputs and the
     # dataset (see stagebench.execute.stage_key): the source of these modules ...
-    code_modules: ClassVar[tuple[str, ...]] = ("stagebench.run", "stagebench.stages.base")
+    code_modules: ClassVar[tuple[str, ...]] = ("stagebench.runs", "stagebench.stages.base")
     # ... the versions of these distributions ...
     packages: ClassVar[tuple[str, ...]] = ()
     # ... whether it reads the corpus texts (retrievers, rerankers) and the qrels (never,

@@ -35,7 +35,7 @@ from scipy import sparse
 
 from stagebench.cache import code_identity, memo
 from stagebench.params import Fraction, NonNegativeFloat, PositiveInt, param
-from stagebench.run import Run, ranked
+from stagebench.runs import Run, ranked
 from stagebench.stages.base import Stage, StageContext
 from stagebench.tokenize import Tokenizer
 from stagebench.ui import progress

@@ -24,7 +24,7 @@ from stagebench.encoders import load_bi_encoder
 from stagebench.models import resolve_model
 from stagebench.optional import need
 from stagebench.params import PositiveInt, Range, param
-from stagebench.run import Run, ranked
+from stagebench.runs import Run, ranked
 from stagebench.stages.base import Stage, StageContext
 
 log = logging.getLogger("stagebench")
@@ -86,7 +86,7 @@ def search_top_k(index, qemb: np.ndarray, qids: list[str], doc_ids: list[str], k
     faiss breaks ties among equal scores arbitrarily, so it is asked for more than ``k``;
     a query whose k-th score is still tied with the last one returned is searched again,
     deeper, until the tie group is complete (or the whole corpus is returned). The cut is
-    then made by :func:`stagebench.run.ranked`.
+    then made by :func:`stagebench.runs.ranked`.
     """
     n = len(doc_ids)
     k = min(k, n)

@@ -21,7 +21,7 @@ from typing import Literal
 import numpy as np
 
 from stagebench.params import NonNegativeFloat, PositiveInt, param
-from stagebench.run import Run, ranked, truncate
+from stagebench.runs import Run, ranked, truncate
 from stagebench.stages.base import Stage, StageContext
 
 

@@ -26,7 +26,7 @@ from stagebench.errors import ConfigError, StagebenchError
 from stagebench.models import resolve_model
 from stagebench.params import PositiveInt, build, param
 from stagebench.rerankers import CrossEncoderReranker, check_kwargs, import_target
-from stagebench.run import Run, ranked, ranked_ids
+from stagebench.runs import Run, ranked, ranked_ids
 from stagebench.stages.base import Stage, StageContext
 from stagebench.ui import progress
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from stagebench.cache import file_sha256
 from stagebench.params import PositiveInt, param
-from stagebench.run import Run, read_trec_run, truncate
+from stagebench.runs import Run, read_trec_run, truncate
 from stagebench.stages.base import Stage, StageContext
 
 log = logging.getLogger("stagebench")
