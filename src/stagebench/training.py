@@ -32,12 +32,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import math
-import os
 import random
 import shutil
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -47,27 +44,15 @@ from stagebench.data import LOADERS
 from stagebench.errors import ConfigError, DataError, StagebenchError
 from stagebench.execute import run_stage, stage_key
 from stagebench.files import check_replaceable, check_writable, swap_in
-from stagebench.metrics import evaluate
-from stagebench.models import resolve_model
-from stagebench.onnx_weights import build_reference_folder
-from stagebench.optional import need
+from stagebench.finetune import TrainingData
 from stagebench.runs import ranked_ids
 from stagebench.stages import StageContext, stage_class
+from stagebench.stages.rerank import CrossEncoderParams, CrossEncoderStage
 
 log = logging.getLogger("stagebench")
 
 
 # --------------------------------------------------------------------------- data
-
-
-@dataclass
-class TrainingData:
-    train: list[tuple[str, str, str, float]]  # (qid, query text, doc text, target)
-    dev: dict[str, list[tuple[str, float]]]  # dev qid -> [(doc id, target)] candidate pool
-    dev_qrels: dict[str, dict[str, int]]
-    dev_queries: dict[str, str]
-    train_qids: list[str]
-    stats: dict
 
 
 def target_for(grade: int, label_names: dict[int, str], mapping: dict[str, float]) -> float | None:
@@ -146,7 +131,7 @@ def build_training_data(config, t: TrainingConfig, cache=None) -> tuple[Training
              "train_pairs": len(train), **counts, "dataset": ds.source or ds.name,
              "labels": {str(k): v for k, v in t.labels.items()}}  # fmt: skip
     data = TrainingData(train, dev, {q: ds.qrels.get(q, {}) for q in dev_ids}, {q: ds.queries[q] for q in dev_ids},
-                        train_ids, stats)  # fmt: skip
+                        train_ids, stats, ds.doc_text)  # fmt: skip
     return data, ds
 
 
@@ -163,49 +148,9 @@ def mine_negatives(config, ds, n: NegativesConfig, cache) -> dict[str, list[str]
     return {q: ranked_ids(docs) for q, docs in run.items()}
 
 
-# --------------------------------------------------------------------------- model
-
-
-def base_model_folder(t: TrainingConfig, work: Path) -> tuple[str, str]:
-    """A folder (or hub name) sentence-transformers' CrossEncoder can train, and a description."""
-
-    m = resolve_model(t.base_model, t.source)
-    if m.backend == "onnx":
-
-        folder = build_reference_folder(m.path, work / "base-fp32")
-        return str(folder), f"{m.origin}, INT8 weights dequantized to fp32 for training"
-    return m.path, m.origin
-
-
-def dev_ndcg(model, data: TrainingData, text: dict[str, str], batch_size: int) -> dict[str, float]:
-    """Graded nDCG@10 / RR@10 of the model reranking each dev query's pool (stagebench metrics)."""
-
-    run = {}
-    for q, pool in data.dev.items():
-        if not pool:
-            continue
-        scores = model.predict([[data.dev_queries[q], text[d]] for d, _ in pool], batch_size=batch_size,
-                               show_progress_bar=False)  # fmt: skip
-        run[q] = {d: float(s) for (d, _), s in zip(pool, scores)}
-    ev = evaluate(data.dev_qrels, run, ["nDCG@10", "RR@10"])
-    return {k: round(v, 6) for k, v in ev.means.items()}
-
-
 def train_reranker(config, output: str | None = None, cache=None) -> dict:
-    """Train, save the model folder + model card, and return the training report."""
-
-    why = "train-reranker"
-    torch = need("torch", why)
-    HFDataset = need("datasets", why).Dataset
-    CrossEncoder = need("sentence_transformers", why).CrossEncoder
-    ce = need("sentence_transformers.cross_encoder", why)
-    CrossEncoderTrainer, CrossEncoderTrainingArguments = ce.CrossEncoderTrainer, ce.CrossEncoderTrainingArguments
-    CrossEncoderRerankingEvaluator = need("sentence_transformers.cross_encoder.evaluation", why).CrossEncoderRerankingEvaluator
-    transformers = need("transformers", why)
-    EarlyStoppingCallback, set_seed = transformers.EarlyStoppingCallback, transformers.set_seed
-    losses = need("sentence_transformers.cross_encoder.losses", why)
-
-
+    """Build the training data, fit a cross-encoder stage on it (``CrossEncoderStage.fit``), save
+    the model folder with a model card, and return the training report."""
     t: TrainingConfig = config.training
     if t is None:
         raise ConfigError(f"{config.path}: no training: section (see docs/training.md)")
@@ -214,69 +159,23 @@ def train_reranker(config, output: str | None = None, cache=None) -> dict:
     check_replaceable(out, "trained model", not_a_model_folder)
     check_writable(out, "model folder")
     t0 = time.perf_counter()
-    data, ds = build_training_data(config, t, cache)
+    data, _ = build_training_data(config, t, cache)
     log.info("training data: %s", json.dumps(data.stats))
     work = out.parent / f".{out.name}.work"
     work.mkdir(parents=True, exist_ok=True)
-    base, base_desc = base_model_folder(t, work)
-    torch.set_num_threads(os.cpu_count() or 1)
-    set_seed(t.seed)
+    stage = CrossEncoderStage("train", CrossEncoderParams(model=t.base_model, source=t.source, max_length=t.max_length))
     try:
-        model = CrossEncoder(base, num_labels=1, max_length=t.max_length, device="cpu")
-    except Exception as exc:
-        raise StagebenchError(f"{config.path}: training.base_model: cannot load {t.base_model!r} from {base_desc} "
-                              f"({type(exc).__name__}: {exc})") from exc  # fmt: skip
-    text = ds.doc_text
-    before = dev_ndcg(model, data, text, 64) if data.dev else {}
-    log.info("training: dev metrics of the base model: %s", before)
-
-    if t.loss == "lambda":
-        groups: dict[str, list] = {}
-        for q, qt, d, y in data.train:
-            groups.setdefault(q, [qt, [], []])
-            groups[q][1].append(d)
-            groups[q][2].append(y)
-        train_ds = HFDataset.from_dict({"query": [g[0] for g in groups.values()], "docs": [g[1] for g in groups.values()],
-                                        "labels": [g[2] for g in groups.values()]})  # fmt: skip
-        loss = losses.LambdaLoss(model)
-    else:
-        train_ds = HFDataset.from_dict({"query": [x[1] for x in data.train], "passage": [x[2] for x in data.train],
-                                        "label": [x[3] for x in data.train]})  # fmt: skip
-        loss = losses.BinaryCrossEntropyLoss(model) if t.loss == "bce" else losses.MSELoss(model)
-    evaluator = None
-    if data.dev and t.early_stopping_patience:  # otherwise the dev pools are scored only before and after
-        samples = [{"query": data.dev_queries[q], "positive": [text[d] for d, y in pool if y > 0],
-                    "documents": [text[d] for d, _ in pool]} for q, pool in data.dev.items() if pool]  # fmt: skip
-        evaluator = CrossEncoderRerankingEvaluator(samples, at_k=10, name="dev", always_rerank_positives=True,
-                                                   show_progress_bar=False)  # fmt: skip
-    steps_per_epoch = math.ceil(len(train_ds) / t.batch_size)
-    args = CrossEncoderTrainingArguments(
-        output_dir=str(work / "checkpoints"), num_train_epochs=t.epochs, per_device_train_batch_size=t.batch_size,
-        learning_rate=t.learning_rate, warmup_steps=int(t.warmup_ratio * steps_per_epoch * t.epochs), seed=t.seed,
-        data_seed=t.seed, eval_strategy="epoch" if evaluator else "no", save_strategy="epoch" if t.early_stopping_patience
-        else "no", load_best_model_at_end=bool(t.early_stopping_patience and evaluator),
-        metric_for_best_model="eval_dev_ndcg@10" if evaluator else None, save_total_limit=1,
-        logging_steps=max(1, steps_per_epoch // 10), report_to="none", use_cpu=True, dataloader_num_workers=0,
-        disable_tqdm=False,
-    )  # fmt: skip
-    callbacks = [EarlyStoppingCallback(t.early_stopping_patience)] if t.early_stopping_patience and evaluator else []
-    trainer = CrossEncoderTrainer(model=model, args=args, train_dataset=train_ds, loss=loss, evaluator=evaluator,
-                                  callbacks=callbacks)  # fmt: skip
-    t_train = time.perf_counter()
-    trainer.train()
-    train_seconds = time.perf_counter() - t_train
-    after = dev_ndcg(model, data, text, 64) if data.dev else {}
-    log.info("training: dev metrics after training: %s", after)
-
+        fitted = stage.fit(data, t, work)
+    except StagebenchError as exc:
+        raise StagebenchError(f"{config.path}: {exc}") from exc
     tmp = out.parent / f".{out.name}.partial"
     shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(str(tmp))
+    fitted.model.save_pretrained(str(tmp))
     report = {
-        "base_model": t.base_model, "base_model_origin": base_desc, "config": config.path,
+        "base_model": t.base_model, "base_model_origin": fitted.base_origin, "config": config.path,
         "training": json.loads(json.dumps(dataclasses.asdict(t), default=str)), "data": data.stats,
-        "dev_before": before, "dev_after": after, "train_seconds": round(train_seconds, 1),
-        "total_seconds": round(time.perf_counter() - t0, 1), "steps": trainer.state.global_step,
-        "log_history": trainer.state.log_history,
+        "dev_before": fitted.dev_before, "dev_after": fitted.dev_after, "train_seconds": round(fitted.train_seconds, 1),
+        "total_seconds": round(time.perf_counter() - t0, 1), "steps": fitted.steps, "log_history": fitted.log_history,
     }  # fmt: skip
     (tmp / TRAINING_REPORT).write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
     (tmp / "README.md").write_text(model_card(report), encoding="utf-8")

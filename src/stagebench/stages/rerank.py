@@ -17,12 +17,14 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
 from stagebench.cache import module_source_hash
 from stagebench.errors import ConfigError, StagebenchError
+from stagebench.finetune import Fitted, TrainingData, fine_tune
 from stagebench.models import resolve_model
 from stagebench.params import PositiveInt, build, param
 from stagebench.rerankers import CrossEncoderReranker, check_kwargs, import_target
@@ -171,6 +173,11 @@ class CrossEncoderStage(Stage):
 
     def identity(self) -> dict:
         return {"model": resolve_model(self.params.model, self.params.source).identity}
+
+    def fit(self, data: TrainingData, recipe: Any, work: Path) -> Fitted:
+        """Fine-tune this stage's model on ``data`` (PyTerrier's ``Estimator.fit``): the recipe is a
+        config's ``training:`` section; see :mod:`stagebench.finetune`."""
+        return fine_tune(self.params.model, self.params.source, data, recipe, work)
 
     def __call__(self, ctx: StageContext, inputs: list[Run]) -> Run:
         p: CrossEncoderParams = self.params
