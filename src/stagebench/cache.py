@@ -36,7 +36,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from stagebench.files import named
+from stagebench.files import named, swap_in
 from stagebench.system import PeakMemory
 from stagebench.version import __version__
 
@@ -177,11 +177,9 @@ class Cache:
             info = {"kind": kind, "key": key, "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                     "stagebench_version": __version__, "files": files, "meta": meta, "key_parts": key_parts or {}}  # fmt: skip
             (tmp / ENTRY_FILE).write_text(json.dumps(info, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
-            if final.exists():  # a stale or concurrent entry under the same key: replace it
-                shutil.rmtree(final, ignore_errors=True)
             try:
-                os.rename(tmp, final)
-            except OSError:  # another process put the same key first: its entry is as good as ours
+                swap_in(tmp, final)  # a stale entry under the same key is replaced once ours is in place
+            except OSError:  # another process put the same key at the same moment: its entry is as good as ours
                 shutil.rmtree(tmp, ignore_errors=True)
         except OSError as exc:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -105,35 +105,32 @@ def _cut(run: Run, top_k: int | None) -> Run:
     return run if top_k is None else truncate(run, top_k)
 
 
-class RRFStage(Stage):
-    type_name = "rrf"
-    Params = RRFParams
+class _FusionStage(Stage):
+    """Fusers: one or more inputs, no corpus text, one weight per input."""
+
     min_inputs, max_inputs = 1, None
     code_modules = (*Stage.code_modules, "stagebench.stages.fusion")
     reads_corpus = False
 
     @classmethod
-    def check_params(cls, params: RRFParams, inputs: list[str]) -> list[tuple[str, str]]:
+    def check_params(cls, params: RRFParams | ScoreFusionParams, inputs: list[str]) -> list[tuple[str, str]]:
         return check_weights(params.weights, inputs)
+
+
+class RRFStage(_FusionStage):
+    type_name = "rrf"
+    Params = RRFParams
 
     def __call__(self, ctx: StageContext, inputs: list[Run]) -> Run:
         p: RRFParams = self.params
         return _cut(rrf(inputs, p.k, p.weights, p.depth), p.top_k)
 
 
-class ScoreFusionStage(Stage):
+class ScoreFusionStage(_FusionStage):
     type_name = "score_fusion"
     Params = ScoreFusionParams
-    min_inputs, max_inputs = 1, None
-    code_modules = (*Stage.code_modules, "stagebench.stages.fusion")
     packages = ("numpy",)
-    reads_corpus = False
-
-    @classmethod
-    def check_params(cls, params: ScoreFusionParams, inputs: list[str]) -> list[tuple[str, str]]:
-        return check_weights(params.weights, inputs)
 
     def __call__(self, ctx: StageContext, inputs: list[Run]) -> Run:
         p: ScoreFusionParams = self.params
-        fused = score_fusion(inputs, p.method, p.norm, p.weights, p.depth)
-        return _cut(fused, p.top_k)
+        return _cut(score_fusion(inputs, p.method, p.norm, p.weights, p.depth), p.top_k)
