@@ -12,7 +12,6 @@ import time
 import traceback
 
 from stagebench.cache import Cache, cache_root, human_bytes
-from stagebench.check import check, format_check, write_expected
 from stagebench.compare import compare_dirs
 from stagebench.config import load_config
 from stagebench.data.synthetic import SyntheticSpec, generate
@@ -20,6 +19,7 @@ from stagebench.errors import StagebenchError
 from stagebench.metrics import evaluate, parse_measure
 from stagebench.pipeline import run_config
 from stagebench.report import conventions_line
+from stagebench.reproduce import compare_with_expected, format_report, write_expected
 from stagebench.results import render
 from stagebench.runs import read_trec_qrels, read_trec_run
 from stagebench.training import train_reranker
@@ -61,8 +61,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
         write_expected(args.run_dir, args.expected, tolerance=args.tolerance)
         print(f"wrote {args.expected} from {args.run_dir}")
         return 0
-    rows, source = check(args.run_dir, args.expected)
-    sys.stdout.write(format_check(rows, args.run_dir, args.expected, source))
+    rows, source = compare_with_expected(args.run_dir, args.expected)
+    sys.stdout.write(format_report(rows, args.run_dir, args.expected, source))
     return 1 if any(r.status == "FAIL" for r in rows) else 0
 
 

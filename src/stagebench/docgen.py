@@ -14,6 +14,7 @@ from pathlib import Path
 
 from stagebench.config import EvaluationConfig, NegativesConfig, TrainingConfig
 from stagebench.data import LOADERS
+from stagebench.files import atomic_write
 from stagebench.params import describe
 from stagebench.stages import STAGE_TYPES
 
@@ -68,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{DOC}: the parameter reference is stale; run python -m stagebench.docgen", file=sys.stderr)
             return 1
         return 0
-    DOC.write_text(new, encoding="utf-8")
+    atomic_write(DOC, new)
     print(f"wrote {DOC}")
     return 0
 

@@ -1,4 +1,4 @@
-"""Reproduction check: compare a run folder's metrics with an expected-values file.
+"""Reproduction (`stagebench check`): compare a run folder's metrics with an expected-values file.
 
 The expected file (YAML) pins a stage table::
 
@@ -107,7 +107,7 @@ def folder_metrics(folder: Path) -> tuple[dict[str, dict[str, float]], dict, str
     return {r.stage: dict(r.metrics) for r in table.rows}, rf.manifest, "read from stage_table.json (no run files)"
 
 
-def check(folder: str | Path, expected_path: str | Path) -> tuple[list[CheckRow], str]:
+def compare_with_expected(folder: str | Path, expected_path: str | Path) -> tuple[list[CheckRow], str]:
     folder = Path(folder)
     exp = load_expected(expected_path)
     got, manifest, source = folder_metrics(folder)
@@ -132,7 +132,7 @@ def check(folder: str | Path, expected_path: str | Path) -> tuple[list[CheckRow]
     return rows, source
 
 
-def format_check(rows: list[CheckRow], folder: str, expected_path: str, source: str) -> str:
+def format_report(rows: list[CheckRow], folder: str, expected_path: str, source: str) -> str:
     def cell(v) -> str:
         if v is None:
             return "missing"
