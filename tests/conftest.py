@@ -19,6 +19,16 @@ def stagebench_cli(*args, cwd=None, env=None, **kw) -> subprocess.CompletedProce
                           cwd=cwd, env=env, **kw)  # fmt: skip
 
 
+def esci_config(tmp_path: Path, dataset: Path, stages: str, name: str = "t", evaluation: str = "") -> Path:
+    """A config file ``<tmp_path>/<name>.yaml`` over an ESCI-layout folder (test split), results in
+    ``<tmp_path>/<name>`` and the cache in ``<tmp_path>/cache``; ``stages`` is the YAML list body."""
+    cfg = tmp_path / f"{name}.yaml"
+    cfg.write_text(f"name: {name}\noutput: {tmp_path / name}\ncache_dir: {tmp_path / 'cache'}\n"
+                   f"dataset: {{loader: esci, path: {dataset}, split: test}}\nstages:\n{stages}\n"
+                   + (f"evaluation: {evaluation}\n" if evaluation else ""))  # fmt: skip
+    return cfg
+
+
 def shared_path(name: str) -> Path:
     p = SHARED / name
     if not p.exists():

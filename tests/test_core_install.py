@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, esci_config
 
 pytestmark = pytest.mark.slow  # subprocesses with model libraries blocked
 
@@ -37,17 +37,9 @@ def core_only(code: str, cwd) -> subprocess.CompletedProcess:
 
 
 def test_bm25_run_table_eval_compare_check_without_model_libraries(tmp_path, small_synthetic):
-    cfg = tmp_path / "c.yaml"
-    cfg.write_text(f"""
-name: core
-output: {tmp_path / 'out'}
-cache_dir: {tmp_path / 'cache'}
-dataset: {{loader: esci, path: {small_synthetic}, split: test}}
-stages:
-  - {{name: bm25, type: bm25, params: {{top_k: 100}}}}
-  - {{name: stem, type: bm25, params: {{top_k: 100, stemmer: english}}}}
-  - {{name: rrf, type: rrf, inputs: [bm25, stem]}}
-""")
+    cfg = esci_config(tmp_path, small_synthetic, "  - {name: bm25, type: bm25, params: {top_k: 100}}\n"
+                      "  - {name: stem, type: bm25, params: {top_k: 100, stemmer: english}}\n"
+                      "  - {name: rrf, type: rrf, inputs: [bm25, stem]}", name="out")  # fmt: skip
     (tmp_path / "exp.yaml").write_text("stages: {bm25: {nDCG@10: 0.0}}\ntolerance: 1.0\n")
     out = tmp_path / "out"
     r = core_only(f"""
@@ -63,15 +55,7 @@ stages:
 
 
 def test_a_dense_stage_without_the_neural_extra_says_what_to_install(tmp_path, small_synthetic):
-    cfg = tmp_path / "c.yaml"
-    cfg.write_text(f"""
-name: core
-output: {tmp_path / 'out'}
-cache_dir: {tmp_path / 'cache'}
-dataset: {{loader: esci, path: {small_synthetic}, split: test}}
-stages:
-  - {{name: d, type: dense}}
-""")
+    cfg = esci_config(tmp_path, small_synthetic, "  - {name: d, type: dense}", name="out")
     r = core_only(f"""
         print("RESULT", main(["run", "{cfg}"]))
     """, cwd=REPO)

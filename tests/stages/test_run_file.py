@@ -10,20 +10,11 @@ from stagebench.config import load_config
 from stagebench.errors import ConfigError
 from stagebench.pipeline import run_config
 from stagebench.runs import read_trec_run
+from tests.conftest import esci_config
 
 
 def config(tmp_path, dataset, stages: str, name: str = "rf"):
-    cfg = tmp_path / f"{name}.yaml"
-    cfg.write_text(f"""
-name: {name}
-output: {tmp_path / name}
-cache_dir: {tmp_path / 'cache'}
-dataset: {{loader: esci, path: {dataset}, split: test}}
-stages:
-{stages}
-evaluation: {{metrics: [nDCG@10, R@100]}}
-""")
-    return cfg
+    return esci_config(tmp_path, dataset, stages, name, evaluation="{metrics: [nDCG@10, R@100]}")
 
 
 @pytest.mark.slow
