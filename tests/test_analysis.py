@@ -106,3 +106,28 @@ def test_headroom_with_no_room_shows_the_change():
 
     assert Ceiling(10, 1.0, 0.5, 0.49, 0.50005).headroom_captured is None  # a 5e-5 room is not a denominator
     assert Ceiling(10, 1.0, 0.5, 0.55, 0.6).headroom_captured == pytest.approx(0.5)
+
+
+def test_recall_at_and_the_recall_curve_against_direct_counts():
+    from stagebench.analysis import recall_at, recall_curve
+
+    qrels = {"q1": {"a": 2, "b": 1, "c": 0}, "q2": {"x": 1}, "q3": {"y": 2}}
+    run = from_ranking({"q1": ["c", "a", "z", "b"], "q2": ["w", "v", "x"]})  # q3 has no results; runs are 4 deep
+    queries = ["q1", "q2", "q3"]
+    # rel=1: q1 finds a at 2 and b at 4; q2 finds x at 3; q3 nothing
+    assert recall_at(run, qrels, queries, 1, depths=(1, 2, 3, 10)) == pytest.approx(
+        {"R@1": 0.0, "R@2": (0.5 + 0 + 0) / 3, "R@3": (0.5 + 1 + 0) / 3})  # R@10 dropped: deeper than the runs
+    assert recall_at(run, qrels, queries, 2, depths=(2, 4)) == pytest.approx({"R@2": (1 + 0 + 0) / 3, "R@4": 1 / 3})
+    assert recall_at({}, qrels, queries, 1, depths=(10, 100)) == {"R@10": 0.0}  # the first depth is always reported
+    curve = recall_curve(run, qrels, queries, 1, 5)
+    assert curve == pytest.approx([0.0, 0.5 / 3, 1.5 / 3, 2 / 3, 2 / 3])
+    assert recall_curve(run, qrels, queries, 2, 2) == pytest.approx([0.0, 1 / 3])
+    assert recall_curve(run, {"q1": {"a": 0}}, ["q1"], 1, 3) == [0.0, 0.0, 0.0]  # no relevant document: 0, not NaN
+
+
+def test_lost_counts_a_grade_equal_to_the_threshold_as_relevant():
+    qrels = {"q1": {"a": 2}, "q2": {"b": 1}}
+    run = from_ranking({"q1": ["a"], "q2": ["x", "b"]})
+    assert lost(run, qrels, ["q1", "q2"], 2) == 1  # q2 has nothing at grade >= 2
+    assert lost(run, qrels, ["q1", "q2"], 1) == 0
+    assert lost(run, qrels, ["q1", "q2"], 1, depth=1) == 1  # b is below the pool of 1

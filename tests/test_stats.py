@@ -82,3 +82,18 @@ def test_bootstrap_ci_covers_the_true_mean_about_95_percent_of_the_time():
         lo, hi = bootstrap_ci(sample, resamples=1000, seed=t)
         hits += lo <= 1.0 <= hi
     assert 0.90 <= hits / trials <= 0.985  # a 90% interval would cover about 0.90 or less
+
+
+def test_compare_against_direct_computations():
+    from stagebench.stats import compare
+
+    a = [0.5, 0.7, 0.2, 0.9, 0.4, 0.4]
+    b = [0.4, 0.7, 0.3, 0.5, 0.1, 0.4 + 1e-15]  # the last pair ties within 1e-12
+    c = compare("x", "y", "nDCG@10", a, b, 2000, 7)
+    assert (c.a, c.b, c.metric) == ("x", "y", "nDCG@10")
+    assert c.mean_a == pytest.approx(np.mean(a)) and c.mean_b == pytest.approx(np.mean(b))
+    assert (c.wins, c.ties, c.losses) == (3, 2, 1)
+    assert (c.t, c.p_t) == pytest.approx(paired_t_test(a, b))
+    assert c.p_rand == randomization_test(a, b, 2000, 7)
+    d = c.as_dict()
+    assert d["wins"] == 3 and d["p_rand"] == round(c.p_rand, 6) and d["metric"] == "nDCG@10"

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from stagebench.runs import from_ranking
+from stagebench.runs import from_ranking, ranked_ids
 from stagebench.stages.fusion import normalise, rrf, score_fusion
 
 
@@ -60,3 +60,31 @@ def test_normalisation_edge_cases():
     assert normalise({}, "minmax") == {}
     z = normalise({"a": 1.0, "b": 3.0}, "zscore")
     assert z["a"] == pytest.approx(-1.0) and z["b"] == pytest.approx(1.0)
+
+
+def test_fusion_stages_apply_their_params():
+    from stagebench.stages.base import StageContext
+    from stagebench.stages.fusion import RRFParams, RRFStage, ScoreFusionParams, ScoreFusionStage, check_weights
+
+    a = from_ranking({"q": ["x", "y", "z", "w"]})
+    b = from_ranking({"q": ["z", "y", "v"]})
+    ctx = StageContext(dataset=None)
+    got = RRFStage("f", RRFParams(k=1.0, weights=[2.0, 1.0], depth=2, top_k=2))(ctx, [a, b])
+    assert got == {"q": dict(list(sorted(rrf([a, b], 1.0, [2.0, 1.0], 2)["q"].items(), key=lambda kv: -kv[1]))[:2])}
+    assert got["q"] == pytest.approx({"y": 1.0, "x": 1.0})  # x: 2/2; y: 2/3 + 1/3 (z: 1/2 is cut)
+    assert list(ranked_ids(got["q"])) == ["y", "x"]  # the tie goes to the higher doc id
+    full = RRFStage("f", RRFParams())(ctx, [a, b])
+    assert set(full["q"]) == {"x", "y", "z", "w", "v"}
+    fused = ScoreFusionStage("s", ScoreFusionParams(method="combmnz", norm="none", top_k=1))(ctx, [a, b])
+    assert fused == {"q": {"x": -1.0}}  # raw scores -rank: x -1 (one input); y, z (-2 - 2) x 2 = -8; w -4; v -3
+    assert check_weights([1.0], ["a", "b"]) == [("weights", "has 1 values for 2 inputs (a, b): give one per input")]
+    assert check_weights([0.0, 0.0], ["a", "b"]) == [("weights", "are all 0: every fused score would be 0")]
+    assert check_weights([1.0, 0.0], ["a", "b"]) == [] and check_weights(None, ["a"]) == []
+    assert RRFStage.check_params(RRFParams(weights=[1.0]), ["a", "b"]) and not RRFStage.check_params(RRFParams(), ["a"])
+
+
+def test_zscore_divides_by_the_standard_deviation():
+    z = normalise({"a": 0.0, "b": 4.0}, "zscore")  # mean 2, sd 2
+    assert z == pytest.approx({"a": -1.0, "b": 1.0})
+    z = normalise({"a": 0.0, "b": 4.0, "c": 8.0}, "zscore")  # sd = sqrt(32/3)
+    assert z["c"] == pytest.approx(4.0 / (32 / 3) ** 0.5)

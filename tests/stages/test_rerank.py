@@ -59,6 +59,9 @@ def test_negative_head_scores_stay_above_positive_tail():
 def test_merge_head_tail_precision_fallback():
     out = merge_head_tail({"a": 1e17, "b": 2e17}, ["c", "d"])
     assert ranked_ids(out) == ["b", "a", "c", "d"]
+    # at 1e16, min(head) - 1 rounds back to min(head) although the tail scores stay distinct
+    out = merge_head_tail({"a": 1e16}, ["c", "d"])
+    assert ranked_ids(out) == ["a", "c", "d"] and out["c"] < out["a"]
 
 
 def test_batched_across_queries_equals_per_query():
@@ -108,3 +111,10 @@ def test_sigmoid_keeps_the_order_of_the_logits():
     docs = ["a", "b", "c", "d", "e", "f"]
     assert ranked_ids(dict(zip(docs, s.tolist()))) == ["f", "d", "b", "a", "c", "e"]  # b, d tie: docid desc
     assert s[1] == s[3] and np.all((s > 0) & (s <= 1)) and math.isclose(s[4], 1 / (1 + math.exp(3)))
+
+
+def test_merge_head_tail_scores_are_as_documented():
+    # tail_j = min(head) - 1 - j, whatever the sign of the head scores
+    assert merge_head_tail({"a": 0.5, "b": -2.0}, ["c", "d"]) == {"a": 0.5, "b": -2.0, "c": -3.0, "d": -4.0}
+    assert merge_head_tail({}, ["c", "d"]) == {"c": -1.0, "d": -2.0}  # no head: the tail starts below 0
+    assert merge_head_tail({"a": 3.0}, []) == {"a": 3.0}
