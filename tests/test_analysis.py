@@ -131,3 +131,13 @@ def test_lost_counts_a_grade_equal_to_the_threshold_as_relevant():
     assert lost(run, qrels, ["q1", "q2"], 2) == 1  # q2 has nothing at grade >= 2
     assert lost(run, qrels, ["q1", "q2"], 1) == 0
     assert lost(run, qrels, ["q1", "q2"], 1, depth=1) == 1  # b is below the pool of 1
+
+
+def test_top_labels_without_names_and_with_a_cut():
+    qrels = {"q1": {"a": 3, "b": 1, "c": 4}}
+    run = from_ranking({"q1": ["a", "b", "c", "x"]})
+    # a grade the names do not cover is shown as itself; only the top k count
+    assert top_labels(run, qrels, ["q1"], {3: "E", 1: "C"}, k=3) == pytest.approx(
+        {"E": 1 / 3, "C": 1 / 3, "4": 1 / 3, "unjudged": 0.0})
+    assert top_labels(run, qrels, ["q1"], None, k=4) == pytest.approx({"3": 0.25, "1": 0.25, "4": 0.25, "unjudged": 0.25})
+    assert top_labels({}, qrels, ["q1"], {3: "E"}) == {"E": 0.0, "unjudged": 0.0}

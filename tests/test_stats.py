@@ -97,3 +97,14 @@ def test_compare_against_direct_computations():
     assert c.p_rand == randomization_test(a, b, 2000, 7)
     d = c.as_dict()
     assert d["wins"] == 3 and d["p_rand"] == round(c.p_rand, 6) and d["metric"] == "nDCG@10"
+
+
+def test_randomization_test_over_several_chunks():
+    # 1,000 paired queries: the permutations are drawn in chunks of 2,000; 5,000 need three
+    rng = np.random.default_rng(4)
+    a = rng.random(1000)
+    assert randomization_test(a + 0.5, a, permutations=5000, seed=1) == pytest.approx(1 / 5001)  # never reached
+    b = a + rng.normal(0, 0.05, 1000)
+    p = randomization_test(a, b, permutations=5000, seed=1)
+    assert 0 < p <= 1 and p == randomization_test(a, b, permutations=5000, seed=1)
+    assert abs(p - paired_t_test(a, b)[1]) < 0.05  # large n: the two tests agree closely
