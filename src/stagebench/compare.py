@@ -26,9 +26,9 @@ from stagebench.runs import read_trec_qrels
 EVALUATION_KEYS = ("metrics", "gain", "relevance_threshold")
 
 
-def check_comparable(a: Path, b: Path) -> None:
+def check_comparable(fa: RunFolder, fb: RunFolder) -> None:
     """Refuse folders whose evaluation settings, corpus or shared judgments differ."""
-    ma, mb = RunFolder.open(a).manifest, RunFolder.open(b).manifest
+    a, b, ma, mb = fa.path, fb.path, fa.manifest, fb.manifest
     for key in EVALUATION_KEYS:
         va, vb = ma.get("evaluation", {}).get(key), mb.get("evaluation", {}).get(key)
         if va != vb:
@@ -51,8 +51,9 @@ def check_comparable(a: Path, b: Path) -> None:
 
 def compare_dirs(a: str | Path, b: str | Path, permutations: int = 10000, seed: int = 42, alpha: float = 0.05) -> str:
     a, b = Path(a), Path(b)
-    check_comparable(a, b)
-    pa, pb = RunFolder.open(a).per_query(), RunFolder.open(b).per_query()
+    fa, fb = RunFolder.open(a), RunFolder.open(b)
+    check_comparable(fa, fb)
+    pa, pb = fa.per_query(), fb.per_query()
     order_a, order_b = list(pa), list(pb)
     stages = [s for s in order_a if s in pb]
     if not stages:

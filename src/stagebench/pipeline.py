@@ -35,7 +35,7 @@ from stagebench.errors import ConfigError, DataError, StagebenchError
 from stagebench.execute import package_versions, run_stage, stage_key
 from stagebench.files import atomic_write, check_apart, check_replaceable, check_writable, swap_in
 from stagebench.metrics import SCORED_MIN_GRADE
-from stagebench.results import not_a_results_folder, render
+from stagebench.results import KEPT_FILES, not_a_results_folder, render
 from stagebench.runs import Run, write_trec_qrels, write_trec_run
 from stagebench.stages import StageContext, stage_class
 from stagebench.system import machine_info
@@ -44,9 +44,6 @@ from stagebench.version import __version__
 
 log = logging.getLogger("stagebench")
 
-#: files a results folder may hold that no run writes (``stagebench check``'s expected
-#: values, committed next to the results): a new run into the folder keeps them
-KEPT_FILES = ("expected.yaml",)
 
 
 @dataclass

@@ -27,11 +27,14 @@ from stagebench.runs import Run, qrels_digest, read_trec_qrels, read_trec_run, r
 from stagebench.table import CeilingCells, StageRow, StageTable
 
 MANIFEST = "manifest.json"
+#: files a results folder may hold that no run writes (``stagebench check``'s expected values,
+#: committed next to the results): a new run into the folder keeps them
+KEPT_FILES = ("expected.yaml",)
 #: everything a run writes into a results folder (``expected.yaml`` is kept across runs, see
 #: stagebench.pipeline); a folder holding anything else is not stagebench's to replace
 RESULT_ENTRIES = frozenset({
     MANIFEST, "runs", "qrels.trec", "stage_table.txt", "stage_table.md", "stage_table.csv", "stage_table.json",
-    "significance.json", "per_query.csv", "plots", "report.html", "expected.yaml", "report_screenshot.png",
+    "significance.json", "per_query.csv", "plots", "report.html", "report_screenshot.png", *KEPT_FILES,
 })  # fmt: skip
 
 
