@@ -14,11 +14,11 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "stagebench"
 
 LAYERS = {
     0: ["errors", "version", "optional", "files", "params", "system", "ui", "tokenize", "metrics.compute", "stats",
-        "table", "data.text"],
+        "table", "data.text", "listwise"],
     1: ["runs", "metrics.names", "metrics", "cache", "models", "data.model", "data.esci", "data.jsonl", "data.trec",
         "data.synthetic", "data"],
     2: ["encoders", "rerankers", "onnx_weights", "finetune", "analysis", "stages.base", "stages.bm25", "stages.dense",
-        "stages.fusion", "stages.rerank", "stages.run_file", "stages", "report", "plots"],
+        "stages.fusion", "stages.rerank", "stages.run_file", "stages", "report", "plots", "llm", "stages.llm_rerank"],
     3: ["config"],
     4: ["execute", "results", "pipeline", "training", "reproduce", "compare"],
     5: ["api", "cli", "docgen", "", "__main__"],

@@ -29,8 +29,11 @@ from tests.conftest import REPO
 # identity fields are keyed through Stage.identity() (the resolved model's name and weight hash; a
 # run file's sha256, tests/stages/test_run_file.py); changing them here would need a second model
 IDENTITY_FIELDS = {"model", "source", "target", "path"}
+# an LLM stage's backend, server and prompt file are keyed through identity() too (the server's
+# model listing, the template's digest: tests/test_llm_server.py, test_the_prompt_text_is_in_the_key)
+STAGE_IDENTITY_FIELDS = {"LLMRerankParams": {"backend", "base_url", "gguf_file", "prompt"}}
 INPUTS = {"bm25": [], "dense": [], "run_file": [], "rrf": ["a", "b"], "score_fusion": ["a", "b"],
-          "cross_encoder": ["a"], "plugin": ["a"]}  # fmt: skip
+          "cross_encoder": ["a"], "plugin": ["a"], "llm_rerank": ["a"]}  # fmt: skip
 RUN_FILE = Path(__file__).parent / "data" / "tiny_run.trec"
 DOCS = {"d1": "red running shoes", "d2": "blue running shoes", "d3": "garden hose", "d4": "hose nozzle",
         "d5": "water bottle", "d6": "running socks", "d7": "shoe rack", "d8": "bottle brush"}  # fmt: skip
@@ -53,6 +56,8 @@ def alternative(tp, value):
             base = typing.get_args(first)[0] if typing.get_origin(first) is typing.Annotated else first
             if base is int:
                 return 3
+            if base is float:
+                return 0.5
             if base is str:
                 return "english"
             if typing.get_origin(base) is list:
@@ -81,7 +86,7 @@ def alternative(tp, value):
 def variations(params):
     hints = typing.get_type_hints(type(params), include_extras=True)
     for f in dataclasses.fields(params):
-        if f.name in IDENTITY_FIELDS:
+        if f.name in IDENTITY_FIELDS | STAGE_IDENTITY_FIELDS.get(type(params).__name__, set()):
             continue
         yield f.name, dataclasses.replace(params, **{f.name: alternative(hints[f.name], getattr(params, f.name))})
 
@@ -211,3 +216,18 @@ def test_the_run_key_holds_the_dataset_parts_a_stage_reads(dataset, monkeypatch)
         assert set(parts["packages"]) <= set(cls.packages) and parts["type"] == stype and parts["target"] == target
         assert set(parts["code"]) == set(cls.code_modules)
     assert STAGE_TYPES["bm25"].reads_corpus and not STAGE_TYPES["rrf"].reads_corpus and STAGE_TYPES["plugin"].reads_qrels
+
+
+def test_the_prompt_text_is_in_the_llm_key(dataset, tmp_path):
+    """The prompt file is keyed by its text: the same path with other words is another run."""
+    cls = STAGE_TYPES["llm_rerank"]
+    prompt = tmp_path / "prompt.txt"
+
+    def key(text):
+        prompt.write_text(text)
+        params = cls.Params(prompt=str(prompt))
+        sc = StageConfig(name="s", type="llm_rerank", inputs=["a"], params=params)
+        return stage_key(sc, cls("s", params), dataset, ["0" * 64])[0]
+
+    assert key("{query}\n{passages}") != key("Query: {query}\n{passages}")
+    assert key("{query}\n{passages}") == key("{query}\n{passages}")

@@ -258,7 +258,8 @@ def human_bytes(n: float) -> str:
 def memo(cache: Cache | None, kind: str, parts: dict, compute: Callable[[], Any], save: Callable[[Any, Path], None],
          load: Callable[[Entry], Any], *, label: str, what: str, describe: Callable[[Any], str] = lambda v: "",
          meta: Callable[[Any], dict] = lambda v: {}, check: Callable[[Any, Path], None] | None = None,
-         measure_memory: bool = False) -> Memo:  # fmt: skip
+         measure_memory: bool = False, quiet: bool = False,
+         unstorable: Callable[[Any], str | None] = lambda v: None) -> Memo:  # fmt: skip
     """The value keyed by ``parts`` under ``kind``: read from ``cache`` (checksum-verified) when
     it is there, else computed, timed, logged and stored (``cache=None``: computed, not stored).
 
@@ -266,8 +267,11 @@ def memo(cache: Cache | None, kind: str, parts: dict, compute: Callable[[], Any]
     ``check(value, folder)``, if given, must accept what ``save`` wrote before it is stored.
     ``describe(value)`` adds detail to the log line, ``meta(value)`` to the entry's metadata.
     ``measure_memory`` records the peak RSS of the computation (not nested: the high-water
-    mark is reset for it).
+    mark is reset for it). ``quiet`` logs at debug level (for many small entries, such as an
+    LLM's answers). ``unstorable(value)`` may give a reason not to store a computed value
+    (e.g. a run some of whose requests failed): it is logged and the value is not cached.
     """
+    info = log.debug if quiet else log.info
     key = make_key(parts)
     entry = cache.get(kind, key) if cache is not None else None
     if entry is not None:
@@ -276,24 +280,27 @@ def memo(cache: Cache | None, kind: str, parts: dict, compute: Callable[[], Any]
             value = load(entry)
             dt = time.perf_counter() - t0
         detail = describe(value)
-        log.info("%s: cached %s (key %s, computed in %.1fs; loaded in %.2fs)%s", label, what, key[:12],
+        info("%s: cached %s (key %s, computed in %.1fs; loaded in %.2fs)%s", label, what, key[:12],
                  entry.meta.get("seconds", float("nan")), dt, f": {detail}" if detail else "")  # fmt: skip
         return Memo(value, "cached", key, dt, entry.meta.get("seconds"), pm.peak_mb if pm else None,
                     entry.meta.get("peak_rss_mb"))  # fmt: skip
-    log.info("%s: computing %s (key %s)", label, what, key[:12])
+    info("%s: computing %s (key %s)", label, what, key[:12])
     with PeakMemory() if measure_memory else _no_memory() as pm:
         t0 = time.perf_counter()
         value = compute()
         dt = time.perf_counter() - t0
     peak = round(pm.peak_mb, 1) if pm else None
     detail = describe(value)
-    log.info("%s: computed %s%s [%.1fs%s]", label, what, f": {detail}" if detail else "", dt,
-             f", peak RSS {peak:.0f} MB" if peak is not None else "")  # fmt: skip
-    if cache is not None:
+    info("%s: computed %s%s [%.1fs%s]", label, what, f": {detail}" if detail else "", dt,
+         f", peak RSS {peak:.0f} MB" if peak is not None else "")  # fmt: skip
+    why_not = unstorable(value) if cache is not None else None
+    if why_not:
+        log.warning("%s: %s not cached: %s", label, what, why_not)
+    elif cache is not None:
         entry_meta = {**meta(value), "seconds": round(dt, 3), **({"peak_rss_mb": peak} if peak is not None else {})}
         stored = cache.put(kind, key, lambda folder: save(value, folder), entry_meta, parts,
                            check=(lambda folder: check(value, folder)) if check else None)  # fmt: skip
-        log.info("%s: stored %s in %s", label, what, stored.path)
+        info("%s: stored %s in %s", label, what, stored.path)
     return Memo(value, "computed", key, dt, dt, peak, peak)
 
 

@@ -290,7 +290,7 @@ def check_stage_model(params: Any, where: str, training: Any = None) -> None:
     is loaded, so an unknown name fails before any stage runs. The one exception: the folder
     this config's ``training:`` section writes, which may not exist before training."""
 
-    if not hasattr(params, "model") or not hasattr(params, "source"):
+    if not hasattr(params, "model") or not hasattr(params, "source") or not getattr(params, "model_is_local", True):
         return
     if training is not None and training.produces(params.model):
         return

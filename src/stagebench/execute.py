@@ -97,29 +97,36 @@ def run_stage(sc: StageConfig, stage: Stage, ctx: StageContext, inputs: list[Run
     """Run one stage through the cache (``cache=None`` or ``cache: false`` on the stage:
     compute, store nothing). ``parts`` are :func:`stage_key`'s."""
 
-    def with_digest(run: Run) -> tuple[Run, str]:  # the digest is computed once per run
-        return run, run_digest(run)
+    def with_digest(run: Run, stats: dict | None) -> tuple[Run, str, dict | None]:  # the digest is computed once
+        return run, run_digest(run), stats
 
-    def compute() -> tuple[Run, str]:
+    def compute() -> tuple[Run, str, dict | None]:
+        stage.stats = stage.incomplete = None
         run = stage(ctx, inputs)
         check_run(run, sc.name, ctx.dataset)
-        return with_digest(canonical(run))
+        return with_digest(canonical(run), stage.stats)
 
-    def describe(value: tuple[Run, str]) -> str:
+    def describe(value: tuple[Run, str, dict | None]) -> str:
         run = value[0]
         return f"{len(run)} queries, up to {max((len(v) for v in run.values()), default=0)} docs each"
 
+    def meta(value: tuple[Run, str, dict | None]) -> dict:
+        m = {"stage": sc.name, "type": sc.type, "queries": len(value[0]), "run_digest": value[1]}
+        return {**m, "stats": value[2]} if value[2] is not None else m
+
     m = memo(cache if sc.cache else None, "runs", parts, compute,
              save=lambda value, folder: write_trec_run(value[0], folder / "run.trec", tag=f"stagebench.{sc.type}"),
-             load=lambda entry: with_digest(read_trec_run(entry.file("run.trec"))),
-             check=lambda value, folder: _reads_back(folder / "run.trec", value[1], sc.name),
-             meta=lambda value: {"stage": sc.name, "type": sc.type, "queries": len(value[0]), "run_digest": value[1]},
+             load=lambda entry: with_digest(read_trec_run(entry.file("run.trec")), entry.meta.get("stats")),
+             check=lambda value, folder: _reads_back(folder / "run.trec", value[1], sc.name), meta=meta,
              label=f"stage {sc.name}", what=f"run ({sc.type}{' <- ' + ', '.join(sc.inputs) if sc.inputs else ''})",
-             describe=describe, measure_memory=True)  # fmt: skip
-    run, digest = m.value
+             describe=describe, measure_memory=True, unstorable=lambda value: stage.incomplete)  # fmt: skip
+    run, digest, stats = m.value
     info = {"status": m.status, "seconds": m.seconds, "computed_seconds": m.computed_seconds,
             "peak_rss_mb": m.peak_rss_mb, "computed_peak_rss_mb": m.computed_peak_rss_mb,
             "run_digest": digest, "key": m.key}  # fmt: skip
+    stats = stage.finish_stats(stats)
+    if stats is not None:
+        info["stats"] = stats
     return run, info
 
 

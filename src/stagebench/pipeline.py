@@ -37,7 +37,7 @@ from stagebench.files import atomic_write, check_apart, check_replaceable, check
 from stagebench.metrics import SCORED_MIN_GRADE
 from stagebench.results import KEPT_FILES, not_a_results_folder, render
 from stagebench.runs import Run, write_trec_qrels, write_trec_run
-from stagebench.stages import StageContext, stage_class
+from stagebench.stages import Stage, StageContext, stage_class
 from stagebench.system import machine_info
 from stagebench.table import StageTable
 from stagebench.version import __version__
@@ -129,6 +129,9 @@ def run_config(config: Config, output: str | Path | None = None, cache_dir: str 
     cache = Cache(cache_root(cache_dir, config.cache_dir), read=not recompute)
     check_destinations(out, cache)
     check_trained_models(config)
+    stages = [stage_class(sc.type, sc.target, sc.name)(sc.name, sc.params) for sc in config.stages]
+    for stage in stages:  # servers answer, keys are accepted: before anything is loaded or computed
+        stage.preflight()
     t_start = time.perf_counter()
     ds = load_dataset(config)
     check_scorable(config, ds)
@@ -139,7 +142,7 @@ def run_config(config: Config, output: str | Path | None = None, cache_dir: str 
         shutil.rmtree(partial)
     (partial / "runs").mkdir(parents=True)
     try:
-        result = _run_into(config, ds, partial, cache, t_start)
+        result = _run_into(config, stages, ds, partial, cache, t_start)
         check_destinations(out, cache)  # the folder may have changed while the stages ran
         for name in KEPT_FILES:  # not written by a run: carried over, never deleted
             if (out / name).is_file():
@@ -152,16 +155,15 @@ def run_config(config: Config, output: str | Path | None = None, cache_dir: str 
     return result
 
 
-def _run_into(config: Config, ds: Dataset, folder: Path, cache: Cache, t_start: float) -> RunResult:
+def _run_into(config: Config, stages: list[Stage], ds: Dataset, folder: Path, cache: Cache, t_start: float) -> RunResult:
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     ctx = StageContext(dataset=ds, cache=cache)
     runs: dict[str, Run] = {}
     keys: dict[str, str] = {}
     digests: dict[str, str] = {}
     stages_meta, resolved = [], []
-    for sc in config.stages:
-        cls = stage_class(sc.type, sc.target, sc.name)
-        stage = cls(sc.name, sc.params)
+    for sc, stage in zip(config.stages, stages):
+        cls = type(stage)
         key, parts = stage_key(sc, stage, ds, [digests[i] for i in sc.inputs])
         keys[sc.name] = key
         run, info = run_stage(sc, stage, ctx, [runs[i] for i in sc.inputs], parts, cache)

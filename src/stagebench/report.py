@@ -14,7 +14,7 @@ import io
 from collections.abc import Sequence
 from dataclasses import asdict
 
-from stagebench.table import CeilingCells, StageRow, StageTable
+from stagebench.table import CeilingCells, LLMCells, StageRow, StageTable
 
 
 def conventions_line(relevance_threshold: int, gain: str) -> str:
@@ -67,7 +67,7 @@ def tables(table: StageTable) -> list[tuple[str, list[str], list[list[str]], int
     labels = list(rows[0].top10_labels) if rows else []
     lab = [[r.stage, *[_pct(r.top10_labels[k]) for k in labels]] for r in rows]
     ci = [[r.stage, *[f"[{r.ci95[m][0]:.4f}, {r.ci95[m][1]:.4f}]" for m in metrics]] for r in rows]
-    return [
+    out = [
         ("Stage metrics (^x: significantly better than stage x)",
          ["id", "stage", "type", "inputs", *metrics, "queries"], main, 4),
         ("Recall ceiling and reranking headroom",
@@ -76,6 +76,24 @@ def tables(table: StageTable) -> list[tuple[str, list[str], list[list[str]], int
         ("Top-10 labels (share of top-10 positions)", ["stage", *[f"{k}" for k in labels]], lab, 1),
         ("95% bootstrap confidence intervals of the means", ["stage", *metrics], ci, 1),
     ]  # fmt: skip
+    llm = [(r.stage, r.llm) for r in rows if r.llm is not None]
+    if llm:
+        out.append(("LLM reranking: how each window's answer was read (ok / repaired / input order kept), tokens, cost",
+                    [*LLM_COLUMNS], [llm_cells(stage, c) for stage, c in llm], 1))  # fmt: skip
+    return out
+
+
+LLM_COLUMNS = ("stage", "windows", "ok", "repaired", "fallback", "failed", "repairs (dup/range/missing)", "retries",
+               "prompt tokens", "completion tokens", "cost")  # fmt: skip
+
+
+def llm_cells(stage: str, c: LLMCells) -> list[str]:
+    """ok/repaired/fallback as shares of windows; failed = requests that failed after retries."""
+    n = max(c.windows, 1)
+    r = c.repairs
+    return [stage, str(c.windows), _pct(c.ok / n), _pct(c.repaired / n), _pct(c.fallback / n), str(c.failed),
+            f"{r.get('duplicate', 0)}/{r.get('out_of_range', 0)}/{r.get('missing', 0)}", str(c.retries),
+            f"{c.prompt_tokens:,}", f"{c.completion_tokens:,}", "-" if c.cost is None else f"{c.cost:.4f}"]
 
 
 def render_text(table: StageTable) -> str:
@@ -118,6 +136,17 @@ def render_csv(table: StageTable) -> str:
                     *[("" if c.get(k) is None else (f"{c[k]:.6f}" if isinstance(c[k], float) else c[k]))
                       for k in ("depth", "pool_recall", "input_ndcg10", "achieved_ndcg10", "oracle_ndcg10",
                                 "headroom_captured", "ndcg10_change")]])  # fmt: skip
+    if any(r.llm for r in rows):  # the LLM stages' window outcomes, as extra rows of their own
+        w.writerow([])
+        w.writerow(["stage", "llm_windows", "llm_ok", "llm_repaired", "llm_fallback", "llm_failed", "llm_repair_duplicate",
+                    "llm_repair_out_of_range", "llm_repair_missing", "llm_retries", "llm_prompt_tokens",
+                    "llm_completion_tokens", "llm_cost"])  # fmt: skip
+        for r in rows:
+            if r.llm is not None:
+                c = r.llm
+                w.writerow([r.stage, c.windows, c.ok, c.repaired, c.fallback, c.failed, c.repairs.get("duplicate", 0),
+                            c.repairs.get("out_of_range", 0), c.repairs.get("missing", 0), c.retries, c.prompt_tokens,
+                            c.completion_tokens, "" if c.cost is None else f"{c.cost:.6f}"])  # fmt: skip
     return buf.getvalue()
 
 
@@ -136,12 +165,14 @@ def per_query_csv(stage_order: Sequence[str], per_query: dict[str, dict[str, dic
 def cost_table(stages: Sequence[dict]) -> tuple[list[str], list[list[str]]]:
     """Per stage: cached or computed in this run, wall time now, compute time and peak RSS when computed.
     Machine-dependent, so it is kept out of the stage table files (which are deterministic)."""
-    head = ["stage", "this run", "time (s)", "compute time (s)", "peak RSS when computed (MB)"]
+    head = ["stage", "this run", "time (s)", "compute time (s)", "peak RSS when computed (MB)", "LLM s/query"]
     body = []
     for s in stages:
         comp, peak = s.get("computed_seconds"), s.get("computed_peak_rss_mb")
+        llm = s.get("stats") if (s.get("stats") or {}).get("kind") == "llm" else None
         body.append([s["name"], s.get("status", "computed"), f"{s.get('seconds', 0):.2f}",
-                     "-" if comp is None else f"{comp:.1f}", "-" if peak is None else f"{peak:.0f}"])  # fmt: skip
+                     "-" if comp is None else f"{comp:.1f}", "-" if peak is None else f"{peak:.0f}",
+                     "-" if llm is None else f"{llm['seconds_per_query']:.2f}"])  # fmt: skip
     return head, body
 
 

@@ -24,7 +24,7 @@ from stagebench.errors import StagebenchError
 from stagebench.files import atomic_write
 from stagebench.metrics import evaluate, parse_measure
 from stagebench.runs import Run, qrels_digest, read_trec_qrels, read_trec_run, run_digest
-from stagebench.table import CeilingCells, StageRow, StageTable
+from stagebench.table import CeilingCells, LLMCells, StageRow, StageTable
 
 MANIFEST = "manifest.json"
 #: files a results folder may hold that no run writes (``stagebench check``'s expected values,
@@ -217,6 +217,7 @@ def score_folder(manifest: dict, qrels: dict, runs: dict[str, Run]) -> Rendered:
             recall={k: round(v, 6) for k, v in analysis.recall_at(runs[n], qrels, queries, rel).items()},
             ceiling=ceiling, lost=lost,
             top10_labels={k: round(v, 6) for k, v in analysis.top_labels(runs[n], qrels, queries, label_names).items()},
+            llm=LLMCells.from_stats(s["stats"]) if (s.get("stats") or {}).get("kind") == "llm" else None,
         ))  # fmt: skip
 
     title = f"Stage table: {manifest['config'].get('name', '')}"

@@ -25,6 +25,31 @@ class CeilingCells:
     headroom_captured: float | None  # None: no room (oracle - input below the display resolution)
 
 
+@dataclass(frozen=True)
+class LLMCells:
+    """An LLM reranker's windows: how each answer was read, what it cost (see stagebench.listwise).
+
+    Counts only: they are a function of the answers, so a run resumed from the cache has the
+    same cells as an uninterrupted one. Timings live in the manifest and report.html."""
+
+    windows: int
+    ok: int
+    repaired: int
+    fallback: int
+    failed: int  # requests that failed after every retry (the window kept its input order)
+    repairs: dict[str, int]  # repair -> windows that needed it
+    retries: int
+    prompt_tokens: int
+    completion_tokens: int
+    cost: float | None  # tokens / 1000 * price_per_1k_tokens; None: no price given
+
+    @classmethod
+    def from_stats(cls, s: dict) -> LLMCells:
+        return cls(windows=s["windows"], ok=s["ok"], repaired=s["repaired"], fallback=s["fallback"], failed=s["failed"],
+                   repairs=dict(s.get("repairs", {})), retries=s.get("retries", 0), prompt_tokens=s["prompt_tokens"],
+                   completion_tokens=s["completion_tokens"], cost=s.get("cost"))  # fmt: skip
+
+
 @dataclass
 class StageRow:
     stage: str
@@ -41,6 +66,7 @@ class StageRow:
     ceiling: CeilingCells | None
     lost: int
     top10_labels: dict[str, float] = field(default_factory=dict)
+    llm: LLMCells | None = None
 
     def to_json(self) -> dict:
         d = {"stage": self.stage, "id": self.id, "type": self.type, "inputs": list(self.inputs), **self.metrics}
@@ -48,6 +74,8 @@ class StageRow:
                  queries_without_results=self.queries_without_results, queries_excluded=self.queries_excluded,
                  recall=self.recall, ceiling=None if self.ceiling is None else _ceiling_json(self.ceiling),
                  lost=self.lost, top10_labels=self.top10_labels)  # fmt: skip
+        if self.llm is not None:
+            d["llm"] = asdict(self.llm)
         return d
 
     @classmethod
@@ -63,7 +91,8 @@ class StageRow:
                        achieved_ndcg10=c["achieved_ndcg10"], oracle_ndcg10=c["oracle_ndcg10"],
                        ndcg10_change=c.get("ndcg10_change", c["achieved_ndcg10"] - c["input_ndcg10"]),
                        headroom_captured=c["headroom_captured"]),
-                   lost=d.get("lost", 0), top10_labels=d.get("top10_labels", {}))  # fmt: skip
+                   lost=d.get("lost", 0), top10_labels=d.get("top10_labels", {}),
+                   llm=LLMCells(**d["llm"]) if d.get("llm") else None)  # fmt: skip
 
 
 def _ceiling_json(c: CeilingCells) -> dict:

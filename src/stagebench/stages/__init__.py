@@ -7,12 +7,14 @@ from stagebench.stages.base import Stage, StageContext
 from stagebench.stages.bm25 import BM25Stage
 from stagebench.stages.dense import DenseStage
 from stagebench.stages.fusion import RRFStage, ScoreFusionStage
+from stagebench.stages.llm_rerank import LLMRerankStage
 from stagebench.stages.rerank import CrossEncoderStage, PluginStage
 from stagebench.stages.run_file import RunFileStage
 
 STAGE_TYPES: dict[str, type[Stage]] = {
     cls.type_name: cls
-    for cls in (BM25Stage, DenseStage, RunFileStage, RRFStage, ScoreFusionStage, CrossEncoderStage, PluginStage)
+    for cls in (BM25Stage, DenseStage, RunFileStage, RRFStage, ScoreFusionStage, CrossEncoderStage, PluginStage,
+                LLMRerankStage)
 }
 
 

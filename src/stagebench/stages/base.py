@@ -51,12 +51,27 @@ class Stage:
     def __init__(self, name: str, params: Any) -> None:
         self.name = name
         self.params = params
+        #: what the last call did beyond its run (e.g. an LLM stage's window outcomes and
+        #: tokens), recorded with the run in the cache and in the manifest; None: nothing
+        self.stats: dict[str, Any] | None = None
+        #: why the last call's run must not be cached (e.g. requests that failed), or None
+        self.incomplete: str | None = None
 
     @classmethod
     def check_params(cls, params: Any, inputs: list[str]) -> list[tuple[str, str]]:
         """Rules that tie the params to the stage's inputs (``(key, message)`` pairs), checked
         when the config is loaded, e.g. one fusion weight per input."""
         return []
+
+    def preflight(self) -> None:
+        """Checks that need the outside world (a server answers, a key is accepted), made
+        before the dataset loads or any stage runs; raise a StagebenchError to refuse."""
+        return None
+
+    def finish_stats(self, stats: dict[str, Any] | None) -> dict[str, Any] | None:
+        """The recorded ``stats`` of a run, computed now or read from the cache, completed with
+        what depends on params that do not change the run (e.g. a price per token)."""
+        return stats
 
     def identity(self) -> dict[str, Any]:
         """Extra cache-key parts, e.g. the resolved model's identity (name + weight hash)."""

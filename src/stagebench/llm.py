@@ -1,0 +1,283 @@
+"""Chat-completion backends for LLM rerankers: any OpenAI-compatible server, or a model in process.
+
+Both answer :class:`ChatRequest` with a :class:`Completion` and say who they are
+(``identity()``, part of every cache key built from their answers).
+
+* :class:`OpenAIBackend` - ``POST {base_url}/chat/completions`` (Ollama, vLLM, llama.cpp's
+  server, a hosted API). The API key is read from the environment variable the config names,
+  never from the config. :meth:`OpenAIBackend.check` asks ``GET {base_url}/models`` before any
+  stage runs: a server that does not answer, refuses the key or does not serve the model is
+  one clear error. The server's own description of the model (less its ``created`` time,
+  which some servers set per request) is the model's identity, with the name and base URL.
+  429, 5xx, timeouts and dropped connections are retried with exponential backoff (a
+  ``Retry-After`` header is honoured, up to 60 s); after the last retry the request raises
+  :class:`RequestFailed`, which the stage counts. Any other refusal (400, 401, 403, 404) is
+  a :class:`~stagebench.errors.StagebenchError`: retrying cannot fix it.
+* :class:`TransformersBackend` - a Hugging Face causal LM in this process (a GGUF file is
+  de-quantized on load by transformers), loaded on first use, greedy when ``temperature`` is
+  0, else sampled with ``seed``; prompts go through the tokenizer's chat template.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+from stagebench.errors import StagebenchError
+from stagebench.models import ResolvedModel
+from stagebench.optional import need
+
+log = logging.getLogger("stagebench")
+
+RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+MAX_RETRY_AFTER = 60.0
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    messages: tuple[tuple[str, str], ...]  # (role, content)
+    max_new_tokens: int
+    temperature: float
+    seed: int
+
+    def as_json(self) -> dict:
+        return {"messages": [list(m) for m in self.messages], "max_new_tokens": self.max_new_tokens,
+                "temperature": self.temperature, "seed": self.seed}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Completion:
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    seconds: float  # the successful attempt's wall time
+    retries: int = 0  # attempts before the one that succeeded
+
+    def as_json(self) -> dict:
+        return {"text": self.text, "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+                "seconds": round(self.seconds, 4), "retries": self.retries}  # fmt: skip
+
+    @classmethod
+    def from_json(cls, d: dict) -> Completion:
+        return cls(str(d["text"]), int(d["prompt_tokens"]), int(d["completion_tokens"]), float(d["seconds"]),
+                   int(d.get("retries", 0)))  # fmt: skip
+
+
+class RequestFailed(Exception):
+    """A request that still failed (429, 5xx, timeout, connection) after every retry."""
+
+    def __init__(self, message: str, attempts: int) -> None:
+        super().__init__(message)
+        self.attempts = attempts
+
+
+class _Transient(Exception):
+    def __init__(self, message: str, wait: float | None = None) -> None:
+        super().__init__(message)
+        self.wait = wait
+
+
+def _retry_after(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        return min(MAX_RETRY_AFTER, max(0.0, float(value)))
+    except ValueError:
+        pass
+    try:
+        return min(MAX_RETRY_AFTER, max(0.0, parsedate_to_datetime(value).timestamp() - time.time()))
+    except (TypeError, ValueError):
+        return None
+
+
+def _server_message(body: bytes) -> str:
+    text = body.decode("utf-8", "replace").strip()
+    try:
+        err = json.loads(text).get("error")
+        if isinstance(err, dict) and err.get("message"):
+            return str(err["message"])
+        if isinstance(err, str):
+            return err
+    except (ValueError, AttributeError):
+        pass
+    return text[:200] or "(empty body)"
+
+
+class OpenAIBackend:
+    """An OpenAI-compatible chat-completions server."""
+
+    concurrent = True
+
+    def __init__(self, base_url: str, model: str, api_key_env: str = "", timeout: float = 60.0, retries: int = 3,
+                 backoff: float = 1.0, label: str = "llm") -> None:  # fmt: skip
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.api_key_env = api_key_env
+        self.timeout = timeout
+        self.retries = retries
+        self.backoff = backoff
+        self.label = label
+        self._served: dict | None = None
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ HTTP
+    def _headers(self) -> dict[str, str]:
+        h = {"Content-Type": "application/json", "Accept": "application/json"}
+        if self.api_key_env:
+            key = os.environ.get(self.api_key_env, "")
+            if not key:
+                raise StagebenchError(f"{self.label}: environment variable {self.api_key_env} (api_key_env) is not set "
+                                      "or empty; export the server's API key in it")  # fmt: skip
+            h["Authorization"] = f"Bearer {key}"
+        return h
+
+    def _call(self, method: str, path: str, body: dict | None) -> Any:
+        """One HTTP request: the decoded JSON answer, :class:`_Transient` for what a retry may
+        fix, :class:`StagebenchError` for what it cannot."""
+        url = f"{self.base_url}{path}"
+        data = None if body is None else json.dumps(body).encode("utf-8")
+        req = urllib.request.Request(url, data=data, method=method, headers=self._headers())
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                raw = resp.read()
+        except urllib.error.HTTPError as exc:
+            msg = _server_message(exc.read())
+            if exc.code in RETRYABLE_STATUS:
+                raise _Transient(f"HTTP {exc.code}: {msg}", _retry_after(exc.headers.get("Retry-After"))) from None
+            if exc.code in (401, 403):
+                how = f"the key in ${self.api_key_env}" if self.api_key_env else "no API key (set api_key_env)"
+                raise StagebenchError(f"{self.label}: {url} refused the request (HTTP {exc.code}: {msg}); it was sent "
+                                      f"{how}") from None  # fmt: skip
+            raise StagebenchError(f"{self.label}: {method} {url} failed: HTTP {exc.code}: {msg}") from None
+        except (TimeoutError, ConnectionError) as exc:
+            raise _Transient(f"{type(exc).__name__}: {exc or 'timed out'}") from None
+        except urllib.error.URLError as exc:
+            raise _Transient(f"cannot reach {url}: {exc.reason}") from None
+        try:
+            return json.loads(raw)
+        except ValueError:
+            raise StagebenchError(f"{self.label}: {url} answered with something that is not JSON: "
+                                  f"{raw[:120]!r}") from None  # fmt: skip
+
+    # ------------------------------------------------------------------ protocol
+    def check(self) -> None:
+        """Before any stage runs: the server answers, accepts the key, and serves the model."""
+        if self._served is not None:
+            return
+        try:
+            listing = self._call("GET", "/models", None)
+        except _Transient as exc:
+            raise StagebenchError(f"{self.label}: the LLM server at {self.base_url} does not answer ({exc}); start it "
+                                  "or fix base_url") from None  # fmt: skip
+        except StagebenchError as exc:
+            if "HTTP 404" not in str(exc):
+                raise
+            log.warning("%s: %s has no /models listing; the model's identity is its name and the URL only",
+                        self.label, self.base_url)  # fmt: skip
+            self._served = {"id": self.model}
+            return
+        data = listing.get("data") if isinstance(listing, dict) else None
+        if not isinstance(data, list):
+            raise StagebenchError(f"{self.label}: {self.base_url}/models did not return a model list")
+        ids = [m.get("id") for m in data if isinstance(m, dict)]
+        entry = next((m for m in data if isinstance(m, dict) and m.get("id") == self.model), None)
+        if entry is None:
+            shown = ", ".join(map(str, ids[:20])) + (" ..." if len(ids) > 20 else "")
+            raise StagebenchError(f"{self.label}: the server at {self.base_url} does not serve model {self.model!r} "
+                                  f"(it serves: {shown or 'nothing'})")  # fmt: skip
+        self._served = {k: v for k, v in entry.items() if k not in ("created", "object")}
+        log.info("%s: server %s serves %s (%s)", self.label, self.base_url, self.model,
+                 json.dumps(self._served, sort_keys=True))  # fmt: skip
+
+    def identity(self) -> dict:
+        self.check()
+        return {"backend": "openai", "base_url": self.base_url, "model": self.model, "served": self._served}
+
+    def complete(self, req: ChatRequest) -> Completion:
+        body = {"model": self.model, "messages": [{"role": r, "content": c} for r, c in req.messages],
+                "temperature": req.temperature, "max_tokens": req.max_new_tokens, "seed": req.seed, "stream": False}  # fmt: skip
+        last = ""
+        for attempt in range(self.retries + 1):
+            t0 = time.perf_counter()
+            try:
+                out = self._call("POST", "/chat/completions", body)
+            except _Transient as exc:
+                last = str(exc)
+                if attempt == self.retries:
+                    break
+                wait = exc.wait if exc.wait is not None else self.backoff * 2**attempt
+                log.debug("%s: %s; retry %d/%d in %.2fs", self.label, last, attempt + 1, self.retries, wait)
+                time.sleep(wait)
+                continue
+            dt = time.perf_counter() - t0
+            try:
+                text = out["choices"][0]["message"]["content"] or ""
+            except (KeyError, IndexError, TypeError):
+                raise StagebenchError(f"{self.label}: {self.base_url}/chat/completions answered without "
+                                      f"choices[0].message.content: {str(out)[:200]}") from None  # fmt: skip
+            usage = out.get("usage") or {}
+            return Completion(str(text), int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0),
+                              dt, attempt)  # fmt: skip
+        raise RequestFailed(f"{last} (after {self.retries + 1} attempts)", self.retries + 1)
+
+
+class TransformersBackend:
+    """A causal LM in this process, loaded on first use (so a fully cached run loads nothing)."""
+
+    concurrent = False
+
+    def __init__(self, model: ResolvedModel, label: str = "llm") -> None:
+        self.resolved = model
+        self.label = label
+        self._model: Any = None
+        self._tok: Any = None
+
+    def check(self) -> None:
+        return None
+
+    def identity(self) -> dict:
+        return {"backend": "transformers", "model": self.resolved.identity, "dtype": "float32", "device": "cpu"}
+
+    def _load(self) -> None:
+        if self._model is not None:
+            return
+        tf = need("transformers", f"{self.label}: the transformers LLM backend")
+        if self.resolved.backend == "gguf":
+            need("gguf", f"{self.label}: loading the GGUF model {self.resolved.name}")
+        t0 = time.perf_counter()
+        kw = {"gguf_file": self.resolved.gguf_file} if self.resolved.gguf_file else {}
+        self._tok = tf.AutoTokenizer.from_pretrained(self.resolved.path, **kw)
+        self._model = tf.AutoModelForCausalLM.from_pretrained(self.resolved.path, **kw).eval()
+        if not getattr(self._tok, "chat_template", None):
+            raise StagebenchError(f"{self.label}: model {self.resolved.name} has no chat template; use an instruction-"
+                                  "tuned (chat) model")  # fmt: skip
+        log.info("%s: loaded %s from %s on cpu, float32 [%.1fs]", self.label, self.resolved.name, self.resolved.origin,
+                 time.perf_counter() - t0)  # fmt: skip
+
+    def complete(self, req: ChatRequest) -> Completion:
+        self._load()
+        torch = need("torch", f"{self.label}: the transformers LLM backend")
+        t0 = time.perf_counter()
+        enc = self._tok.apply_chat_template([{"role": r, "content": c} for r, c in req.messages],
+                                            add_generation_prompt=True, return_tensors="pt", return_dict=True)  # fmt: skip
+        n_in = int(enc["input_ids"].shape[1])
+        gen: dict[str, Any] = {"max_new_tokens": req.max_new_tokens, "do_sample": req.temperature > 0,
+                               "pad_token_id": self._tok.pad_token_id or self._tok.eos_token_id}  # fmt: skip
+        if req.temperature > 0:
+            gen["temperature"] = req.temperature
+            torch.manual_seed(req.seed)
+        else:  # greedy: no sampling settings from the model's generation config
+            gen.update(temperature=None, top_p=None, top_k=None)
+        with torch.inference_mode():
+            out = self._model.generate(**enc, **gen)
+        new = out[0, n_in:]
+        text = self._tok.decode(new, skip_special_tokens=True)
+        return Completion(text.strip(), n_in, int(new.shape[0]), time.perf_counter() - t0)

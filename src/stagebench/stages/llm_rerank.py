@@ -1,0 +1,293 @@
+"""``type: llm_rerank``: listwise reranking by a chat LLM, a sliding window at a time.
+
+The stage reorders each query's top ``top_n`` candidates of its one input (the tail keeps
+its order below, as with every reranker). Windows of ``window`` candidates, ``stride`` apart,
+go from the back of the list to the front (:func:`stagebench.listwise.sliding_windows`),
+``passes`` times; each window's answer is read by :func:`stagebench.listwise.parse_permutation`
+and its outcome counted (ok / repaired / fallback / failed after retries).
+
+Every window's request -> answer is kept in the content-addressed cache (kind ``llm``) under
+the model's identity, the exact messages and the decoding settings: a killed run resumes at
+the next window, a rerun asks the model nothing, and a change of ``top_n`` or the prompt asks
+only for the windows that changed. A run in which some request failed after every retry is
+not cached (its answers that did arrive are), so the next run retries just those windows.
+
+Queries run ``concurrency`` at a time against a server; the windows of one query always run
+in order, since each window sees the order the previous one left. The in-process backend
+runs one window at a time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+import threading
+import time
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from stagebench.cache import memo
+from stagebench.errors import StagebenchError
+from stagebench.listwise import (
+    DEFAULT_SYSTEM, DEFAULT_TEMPLATE, FAILED, OUTCOMES, REPAIRS, check_template, parse_permutation, render_prompt,
+    sliding_windows,
+)  # fmt: skip
+from stagebench.llm import ChatRequest, Completion, OpenAIBackend, RequestFailed, TransformersBackend
+from stagebench.models import resolve_model
+from stagebench.params import NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, Seed, param
+from stagebench.runs import Run, ranked_ids
+from stagebench.stages.base import Stage, StageContext
+from stagebench.stages.rerank import merge_head_tail
+from stagebench.ui import progress
+
+log = logging.getLogger("stagebench")
+
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass
+class LLMRerankParams:
+    model: str = param("HuggingFaceTB/SmolLM2-135M-Instruct", "transformers: a public name, local folder, .gguf file or hub "
+                       "id; openai: the model name the server knows")  # fmt: skip
+    backend: Literal["transformers", "openai"] = param("transformers", "transformers: in process; openai: any OpenAI-"
+                                                       "compatible chat-completions server (docs/llm.md)")  # fmt: skip
+    source: str = param("auto", "transformers: where the model comes from: auto | bundled | hub (docs/models.md)")
+    gguf_file: str = param("", "transformers, a hub repository of GGUF files: the file to load")
+    base_url: str = param("", "openai: the server's API root, e.g. http://localhost:11434/v1")
+    api_key_env: str = param("", "openai: the NAME of the environment variable holding the API key (never the key)")
+    top_n: PositiveInt = param(20, "candidates reranked per query; the rest keep their order below")
+    window: PositiveInt = param(20, "candidates shown to the model at once")
+    stride: PositiveInt = param(10, "how far each window moves towards the top (at most window)")
+    passes: PositiveInt = param(1, "sweeps of the sliding window over the top_n")
+    max_doc_words: PositiveInt = param(60, "words of each document's text in the prompt")
+    prompt: str = param("", "a file holding the user-message template ({query}, {passages}, {num}); empty: built in")
+    system_prompt: str = param(DEFAULT_SYSTEM, "the system message (empty: none)")
+    temperature: NonNegativeFloat = param(0.0, "0: greedy decoding")
+    seed: Seed = param(0, "sampling seed (sent to servers; some ignore it)")
+    max_new_tokens: PositiveInt | None = param(None, "the longest answer asked for; null: 8 tokens per candidate + 16 (a "
+                                               "reasoning model needs more)")  # fmt: skip
+    concurrency: PositiveInt = param(4, "openai: queries in flight at once (the in-process backend runs one)")
+    timeout: PositiveFloat = param(120.0, "openai: seconds one request may take")
+    retries: NonNegativeInt = param(3, "openai: retries of a request after 429, 5xx, a timeout or a dropped connection")
+    backoff: NonNegativeFloat = param(1.0, "openai: seconds before the first retry, doubling after each")
+    price_per_1k_tokens: NonNegativeFloat | None = param(None, "price of 1,000 tokens (prompt + completion) for the "
+                                                         "cost column; null: no cost shown")  # fmt: skip
+
+    @property
+    def model_is_local(self) -> bool:
+        """Whether ``model`` names weights to resolve when the config loads (not a server's name)."""
+        return self.backend == "transformers"
+
+
+@dataclass
+class WindowStats:
+    """What the stage's windows did, recorded with its run (manifest ``stats``)."""
+
+    queries: int = 0
+    windows: int = 0
+    outcomes: dict[str, int] = field(default_factory=lambda: dict.fromkeys(OUTCOMES, 0))
+    repairs: dict[str, int] = field(default_factory=lambda: dict.fromkeys(REPAIRS, 0))
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    retries: int = 0
+    model_seconds: float = 0.0  # the answers' compute time, whether computed now or read from the cache
+    cached_windows: int = 0
+
+    def as_json(self) -> dict:
+        return {"kind": "llm", "queries": self.queries, "windows": self.windows, **self.outcomes,
+                "repairs": dict(self.repairs), "prompt_tokens": self.prompt_tokens,
+                "completion_tokens": self.completion_tokens, "retries": self.retries,
+                "model_seconds": round(self.model_seconds, 3),
+                "seconds_per_query": round(self.model_seconds / max(self.queries, 1), 3),
+                "windows_from_cache": self.cached_windows}  # fmt: skip
+
+
+class LLMRerankStage(Stage):
+    type_name = "llm_rerank"
+    Params = LLMRerankParams
+    min_inputs = max_inputs = 1
+    reorders_input = True
+    code_modules = (*Stage.code_modules, "stagebench.stages.llm_rerank", "stagebench.listwise", "stagebench.llm",
+                    "stagebench.stages.rerank")  # fmt: skip
+    packages = ("transformers", "torch", "gguf")
+    unkeyed_params = ("concurrency", "timeout", "retries", "backoff", "price_per_1k_tokens", "api_key_env")
+
+    def __init__(self, name: str, params: Any) -> None:
+        super().__init__(name, params)
+        self._backend: OpenAIBackend | TransformersBackend | None = None
+
+    @classmethod
+    def check_params(cls, params: Any, inputs: list[str]) -> list[tuple[str, str]]:
+        p: LLMRerankParams = params
+        errs: list[tuple[str, str]] = []
+        if p.stride > p.window:
+            errs.append(("stride", f"{p.stride} is larger than window ({p.window}): candidates between windows would "
+                                   "never be ranked"))  # fmt: skip
+        if p.backend == "openai":
+            if not re.match(r"^https?://[^\s/]+", p.base_url):
+                errs.append(("base_url", f"backend openai needs the server's URL (http://host:port/v1), got {p.base_url!r}"))
+            if p.api_key_env and not ENV_NAME.match(p.api_key_env):
+                errs.append(("api_key_env", "must be the name of an environment variable (e.g. OPENAI_API_KEY), not "
+                                            "the key itself"))  # fmt: skip
+            if p.gguf_file:
+                errs.append(("gguf_file", "applies to backend transformers"))
+        else:
+            errs += [(k, "applies to backend openai") for k in ("base_url", "api_key_env") if getattr(p, k)]
+        if p.prompt:
+            path = Path(p.prompt).expanduser()
+            if not path.is_file():
+                errs.append(("prompt", f"{p.prompt}: no such file"))
+            else:
+                why = check_template(path.read_text(encoding="utf-8"))
+                if why:
+                    errs.append(("prompt", f"{p.prompt}: {why}"))
+        return errs
+
+    # ------------------------------------------------------------------ backend
+    def template(self) -> str:
+        p: LLMRerankParams = self.params
+        return Path(p.prompt).expanduser().read_text(encoding="utf-8") if p.prompt else DEFAULT_TEMPLATE
+
+    def backend(self) -> OpenAIBackend | TransformersBackend:
+        if self._backend is None:
+            p: LLMRerankParams = self.params
+            label = f"stage {self.name}"
+            if p.backend == "openai":
+                self._backend = OpenAIBackend(p.base_url, p.model, p.api_key_env, p.timeout, p.retries, p.backoff, label)
+            else:
+                resolved = resolve_model(p.model, p.source)
+                if p.gguf_file and resolved.backend == "hub":
+                    resolved = type(resolved)(**{**resolved.__dict__, "gguf_file": p.gguf_file})
+                self._backend = TransformersBackend(resolved, label)
+        return self._backend
+
+    def preflight(self) -> None:
+        self.backend().check()
+
+    def identity(self) -> dict:
+        """The model (for a server: what it says it serves, its name and URL) and the prompt's digest."""
+        from_file = self.params.prompt
+        return {"llm": self.backend().identity(), "prompt_template": _digest(self.template()),
+                "prompt_file": bool(from_file)}  # fmt: skip
+
+    def finish_stats(self, stats: dict | None) -> dict | None:
+        price = self.params.price_per_1k_tokens
+        if stats is None or stats.get("kind") != "llm":
+            return stats
+        tokens = stats["prompt_tokens"] + stats["completion_tokens"]
+        return {**stats, "price_per_1k_tokens": price, "cost": None if price is None else round(tokens / 1000 * price, 6)}
+
+    # ------------------------------------------------------------------ the run
+    def __call__(self, ctx: StageContext, inputs: list[Run]) -> Run:
+        p: LLMRerankParams = self.params
+        ds = ctx.dataset
+        backend = self.backend()
+        identity = backend.identity()
+        template = self.template()
+        run = inputs[0]
+        heads: dict[str, list[str]] = {}
+        tails: dict[str, list[str]] = {}
+        for qid, docs in run.items():
+            order = ranked_ids(docs)
+            heads[qid], tails[qid] = order[: p.top_n], order[p.top_n :]
+        qids = [q for q in run if heads[q]]
+        plan = {q: sliding_windows(len(heads[q]), p.window, p.stride) * p.passes for q in qids}
+        stats = WindowStats(queries=len(qids))
+        lock = threading.Lock()
+        stop = threading.Event()
+        system = ((("system", p.system_prompt),) if p.system_prompt else ())
+
+        def answer(req: ChatRequest) -> tuple[Completion, bool]:
+            m = memo(ctx.cache, "llm", {"model": identity, "request": req.as_json()}, lambda: backend.complete(req),
+                     save=lambda c, folder: (folder / "response.json").write_text(json.dumps(c.as_json(), sort_keys=True)),
+                     load=lambda entry: Completion.from_json(json.loads(entry.file("response.json").read_text())),
+                     label=f"stage {self.name}", what="window", quiet=True)  # fmt: skip
+            return m.value, m.status == "cached"
+
+        def rerank_query(qid: str, bar: Any) -> list[str]:
+            order = list(heads[qid])
+            query = ds.queries[qid]
+            for start, end in plan[qid]:
+                if stop.is_set():
+                    raise _Stopped()
+                docs = order[start:end]
+                user = render_prompt(template, query, [ds.doc_text.get(d, "") for d in docs], p.max_doc_words)
+                req = ChatRequest((*system, ("user", user)), p.max_new_tokens or 8 * len(docs) + 16, p.temperature,
+                                  p.seed)  # fmt: skip
+                try:
+                    comp, cached = answer(req)
+                except RequestFailed as exc:
+                    log.warning("stage %s: query %r window [%d, %d): request failed: %s; the window keeps its input "
+                                "order", self.name, qid, start + 1, end, exc)  # fmt: skip
+                    with lock:
+                        stats.windows += 1
+                        stats.outcomes[FAILED] += 1
+                        stats.retries += exc.attempts - 1
+                        bar.update(1)
+                    continue
+                outcome = parse_permutation(comp.text, len(docs))
+                order[start:end] = [docs[k] for k in outcome.order]
+                with lock:
+                    stats.windows += 1
+                    stats.outcomes[outcome.status] += 1
+                    for r in outcome.repairs:
+                        stats.repairs[r] += 1
+                    stats.prompt_tokens += comp.prompt_tokens
+                    stats.completion_tokens += comp.completion_tokens
+                    stats.retries += comp.retries
+                    stats.model_seconds += comp.seconds
+                    stats.cached_windows += cached
+                    bar.update(1)
+            return order
+
+        t0 = time.perf_counter()
+        workers = p.concurrency if backend.concurrent else 1
+        reranked: dict[str, list[str]] = {}
+        with progress(sum(len(w) for w in plan.values()), f"{self.name}: llm windows", "window") as bar:
+            if workers == 1:
+                for q in qids:
+                    reranked[q] = rerank_query(q, bar)
+            else:
+                pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"stagebench-{self.name}")
+                try:
+                    futures = {pool.submit(rerank_query, q, bar): q for q in qids}
+                    done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+                    for f in done:
+                        if f.exception() is not None:
+                            raise f.exception()  # type: ignore[misc]
+                    for f, q in futures.items():
+                        reranked[q] = f.result()
+                finally:
+                    stop.set()
+                    pool.shutdown(wait=True, cancel_futures=True)
+        dt = time.perf_counter() - t0
+        s = stats
+        log.info("stage %s: %d windows over %d queries (top %d, window %d, stride %d, %d pass%s): %d from the cache, "
+                 "%d asked; ok %d, repaired %d, fallback %d, failed %d; %d prompt + %d completion tokens [%.1fs]",
+                 self.name, s.windows, s.queries, p.top_n, p.window, p.stride, p.passes, "es" if p.passes > 1 else "",
+                 s.cached_windows, s.windows - s.cached_windows, s.outcomes["ok"], s.outcomes["repaired"],
+                 s.outcomes["fallback"], s.outcomes[FAILED], s.prompt_tokens, s.completion_tokens, dt)  # fmt: skip
+        self.stats = stats.as_json()
+        if s.outcomes[FAILED]:
+            self.incomplete = (f"{s.outcomes[FAILED]} window(s) failed after retries and kept their input order; the run "
+                               "is not cached, so the next run asks for those windows again")  # fmt: skip
+        result: Run = {}
+        for qid in run:
+            order = reranked.get(qid, [])
+            result[qid] = merge_head_tail({d: float(len(order) - i) for i, d in enumerate(order)}, tails[qid])
+        return result
+
+
+class _Stopped(Exception):
+    """Another query's failure stopped this one."""
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+__all__ = ["LLMRerankParams", "LLMRerankStage", "WindowStats"]
