@@ -237,6 +237,10 @@ def score_folder(manifest: dict, qrels: dict, runs: dict[str, Run]) -> Rendered:
         "ceiling: for rerankers, N = candidate depth, pool R@N = recall of the candidates it received, oracle = nDCG@10 of "
         "their ideal order; lost = queries with no relevant document among the stage's candidates",
     ]  # fmt: skip
+    if any(r.llm for r in rows):
+        notes.append("LLM reranking: windows are model calls; ok = a complete permutation, repaired = duplicates or "
+                     "unknown ids dropped / missing ones appended, fallback and failed = the window kept its input "
+                     "order (docs/llm.md)")  # fmt: skip
     table = StageTable(rows, metric_names, title, notes)
     per_query = {n: evals[n].per_query for n in names}
     return Rendered(table, [c.as_dict() for c in comps], report.render_text(table), per_query, queries)

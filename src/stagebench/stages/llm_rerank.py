@@ -271,7 +271,12 @@ class LLMRerankStage(Stage):
                  self.name, s.windows, s.queries, p.top_n, p.window, p.stride, p.passes, "es" if p.passes > 1 else "",
                  s.cached_windows, s.windows - s.cached_windows, s.outcomes["ok"], s.outcomes["repaired"],
                  s.outcomes["fallback"], s.outcomes[FAILED], s.prompt_tokens, s.completion_tokens, dt)  # fmt: skip
-        self.stats = stats.as_json()
+        self.stats = {**stats.as_json(), "reproducibility": (
+            "answers from a server: the same request may be answered differently later (a model updated under the "
+            "same name, batching, sampling); the answers of this run are in the cache, and the manifest holds the "
+            "server's model listing, URL, prompt digest and decoding parameters" if p.backend == "openai" else
+            f"in process, {'greedy' if p.temperature == 0 else f'sampled with seed {p.seed}'}, float32 on cpu: "
+            "repeatable with the same model file and library versions")}  # fmt: skip
         if s.outcomes[FAILED]:
             self.incomplete = (f"{s.outcomes[FAILED]} window(s) failed after retries and kept their input order; the run "
                                "is not cached, so the next run asks for those windows again")  # fmt: skip
