@@ -11,8 +11,11 @@ Sections (timings are the median of ``--repeats`` runs unless noted):
    sentence-transformers ``CrossEncoder`` loop (what search-ranking-stack does), same
    pairs, same model family (the fp32 model is the INT8 graph's weights dequantized,
    see src/stagebench/onnx_weights.py), with the rank correlation of their scores.
-3. Dense: bi-encoder docs/s, fp32 against dynamic INT8, and INT8's quality cost
-   (nDCG@10 and R@100 of the dense stage on the embedded test queries).
+3. Precision: dense encoding (MiniLM-L6: torch fp32, bf16 autocast, dynamic INT8, and
+   onnxruntime fp32 / per-channel INT8 of an ONNX export) and cross-encoder scoring (the INT8
+   ONNX carrier, its dequantized weights in torch fp32 and bf16): docs/s or pairs/s, and the
+   nDCG@10 change against fp32 on the embedded test queries, Cranfield and the real ESCI rows
+   (../shared/data), all measured in the same run. ``precision: auto`` follows this table.
 4. Scaling: generated catalogs of 10K, 100K and 1M products; per size, in a fresh
    process: BM25 index time, postings, query latency and peak RSS; dense (10K, 100K):
    encoding time, faiss build/search and peak RSS.
@@ -196,35 +199,155 @@ def cross_encoder_section(ds, repeats: int, n_queries: int, top_n: int, ref_dir:
     }  # fmt: skip
 
 
-# --------------------------------------------------------------------------- 3. dense
+# --------------------------------------------------------------------------- 3. precision
 
 
-def dense_section(ds, repeats: int, sample_docs: int, cache_root: Path) -> dict:
-    from stagebench.cache import Cache
+def quality_datasets(embedded) -> dict:
+    """The embedded test queries, and the real collections beside the repo when present."""
+    from stagebench.data import LOADERS
+    from stagebench.params import build
+
+    out = {"embedded (20K synthetic)": embedded}
+    shared = REPO.parent / "shared" / "data"
+    for name, loader, opts in (("Cranfield", "beir", {"path": str(shared / "cranfield")}),
+                               ("ESCI real rows", "esci", {"path": str(shared / "esci-real-rows"), "split": None})):  # fmt: skip
+        if Path(opts["path"]).exists():
+            out[name] = LOADERS[loader].load(build(LOADERS[loader].options, opts, name))
+        else:
+            print(f"precision: {opts['path']} is absent; {name} left out", flush=True)
+    return out
+
+
+def export_onnx(model_path: str, out: Path) -> dict[str, Path]:
+    """The bi-encoder's transformer exported to ONNX (fp32), and a per-channel dynamic INT8 copy
+    (onnxruntime.quantization): the onnxruntime alternatives the precision table measures."""
+    import shutil
+
+    import torch
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    from transformers import AutoModel, AutoTokenizer
+
+    folders = {"fp32": out / "ort-fp32", "int8": out / "ort-int8"}
+    if all((f / "model.onnx").is_file() for f in folders.values()):
+        return folders
+    base = AutoModel.from_pretrained(model_path, attn_implementation="eager").eval()
+
+    class Hidden(torch.nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, ids, mask, types):
+            return self.m(input_ids=ids, attention_mask=mask, token_type_ids=types).last_hidden_state
+
+    enc = AutoTokenizer.from_pretrained(model_path)(["a b", "c d e"], padding=True, return_tensors="pt")
+    for f in folders.values():
+        f.mkdir(parents=True, exist_ok=True)
+        shutil.copy(Path(model_path) / "tokenizer.json", f / "tokenizer.json")
+    names = ["input_ids", "attention_mask", "token_type_ids"]
+    torch.onnx.export(Hidden(base), tuple(enc[k] for k in names), str(folders["fp32"] / "model.onnx"), input_names=names,
+                      output_names=["last_hidden_state"], opset_version=17, dynamo=False,
+                      dynamic_axes={k: {0: "batch", 1: "tokens"} for k in [*names, "last_hidden_state"]})  # fmt: skip
+    quantize_dynamic(str(folders["fp32"] / "model.onnx"), str(folders["int8"] / "model.onnx"), per_channel=True,
+                     weight_type=QuantType.QInt8)  # fmt: skip
+    return folders
+
+
+def precision_section(embedded, work: Path, parts: tuple[str, ...] = ("dense", "cross_encoder"),
+                      previous: dict | None = None) -> dict:
+    """Dense encoding and cross-encoder scoring at every precision: speed, and the nDCG@10 change
+    against fp32 on each dataset, all in this one run."""
+    from stagebench.devices import cpu_has_bf16, place
+
+    sets = quality_datasets(embedded)
+    out: dict = {**(previous or {}), "bf16_native": cpu_has_bf16(), "auto": place("cpu", "auto", "torch", "perf").precision,
+                 "datasets": {n: {"documents": len(d.doc_ids), "queries": len(d.queries)} for n, d in sets.items()}}  # fmt: skip
+    if "dense" in parts:
+        out["dense"] = dense_precision(sets, work)
+    if "cross_encoder" in parts:
+        out["cross_encoder"] = cross_encoder_precision(sets, work)
+    return out
+
+
+def dense_precision(sets: dict, work: Path) -> dict:
+    from stagebench.devices import place
     from stagebench.encoders import load_bi_encoder
     from stagebench.metrics import evaluate
-    from stagebench.models import resolve_model
-    from stagebench.stages.base import StageContext
-    from stagebench.stages.dense import DenseParams, DenseStage
+    from stagebench.models import ResolvedModel, resolve_model
+    from stagebench.stages.dense import DenseParams, build_index, search_top_k
 
-    model = resolve_model("sentence-transformers/all-MiniLM-L6-v2")
-    texts = ds.doc_texts[:sample_docs]
-    out: dict = {"model": "sentence-transformers/all-MiniLM-L6-v2 (bundled)", "sample_docs": len(texts), "batch_size": 128,
-                 "max_length": 256}  # fmt: skip
-    for q in ("none", "int8"):
-        enc = load_bi_encoder(model, 256, q)
-        _, t, _ = median_time(lambda enc=enc: enc.encode(texts, 128), repeats)
-        out[f"docs_per_s_{'fp32' if q == 'none' else 'int8'}"] = round(len(texts) / t, 1)
-    out["int8_speedup"] = round(out["docs_per_s_int8"] / out["docs_per_s_fp32"], 2)
-    ctx = StageContext(ds, Cache(cache_root))
-    quality = {}
-    for q in ("none", "int8"):
-        run = DenseStage("dense", DenseParams(top_k=1000, batch_size=128, max_length=256, quantize=q))(ctx, [])
-        ev = evaluate(ds.qrels, run, ["nDCG@10", "R@100"])
-        quality["fp32" if q == "none" else "int8"] = {k: round(v, 4) for k, v in ev.means.items()}
-    out["quality_on_embedded_test_queries"] = quality
-    out["int8_quality_cost_ndcg10"] = round(quality["int8"]["nDCG@10"] - quality["fp32"]["nDCG@10"], 4)
-    return out
+    bi = resolve_model("sentence-transformers/all-MiniLM-L6-v2")
+    ort = export_onnx(bi.path, work / "minilm-l6-onnx")
+    dense_paths = {
+        "torch fp32": load_bi_encoder(bi, place("cpu", "fp32", "torch", "perf"), 256),
+        "torch bf16 autocast": load_bi_encoder(bi, place("cpu", "bf16", "torch", "perf"), 256),
+        "torch dynamic INT8": load_bi_encoder(bi, place("cpu", "int8", "torch", "perf"), 256),
+        "onnxruntime fp32 (exported)": load_bi_encoder(
+            ResolvedModel("minilm-ort-fp32", "onnx", str(ort["fp32"]), "export", "export"), place("cpu", "auto", "onnx", "perf"), 256),
+        "onnxruntime per-channel INT8 (exported)": load_bi_encoder(
+            ResolvedModel("minilm-ort-int8", "onnx", str(ort["int8"]), "export", "export"), place("cpu", "auto", "onnx", "perf"), 256),
+    }  # fmt: skip
+    dense: dict = {}
+    for path, enc in dense_paths.items():
+        row = dense[path] = {}
+        enc.encode(["warm up"] * 64, 64)
+        for name, ds in sets.items():
+            t0 = time.perf_counter()
+            emb = enc.encode(ds.doc_texts, 128)
+            dt = time.perf_counter() - t0
+            qe = enc.encode([ds.queries[q] for q in ds.query_ids], 128)
+            run = search_top_k(build_index(emb, DenseParams()), qe, ds.query_ids, ds.doc_ids, min(1000, len(ds.doc_ids)))
+            ev = evaluate(ds.qrels, run, ["nDCG@10", "R@100"]).means
+            row[name] = {"docs_per_s": round(len(ds.doc_ids) / dt, 1), "ndcg10": round(ev["nDCG@10"], 4),
+                         "r100": round(ev["R@100"], 4)}  # fmt: skip
+            if path != "torch fp32":
+                ref = dense["torch fp32"][name]
+                row[name]["ndcg10_change"] = round(ev["nDCG@10"] - ref["ndcg10"], 4)
+                row[name]["speedup"] = round(row[name]["docs_per_s"] / ref["docs_per_s"], 2)
+            log(f"precision dense {path} {name}", row[name])
+    return dense
+
+
+def cross_encoder_precision(sets: dict, work: Path) -> dict:
+    from stagebench.devices import place
+    from stagebench.encoders import load_cross_encoder
+    from stagebench.metrics import evaluate
+    from stagebench.models import ResolvedModel, resolve_model
+    from stagebench.onnx_weights import build_reference_folder
+    from stagebench.stages.base import StageContext
+    from stagebench.stages.bm25 import BM25Params, BM25Stage
+
+    ce_model = resolve_model("cross-encoder/ms-marco-MiniLM-L-12-v2")
+    ref_folder = build_reference_folder(ce_model.path, work / "ce-fp32-reference")
+    ref_model = ResolvedModel("ce-fp32", "sentence_transformers", str(ref_folder), "dequantized", "dequantized")
+    ce_paths = {
+        "torch fp32 (dequantized weights)": load_cross_encoder(ref_model, place("cpu", "fp32", "torch", "perf"), 256),
+        "torch bf16 autocast (dequantized weights)": load_cross_encoder(ref_model, place("cpu", "bf16", "torch", "perf"), 256),
+        "INT8 ONNX carrier (the default)": load_cross_encoder(ce_model, place("cpu", "auto", "onnx", "perf"), 256),
+    }  # fmt: skip
+    depth, max_q = 20, 100
+    ce: dict = {"depth": depth, "max_queries": max_q}
+    for name, ds in sets.items():
+        qids = ds.query_ids[:max_q]
+        qrels = {q: ds.qrels[q] for q in qids if q in ds.qrels}  # scored over these queries only
+        first = BM25Stage("bm25", BM25Params(top_k=depth))(StageContext(ds.subset(qids)), [])
+        text = ds.doc_text
+        pairs = [(q, d) for q in qids for d in first.get(q, {})]
+        for path, model in ce_paths.items():
+            t0 = time.perf_counter()
+            scores = model.predict([(ds.queries[q], text[d]) for q, d in pairs], 32)
+            dt = time.perf_counter() - t0
+            run: dict = {}
+            for (q, d), sc in zip(pairs, scores):
+                run.setdefault(q, {})[d] = float(sc)
+            ev = evaluate(qrels, run, ["nDCG@10"]).means
+            row = ce.setdefault(path, {})[name] = {"pairs_per_s": round(len(pairs) / dt, 1), "ndcg10": round(ev["nDCG@10"], 4)}
+            ref = ce.get("torch fp32 (dequantized weights)", {}).get(name)
+            if ref is not None and ref is not row:
+                row["ndcg10_change"] = round(ev["nDCG@10"] - ref["ndcg10"], 4)
+                row["speedup"] = round(row["pairs_per_s"] / ref["pairs_per_s"], 2)
+            log(f"precision cross-encoder {path} {name}", row)
+    return ce
 
 
 # --------------------------------------------------------------------------- 4. scaling (one size per process)
@@ -266,7 +389,9 @@ def scale_one(path: Path, what: str, queries: int, encode_docs: int | None) -> d
         from stagebench.models import resolve_model
         from stagebench.stages.dense import DenseParams, build_index
 
-        enc = load_bi_encoder(resolve_model("sentence-transformers/all-MiniLM-L6-v2"), 256, "int8")
+        from stagebench.devices import place
+
+        enc = load_bi_encoder(resolve_model("sentence-transformers/all-MiniLM-L6-v2"), place("cpu", "int8", "torch", "perf"), 256)
         n = len(texts) if encode_docs is None else min(encode_docs, len(texts))
         t0 = time.perf_counter()
         emb = enc.encode(texts[:n], 128, progress=True, desc=f"encode {n}")
@@ -354,6 +479,38 @@ def scaling_plot(res: dict, path: Path) -> None:
 # --------------------------------------------------------------------------- report
 
 
+def precision_markdown(p: dict) -> list[str]:
+    names = list(p["datasets"])
+    head = "| path | " + " | ".join(f"{n} ({p['datasets'][n]['documents']:,} docs)" for n in names) + " |"
+    lines = ["", "## Precision: speed and nDCG@10 against fp32, on three collections", "",
+             f"Native bf16 on this CPU: {p['bf16_native']}; `precision: auto` chooses **{p['auto']}** for torch "
+             "encoders here. Each cell: throughput (speed-up over fp32), nDCG@10 (change against fp32); "
+             "all measured in this one run.", "", "Dense encoding, sentence-transformers/all-MiniLM-L6-v2 (max_length 256, "
+             "batch 128; docs/s over each whole corpus; nDCG@10 of the dense stage alone, k=1000):", "",
+             head, "|---|" + "---|" * len(names)]  # fmt: skip
+    lines += precision_rows(p["dense"], names, "docs_per_s", "docs/s")
+    ce = p["cross_encoder"]
+    lines += ["", f"Cross-encoder, ms-marco-MiniLM-L-12-v2 (max_length 256, batch 32), reranking BM25's top {ce['depth']} "
+                  f"of the first {ce['max_queries']} queries; pairs/s over all those pairs:", "",
+              head, "|---|" + "---|" * len(names)]  # fmt: skip
+    lines += precision_rows({k: v for k, v in ce.items() if isinstance(v, dict)}, names, "pairs_per_s", "pairs/s")
+    return lines
+
+
+def precision_rows(table: dict, names: list[str], rate: str, unit: str) -> list[str]:
+    """One Markdown row per path: throughput (speed-up over fp32), nDCG@10 (change against fp32)."""
+    out = []
+    for path, row in table.items():
+        cells = []
+        for n in names:
+            c = row[n]
+            extra = f" ({c['speedup']}x)" if "speedup" in c else ""
+            change = f" ({c['ndcg10_change']:+.4f})" if "ndcg10_change" in c else ""
+            cells.append(f"{c[rate]:,.0f} {unit}{extra}, {c['ndcg10']:.4f}{change}")
+        out.append(f"| {path} | " + " | ".join(cells) + " |")
+    return out
+
+
 def markdown(f: dict) -> str:
     m = f["machine"]
     lines = ["# stagebench performance", "",
@@ -378,13 +535,8 @@ def markdown(f: dict) -> str:
               f"| {c['reference']['what']} | {c['reference']['pairs_per_s']} | {c['reference']['per_query_latency']['p50_ms']:.0f} / {c['reference']['per_query_latency']['p95_ms']:.0f} ms |",
               "", f"Speedup **{c['speedup_pairs_per_s']}x**; Spearman of the two score lists: {c['spearman_all_pairs']} over all pairs, "
               f"{c['spearman_within_query_mean']} within a query (mean)."]  # fmt: skip
-    d = f["dense"]
-    q = d["quality_on_embedded_test_queries"]
-    lines += ["", "## Dense encoding: fp32 vs dynamic INT8", "",
-              f"{d['model']}, {d['sample_docs']} documents, batch {d['batch_size']}, max_length {d['max_length']}: "
-              f"fp32 {d['docs_per_s_fp32']} docs/s, INT8 {d['docs_per_s_int8']} docs/s (**{d['int8_speedup']}x**). "
-              f"Quality on the embedded test queries (dense stage alone): fp32 nDCG@10 {q['fp32']['nDCG@10']}, R@100 {q['fp32']['R@100']}; "
-              f"INT8 nDCG@10 {q['int8']['nDCG@10']}, R@100 {q['int8']['R@100']} (nDCG@10 change {d['int8_quality_cost_ndcg10']:+.4f})."]  # fmt: skip
+    if "precision" in f:
+        lines += precision_markdown(f["precision"])
     s = f["scaling"]
     lines += ["", "## Scaling with catalog size", "", "![scaling](perf_scaling.png)", "",
               "One fresh process and one run per size (so peak RSS is that size's alone); generated catalogs "
@@ -424,7 +576,7 @@ def main() -> None:
     ap.add_argument("--dense-sizes", default="10000,100000")
     ap.add_argument("--ce-queries", type=int, default=20)
     ap.add_argument("--encode-docs", type=int, default=2000)
-    ap.add_argument("--sections", default="bm25,cross_encoder,dense,scaling")
+    ap.add_argument("--sections", default="bm25,cross_encoder,precision,scaling")
     ap.add_argument("--render-only", action="store_true", help="rewrite perf.md and the plot from perf.json")
     ap.add_argument("--scale-one", help=argparse.SUPPRESS)
     ap.add_argument("--what", help=argparse.SUPPRESS)
@@ -461,16 +613,16 @@ def main() -> None:
     if "cross_encoder" in sections:
         figures["cross_encoder"] = cross_encoder_section(ds, args.repeats, args.ce_queries, 50, root / "ce-fp32-reference")
         log("cross_encoder", figures["cross_encoder"])
-    if "dense" in sections:
-        figures["dense"] = dense_section(ds, args.repeats, args.encode_docs, Path(".stagebench-cache"))
-        log("dense", figures["dense"])
+    if "precision" in sections or "precision-ce" in sections:
+        parts = ("cross_encoder",) if "precision" not in sections else ("dense", "cross_encoder")
+        figures["precision"] = precision_section(ds, root, parts, figures.get("precision"))
     if "scaling" in sections:
         sizes = [int(x) for x in args.bm25_sizes.split(",") if x]
         dsz = [int(x) for x in args.dense_sizes.split(",") if x]
         figures["scaling"] = scaling_section(sizes, dsz, root, args.queries)
         scaling_plot(figures["scaling"], out / "perf_scaling.png")
     jpath.write_text(json.dumps(figures, indent=2) + "\n")
-    if all(k in figures for k in ("bm25", "cross_encoder", "dense", "scaling")):
+    if all(k in figures for k in ("bm25", "cross_encoder", "precision", "scaling")):
         (out / "perf.md").write_text(markdown(figures))
     print(f"written to {out}/perf.json" + (" and perf.md" if (out / "perf.md").is_file() else ""))
 

@@ -37,6 +37,19 @@ def test_update_then_check_passes_exactly(run_dir, tmp_path):
     assert r.stdout.strip().splitlines()[-1] == "OK: 15 values: 15 OK, 0 OK-within-tolerance, 0 FAIL"
 
 
+def test_update_keeps_the_replaced_files_tolerances(run_dir, tmp_path):
+    exp = tmp_path / "expected.yaml"
+    cli("check", run_dir, exp, "--update", "--tolerance", "0.002", cwd=tmp_path)
+    doc = yaml.safe_load(exp.read_text())
+    doc["tolerances"] = {"RR@10": 0.005}
+    exp.write_text(yaml.safe_dump(doc))
+    assert cli("check", run_dir, exp, "--update", cwd=tmp_path).returncode == 0
+    again = yaml.safe_load(exp.read_text())
+    assert again["tolerance"] == 0.002 and again["tolerances"] == {"RR@10": 0.005}
+    cli("check", run_dir, exp, "--update", "--tolerance", "0.01", cwd=tmp_path)
+    assert yaml.safe_load(exp.read_text())["tolerance"] == 0.01
+
+
 def test_edited_values_give_within_tolerance_and_fail_with_a_diff(run_dir, tmp_path):
     exp = tmp_path / "expected.yaml"
     cli("check", run_dir, exp, "--update", "--tolerance", "0.002", cwd=tmp_path)

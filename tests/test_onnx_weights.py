@@ -22,6 +22,7 @@ def test_int8_onnx_ranks_500_pairs_like_the_sentence_transformers_reference(tmp_
     from transformers import BertForSequenceClassification
 
     from stagebench.data.esci import EsciOptions, load_esci
+    from stagebench.devices import place
     from stagebench.encoders import load_cross_encoder
     from stagebench.models import resolve_model
     from stagebench.onnx_weights import build_reference_folder
@@ -41,7 +42,7 @@ def test_int8_onnx_ranks_500_pairs_like_the_sentence_transformers_reference(tmp_
     ref = CrossEncoder(str(ref_dir), device="cpu", max_length=256, activation_fn=torch.nn.Identity()).predict(
         pairs, batch_size=32, activation_fn=torch.nn.Identity()
     )
-    ours = load_cross_encoder(model, 256).predict(pairs, 32)
+    ours = load_cross_encoder(model, place("cpu", "auto", "onnx", "test"), 256).predict(pairs, 32)
     rho = spearmanr(ref, ours).statistic
     assert rho >= 0.99, rho
     assert np.corrcoef(ref, ours)[0, 1] >= 0.99

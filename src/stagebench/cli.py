@@ -169,7 +169,8 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("run_dir")
     k.add_argument("expected", help="expected-values YAML, e.g. results/default/expected.yaml")
     k.add_argument("--update", action="store_true", help="write EXPECTED from RUN_DIR instead (on purpose)")
-    k.add_argument("--tolerance", type=float, default=0.001, help="with --update: the absolute tolerance to pin")
+    k.add_argument("--tolerance", type=float, default=None,
+                   help="with --update: the absolute tolerance to pin (default: the replaced file's, else 0.001)")
     k.set_defaults(func=_cmd_check)
 
     ca = sub.add_parser("cache", help="list or prune the stage cache")

@@ -38,6 +38,7 @@ from stagebench.errors import ConfigError, StagebenchError
 from stagebench.metrics.names import Measure, parse_measure
 from stagebench.models import check_model
 from stagebench.params import (
+    DeviceSpec,
     Fraction,
     NonNegativeInt,
     PositiveInt,
@@ -112,6 +113,8 @@ class TrainingConfig:
     warmup_ratio: Fraction = param(0.1, "share of the steps with a linear warm-up")
     seed: Seed = param(12, "seed of the dev split, the negative sampling and training")
     early_stopping_patience: PositiveInt | None = param(None, "epochs without a dev nDCG@10 gain before stopping (null: never)")
+    device: DeviceSpec = param("auto", "where training runs: auto (CUDA, else MPS, else CPU) | cpu | cuda | cuda:N | mps; "
+                               "training is fp32 everywhere")  # fmt: skip
 
     def validate(self) -> list[tuple[str, str]]:
         errs = []

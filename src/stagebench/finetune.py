@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from stagebench.devices import resolve_device
 from stagebench.errors import StagebenchError
 from stagebench.metrics import evaluate
 from stagebench.models import resolve_model
@@ -87,10 +88,12 @@ def fine_tune(base_model: str, source: str, data: TrainingData, recipe: Any, wor
     transformers = need("transformers", why)
 
     base, base_desc = base_model_folder(base_model, source, work)
+    device = resolve_device(recipe.device)
+    log.info("training: on %s, fp32", device)
     torch.set_num_threads(os.cpu_count() or 1)
     transformers.set_seed(recipe.seed)
     try:
-        model = CrossEncoder(base, num_labels=1, max_length=recipe.max_length, device="cpu")
+        model = CrossEncoder(base, num_labels=1, max_length=recipe.max_length, device=device)
     except Exception as exc:
         raise StagebenchError(f"training.base_model: cannot load {base_model!r} from {base_desc} "
                               f"({type(exc).__name__}: {exc})") from exc  # fmt: skip
@@ -125,7 +128,7 @@ def fine_tune(base_model: str, source: str, data: TrainingData, recipe: Any, wor
         warmup_steps=int(recipe.warmup_ratio * steps_per_epoch * recipe.epochs), seed=recipe.seed,
         data_seed=recipe.seed, eval_strategy="epoch" if evaluator else "no", save_strategy="epoch" if patience else "no",
         load_best_model_at_end=bool(patience and evaluator), metric_for_best_model="eval_dev_ndcg@10" if evaluator else None,
-        save_total_limit=1, logging_steps=max(1, steps_per_epoch // 10), report_to="none", use_cpu=True,
+        save_total_limit=1, logging_steps=max(1, steps_per_epoch // 10), report_to="none", use_cpu=device == "cpu",
         dataloader_num_workers=0, disable_tqdm=False,
     )  # fmt: skip
     callbacks = [transformers.EarlyStoppingCallback(patience)] if patience and evaluator else []

@@ -29,8 +29,11 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
+from importlib import metadata
 from typing import Any
 
+from stagebench.cache import module_source_hash
+from stagebench.devices import Placement, autocast
 from stagebench.errors import StagebenchError
 from stagebench.models import ResolvedModel
 from stagebench.optional import need
@@ -115,6 +118,9 @@ class OpenAIBackend:
     """An OpenAI-compatible chat-completions server."""
 
     concurrent = True
+    reproducibility = ("answers from a server: the same request may be answered differently later (a model updated "
+                       "under the same name, batching, sampling); this run's answers are in the cache, and the manifest "
+                       "holds the server's model listing, URL, prompt digest and decoding parameters")  # fmt: skip
 
     def __init__(self, base_url: str, model: str, api_key_env: str = "", timeout: float = 60.0, retries: int = 3,
                  backoff: float = 1.0, label: str = "llm") -> None:  # fmt: skip
@@ -234,8 +240,9 @@ class TransformersBackend:
 
     concurrent = False
 
-    def __init__(self, model: ResolvedModel, label: str = "llm") -> None:
+    def __init__(self, model: ResolvedModel, placement: Placement, label: str = "llm") -> None:
         self.resolved = model
+        self.placement = placement
         self.label = label
         self._model: Any = None
         self._tok: Any = None
@@ -243,8 +250,22 @@ class TransformersBackend:
     def check(self) -> None:
         return None
 
+    @property
+    def reproducibility(self) -> str:
+        return (f"in process, {self.placement.precision} on {self.placement.device}: repeatable with the same model "
+                "file and library versions")  # fmt: skip
+
     def identity(self) -> dict:
-        return {"backend": "transformers", "model": self.resolved.identity, "dtype": "float32", "device": "cpu"}
+        """The weights, and what generates from them here: this module's code and the libraries'
+        versions (a server's answers are keyed by the server's identity instead)."""
+        versions = {}
+        for dist in ("transformers", "torch"):
+            try:
+                versions[dist] = metadata.version(dist)
+            except metadata.PackageNotFoundError:
+                versions[dist] = None
+        return {"backend": "transformers", "model": self.resolved.identity, **self.placement.key(),
+                "code": module_source_hash(__name__), "packages": versions}  # fmt: skip
 
     def _load(self) -> None:
         if self._model is not None:
@@ -255,12 +276,18 @@ class TransformersBackend:
         t0 = time.perf_counter()
         kw = {"gguf_file": self.resolved.gguf_file} if self.resolved.gguf_file else {}
         self._tok = tf.AutoTokenizer.from_pretrained(self.resolved.path, **kw)
-        self._model = tf.AutoModelForCausalLM.from_pretrained(self.resolved.path, **kw).eval()
+        torch = need("torch", f"{self.label}: the transformers LLM backend")
+        pl = self.placement
+        if pl.precision == "int8":
+            raise StagebenchError(f"{self.label}: precision int8 is not offered for LLMs; use fp32, bf16 or fp16 (GPU)")
+        weights = torch.float16 if pl.precision == "fp16" else torch.bfloat16 if pl.precision == "bf16" and pl.kind != "cpu" \
+            else torch.float32  # fmt: skip
+        self._model = tf.AutoModelForCausalLM.from_pretrained(self.resolved.path, dtype=weights, **kw).to(pl.device).eval()
         if not getattr(self._tok, "chat_template", None):
             raise StagebenchError(f"{self.label}: model {self.resolved.name} has no chat template; use an instruction-"
                                   "tuned (chat) model")  # fmt: skip
-        log.info("%s: loaded %s from %s on cpu, float32 [%.1fs]", self.label, self.resolved.name, self.resolved.origin,
-                 time.perf_counter() - t0)  # fmt: skip
+        log.info("%s: loaded %s from %s on %s, %s (%s) [%.1fs]", self.label, self.resolved.name, self.resolved.origin,
+                 pl.device, pl.precision, pl.why, time.perf_counter() - t0)  # fmt: skip
 
     def complete(self, req: ChatRequest) -> Completion:
         self._load()
@@ -276,7 +303,8 @@ class TransformersBackend:
             torch.manual_seed(req.seed)
         else:  # greedy: no sampling settings from the model's generation config
             gen.update(temperature=None, top_p=None, top_k=None)
-        with torch.inference_mode():
+        enc = {k: v.to(self.placement.device) for k, v in enc.items()}
+        with torch.inference_mode(), autocast(self.placement):
             out = self._model.generate(**enc, **gen)
         new = out[0, n_in:]
         text = self._tok.decode(new, skip_special_tokens=True)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import types
 import typing
 from dataclasses import dataclass
@@ -59,6 +60,17 @@ def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else str(x)
 
 
+@dataclass(frozen=True)
+class Pattern:
+    """A declared form for a string, used as ``Annotated[str, Pattern(regex, "cpu | cuda:N")]``."""
+
+    regex: str
+    text: str  # how the docs and errors say it
+
+    def check(self, value: str) -> str | None:
+        return None if re.fullmatch(self.regex, value) else f"must be {self.text}"
+
+
 PositiveInt = Annotated[int, Range(ge=1)]
 NonNegativeInt = Annotated[int, Range(ge=0)]
 NonNegativeFloat = Annotated[float, Range(ge=0)]
@@ -67,6 +79,8 @@ Fraction = Annotated[float, Range(ge=0, le=1)]
 Probability = Annotated[float, Range(gt=0, lt=1)]
 #: a non-negative seed (numpy's generators reject negative ones)
 Seed = Annotated[int, Range(ge=0, le=2**32 - 1)]
+#: where a model runs: ``auto`` (CUDA, else Apple MPS, else the CPU), ``cpu``, ``cuda``, ``cuda:N``, ``mps``
+DeviceSpec = Annotated[str, Pattern(r"auto|cpu|mps|cuda(:[0-9]+)?", "auto | cpu | cuda | cuda:N | mps")]
 
 
 def param(default: Any = dataclasses.MISSING, doc: str = "", *, factory: Any = dataclasses.MISSING) -> Any:
@@ -81,6 +95,9 @@ def type_text(tp: Any) -> str:
     origin = typing.get_origin(tp)
     if origin is Annotated:
         base, *extras = typing.get_args(tp)
+        pattern = next((e for e in extras if isinstance(e, Pattern)), None)
+        if pattern is not None:
+            return pattern.text
         rng = next((e for e in extras if isinstance(e, Range)), None)
         text = type_text(base)
         if rng is not None:
@@ -150,7 +167,7 @@ def coerce(value: Any, tp: Any, where: str) -> Any:
         base, *extras = typing.get_args(tp)
         value = coerce(value, base, where)
         for extra in extras:
-            if isinstance(extra, Range) and value is not None:
+            if isinstance(extra, (Range, Pattern)) and value is not None:
                 msg = extra.check(value)
                 if msg:
                     raise ConfigError(f"{where}: {msg}, got {value!r}")

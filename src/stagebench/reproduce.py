@@ -154,16 +154,19 @@ def format_report(rows: list[CheckRow], folder: str, expected_path: str, source:
     return "\n".join(lines) + "\n"
 
 
-def write_expected(folder: str | Path, expected_path: str | Path, tolerance: float = 0.001,
+def write_expected(folder: str | Path, expected_path: str | Path, tolerance: float | None = None,
                    metrics: list[str] | None = None) -> None:  # fmt: skip
-    """Pin a run folder's current metrics as the expected values (an on-purpose update)."""
+    """Pin a run folder's current metrics as the expected values (an on-purpose update). The
+    tolerances of the file being replaced are kept (``tolerance`` given: it replaces the global one)."""
 
     folder = Path(folder)
     got, manifest, _ = folder_metrics(folder)
     ds = manifest.get("dataset", {})
+    old = load_expected(expected_path) if Path(expected_path).is_file() else None
     doc = {
         "config": manifest.get("config_path"),
-        "tolerance": tolerance,
+        "tolerance": tolerance if tolerance is not None else old.tolerance if old is not None else 0.001,
+        **({"tolerances": old.tolerances} if old is not None and old.tolerances else {}),
         "dataset": {k: ds[k] for k in DATASET_KEYS if k in ds},
         "stages": {s: {m: v for m, v in ms.items() if metrics is None or m in metrics} for s, ms in got.items()},
     }

@@ -34,6 +34,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from stagebench.devices import place
 from stagebench.encoders import load_cross_encoder
 from stagebench.errors import ConfigError
 from stagebench.models import resolve_model
@@ -48,10 +49,12 @@ class CrossEncoderReranker:
     """A cross-encoder (sentence-transformers or ONNX) behind the plug-in protocol."""
 
     def __init__(self, model: str = "cross-encoder/ms-marco-MiniLM-L-12-v2", source: str = "auto",
-                 max_length: int = 256, batch_size: int = 32, quantize: str = "none") -> None:  # fmt: skip
-
+                 max_length: int = 256, batch_size: int = 32, device: str = "auto",
+                 precision: str = "auto") -> None:  # fmt: skip
         self.resolved = resolve_model(model, source)
-        self.model = load_cross_encoder(self.resolved, max_length, quantize)
+        self.placement = place(device, precision, "onnx" if self.resolved.backend == "onnx" else "torch",
+                               f"cross-encoder {model}")  # fmt: skip
+        self.model = load_cross_encoder(self.resolved, self.placement, max_length)
         self.batch_size = batch_size
 
     def score(self, query: str, docs: Sequence[str]) -> list[float]:

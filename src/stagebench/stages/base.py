@@ -11,6 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from stagebench.devices import Placement, place
+from stagebench.models import resolve_model
+
 if TYPE_CHECKING:
     from stagebench.cache import Cache
     from stagebench.data.model import Dataset
@@ -79,3 +82,19 @@ class Stage:
 
     def __call__(self, ctx: StageContext, inputs: list[Run]) -> Run:  # pragma: no cover - abstract
         raise NotImplementedError
+
+
+class ModelStage(Stage):
+    """A stage that runs a resolved model (params ``model``, ``source``, ``device``, ``precision``):
+    its placement is resolved in :meth:`preflight`, before anything runs, and keyed as resolved."""
+
+    def placement(self) -> Placement:
+        p = self.params
+        backend = "onnx" if resolve_model(p.model, p.source).backend == "onnx" else "torch"
+        return place(p.device, p.precision, backend, f"stage {self.name}")
+
+    def preflight(self) -> None:
+        self.placement()
+
+    def identity(self) -> dict[str, Any]:
+        return {"model": resolve_model(self.params.model, self.params.source).identity, **self.placement().key()}

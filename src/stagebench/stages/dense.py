@@ -20,18 +20,19 @@ from typing import Annotated, Literal
 import numpy as np
 
 from stagebench.cache import code_identity, memo
+from stagebench.devices import HardwareParams, Placement
 from stagebench.encoders import load_bi_encoder
 from stagebench.models import resolve_model
 from stagebench.optional import need
 from stagebench.params import PositiveInt, Range, param
 from stagebench.runs import Run, ranked
-from stagebench.stages.base import Stage, StageContext
+from stagebench.stages.base import ModelStage, Stage, StageContext
 
 log = logging.getLogger("stagebench")
 
 
 @dataclass
-class DenseParams:
+class DenseParams(HardwareParams):
     model: str = param("sentence-transformers/all-MiniLM-L6-v2", "bi-encoder: a public name, a local folder or a hub id (docs/models.md)")
     source: str = param("auto", "where the model comes from: auto | bundled | hub (docs/models.md)")
     top_k: PositiveInt = param(1000, "documents kept per query (ties at the cut by doc id)")
@@ -39,7 +40,6 @@ class DenseParams:
     max_length: PositiveInt | None = param(256, "tokens per text; longer ones are truncated")
     query_prefix: str = param("", 'prepended to queries (e5: "query: ", bge: "Represent this sentence ...")')
     passage_prefix: str = param("", 'prepended to documents (e5: "passage: ")')
-    quantize: Literal["none", "int8"] = param("none", "int8: dynamic INT8 for sentence-transformers models (faster, scores move)")
     index: Literal["flat", "hnsw"] = param("flat", "flat: exact inner-product search; hnsw: approximate")
     hnsw_m: Annotated[int, Range(ge=2)] = param(32, "HNSW graph degree (faiss needs >= 2)")
     hnsw_ef_construction: PositiveInt = param(200, "HNSW build-time search depth")
@@ -49,30 +49,30 @@ class DenseParams:
 
 
 def embeddings_parts(model_identity: str, fingerprint: str, passage_prefix: str, max_length: int | None,
-                     batch_size: int) -> dict:
-    """What corpus embeddings depend on (the cache key is the hash of this)."""
+                     batch_size: int, placement: Placement) -> dict:
+    """What corpus embeddings depend on (the cache key is the hash of this): with the device
+    type and precision, which change the bits (not the device index)."""
 
     return {"model": model_identity, "corpus": fingerprint, "passage_prefix": passage_prefix,
-            "max_length": max_length, "batch_size": batch_size,
-            "code": code_identity(("stagebench.encoders", "stagebench.models"))}  # fmt: skip
+            "max_length": max_length, "batch_size": batch_size, **placement.key(),
+            "code": code_identity(("stagebench.encoders", "stagebench.models", "stagebench.devices"))}  # fmt: skip
 
 
 def corpus_embeddings(encoder, ctx: StageContext, p: DenseParams, stage: str) -> np.ndarray:
     ds = ctx.dataset
-    parts = embeddings_parts(encoder.model.identity, ds.fingerprint, p.passage_prefix, p.max_length, p.batch_size)
-    if p.quantize != "none" and encoder.model.backend != "onnx":
-        parts["quantize"] = p.quantize
+    parts = embeddings_parts(encoder.model.identity, ds.fingerprint, p.passage_prefix, p.max_length, p.batch_size,
+                             encoder.placement)  # fmt: skip
     texts = [p.passage_prefix + t for t in ds.doc_texts]
     m = memo(ctx.cache if p.cache else None, "embeddings", parts,
              lambda: encoder.encode(texts, p.batch_size, progress=True, desc=f"{stage}: corpus"),
              save=lambda emb, folder: np.save(folder / "embeddings.npy", emb),
              load=lambda entry: np.load(entry.file("embeddings.npy")),
-             meta=lambda emb: {"model": encoder.model.identity, "shape": list(emb.shape)},
+             meta=lambda emb: {"model": encoder.model.identity, "shape": list(emb.shape), **encoder.placement.key()},
              describe=lambda emb: f"{emb.shape[0]} documents x {emb.shape[1]} with {encoder.model.name} "
                                   f"[{encoder.model.origin}]",
              label=f"stage {stage}", what="corpus embeddings")  # fmt: skip
     if m.status == "computed":
-        log.info("stage %s: %.0f docs/s", stage, len(texts) / max(m.seconds, 1e-9))
+        log.info("stage %s: %.0f docs/s (%s)", stage, len(texts) / max(m.seconds, 1e-9), encoder.runs_on)
     return m.value
 
 
@@ -123,21 +123,20 @@ def build_index(emb: np.ndarray, p: DenseParams):
     return index
 
 
-class DenseStage(Stage):
+class DenseStage(ModelStage):
     type_name = "dense"
     Params = DenseParams
-    code_modules = (*Stage.code_modules, "stagebench.stages.dense", "stagebench.encoders", "stagebench.models")
+    code_modules = (*Stage.code_modules, "stagebench.stages.dense", "stagebench.encoders", "stagebench.models",
+                    "stagebench.devices")  # fmt: skip
     packages = ("faiss-cpu", "numpy", *("onnxruntime", "tokenizers", "sentence-transformers", "transformers", "torch"))
-    unkeyed_params = ("cache",)
-
-    def identity(self) -> dict:
-        return {"model": resolve_model(self.params.model, self.params.source).identity}
+    unkeyed_params = ("cache",)  # device/precision: keyed as written and, in identity(), as resolved
 
     def __call__(self, ctx: StageContext, inputs: list[Run]) -> Run:
         p: DenseParams = self.params
         model = resolve_model(p.model, p.source)
         log.info("stage %s: model %s resolved to %s", self.name, p.model, model.origin)
-        encoder = load_bi_encoder(model, p.max_length, p.quantize)
+        encoder = load_bi_encoder(model, self.placement(), p.max_length)
+        log.info("stage %s: runs on %s", self.name, encoder.runs_on)
         emb = corpus_embeddings(encoder, ctx, p, self.name)
         ds = ctx.dataset
         qids = ds.query_ids

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from stagebench.cache import memo
-from stagebench.errors import StagebenchError
+from stagebench.devices import HardwareParams, place
 from stagebench.listwise import (
     DEFAULT_SYSTEM, DEFAULT_TEMPLATE, FAILED, OUTCOMES, REPAIRS, check_template, parse_permutation, render_prompt,
     sliding_windows,
@@ -50,7 +50,7 @@ ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 @dataclass
-class LLMRerankParams:
+class LLMRerankParams(HardwareParams):
     model: str = param("HuggingFaceTB/SmolLM2-135M-Instruct", "transformers: a public name, local folder, .gguf file or hub "
                        "id; openai: the model name the server knows")  # fmt: skip
     backend: Literal["transformers", "openai"] = param("transformers", "transformers: in process; openai: any OpenAI-"
@@ -112,7 +112,7 @@ class LLMRerankStage(Stage):
     min_inputs = max_inputs = 1
     reorders_input = True
     code_modules = (*Stage.code_modules, "stagebench.stages.llm_rerank", "stagebench.listwise", "stagebench.llm",
-                    "stagebench.stages.rerank")  # fmt: skip
+                    "stagebench.stages.rerank", "stagebench.devices")  # fmt: skip
     packages = ("transformers", "torch", "gguf")
     unkeyed_params = ("concurrency", "timeout", "retries", "backoff", "price_per_1k_tokens", "api_key_env")
 
@@ -135,8 +135,12 @@ class LLMRerankStage(Stage):
                                             "the key itself"))  # fmt: skip
             if p.gguf_file:
                 errs.append(("gguf_file", "applies to backend transformers"))
+            errs += [(k, "applies to backend transformers (a server decides where its model runs)")
+                     for k in ("device", "precision") if getattr(p, k) != "auto"]  # fmt: skip
         else:
             errs += [(k, "applies to backend openai") for k in ("base_url", "api_key_env") if getattr(p, k)]
+            if p.precision == "int8":
+                errs.append(("precision", "int8 is not offered for LLMs; use auto, fp32, bf16 or fp16 (GPU)"))
         if p.prompt:
             path = Path(p.prompt).expanduser()
             if not path.is_file():
@@ -162,7 +166,8 @@ class LLMRerankStage(Stage):
                 resolved = resolve_model(p.model, p.source)
                 if p.gguf_file and resolved.backend == "hub":
                     resolved = type(resolved)(**{**resolved.__dict__, "gguf_file": p.gguf_file})
-                self._backend = TransformersBackend(resolved, label)
+                placement = place(p.device, p.precision, "torch", label, auto_bf16=False)
+                self._backend = TransformersBackend(resolved, placement, label)
         return self._backend
 
     def preflight(self) -> None:
@@ -205,7 +210,8 @@ class LLMRerankStage(Stage):
             m = memo(ctx.cache, "llm", {"model": identity, "request": req.as_json()}, lambda: backend.complete(req),
                      save=lambda c, folder: (folder / "response.json").write_text(json.dumps(c.as_json(), sort_keys=True)),
                      load=lambda entry: Completion.from_json(json.loads(entry.file("response.json").read_text())),
-                     label=f"stage {self.name}", what="window", quiet=True)  # fmt: skip
+                     meta=lambda c: {"model": p.model, "stage": self.name}, label=f"stage {self.name}", what="window",
+                     quiet=True)  # fmt: skip
             return m.value, m.status == "cached"
 
         def rerank_query(qid: str, bar: Any) -> list[str]:
@@ -271,12 +277,8 @@ class LLMRerankStage(Stage):
                  self.name, s.windows, s.queries, p.top_n, p.window, p.stride, p.passes, "es" if p.passes > 1 else "",
                  s.cached_windows, s.windows - s.cached_windows, s.outcomes["ok"], s.outcomes["repaired"],
                  s.outcomes["fallback"], s.outcomes[FAILED], s.prompt_tokens, s.completion_tokens, dt)  # fmt: skip
-        self.stats = {**stats.as_json(), "reproducibility": (
-            "answers from a server: the same request may be answered differently later (a model updated under the "
-            "same name, batching, sampling); the answers of this run are in the cache, and the manifest holds the "
-            "server's model listing, URL, prompt digest and decoding parameters" if p.backend == "openai" else
-            f"in process, {'greedy' if p.temperature == 0 else f'sampled with seed {p.seed}'}, float32 on cpu: "
-            "repeatable with the same model file and library versions")}  # fmt: skip
+        decoding = "greedy" if p.temperature == 0 else f"sampled at temperature {p.temperature} with seed {p.seed}"
+        self.stats = {**stats.as_json(), "reproducibility": f"{decoding}; {getattr(backend, 'reproducibility', '?')}"}
         if s.outcomes[FAILED]:
             self.incomplete = (f"{s.outcomes[FAILED]} window(s) failed after retries and kept their input order; the run "
                                "is not cached, so the next run asks for those windows again")  # fmt: skip

@@ -23,13 +23,13 @@ from typing import Any, Literal
 import numpy as np
 
 from stagebench.cache import module_source_hash
+from stagebench.devices import HardwareParams
 from stagebench.errors import ConfigError, StagebenchError
 from stagebench.finetune import Fitted, TrainingData, fine_tune
-from stagebench.models import resolve_model
 from stagebench.params import PositiveInt, build, param
 from stagebench.rerankers import CrossEncoderReranker, check_kwargs, import_target
 from stagebench.runs import Run, ranked, ranked_ids
-from stagebench.stages.base import Stage, StageContext
+from stagebench.stages.base import ModelStage, Stage, StageContext
 from stagebench.ui import progress
 
 log = logging.getLogger("stagebench")
@@ -44,12 +44,11 @@ class RerankCommon:
 
 
 @dataclass
-class CrossEncoderParams(RerankCommon):
+class CrossEncoderParams(RerankCommon, HardwareParams):
     model: str = param("cross-encoder/ms-marco-MiniLM-L-12-v2", "a public name, a local folder (e.g. a fine-tuned model) or a hub id")
     source: str = param("auto", "where the model comes from: auto | bundled | hub (docs/models.md)")
     max_length: PositiveInt = param(256, "tokens of query + document; longer pairs are truncated")
     batch_size: PositiveInt = param(32, "pairs per model batch")
-    quantize: Literal["none", "int8"] = param("none", "int8: dynamic INT8 for sentence-transformers models (ONNX carriers already are)")
     # model/source are checked by the config loader (stagebench.config.parse_config)
 
 
@@ -162,17 +161,14 @@ def _check_scores(got: Any, chunk: list[tuple[str, str]], stage: str, label: str
     return arr
 
 
-class CrossEncoderStage(Stage):
+class CrossEncoderStage(ModelStage):
     type_name = "cross_encoder"
     Params = CrossEncoderParams
     min_inputs = max_inputs = 1
     reorders_input = True
     code_modules = (*Stage.code_modules, "stagebench.stages.rerank", "stagebench.rerankers", "stagebench.encoders",
-                    "stagebench.models")  # fmt: skip
+                    "stagebench.models", "stagebench.devices")  # fmt: skip
     packages = ("numpy", *("onnxruntime", "tokenizers", "sentence-transformers", "transformers", "torch"))
-
-    def identity(self) -> dict:
-        return {"model": resolve_model(self.params.model, self.params.source).identity}
 
     def fit(self, data: TrainingData, recipe: Any, work: Path) -> Fitted:
         """Fine-tune this stage's model on ``data`` (PyTerrier's ``Estimator.fit``): the recipe is a
@@ -181,8 +177,9 @@ class CrossEncoderStage(Stage):
 
     def __call__(self, ctx: StageContext, inputs: list[Run]) -> Run:
         p: CrossEncoderParams = self.params
-        rr = CrossEncoderReranker(p.model, p.source, p.max_length, p.batch_size, p.quantize)
-        log.info("stage %s: model %s resolved to %s", self.name, p.model, rr.resolved.origin)
+        rr = CrossEncoderReranker(p.model, p.source, p.max_length, p.batch_size, p.device, p.precision)
+        log.info("stage %s: model %s resolved to %s; runs on %s", self.name, p.model, rr.resolved.origin,
+                 rr.model.runs_on)  # fmt: skip
         return rerank_run(inputs[0], rr, ctx, p, self.name, f"cross-encoder {p.model}")
 
 

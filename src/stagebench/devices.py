@@ -1,0 +1,173 @@
+"""Where a model runs and at which precision: ``device`` and ``precision`` resolved once, logged.
+
+``device: auto`` is CUDA when torch sees a GPU, else Apple's MPS, else the CPU; ``cuda``,
+``cuda:N``, ``mps`` and ``cpu`` are taken as asked (a device that is not there is an error).
+
+``precision: auto`` picks the fastest path measured to keep quality (``make perf``'s precision
+table, docs/models.md):
+
+* on a CPU with native bf16 (AVX512-BF16 or AMX), torch models run under bf16 autocast: about
+  2.5x the fp32 speed for MiniLM-L6 here, nDCG@10 within the 0.002 the precision table checks;
+* on other CPUs, fp32;
+* on a GPU, fp32 (fp16 and bf16 are there to ask for; they were not measured on a GPU here);
+* ONNX models run as they were exported (the bundled carriers are INT8).
+
+``int8`` (dynamic INT8 of the Linear layers, CPU only) is explicit: it costs nDCG (see
+``make perf``). CPU features are read once from ``/proc/cpuinfo`` (Linux);
+``STAGEBENCH_CPU_FEATURES`` replaces them (``""``: none, e.g. to see the fp32 default on a
+bf16 machine).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from stagebench.errors import StagebenchError
+from stagebench.optional import need
+from stagebench.params import DeviceSpec, param
+
+log = logging.getLogger("stagebench")
+
+PRECISIONS = ("auto", "fp32", "bf16", "fp16", "int8")
+#: CPU flags that mean native bf16 matrix arithmetic
+BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
+FEATURES_ENV = "STAGEBENCH_CPU_FEATURES"
+
+
+@dataclass
+class HardwareParams:
+    """The ``device`` and ``precision`` keys of every neural stage (and of ``training:``)."""
+
+    device: DeviceSpec = param("auto", "where the model runs: auto (CUDA, else MPS, else CPU) | cpu | cuda | cuda:N | mps")
+    precision: Literal["auto", "fp32", "bf16", "fp16", "int8"] = param(
+        "auto", "auto: bf16 autocast on CPUs with native bf16, else fp32 (docs/models.md#precision); int8 costs nDCG")
+
+
+@lru_cache(maxsize=1)
+def _detected_features() -> frozenset[str]:
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return frozenset()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return frozenset(line.partition(":")[2].split())
+    return frozenset()
+
+
+def cpu_features() -> frozenset[str]:
+    """The CPU's feature flags (``$STAGEBENCH_CPU_FEATURES``, comma- or space-separated, if set)."""
+    forced = os.environ.get(FEATURES_ENV)
+    if forced is not None:
+        return frozenset(forced.replace(",", " ").split())
+    return _detected_features()
+
+
+def cpu_has_bf16() -> bool:
+    return bool(BF16_FLAGS & cpu_features())
+
+
+@dataclass(frozen=True)
+class Placement:
+    """A resolved device and precision, and why (for the log and the manifest)."""
+
+    device: str  # cpu | cuda:N | mps
+    precision: str  # fp32 | bf16 | fp16 | int8
+    why: str
+
+    @property
+    def kind(self) -> str:
+        """The device type torch's autocast takes: cpu, cuda or mps."""
+        return self.device.split(":")[0]
+
+    def key(self) -> dict:
+        """What can change the bits of an output: the device type and the precision."""
+        return {"device": self.kind, "precision": self.precision}
+
+
+def _torch_or_none():
+    try:
+        return need("torch", "device detection")
+    except StagebenchError:
+        return None
+
+
+def resolve_device(spec: str) -> str:
+    torch = _torch_or_none()
+    if spec == "auto":
+        if torch is not None and torch.cuda.is_available():
+            return "cuda:0"
+        if torch is not None and getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+            return "mps"
+        return "cpu"
+    if spec == "cpu":
+        return "cpu"
+    if spec.startswith("cuda"):
+        n = torch.cuda.device_count() if torch is not None and torch.cuda.is_available() else 0
+        index = int(spec.partition(":")[2] or 0)
+        if n == 0:
+            raise StagebenchError(f"device {spec}: no CUDA device is available here (torch "
+                                  f"{getattr(torch, '__version__', 'not installed')}); use device: auto or cpu")  # fmt: skip
+        if index >= n:
+            raise StagebenchError(f"device {spec}: only {n} CUDA device(s) here (cuda:0 .. cuda:{n - 1})")
+        return f"cuda:{index}"
+    if spec == "mps":
+        if torch is None or not torch.backends.mps.is_available():
+            raise StagebenchError("device mps: Apple's MPS is not available here; use device: auto or cpu")
+        return "mps"
+    raise StagebenchError(f"device {spec!r}: must be auto, cpu, cuda, cuda:N or mps")
+
+
+def place(device: str, precision: str, backend: str, what: str, auto_bf16: bool = True) -> Placement:
+    """Resolve ``device``/``precision`` for a model of ``backend`` (``torch`` or ``onnx``).
+    ``auto_bf16``: whether ``auto`` may choose bf16 on a CPU with native bf16 (only where that
+    was measured to keep quality: the encoders, not LLM generation)."""
+    if precision not in PRECISIONS:
+        raise StagebenchError(f"{what}: precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    dev = resolve_device(device)
+    kind = dev.split(":")[0]
+    if backend == "onnx":
+        if precision not in ("auto", "int8"):
+            raise StagebenchError(f"{what}: this ONNX model runs at its exported precision (INT8 for the bundled "
+                                  f"carriers); precision {precision} needs a torch model (a local folder or source: hub)")  # fmt: skip
+        return Placement(dev, "int8", "the ONNX model's own precision (INT8)")
+    if precision == "auto":
+        if kind == "cpu" and cpu_has_bf16() and auto_bf16:
+            return Placement(dev, "bf16", "auto: the CPU has native bf16 (avx512_bf16/amx_bf16): bf16 autocast, "
+                                          "measured to keep nDCG@10 (make perf)")  # fmt: skip
+        why = kind if kind != "cpu" else "no native bf16 on this CPU" if auto_bf16 else "bf16 not measured for this model kind"
+        return Placement(dev, "fp32", f"auto: {why}: fp32")
+    if precision == "fp16" and kind == "cpu":
+        raise StagebenchError(f"{what}: precision fp16 is for GPUs; on a CPU use bf16 (native on "
+                              "AVX512-BF16/AMX CPUs), fp32 or int8")  # fmt: skip
+    if precision == "int8" and kind != "cpu":
+        raise StagebenchError(f"{what}: precision int8 (dynamic INT8 quantization) runs on the CPU only")
+    if precision == "bf16" and kind == "cpu" and not cpu_has_bf16():
+        log.warning("%s: bf16 asked for on a CPU without native bf16: it is emulated and slower than fp32", what)
+    return Placement(dev, precision, "as configured")
+
+
+def autocast(placement: Placement):
+    """The context that runs a torch model at ``placement``'s precision (bf16/fp16 autocast),
+    or a no-op context for fp32 and int8."""
+    torch = need("torch", "mixed precision")
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(placement.precision)
+    return torch.autocast(placement.kind, dtype=dtype, enabled=dtype is not None)
+
+
+def onnx_providers(device: str) -> tuple[list[str], str]:
+    """onnxruntime execution providers for a resolved device, and a line for the log: CUDA's
+    when the device is a GPU and onnxruntime-gpu is installed, else the CPU's."""
+    ort = need("onnxruntime", "an ONNX model")
+    if device.startswith("cuda"):
+        if "CUDAExecutionProvider" in ort.get_available_providers():
+            index = int(device.partition(":")[2] or 0)
+            return [("CUDAExecutionProvider", {"device_id": index}), "CPUExecutionProvider"], f"onnxruntime CUDA ({device})"  # type: ignore[list-item]
+        return ["CPUExecutionProvider"], (f"onnxruntime CPU: the device is {device} but this onnxruntime has no CUDA "
+                                          "provider (pip install onnxruntime-gpu)")  # fmt: skip
+    return ["CPUExecutionProvider"], "onnxruntime CPU"

@@ -1,0 +1,113 @@
+"""Device and precision resolution: feature detection, auto choices, refusals."""
+
+from __future__ import annotations
+
+import pytest
+
+from stagebench.devices import cpu_features, cpu_has_bf16, place, resolve_device
+from stagebench.errors import ConfigError, StagebenchError
+from stagebench.params import build
+from stagebench.stages.dense import DenseParams
+
+
+def test_feature_override_and_auto_precision(monkeypatch):
+    monkeypatch.setenv("STAGEBENCH_CPU_FEATURES", "avx512f, avx512_bf16")
+    assert cpu_features() == {"avx512f", "avx512_bf16"} and cpu_has_bf16()
+    assert place("cpu", "auto", "torch", "t").precision == "bf16"
+    assert place("cpu", "auto", "torch", "t", auto_bf16=False).precision == "fp32"  # not measured for LLMs
+    monkeypatch.setenv("STAGEBENCH_CPU_FEATURES", "avx512f avx512_vnni")
+    assert not cpu_has_bf16()
+    p = place("cpu", "auto", "torch", "t")
+    assert p.precision == "fp32" and "no native bf16" in p.why
+    monkeypatch.setenv("STAGEBENCH_CPU_FEATURES", "")
+    assert cpu_features() == frozenset() and place("auto", "auto", "torch", "t").key() == {"device": "cpu", "precision": "fp32"}
+
+
+def test_amx_counts_as_native_bf16(monkeypatch):
+    monkeypatch.setenv("STAGEBENCH_CPU_FEATURES", "amx_bf16 amx_tile")
+    assert cpu_has_bf16()
+
+
+def test_onnx_models_run_at_their_own_precision():
+    assert place("cpu", "auto", "onnx", "t").precision == "int8"
+    assert place("cpu", "int8", "onnx", "t").precision == "int8"
+    with pytest.raises(StagebenchError, match="runs at its exported precision"):
+        place("cpu", "bf16", "onnx", "stage ce")
+
+
+def test_refusals_name_the_problem():
+    with pytest.raises(StagebenchError, match="fp16 is for GPUs"):
+        place("cpu", "fp16", "torch", "stage dense")
+    with pytest.raises(StagebenchError, match="must be one of"):
+        place("cpu", "fp8", "torch", "stage dense")
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has a GPU")
+def test_a_gpu_that_is_not_there_is_an_error_and_auto_is_the_cpu():
+    assert resolve_device("auto") == "cpu" and resolve_device("cpu") == "cpu"
+    with pytest.raises(StagebenchError, match="no CUDA device is available here"):
+        resolve_device("cuda:1")
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU (CI has none)")
+def test_cuda_is_found_and_indexed():
+    assert resolve_device("auto") == "cuda:0" and resolve_device("cuda") == "cuda:0"
+    assert place("cuda", "auto", "torch", "t").precision == "fp32"
+
+
+@pytest.mark.parametrize("value", ["gpu", "cuda:", "cuda:x", "CPU", "cuda:0 "])
+def test_device_spec_is_checked_at_load(value):
+    with pytest.raises(ConfigError, match="must be auto | cpu | cuda | cuda:N | mps"):
+        build(DenseParams, {"device": value}, "stages[1] (dense).params")
+    assert build(DenseParams, {"device": "cuda:3"}, "p").device == "cuda:3"
+
+
+@pytest.mark.slow
+def test_without_native_bf16_auto_is_exactly_fp32(monkeypatch, small_synthetic):
+    """A CPU without bf16 (detection forced off) keeps today's fp32 path bit for bit; with bf16
+    the vectors move by a cosine of ~1e-5 and the run key says which precision made them."""
+    from stagebench.data.esci import EsciOptions, load_esci
+    from stagebench.stages import StageContext
+    from stagebench.stages.dense import DenseStage
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    ds = load_esci(EsciOptions(path=str(small_synthetic), max_queries=20))
+    monkeypatch.setenv("STAGEBENCH_CPU_FEATURES", "")
+    auto = DenseStage("d", build(DenseParams, {"top_k": 50}, "p"))
+    fp32 = DenseStage("d", build(DenseParams, {"top_k": 50, "precision": "fp32"}, "p"))
+    assert auto.placement().precision == "fp32" and auto.identity() == fp32.identity()
+    assert auto(StageContext(ds), []) == fp32(StageContext(ds), [])
+    monkeypatch.setenv("STAGEBENCH_CPU_FEATURES", "avx512f avx512_bf16")
+    bf16 = DenseStage("d", build(DenseParams, {"top_k": 50}, "p"))
+    assert bf16.placement().precision == "bf16" and bf16.identity() != fp32.identity()
+    enc_fp32, enc_bf16 = (s_.placement() for s_ in (fp32, bf16))
+    from stagebench.encoders import load_bi_encoder
+    from stagebench.models import resolve_model
+
+    m = resolve_model("sentence-transformers/all-MiniLM-L6-v2")
+    a = load_bi_encoder(m, enc_fp32, 256).encode(ds.doc_texts[:200], 64)
+    b = load_bi_encoder(m, enc_bf16, 256).encode(ds.doc_texts[:200], 64)
+    cos = (a * b).sum(1)
+    assert cos.min() > 0.9995 and abs(float((b * b).sum(1).mean()) - 1) < 1e-5  # unit length restored in fp32
+
+
+def test_a_precision_an_onnx_carrier_cannot_run_fails_in_preflight():
+    from stagebench.stages.rerank import CrossEncoderParams, CrossEncoderStage
+
+    st = CrossEncoderStage("ce", build(CrossEncoderParams, {"precision": "bf16"}, "p"))
+    with pytest.raises(StagebenchError, match="stage ce: this ONNX model runs at its exported precision"):
+        st.preflight()
+    ok = CrossEncoderStage("ce", build(CrossEncoderParams, {}, "p"))
+    ok.preflight()
+    assert ok.identity()["precision"] == "int8" and ok.identity()["device"] == "cpu"
+
+
+def test_llm_device_and_precision_belong_to_the_in_process_backend(tmp_path):
+    from stagebench.config import parse_config
+
+    raw = {"name": "t", "dataset": {"loader": "beir", "path": str(tmp_path)},
+           "stages": [{"name": "b", "type": "bm25"},
+                      {"name": "l", "type": "llm_rerank", "inputs": ["b"],
+                       "params": {"backend": "openai", "base_url": "http://127.0.0.1:1/v1", "device": "cuda"}}]}  # fmt: skip
+    with pytest.raises(ConfigError, match="params.device: applies to backend transformers"):
+        parse_config(raw)
