@@ -195,3 +195,18 @@ def test_a_prompt_file_without_the_passages_fails_at_load(tmp_path):
                       {"name": "l", "type": "llm_rerank", "inputs": ["b"], "params": {"prompt": str(tmp_path / "p.txt")}}]}  # fmt: skip
     with pytest.raises(ConfigError, match=r"params.prompt: .*must use \{passages\}"):
         parse_config(raw)
+
+
+def test_cost_follows_the_price_without_recomputing_and_renders():
+    from stagebench.report import llm_cells
+    from stagebench.table import LLMCells
+
+    st = stage(Scripted(), top_n=6, window=4, stride=2, price_per_1k_tokens=0.5)
+    st(StageContext(dataset()), [input_run()])
+    tokens = st.stats["prompt_tokens"] + st.stats["completion_tokens"]
+    done = st.finish_stats(st.stats)
+    assert done["cost"] == round(tokens / 1000 * 0.5, 6) and done["price_per_1k_tokens"] == 0.5
+    free = stage(Scripted(), top_n=6, window=4, stride=2).finish_stats(st.stats)
+    assert free["cost"] is None
+    cells = llm_cells("llm", LLMCells.from_stats(done))
+    assert cells[1] == "4" and cells[2] == "100.0%" and cells[-1] == f"{done['cost']:.4f}"
