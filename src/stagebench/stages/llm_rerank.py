@@ -39,9 +39,9 @@ from stagebench.listwise import (
 from stagebench.llm import ChatRequest, Completion, OpenAIBackend, RequestFailed, TransformersBackend
 from stagebench.models import resolve_model
 from stagebench.params import NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, Seed, param
-from stagebench.runs import Run, ranked_ids
+from stagebench.runs import Run
 from stagebench.stages.base import Stage, StageContext
-from stagebench.stages.rerank import merge_head_tail
+from stagebench.stages.rerank import merge_head_tail, split_head
 from stagebench.ui import progress
 
 log = logging.getLogger("stagebench")
@@ -96,6 +96,21 @@ class WindowStats:
     retries: int = 0
     model_seconds: float = 0.0  # the answers' compute time, whether computed now or read from the cache
     cached_windows: int = 0
+
+    def record(self, status: str, repairs: tuple[str, ...] = (), answer: Completion | None = None, retries: int = 0,
+               cached: bool = False) -> None:  # fmt: skip
+        """One window's outcome (``answer`` None: the request failed after ``retries`` retries)."""
+        self.windows += 1
+        self.outcomes[status] += 1
+        for r in repairs:
+            self.repairs[r] += 1
+        if answer is not None:
+            self.prompt_tokens += answer.prompt_tokens
+            self.completion_tokens += answer.completion_tokens
+            self.model_seconds += answer.seconds
+            retries = answer.retries
+        self.retries += retries
+        self.cached_windows += cached
 
     def as_json(self) -> dict:
         return {"kind": "llm", "queries": self.queries, "windows": self.windows, **self.outcomes,
@@ -175,9 +190,8 @@ class LLMRerankStage(Stage):
 
     def identity(self) -> dict:
         """The model (for a server: what it says it serves, its name and URL) and the prompt's digest."""
-        from_file = self.params.prompt
         return {"llm": self.backend().identity(), "prompt_template": _digest(self.template()),
-                "prompt_file": bool(from_file)}  # fmt: skip
+                "prompt_file": bool(self.params.prompt)}  # fmt: skip
 
     def finish_stats(self, stats: dict | None) -> dict | None:
         price = self.params.price_per_1k_tokens
@@ -194,11 +208,7 @@ class LLMRerankStage(Stage):
         identity = backend.identity()
         template = self.template()
         run = inputs[0]
-        heads: dict[str, list[str]] = {}
-        tails: dict[str, list[str]] = {}
-        for qid, docs in run.items():
-            order = ranked_ids(docs)
-            heads[qid], tails[qid] = order[: p.top_n], order[p.top_n :]
+        heads, tails = split_head(run, p.top_n)
         qids = [q for q in run if heads[q]]
         plan = {q: sliding_windows(len(heads[q]), p.window, p.stride) * p.passes for q in qids}
         stats = WindowStats(queries=len(qids))
@@ -230,23 +240,13 @@ class LLMRerankStage(Stage):
                     log.warning("stage %s: query %r window [%d, %d): request failed: %s; the window keeps its input "
                                 "order", self.name, qid, start + 1, end, exc)  # fmt: skip
                     with lock:
-                        stats.windows += 1
-                        stats.outcomes[FAILED] += 1
-                        stats.retries += exc.attempts - 1
+                        stats.record(FAILED, retries=exc.attempts - 1)
                         bar.update(1)
                     continue
                 outcome = parse_permutation(comp.text, len(docs))
                 order[start:end] = [docs[k] for k in outcome.order]
                 with lock:
-                    stats.windows += 1
-                    stats.outcomes[outcome.status] += 1
-                    for r in outcome.repairs:
-                        stats.repairs[r] += 1
-                    stats.prompt_tokens += comp.prompt_tokens
-                    stats.completion_tokens += comp.completion_tokens
-                    stats.retries += comp.retries
-                    stats.model_seconds += comp.seconds
-                    stats.cached_windows += cached
+                    stats.record(outcome.status, outcome.repairs, comp, cached=cached)
                     bar.update(1)
             return order
 

@@ -66,6 +66,17 @@ def merge_head_tail(head: dict[str, float], tail: list[str]) -> dict[str, float]
     return out
 
 
+def split_head(run: Run, top_n: int) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    """Each query's ranked doc ids split into the head a reranker reorders (the top ``top_n``)
+    and the tail it keeps in order below."""
+    heads: dict[str, list[str]] = {}
+    tails: dict[str, list[str]] = {}
+    for qid, docs in run.items():
+        order = ranked_ids(docs)
+        heads[qid], tails[qid] = order[:top_n], order[top_n:]
+    return heads, tails
+
+
 def sigmoid_keeping_order(logits: np.ndarray) -> np.ndarray:
     """sigmoid(logits), except where it saturates: two different logits whose sigmoids round
     to the same float (1.0 for every logit above about 37) would become a false tie that the
@@ -90,11 +101,7 @@ def rerank_run(run: Run, reranker: Any, ctx: StageContext, p: RerankCommon, stag
         text = ds.doc_text.get(d, "")
         return {"id": d, "text": text, **ds.corpus.get(d, {})} if wants_fields else text
 
-    heads: dict[str, list[str]] = {}
-    tails: dict[str, list[str]] = {}
-    for qid, docs in run.items():
-        order = ranked_ids(docs)
-        heads[qid], tails[qid] = order[: p.top_n], order[p.top_n :]
+    heads, tails = split_head(run, p.top_n)
     qids = [q for q in run if heads[q]]
     n_pairs = sum(len(heads[q]) for q in qids)
     batched = hasattr(reranker, "score_pairs") and not p.per_query and not wants_fields
@@ -236,4 +243,4 @@ class PluginStage(Stage):
         return rerank_run(inputs[0], reranker, ctx, p, self.name, f"plug-in {p.target}")
 
 
-__all__ = ["CrossEncoderStage", "PluginStage", "merge_head_tail", "rerank_run"]
+__all__ = ["CrossEncoderStage", "PluginStage", "merge_head_tail", "rerank_run", "split_head"]
