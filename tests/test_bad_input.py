@@ -332,8 +332,11 @@ def test_5_ctrl_c_is_one_line_and_keeps_what_finished(tmp_path):
     slow = ("import time\nclass Boom:\n    def score(self, query, docs):\n"
             "        open('started', 'w').close()\n        time.sleep(30)\n        return [0.0] * len(docs)\n")  # fmt: skip
     cfg = plugin_config(tmp_path, "slow5", slow)
+    # as in a terminal: SIGINT at its default disposition in the child, whatever the test process
+    # inherited (a child started with SIGINT ignored would keep ignoring it; seen once in a full run)
     proc = subprocess.Popen([sys.executable, "-m", "stagebench", "run", str(cfg)], cwd=tmp_path, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
     deadline = time.time() + 60
     while not (tmp_path / "started").exists() and time.time() < deadline:
         time.sleep(0.1)
