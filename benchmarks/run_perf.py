@@ -357,13 +357,20 @@ def scale_one(path: Path, what: str, queries: int, encode_docs: int | None) -> d
     """Runs in its own process, so peak RSS belongs to this size alone."""
     from stagebench.system import peak_rss_mb, rss_mb
 
+    import pandas  # noqa: F401  - the libraries a load imports, so that the baseline below holds them
+    import pyarrow.parquet  # noqa: F401
+
+    import stagebench.data.esci  # noqa: F401
+
+    before = rss_mb()
     t0 = time.perf_counter()
     ds = load(path, max_queries=queries)
     texts = ds.doc_texts
     t_load = time.perf_counter() - t0
     base = rss_mb()
     out = {"documents": len(ds.doc_ids), "queries": len(ds.queries), "load_s": round(t_load, 2),
-           "rss_after_load_mb": round(base, 1)}  # fmt: skip
+           "rss_before_load_mb": round(before, 1), "rss_after_load_mb": round(base, 1),
+           "corpus_arrow_mb": round((ds.corpus.nbytes + texts.nbytes) / 2**20, 1)}  # fmt: skip
     if what == "bm25":
         from stagebench.stages.bm25 import SparseBM25, top_k_run
         from stagebench.tokenize import Tokenizer
@@ -441,6 +448,53 @@ def scaling_section(sizes: list[int], dense_sizes: list[int], root: Path, querie
             "query_p50": round(b["1000000"]["single_query_latency"]["p50_ms"] / b["100000"]["single_query_latency"]["p50_ms"], 2),
         }  # fmt: skip
     return res
+
+
+def catalog_section(sizes: list[int], root: Path, queries: int, before: dict | None) -> dict:
+    """Peak RSS and time of loading and BM25-indexing generated catalogs, one fresh process per size,
+    with the columnar (Arrow) corpus; ``before``: the same figures measured with the per-product
+    dicts (commit c6aeba3, kept in perf.json), for the bytes-per-product comparison."""
+    res: dict = {"after": {}, "before": (before or {}).get("before", {})}
+    for n in sizes:
+        path = ensure_catalog(n, root)
+        cmd = [sys.executable, __file__, "--scale-one", str(path), "--what", "bm25", "--queries", str(queries)]
+        r = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+        if r.returncode != 0:
+            raise SystemExit(f"catalog run {n} failed:\n{r.stderr[-3000:]}")
+        res["after"][str(n)] = json.loads(r.stdout.strip().splitlines()[-1])
+        log(f"catalog {n}", res["after"][str(n)])
+    res["bytes_per_product"] = {k: per_product(v) for k, v in res.items() if k in ("before", "after") and v}
+    return res
+
+
+def per_product(by_size: dict) -> dict:
+    """Bytes per product, from the growth between the two largest sizes (which cancels the
+    interpreter and libraries): after loading, and at the peak of loading + BM25 indexing."""
+    a, b = sorted(by_size, key=int)[-2:]
+    dn = int(b) - int(a)
+    return {"sizes": [int(a), int(b)],
+            "loaded": round((by_size[b]["rss_after_load_mb"] - by_size[a]["rss_after_load_mb"]) * 2**20 / dn),
+            "peak": round((by_size[b]["peak_rss_mb"] - by_size[a]["peak_rss_mb"]) * 2**20 / dn)}  # fmt: skip
+
+
+def catalog_markdown(c: dict) -> list[str]:
+    lines = ["", "## Catalog memory: columnar (Arrow) corpus", "",
+             "Loading (`loader: esci`, whole catalog, the default text template) and BM25-indexing generated catalogs, "
+             "one fresh process per size; peak RSS of the process. *Before*: the corpus as one Python dict per "
+             "product (commit c6aeba3); *after*: Arrow string columns read by position (stagebench.data.corpus).", "",
+             "| products | corpus | load | index build | RSS after load | peak RSS | Arrow buffers |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for when in ("before", "after"):
+        for n, b in sorted(c.get(when, {}).items(), key=lambda kv: int(kv[0])):
+            arrow = f"{b['corpus_arrow_mb']:,.0f} MB" if "corpus_arrow_mb" in b else "-"
+            lines.append(f"| {int(n):,} | {when} | {b['load_s']} s | {b['index_build_s']} s | "
+                         f"{b['rss_after_load_mb']:,.0f} MB | {b['peak_rss_mb']:,.0f} MB | {arrow} |")  # fmt: skip
+    bpp = c.get("bytes_per_product", {})
+    if "before" in bpp and "after" in bpp:
+        lo, hi = bpp["after"]["sizes"]
+        lines += ["", f"Bytes per product (growth from {lo:,} to {hi:,} products): loaded catalog "
+                      f"**{bpp['before']['loaded']:,} -> {bpp['after']['loaded']:,}**, peak of load + index "
+                      f"**{bpp['before']['peak']:,} -> {bpp['after']['peak']:,}**."]  # fmt: skip
+    return lines
 
 
 def scaling_plot(res: dict, path: Path) -> None:
@@ -537,6 +591,8 @@ def markdown(f: dict) -> str:
               f"{c['spearman_within_query_mean']} within a query (mean)."]  # fmt: skip
     if "precision" in f:
         lines += precision_markdown(f["precision"])
+    if "catalog" in f:
+        lines += catalog_markdown(f["catalog"])
     s = f["scaling"]
     lines += ["", "## Scaling with catalog size", "", "![scaling](perf_scaling.png)", "",
               "One fresh process and one run per size (so peak RSS is that size's alone); generated catalogs "
@@ -576,7 +632,8 @@ def main() -> None:
     ap.add_argument("--dense-sizes", default="10000,100000")
     ap.add_argument("--ce-queries", type=int, default=20)
     ap.add_argument("--encode-docs", type=int, default=2000)
-    ap.add_argument("--sections", default="bm25,cross_encoder,precision,scaling")
+    ap.add_argument("--sections", default="bm25,cross_encoder,precision,scaling,catalog")
+    ap.add_argument("--catalog-sizes", default="1000000,2000000")
     ap.add_argument("--render-only", action="store_true", help="rewrite perf.md and the plot from perf.json")
     ap.add_argument("--scale-one", help=argparse.SUPPRESS)
     ap.add_argument("--what", help=argparse.SUPPRESS)
@@ -621,6 +678,9 @@ def main() -> None:
         dsz = [int(x) for x in args.dense_sizes.split(",") if x]
         figures["scaling"] = scaling_section(sizes, dsz, root, args.queries)
         scaling_plot(figures["scaling"], out / "perf_scaling.png")
+    if "catalog" in sections:
+        cs = [int(x) for x in args.catalog_sizes.split(",") if x]
+        figures["catalog"] = catalog_section(cs, root, args.queries, figures.get("catalog"))
     jpath.write_text(json.dumps(figures, indent=2) + "\n")
     if all(k in figures for k in ("bm25", "cross_encoder", "precision", "scaling")):
         (out / "perf.md").write_text(markdown(figures))

@@ -14,7 +14,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "stagebench"
 
 LAYERS = {
     0: ["errors", "version", "optional", "files", "params", "system", "ui", "tokenize", "metrics.compute", "stats",
-        "table", "data.text", "listwise", "devices"],
+        "table", "data.text", "data.corpus", "listwise", "devices", "engine"],
     1: ["runs", "metrics.names", "metrics", "cache", "models", "data.model", "data.esci", "data.jsonl", "data.trec",
         "data.synthetic", "data"],
     2: ["encoders", "rerankers", "onnx_weights", "finetune", "analysis", "stages.base", "stages.bm25", "stages.dense",

@@ -33,16 +33,17 @@ from stagebench.runs import Run
 from stagebench.table import StageTable
 
 
-def config_from(config: Config | Mapping[str, Any] | str | Path) -> Config:
-    """A validated config from a YAML path, a mapping or a Config."""
+def config_from(config: Config | Mapping[str, Any] | str | Path, engine: str | None = None) -> Config:
+    """A validated config from a YAML path, a mapping or a Config; ``engine`` (local | ray) puts
+    every stage on that engine, as ``stagebench run --engine``."""
     if isinstance(config, Config):
-        return config
+        return config if engine is None else parse_config(config.raw, config.path, engine)
     if isinstance(config, Mapping):
         try:
-            return parse_config(dict(config), "<dict>")
+            return parse_config(dict(config), "<dict>", engine)
         except ConfigError as exc:
             raise ConfigError(f"<dict>: {exc}") from None
-    return load_config(config)
+    return load_config(config, engine)
 
 
 @dataclass
@@ -96,8 +97,9 @@ class Result:
 
 
 def run(config: Config | Mapping[str, Any] | str | Path, output: str | Path | None = None,
-        cache_dir: str | None = None, recompute: bool = False) -> Result:  # fmt: skip
-    """Run a config (path, mapping or Config) and return its :class:`Result`."""
-    res: RunResult = run_config(config_from(config), output, cache_dir=cache_dir, recompute=recompute)
+        cache_dir: str | None = None, recompute: bool = False, engine: str | None = None) -> Result:  # fmt: skip
+    """Run a config (path, mapping or Config) and return its :class:`Result`; ``engine``: local or
+    ray for every stage (default: what the config says)."""
+    res: RunResult = run_config(config_from(config, engine), output, cache_dir=cache_dir, recompute=recompute)
     return Result(output=res.output, stage_table=res.table, runs=res.runs, per_query_values=res.per_query,
                   table_text=res.table_text)  # fmt: skip

@@ -27,7 +27,7 @@ from stagebench.version import __version__
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    config = load_config(args.config)
+    config = load_config(args.config, engine=args.engine)
     result = run_config(config, args.output, cache_dir=args.cache_dir, recompute=args.recompute)
     sys.stdout.write(result.table_text)
     logging.getLogger("stagebench").info("results written to %s", result.output)
@@ -145,6 +145,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--output", help="results folder (default: the config's output)")
     r.add_argument("--cache-dir", help="cache root (default: $STAGEBENCH_CACHE, the config's cache_dir, .stagebench-cache)")
     r.add_argument("--recompute", action="store_true", help="ignore cached stage results and replace them")
+    r.add_argument("--engine", choices=("local", "ray"),
+                   help="run every stage on this engine (with the config's engine: settings when they are of this "
+                        "type); the results and the cache are the same either way (docs/scale.md)")  # fmt: skip
     r.set_defaults(func=_cmd_run)
 
     t = sub.add_parser("table", help="re-score and re-render a finished run folder from its saved runs (no stage runs)")

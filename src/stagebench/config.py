@@ -5,6 +5,7 @@ A config is one YAML file::
     name: default                 # run name; results go to <output>
     output: results/default
     cache_dir: .stagebench-cache  # stage runs, embeddings, indexes ($STAGEBENCH_CACHE overrides)
+    engine: local                 # or ray, or {type: ray, address: auto, num_workers: 4, ...}
     dataset:
       loader: esci                # see stagebench.data.LOADERS
       path: data/synthetic-esci   # loader options follow, flat
@@ -29,11 +30,12 @@ file and the key path (``configs/x.yaml: stages[1].inputs: unknown stage 'bm52'`
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from stagebench.data import LOADERS
+from stagebench.engine import EngineParams
 from stagebench.errors import ConfigError, StagebenchError
 from stagebench.metrics.names import Measure, parse_measure
 from stagebench.models import check_model
@@ -69,6 +71,7 @@ class StageConfig:
     params: Any
     target: str | None = None  # plug-in target "package.module:Class" (type: plugin)
     cache: bool = True  # false: always recompute this stage (and do not store its run)
+    engine: EngineParams = field(default_factory=EngineParams)  # where its units run (stagebench.engine)
 
 
 @dataclass
@@ -167,6 +170,11 @@ class Config:
     path: str
     raw: dict
     training: TrainingConfig | None = None  # for `stagebench train-reranker`
+    engine: EngineParams = field(default_factory=EngineParams)  # the top-level engine: (stages may override it)
+
+    def ray_engine(self) -> EngineParams | None:
+        """The settings of the Ray cluster this run connects to (one per run), or None."""
+        return next((sc.engine for sc in self.stages if sc.engine.type == "ray"), None)
 
 
 # --------------------------------------------------------------------------- loading
@@ -174,22 +182,59 @@ class Config:
 #: config and stage names become file and folder names: no separators, no "..", no whitespace
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
-_TOP_KEYS = ("name", "output", "cache_dir", "dataset", "stages", "evaluation", "training")
-_STAGE_KEYS = ("name", "type", "inputs", "params", "target", "cache")
+_TOP_KEYS = ("name", "output", "cache_dir", "engine", "dataset", "stages", "evaluation", "training")
+_STAGE_KEYS = ("name", "type", "inputs", "params", "target", "cache", "engine")
 
 
-def load_config(path: str | Path) -> Config:
-    """Load and validate a YAML config file."""
+def load_config(path: str | Path, engine: str | None = None) -> Config:
+    """Load and validate a YAML config file (``engine``: as :func:`parse_config`)."""
     path = Path(path)
     raw = read_yaml(path)
     try:
-        return parse_config(raw, str(path))
+        return parse_config(raw, str(path), engine)
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from None
 
 
-def parse_config(raw: Any, path: str = "<config>") -> Config:
-    """Validate a config mapping; errors are ``key.path: message`` (the caller adds the file)."""
+def _engine_mapping(value: Any, where: str) -> dict:
+    if isinstance(value, str):
+        return {"type": value}
+    if isinstance(value, dict):
+        return dict(value)
+    raise ConfigError(f"{where}: expected local, ray or a mapping (type: ray, address: ..., num_workers: ...)")
+
+
+def _engines(raw: dict, override: str | None) -> tuple[EngineParams, list[EngineParams]]:
+    """The top-level engine and each stage's: a stage's ``engine:`` (a type, or a mapping over the
+    top-level settings of the same type) overrides the top level; ``override`` (``--engine``) puts
+    every stage on that type, with the top-level settings when they are of that type."""
+    top_raw = _engine_mapping(raw.get("engine", {}), "engine")
+    if override is not None:
+        if override not in ("local", "ray"):
+            raise ConfigError(f"--engine: must be local or ray, got {override!r}")
+        top_raw = top_raw if top_raw.get("type", "local") == override else {"type": override}
+    top = build(EngineParams, top_raw, "engine")
+    per_stage = []
+    for i, s in enumerate(raw["stages"]):
+        where = f"stages[{i}] ({s.get('name')}).engine"
+        if override is not None or not isinstance(s, dict) or "engine" not in s:
+            per_stage.append(top)
+            continue
+        own = _engine_mapping(s["engine"], where)
+        kind = own.get("type", top.type)
+        base = {k: v for k, v in top_raw.items() if k != "type"} if kind == top.type else {}
+        eng = build(EngineParams, {**base, **own, "type": kind}, where)
+        ray = next((e for e in [top, *per_stage] if e.type == "ray"), None)
+        if eng.type == "ray" and ray is not None and (eng.address, eng.local_cpus) != (ray.address, ray.local_cpus):
+            raise ConfigError(f"{where}.address: one run uses one Ray cluster; set address and local_cpus at the top "
+                              "level (engine:), not per stage")  # fmt: skip
+        per_stage.append(eng)
+    return top, per_stage
+
+
+def parse_config(raw: Any, path: str = "<config>", engine: str | None = None) -> Config:
+    """Validate a config mapping; errors are ``key.path: message`` (the caller adds the file).
+    ``engine`` (``--engine``): run every stage on ``local`` or ``ray``, whatever the config says."""
 
     if not isinstance(raw, dict):
         raise ConfigError("top level: expected a mapping")
@@ -218,6 +263,7 @@ def parse_config(raw: Any, path: str = "<config>") -> Config:
     stages_raw = raw["stages"]
     if not isinstance(stages_raw, list) or not stages_raw:
         raise ConfigError("stages: expected a non-empty list")
+    top_engine, stage_engines = _engines(raw, engine)
     stages: list[StageConfig] = []
     seen: set[str] = set()
     for i, s in enumerate(stages_raw):
@@ -257,8 +303,12 @@ def parse_config(raw: Any, path: str = "<config>") -> Config:
         for key, msg in cls.check_params(params, inputs):
             raise ConfigError(f"{where}.params.{key}: {msg}")
         check_stage_model(params, f"{where}.params", training)
+        if "engine" in s and not cls.uses_engine:
+            raise ConfigError(f"{where}.engine: a {stype} stage runs in the driver process whatever the engine (only "
+                              "model stages - dense, cross_encoder, plugin, llm_rerank - run on an engine); remove it")  # fmt: skip
         use_cache = coerce(s.get("cache", True), bool, f"{where}.cache")
-        stages.append(StageConfig(name=sname, type=stype, inputs=inputs, params=params, target=target, cache=use_cache))
+        stages.append(StageConfig(name=sname, type=stype, inputs=inputs, params=params, target=target, cache=use_cache,
+                                  engine=stage_engines[i]))  # fmt: skip
         seen.add(sname)
 
     evaluation = build(EvaluationConfig, raw.get("evaluation", {}), "evaluation")
@@ -276,7 +326,7 @@ def parse_config(raw: Any, path: str = "<config>") -> Config:
         training.check_against(stages)
     return Config(
         name=name, dataset=dataset, stages=stages, evaluation=evaluation, measures=measures,
-        output=output, cache_dir=cache_dir, path=path, raw=raw, training=training,
+        output=output, cache_dir=cache_dir, path=path, raw=raw, training=training, engine=top_engine,
     )  # fmt: skip
 
 

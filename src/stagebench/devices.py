@@ -152,6 +152,25 @@ def place(device: str, precision: str, backend: str, what: str, auto_bf16: bool 
     return Placement(dev, precision, "as configured")
 
 
+def gpu_worker_placement(precision: str, backend: str, what: str) -> Placement:
+    """The placement of a model that runs on Ray workers holding a GPU each (``num_gpus_per_worker``
+    > 0): ``cuda:0`` is the GPU Ray gave the worker, whatever the driver has. ``auto`` precision
+    is what it is for a local GPU (fp32; ONNX models: their own)."""
+    if precision not in PRECISIONS:
+        raise StagebenchError(f"{what}: precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    if backend == "onnx":
+        if precision not in ("auto", "int8"):
+            raise StagebenchError(f"{what}: this ONNX model runs at its exported precision (INT8 for the bundled "
+                                  f"carriers); precision {precision} needs a torch model")  # fmt: skip
+        return Placement("cuda:0", "int8", "the ONNX model's own precision (INT8), on the Ray workers' GPUs")
+    if precision == "int8":
+        raise StagebenchError(f"{what}: precision int8 (dynamic INT8 quantization) runs on the CPU only; "
+                              "the Ray workers have GPUs (num_gpus_per_worker > 0)")  # fmt: skip
+    p = "fp32" if precision == "auto" else precision
+    return Placement("cuda:0", p, f"{'auto: GPU: fp32' if precision == 'auto' else 'as configured'}, "
+                                  "on the Ray workers' GPUs (num_gpus_per_worker)")
+
+
 def autocast(placement: Placement):
     """The context that runs a torch model at ``placement``'s precision (bf16/fp16 autocast),
     or a no-op context for fp32 and int8."""

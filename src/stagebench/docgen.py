@@ -14,6 +14,7 @@ from pathlib import Path
 
 from stagebench.config import EvaluationConfig, NegativesConfig, TrainingConfig
 from stagebench.data import LOADERS
+from stagebench.engine import EngineParams
 from stagebench.files import atomic_write
 from stagebench.params import describe
 from stagebench.stages import STAGE_TYPES
@@ -43,6 +44,9 @@ def reference() -> str:
     out += ["### Loaders (`dataset:`, beside `loader:`)", ""]
     for name, loader in LOADERS.items():
         out += [f"#### `loader: {name}`: {loader.doc}", "", *_table(loader.options), ""]
+    out += ["### `engine:` (top level, or `stages[].engine` for one model stage; docs/scale.md)", "",
+            "A type (`engine: ray`) or a mapping; a stage's mapping of the same type is read over the top-level one.", "",
+            *_table(EngineParams), ""]  # fmt: skip
     out += ["### `evaluation:`", "", *_table(EvaluationConfig), ""]
     out += ["### `training:`", "", *_table(TrainingConfig), "", "#### `training.negatives:`", "", *_table(NegativesConfig), ""]
     out.append(END)

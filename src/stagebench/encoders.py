@@ -23,8 +23,9 @@ import numpy as np
 
 import stagebench.ui as ui
 from stagebench.devices import Placement, autocast, onnx_providers
+from stagebench.engine import Engine
 from stagebench.errors import StagebenchError
-from stagebench.models import ResolvedModel
+from stagebench.models import ResolvedModel, on_this_machine
 from stagebench.optional import need
 
 log = logging.getLogger("stagebench")
@@ -162,6 +163,47 @@ def load_bi_encoder(model: ResolvedModel, placement: Placement, max_length: int 
     if model.backend == "onnx":
         return OnnxBiEncoder(model, max_length or 512, placement)
     return STBiEncoder(model, max_length, placement)
+
+
+def length_batches(texts: Sequence[str], batch_size: int) -> list[list[int]]:
+    """Positions of ``texts`` cut into model batches of similar length (longest first, stable):
+    the units an engine runs (:mod:`stagebench.engine`). Each batch is encoded as one padded
+    batch, so a text's vector does not depend on which engine or worker encoded it."""
+    return [idx.tolist() for idx in _length_sorted_batches([len(t) for t in texts], batch_size)]
+
+
+class EncodeTask:
+    """An engine task: one model batch of texts -> its embeddings. Picklable (the loaded model is
+    not pickled; each process loads it once, on first use, at the run's placement)."""
+
+    def __init__(self, model: ResolvedModel, source: str, placement: Placement, max_length: int | None) -> None:
+        self.model, self.source, self.placement, self.max_length = model, source, placement, max_length
+        self._encoder: BiEncoder | None = None
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_encoder": None}
+
+    @property
+    def encoder(self) -> BiEncoder:
+        if self._encoder is None:
+            self._encoder = load_bi_encoder(on_this_machine(self.model, self.source), self.placement, self.max_length)
+        return self._encoder
+
+    def __call__(self, texts: list[str]) -> np.ndarray:
+        return self.encoder.encode(texts, len(texts))
+
+
+def encode_with(engine: Engine, task: EncodeTask, texts: Sequence[str], batch_size: int, desc: str) -> np.ndarray:
+    """Every text's embedding, in order, computed by ``engine`` in :func:`length_batches` units."""
+    batches = length_batches(texts, batch_size)
+    parts = engine.map(task, [[texts[i] for i in idx] for idx in batches], desc=desc, unit="text",
+                       sizes=[len(idx) for idx in batches])  # fmt: skip
+    if not parts:
+        return np.zeros((0, 0), dtype=np.float32)
+    out = np.empty((len(texts), parts[0].shape[1]), dtype=np.float32)
+    for idx, emb in zip(batches, parts):
+        out[idx] = emb
+    return out
 
 
 class CrossEncoderModel:

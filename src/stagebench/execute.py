@@ -78,7 +78,7 @@ def check_run(run: Run, stage: str, dataset: Dataset) -> None:
             raise StagebenchError(f"stage {stage}: returned unknown query id {qid!r}")
         for d, s in docs.items():
             # ids from the corpus were checked when the dataset loaded: only others need the test
-            if d not in dataset.corpus and (not isinstance(d, str) or not d or any(c.isspace() for c in d)):
+            if (not isinstance(d, str) or not d or any(c.isspace() for c in d)) and d not in dataset.corpus:
                 raise StagebenchError(f"stage {stage}: query {qid!r}: document id {d!r} is empty or holds whitespace "
                                       "(a TREC run file cannot hold it)")  # fmt: skip
             if not isinstance(s, float) or not math.isfinite(s):

@@ -35,7 +35,7 @@ from typing import Any
 from stagebench.cache import module_source_hash
 from stagebench.devices import Placement, autocast
 from stagebench.errors import StagebenchError
-from stagebench.models import ResolvedModel
+from stagebench.models import ResolvedModel, on_this_machine
 from stagebench.optional import need
 
 log = logging.getLogger("stagebench")
@@ -132,6 +132,13 @@ class OpenAIBackend:
         self.backoff = backoff
         self.label = label
         self._served: dict | None = None
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict:  # sent to Ray workers: the lock is not
+        return {k: v for k, v in self.__dict__.items() if k != "_lock"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ HTTP
@@ -247,6 +254,9 @@ class TransformersBackend:
         self._model: Any = None
         self._tok: Any = None
 
+    def __getstate__(self) -> dict:  # sent to Ray workers: each loads the model itself, once
+        return {**self.__dict__, "_model": None, "_tok": None}
+
     def check(self) -> None:
         return None
 
@@ -274,15 +284,16 @@ class TransformersBackend:
         if self.resolved.backend == "gguf":
             need("gguf", f"{self.label}: loading the GGUF model {self.resolved.name}")
         t0 = time.perf_counter()
-        kw = {"gguf_file": self.resolved.gguf_file} if self.resolved.gguf_file else {}
-        self._tok = tf.AutoTokenizer.from_pretrained(self.resolved.path, **kw)
+        here = on_this_machine(self.resolved)
+        kw = {"gguf_file": here.gguf_file} if here.gguf_file else {}
+        self._tok = tf.AutoTokenizer.from_pretrained(here.path, **kw)
         torch = need("torch", f"{self.label}: the transformers LLM backend")
         pl = self.placement
         if pl.precision == "int8":
             raise StagebenchError(f"{self.label}: precision int8 is not offered for LLMs; use fp32, bf16 or fp16 (GPU)")
         weights = torch.float16 if pl.precision == "fp16" else torch.bfloat16 if pl.precision == "bf16" and pl.kind != "cpu" \
             else torch.float32  # fmt: skip
-        self._model = tf.AutoModelForCausalLM.from_pretrained(self.resolved.path, dtype=weights, **kw).to(pl.device).eval()
+        self._model = tf.AutoModelForCausalLM.from_pretrained(here.path, dtype=weights, **kw).to(pl.device).eval()
         if not getattr(self._tok, "chat_template", None):
             raise StagebenchError(f"{self.label}: model {self.resolved.name} has no chat template; use an instruction-"
                                   "tuned (chat) model")  # fmt: skip

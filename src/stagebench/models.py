@@ -177,3 +177,18 @@ def resolve_model(name: str, source: str = "auto") -> ResolvedModel:
         else:
             return ResolvedModel(name, "hub", name, "Hugging Face hub (download)", f"hub:{name}")
     raise StagebenchError(f"model {name!r} not found; tried: " + "; ".join(tried))
+
+
+def on_this_machine(model: ResolvedModel, source: str = "auto") -> ResolvedModel:
+    """``model`` as resolved where the run started, found again on the machine that runs it (a
+    Ray worker): the same path if it exists here (a shared folder, the same carrier install),
+    else the name resolved here, which must give the same weights (identity) - otherwise the
+    worker would compute with another model than the one the cache key names."""
+    if model.backend == "hub" or Path(model.path).exists():
+        return model
+    here = resolve_model(model.name, source)
+    if here.identity != model.identity:
+        raise StagebenchError(f"model {model.name!r}: this machine ({os.uname().nodename}) resolves it to {here.origin} "
+                              f"({here.identity}), not to the run's {model.origin} ({model.identity}); install the same "
+                              "carrier or use a shared folder (docs/scale.md)")  # fmt: skip
+    return here

@@ -15,7 +15,7 @@ from stagebench.errors import StagebenchError
 #: the extra that installs each optional top-level package (pyproject.toml)
 EXTRAS = {
     "torch": "neural", "sentence_transformers": "neural", "transformers": "neural", "tokenizers": "neural",
-    "faiss": "neural", "onnxruntime": "neural", "onnx": "neural", "accelerate": "train", "datasets": "hf", "gguf": "llm",
+    "faiss": "neural", "onnxruntime": "neural", "onnx": "neural", "accelerate": "train", "datasets": "hf", "gguf": "llm", "ray": "ray",
 }  # fmt: skip
 
 

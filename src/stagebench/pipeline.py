@@ -31,6 +31,7 @@ from pathlib import Path
 from stagebench.cache import Cache, cache_root
 from stagebench.config import Config, check_trained_models
 from stagebench.data import LOADERS, Dataset
+from stagebench.engine import make_engine, ray_session
 from stagebench.errors import ConfigError, DataError, StagebenchError
 from stagebench.execute import package_versions, run_stage, stage_key
 from stagebench.files import atomic_write, check_apart, check_replaceable, check_writable, swap_in
@@ -129,7 +130,12 @@ def run_config(config: Config, output: str | Path | None = None, cache_dir: str 
     cache = Cache(cache_root(cache_dir, config.cache_dir), read=not recompute)
     check_destinations(out, cache)
     check_trained_models(config)
-    stages = [stage_class(sc.type, sc.target, sc.name)(sc.name, sc.params) for sc in config.stages]
+    stages = [stage_class(sc.type, sc.target, sc.name)(sc.name, sc.params, sc.engine) for sc in config.stages]
+    with ray_session(config.ray_engine(), f"{config.path}: engine"):  # a cluster that does not answer: before any stage
+        return _run(config, stages, out, cache)
+
+
+def _run(config: Config, stages: list[Stage], out: Path, cache: Cache) -> RunResult:
     for stage in stages:  # servers answer, keys are accepted: before anything is loaded or computed
         stage.preflight()
     t_start = time.perf_counter()
@@ -157,7 +163,6 @@ def run_config(config: Config, output: str | Path | None = None, cache_dir: str 
 
 def _run_into(config: Config, stages: list[Stage], ds: Dataset, folder: Path, cache: Cache, t_start: float) -> RunResult:
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    ctx = StageContext(dataset=ds, cache=cache)
     runs: dict[str, Run] = {}
     keys: dict[str, str] = {}
     digests: dict[str, str] = {}
@@ -166,6 +171,9 @@ def _run_into(config: Config, stages: list[Stage], ds: Dataset, folder: Path, ca
         cls = type(stage)
         key, parts = stage_key(sc, stage, ds, [digests[i] for i in sc.inputs])
         keys[sc.name] = key
+        ctx = StageContext(dataset=ds, cache=cache, engine=make_engine(sc.engine))
+        if sc.engine.type != "local" and stage.uses_engine:
+            log.info("stage %s: engine %s", sc.name, sc.engine.describe())
         run, info = run_stage(sc, stage, ctx, [runs[i] for i in sc.inputs], parts, cache)
         info.pop("key")
         runs[sc.name] = run
@@ -176,6 +184,7 @@ def _run_into(config: Config, stages: list[Stage], ds: Dataset, folder: Path, ca
                             "candidate_depth": getattr(sc.params, "top_n", None) if cls.reorders_input else None,
                             **{k: (round(v, 3) if isinstance(v, float) else v) for k, v in info.items()}})  # fmt: skip
         resolved.append({"name": sc.name, "type": sc.type, "inputs": sc.inputs, "target": sc.target, "cache": sc.cache,
+                         "engine": asdict(sc.engine),
                          "params": asdict(sc.params) if is_dataclass(sc.params) else sc.params, "key": key,
                          "key_parts": parts})  # fmt: skip
 

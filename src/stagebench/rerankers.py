@@ -34,10 +34,10 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from stagebench.devices import place
+from stagebench.devices import Placement, place
 from stagebench.encoders import load_cross_encoder
 from stagebench.errors import ConfigError
-from stagebench.models import resolve_model
+from stagebench.models import ResolvedModel, on_this_machine, resolve_model
 
 
 @runtime_checkable
@@ -51,10 +51,23 @@ class CrossEncoderReranker:
     def __init__(self, model: str = "cross-encoder/ms-marco-MiniLM-L-12-v2", source: str = "auto",
                  max_length: int = 256, batch_size: int = 32, device: str = "auto",
                  precision: str = "auto") -> None:  # fmt: skip
-        self.resolved = resolve_model(model, source)
-        self.placement = place(device, precision, "onnx" if self.resolved.backend == "onnx" else "torch",
-                               f"cross-encoder {model}")  # fmt: skip
-        self.model = load_cross_encoder(self.resolved, self.placement, max_length)
+        resolved = resolve_model(model, source)
+        placement = place(device, precision, "onnx" if resolved.backend == "onnx" else "torch", f"cross-encoder {model}")
+        self._load(resolved, placement, max_length, batch_size)
+
+    @classmethod
+    def placed(cls, resolved: ResolvedModel, source: str, placement: Placement, max_length: int,
+               batch_size: int) -> CrossEncoderReranker:  # fmt: skip
+        """The model a run resolved and placed where it started, loaded here (a Ray worker finds it
+        again with :func:`stagebench.models.on_this_machine`)."""
+        self = cls.__new__(cls)
+        self._load(on_this_machine(resolved, source), placement, max_length, batch_size)
+        return self
+
+    def _load(self, resolved: ResolvedModel, placement: Placement, max_length: int, batch_size: int) -> None:
+        self.resolved = resolved
+        self.placement = placement
+        self.model = load_cross_encoder(resolved, placement, max_length)
         self.batch_size = batch_size
 
     def score(self, query: str, docs: Sequence[str]) -> list[float]:

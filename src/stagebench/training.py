@@ -139,7 +139,7 @@ def mine_negatives(config, ds, n: NegativesConfig, cache) -> dict[str, list[str]
     """Run the named first stage over the train+dev queries (through the stage cache)."""
 
     sc = next(s for s in config.stages if s.name == n.from_stage)
-    stage = stage_class(sc.type, sc.target, sc.name)(sc.name, sc.params)
+    stage = stage_class(sc.type, sc.target, sc.name)(sc.name, sc.params, sc.engine)
     _, parts = stage_key(sc, stage, ds, [])
     run, info = run_stage(sc, stage, StageContext(ds, cache), [], parts, cache)
     log.info("training: hard negatives from stage %s over %d train+dev queries (%s)", sc.name, len(ds.queries),

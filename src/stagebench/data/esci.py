@@ -19,7 +19,11 @@ from pathlib import Path
 from typing import Literal
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
+from stagebench.data.corpus import Corpus
 from stagebench.data.model import Dataset, check_id, check_queries, judged_doc_ids
 from stagebench.data.text import strip_html
 from stagebench.errors import DataError
@@ -89,13 +93,30 @@ def _require_columns(df, required, source: str) -> None:
         raise DataError(f"{source}: missing required column(s) {', '.join(missing)} (has {', '.join(map(str, df.columns))})")
 
 
+def _read_products(path: Path) -> pa.Table:
+    """The products file as an Arrow table (never as Python objects: a catalog holds millions),
+    with only the columns a corpus uses."""
+    if not path.is_file():
+        raise DataError(f"{path}: file not found")
+    try:
+        names = pq.read_schema(path).names
+        missing = [c for c in PRODUCT_COLUMNS if c not in names]
+        if missing:
+            raise DataError(f"{path}: missing required column(s) {', '.join(missing)} (has {', '.join(names)})")
+        return pq.read_table(path, columns=[c for c in dict.fromkeys((*PRODUCT_COLUMNS, *PRODUCT_FIELDS)) if c in names])
+    except DataError:
+        raise
+    except Exception as exc:  # pyarrow raises several types; re-raise as one line
+        raise DataError(f"{path}: cannot read parquet ({type(exc).__name__}: {exc})") from exc
+
+
 def load_esci(opts: EsciOptions) -> Dataset:
     root = Path(opts.path)
     if not root.is_dir():
         raise DataError(f"{root}: ESCI folder not found (expected {EXAMPLES_FILE} and {PRODUCTS_FILE})")
     ex_path = root / EXAMPLES_FILE
     examples = _read_parquet(ex_path, EXAMPLE_COLUMNS)
-    products = _read_parquet(root / PRODUCTS_FILE, PRODUCT_COLUMNS)
+    products = _read_products(root / PRODUCTS_FILE)
     return build_esci(examples, products, opts, str(ex_path), str(root / PRODUCTS_FILE), name=f"esci:{root.name}")
 
 
@@ -199,34 +220,32 @@ def build_esci(examples, products, opts: EsciOptions, ex_source: str, prod_sourc
         docs[key] = int(opts.labels[label])
     check_queries(queries, ex_source)
 
-    prods = products
-    if len(prods) == 0:
+    prods = products if isinstance(products, pa.Table) else pa.Table.from_pandas(products, preserve_index=False)
+    if prods.num_rows == 0:
         raise DataError(f"{prod_source}: the products file has no rows")
-    prods = prods[prods["product_locale"].astype(str).isin(set(locales))]
-    if len(prods) == 0:
+    prods = prods.filter(pc.is_in(pc.cast(prods["product_locale"], pa.string()), value_set=pa.array(locales)))
+    if prods.num_rows == 0:
         raise DataError(f"{prod_source}: no product in locale(s) {', '.join(locales)}")
-    dup = prods.duplicated(subset=["product_id", "product_locale"], keep=False)
-    if dup.any():
-        first = prods[dup].iloc[0]
-        raise DataError(
-            f"{prod_source}: duplicate product (product_id={first['product_id']}, product_locale={first['product_locale']})"
-        )
-    keys = [doc_key(p, loc) for p, loc in zip(prods["product_id"].astype(str), prods["product_locale"].astype(str))]
+    pid = pc.cast(prods["product_id"], pa.string())
+    loc = pc.cast(prods["product_locale"], pa.string())
+    counts = pa.table({"p": pid, "l": loc}).group_by(["p", "l"]).aggregate([([], "count_all")])
+    dup = counts.filter(pc.greater(counts["count_all"], 1))
+    if dup.num_rows:
+        raise DataError(f"{prod_source}: duplicate product (product_id={dup['p'][0].as_py()}, "
+                        f"product_locale={dup['l'][0].as_py()})")  # fmt: skip
+    keys = pc.binary_join_element_wise(loc, pid, ":") if multi else pid
     if opts.corpus_scope == "judged":  # filtered before the corpus is built: a catalog can hold millions
-        judged = judged_doc_ids(qrels)
-        mask = [k in judged for k in keys]
-        prods = prods[mask]
-        keys = [k for k, m in zip(keys, mask) if m]
-    cols = [c for c in PRODUCT_FIELDS if c in prods.columns]
-    columns = {c: prods[c].tolist() for c in cols}
-    corpus: dict[str, dict[str, str]] = {}
-    for i, key in enumerate(keys):
-        check_id(key, "product", prod_source)
-        corpus[key] = {PRODUCT_FIELDS[c]: strip_html(columns[c][i]) if isinstance(columns[c][i], str) else "" for c in cols}
+        keep = pc.is_in(keys, value_set=pa.array(sorted(judged_doc_ids(qrels)), pa.string()))
+        prods, keys = prods.filter(keep), keys.filter(keep)
+    for chunk in (keys.chunks if isinstance(keys, pa.ChunkedArray) else [keys]):
+        for key in chunk.to_pylist():
+            check_id(key, "product", prod_source)
+    cols = [c for c in PRODUCT_FIELDS if c in prods.column_names]
+    fields = {PRODUCT_FIELDS[c]: prods[c] for c in cols}
     for f in PRODUCT_FIELDS.values():  # absent optional columns behave as empty fields
-        if f not in {PRODUCT_FIELDS[c] for c in cols}:
-            for fields in corpus.values():
-                fields[f] = ""
+        fields.setdefault(f, pa.nulls(prods.num_rows, pa.large_string()))
+    corpus = Corpus.from_arrow(keys, fields, clean=lambda v: strip_html(v) if isinstance(v, str) else "")
+    del prods, fields
 
     ds = Dataset(
         name=name,

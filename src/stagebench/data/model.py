@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from functools import cached_property
 
+from stagebench.data.corpus import Corpus, DocTexts, TextColumn, as_corpus
 from stagebench.data.text import render, template_fields
 from stagebench.errors import DataError
 from stagebench.runs import qrels_digest
@@ -22,7 +23,8 @@ class Dataset:
     """A test collection, immutable: derived values (texts, fingerprints) are computed once,
     and :meth:`subset`, :meth:`judged_only` and :meth:`with_warnings` return new datasets.
 
-    * ``corpus``: doc id -> field name -> text (already cleaned, e.g. HTML stripped)
+    * ``corpus``: doc id -> field name -> text (already cleaned, e.g. HTML stripped), held as
+      Arrow columns (:class:`~stagebench.data.corpus.Corpus`; a dict given here is converted)
     * ``text_template``: ``str.format`` template over the corpus fields that builds the
       text every stage indexes, e.g. ``"{title} {brand} {color} {bullet_points}"``
     * ``queries``: query id -> text (only the queries to evaluate)
@@ -32,7 +34,7 @@ class Dataset:
     """
 
     name: str
-    corpus: dict[str, dict[str, str]]
+    corpus: Corpus
     queries: dict[str, str]
     qrels: dict[str, dict[str, int]]
     text_template: str
@@ -43,11 +45,12 @@ class Dataset:
     warnings: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "corpus", as_corpus(self.corpus))
         fields_used = template_fields(self.text_template)
         if not fields_used:
             raise DataError(f"{self.source or self.name}: text_template {self.text_template!r} names no field")
-        if self.corpus:
-            known = set().union(*(set(f) for f in list(self.corpus.values())[:1000]))
+        if len(self.corpus):
+            known = set(self.corpus.fields)
             unknown = [f for f in fields_used if f not in known]
             if unknown:
                 raise DataError(
@@ -56,15 +59,18 @@ class Dataset:
 
     @cached_property
     def doc_ids(self) -> list[str]:
-        return list(self.corpus)
+        return list(self.corpus.ids)
 
     @cached_property
-    def doc_texts(self) -> list[str]:
-        return [render(self.text_template, self.corpus[d]) for d in self.doc_ids]
+    def doc_texts(self) -> TextColumn:
+        """The indexed texts in corpus order (an Arrow column read by position)."""
+        names = template_fields(self.text_template)
+        return TextColumn.build(render(self.text_template, row) for row in self.corpus.field_rows(names))
 
     @cached_property
-    def doc_text(self) -> dict[str, str]:
-        return dict(zip(self.doc_ids, self.doc_texts))
+    def doc_text(self) -> DocTexts:
+        """Doc id -> indexed text."""
+        return DocTexts(self.corpus, self.doc_texts)
 
     @cached_property
     def query_ids(self) -> list[str]:
@@ -126,7 +132,7 @@ class Dataset:
     def judged_only(self) -> Dataset:
         """The same collection with only the judged documents in the corpus (scope ``judged``)."""
         judged = judged_doc_ids(self.qrels)
-        return replace(self, corpus={d: f for d, f in self.corpus.items() if d in judged}, corpus_scope="judged")
+        return replace(self, corpus=self.corpus.take([d in judged for d in self.corpus.ids]), corpus_scope="judged")
 
     def subset(self, query_ids: Iterable[str]) -> Dataset:
         """The same collection evaluated on ``query_ids`` only (queries, qrels and splits cut)."""

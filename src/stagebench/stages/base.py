@@ -8,10 +8,11 @@ the config loader validates (unknown keys, wrong types) before anything runs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from stagebench.devices import Placement, place
+from stagebench.devices import Placement, gpu_worker_placement, place
+from stagebench.engine import Engine, EngineParams, LocalEngine
 from stagebench.models import resolve_model
 
 if TYPE_CHECKING:
@@ -22,11 +23,12 @@ if TYPE_CHECKING:
 
 @dataclass
 class StageContext:
-    """What a stage may use besides its inputs: the dataset and the artefact cache
-    (``None``: nothing is cached, e.g. in unit tests)."""
+    """What a stage may use besides its inputs: the dataset, the artefact cache (``None``:
+    nothing is cached, e.g. in unit tests) and the engine its units run on (:mod:`stagebench.engine`)."""
 
     dataset: Dataset
     cache: Cache | None = None
+    engine: Engine = field(default_factory=LocalEngine)
 
 
 class Stage:
@@ -38,6 +40,8 @@ class Stage:
     max_inputs: ClassVar[int | None] = 0
     #: whether the stage reorders the candidates of a single input (a reranker)
     reorders_input: ClassVar[bool] = False
+    #: whether its work runs on the configured engine (model stages); the others run here
+    uses_engine: ClassVar[bool] = False
 
     # What a cached run of this stage depends on besides its params, inputs and the
     # dataset (see stagebench.execute.stage_key): the source of these modules ...
@@ -51,9 +55,11 @@ class Stage:
     # params that do not change the output (cache switches, progress) are left out of the key
     unkeyed_params: ClassVar[tuple[str, ...]] = ()
 
-    def __init__(self, name: str, params: Any) -> None:
+    def __init__(self, name: str, params: Any, engine: EngineParams | None = None) -> None:
         self.name = name
         self.params = params
+        #: where its units run (config ``engine:``); it decides the placement of GPU workers
+        self.engine = engine or EngineParams()
         #: what the last call did beyond its run (e.g. an LLM stage's window outcomes and
         #: tokens), recorded with the run in the cache and in the manifest; None: nothing
         self.stats: dict[str, Any] | None = None
@@ -88,9 +94,13 @@ class ModelStage(Stage):
     """A stage that runs a resolved model (params ``model``, ``source``, ``device``, ``precision``):
     its placement is resolved in :meth:`preflight`, before anything runs, and keyed as resolved."""
 
+    uses_engine = True
+
     def placement(self) -> Placement:
         p = self.params
         backend = "onnx" if resolve_model(p.model, p.source).backend == "onnx" else "torch"
+        if self.engine.gpus and p.device in ("auto", "cuda"):  # the driver may have no GPU; its workers do
+            return gpu_worker_placement(p.precision, backend, f"stage {self.name}")
         return place(p.device, p.precision, backend, f"stage {self.name}")
 
     def preflight(self) -> None:

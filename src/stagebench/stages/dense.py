@@ -21,7 +21,7 @@ import numpy as np
 
 from stagebench.cache import code_identity, memo
 from stagebench.devices import HardwareParams, Placement
-from stagebench.encoders import load_bi_encoder
+from stagebench.encoders import EncodeTask, encode_with
 from stagebench.models import resolve_model
 from stagebench.optional import need
 from stagebench.params import PositiveInt, Range, param
@@ -58,22 +58,30 @@ def embeddings_parts(model_identity: str, fingerprint: str, passage_prefix: str,
             "code": code_identity(("stagebench.encoders", "stagebench.models", "stagebench.devices"))}  # fmt: skip
 
 
-def corpus_embeddings(encoder, ctx: StageContext, p: DenseParams, stage: str) -> np.ndarray:
+def corpus_embeddings(task: EncodeTask, ctx: StageContext, p: DenseParams, stage: str) -> np.ndarray:
     ds = ctx.dataset
-    parts = embeddings_parts(encoder.model.identity, ds.fingerprint, p.passage_prefix, p.max_length, p.batch_size,
-                             encoder.placement)  # fmt: skip
+    parts = embeddings_parts(task.model.identity, ds.fingerprint, p.passage_prefix, p.max_length, p.batch_size,
+                             task.placement)  # fmt: skip
     texts = [p.passage_prefix + t for t in ds.doc_texts]
     m = memo(ctx.cache if p.cache else None, "embeddings", parts,
-             lambda: encoder.encode(texts, p.batch_size, progress=True, desc=f"{stage}: corpus"),
+             lambda: encode_with(ctx.engine, task, texts, p.batch_size, f"{stage}: corpus"),
              save=lambda emb, folder: np.save(folder / "embeddings.npy", emb),
              load=lambda entry: np.load(entry.file("embeddings.npy")),
-             meta=lambda emb: {"model": encoder.model.identity, "shape": list(emb.shape), **encoder.placement.key()},
-             describe=lambda emb: f"{emb.shape[0]} documents x {emb.shape[1]} with {encoder.model.name} "
-                                  f"[{encoder.model.origin}]",
+             meta=lambda emb: {"model": task.model.identity, "shape": list(emb.shape), **task.placement.key()},
+             describe=lambda emb: f"{emb.shape[0]} documents x {emb.shape[1]} with {task.model.name} "
+                                  f"[{task.model.origin}]",
              label=f"stage {stage}", what="corpus embeddings")  # fmt: skip
     if m.status == "computed":
-        log.info("stage %s: %.0f docs/s (%s)", stage, len(texts) / max(m.seconds, 1e-9), encoder.runs_on)
+        log.info("stage %s: %.0f docs/s (%s)", stage, len(texts) / max(m.seconds, 1e-9), runs_on(task, ctx))
     return m.value
+
+
+def runs_on(task: EncodeTask, ctx: StageContext) -> str:
+    """For the log: the library, device and precision (loaded here), or the Ray workers' placement."""
+    if ctx.engine.remote:
+        pl = task.placement
+        return f"Ray workers, {pl.device}, {pl.precision} ({pl.why}); {ctx.engine.params.describe()}"
+    return task.encoder.runs_on
 
 
 #: extra neighbours asked of faiss beyond k, so that ties at the cut can be resolved
@@ -135,12 +143,13 @@ class DenseStage(ModelStage):
         p: DenseParams = self.params
         model = resolve_model(p.model, p.source)
         log.info("stage %s: model %s resolved to %s", self.name, p.model, model.origin)
-        encoder = load_bi_encoder(model, self.placement(), p.max_length)
-        log.info("stage %s: runs on %s", self.name, encoder.runs_on)
-        emb = corpus_embeddings(encoder, ctx, p, self.name)
+        task = EncodeTask(model, p.source, self.placement(), p.max_length)
+        emb = corpus_embeddings(task, ctx, p, self.name)
         ds = ctx.dataset
         qids = ds.query_ids
-        qemb = encoder.encode([p.query_prefix + ds.queries[q] for q in qids], p.batch_size, desc=f"{self.name}: queries")
+        qemb = encode_with(ctx.engine, task, [p.query_prefix + ds.queries[q] for q in qids], p.batch_size,
+                           f"{self.name}: queries")  # fmt: skip
+        log.info("stage %s: runs on %s", self.name, runs_on(task, ctx))
         index = build_index(emb, p)
         k = min(p.top_k, len(ds.doc_ids))
         t0 = time.perf_counter()

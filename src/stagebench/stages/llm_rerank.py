@@ -30,8 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from stagebench.cache import memo
-from stagebench.devices import HardwareParams, place
+from stagebench.cache import Cache, memo
+from stagebench.devices import HardwareParams, gpu_worker_placement, place
+from stagebench.engine import EngineParams
 from stagebench.listwise import (
     DEFAULT_SYSTEM, DEFAULT_TEMPLATE, FAILED, OUTCOMES, REPAIRS, check_template, parse_permutation, render_prompt,
     sliding_windows,
@@ -126,13 +127,14 @@ class LLMRerankStage(Stage):
     Params = LLMRerankParams
     min_inputs = max_inputs = 1
     reorders_input = True
+    uses_engine = True
     code_modules = (*Stage.code_modules, "stagebench.stages.llm_rerank", "stagebench.listwise", "stagebench.llm",
                     "stagebench.stages.rerank", "stagebench.devices")  # fmt: skip
     packages = ("transformers", "torch", "gguf")
     unkeyed_params = ("concurrency", "timeout", "retries", "backoff", "price_per_1k_tokens", "api_key_env")
 
-    def __init__(self, name: str, params: Any) -> None:
-        super().__init__(name, params)
+    def __init__(self, name: str, params: Any, engine: EngineParams | None = None) -> None:
+        super().__init__(name, params, engine)
         self._backend: OpenAIBackend | TransformersBackend | None = None
 
     @classmethod
@@ -181,7 +183,8 @@ class LLMRerankStage(Stage):
                 resolved = resolve_model(p.model, p.source)
                 if p.gguf_file and resolved.backend == "hub":
                     resolved = type(resolved)(**{**resolved.__dict__, "gguf_file": p.gguf_file})
-                placement = place(p.device, p.precision, "torch", label, auto_bf16=False)
+                placement = gpu_worker_placement(p.precision, "torch", label) if self.engine.gpus and p.device in (
+                    "auto", "cuda") else place(p.device, p.precision, "torch", label, auto_bf16=False)  # fmt: skip
                 self._backend = TransformersBackend(resolved, placement, label)
         return self._backend
 
@@ -205,72 +208,28 @@ class LLMRerankStage(Stage):
         p: LLMRerankParams = self.params
         ds = ctx.dataset
         backend = self.backend()
-        identity = backend.identity()
-        template = self.template()
         run = inputs[0]
         heads, tails = split_head(run, p.top_n)
         qids = [q for q in run if heads[q]]
         plan = {q: sliding_windows(len(heads[q]), p.window, p.stride) * p.passes for q in qids}
-        stats = WindowStats(queries=len(qids))
-        lock = threading.Lock()
-        stop = threading.Event()
-        system = ((("system", p.system_prompt),) if p.system_prompt else ())
-
-        def answer(req: ChatRequest) -> tuple[Completion, bool]:
-            m = memo(ctx.cache, "llm", {"model": identity, "request": req.as_json()}, lambda: backend.complete(req),
-                     save=lambda c, folder: (folder / "response.json").write_text(json.dumps(c.as_json(), sort_keys=True)),
-                     load=lambda entry: Completion.from_json(json.loads(entry.file("response.json").read_text())),
-                     meta=lambda c: {"model": p.model, "stage": self.name}, label=f"stage {self.name}", what="window",
-                     quiet=True)  # fmt: skip
-            return m.value, m.status == "cached"
-
-        def rerank_query(qid: str, bar: Any) -> list[str]:
-            order = list(heads[qid])
-            query = ds.queries[qid]
-            for start, end in plan[qid]:
-                if stop.is_set():
-                    raise _Stopped()
-                docs = order[start:end]
-                user = render_prompt(template, query, [ds.doc_text.get(d, "") for d in docs], p.max_doc_words)
-                req = ChatRequest((*system, ("user", user)), p.max_new_tokens or 8 * len(docs) + 16, p.temperature,
-                                  p.seed)  # fmt: skip
-                try:
-                    comp, cached = answer(req)
-                except RequestFailed as exc:
-                    log.warning("stage %s: query %r window [%d, %d): request failed: %s; the window keeps its input "
-                                "order", self.name, qid, start + 1, end, exc)  # fmt: skip
-                    with lock:
-                        stats.record(FAILED, retries=exc.attempts - 1)
-                        bar.update(1)
-                    continue
-                outcome = parse_permutation(comp.text, len(docs))
-                order[start:end] = [docs[k] for k in outcome.order]
-                with lock:
-                    stats.record(outcome.status, outcome.repairs, comp, cached=cached)
-                    bar.update(1)
-            return order
-
+        task = QueryTask(backend, backend.identity(), ctx.cache, self.template(), p, self.name)
+        units = [(q, ds.queries[q], heads[q], [ds.doc_text.get(d, "") for d in heads[q]], plan[q]) for q in qids]
+        sizes = [len(plan[q]) for q in qids]
         t0 = time.perf_counter()
-        workers = p.concurrency if backend.concurrent else 1
-        reranked: dict[str, list[str]] = {}
-        with progress(sum(len(w) for w in plan.values()), f"{self.name}: llm windows", "window") as bar:
-            if workers == 1:
-                for q in qids:
-                    reranked[q] = rerank_query(q, bar)
-            else:
-                pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"stagebench-{self.name}")
-                try:
-                    futures = {pool.submit(rerank_query, q, bar): q for q in qids}
-                    done, _ = wait(futures, return_when=FIRST_EXCEPTION)
-                    for f in done:
-                        if f.exception() is not None:
-                            raise f.exception()  # type: ignore[misc]
-                    for f, q in futures.items():
-                        reranked[q] = f.result()
-                finally:
-                    stop.set()
-                    pool.shutdown(wait=True, cancel_futures=True)
+        if ctx.engine.remote:  # queries sharded across the workers; a query's windows run in order on one
+            answers = ctx.engine.map(task, units, desc=f"{self.name}: llm windows", unit="window", sizes=sizes)
+        else:
+            answers = self._run_here(task, units, sizes, p.concurrency if backend.concurrent else 1)
         dt = time.perf_counter() - t0
+        stats = WindowStats(queries=len(qids))
+        reranked: dict[str, list[str]] = {}
+        for (qid, *_), (order, windows) in zip(units, answers):
+            reranked[qid] = order
+            for w in windows:
+                if w.answer is None:
+                    log.warning("stage %s: query %r window [%d, %d): request failed: %s; the window keeps its input "
+                                "order", self.name, qid, w.start + 1, w.end, w.error)  # fmt: skip
+                stats.record(w.status, w.repairs, w.answer, retries=w.retries, cached=w.cached)
         s = stats
         log.info("stage %s: %d windows over %d queries (top %d, window %d, stride %d, %d pass%s): %d from the cache, "
                  "%d asked; ok %d, repaired %d, fallback %d, failed %d; %d prompt + %d completion tokens [%.1fs]",
@@ -287,6 +246,90 @@ class LLMRerankStage(Stage):
             order = reranked.get(qid, [])
             result[qid] = merge_head_tail({d: float(len(order) - i) for i, d in enumerate(order)}, tails[qid])
         return result
+
+    def _run_here(self, task: QueryTask, units: list, sizes: list[int], workers: int) -> list:
+        """The queries in this process, ``workers`` at a time (threads: a server answers them in parallel)."""
+        stop = threading.Event()
+        with progress(sum(sizes), f"{self.name}: llm windows", "window") as bar:
+            if workers == 1:
+                out = []
+                for u, n in zip(units, sizes):
+                    out.append(task.run(u, stop))
+                    bar.update(n)
+                return out
+            pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"stagebench-{self.name}")
+            try:
+                futures = [pool.submit(task.run, u, stop) for u in units]
+                for f, n in zip(futures, sizes):
+                    f.add_done_callback(lambda _f, n=n: bar.update(n))
+                done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+                for f in done:
+                    if f.exception() is not None:
+                        raise f.exception()  # type: ignore[misc]
+                return [f.result() for f in futures]
+            finally:
+                stop.set()
+                pool.shutdown(wait=True, cancel_futures=True)
+
+
+@dataclass(frozen=True)
+class WindowAnswer:
+    """One window of one query: its outcome, and the answer (None: the request failed)."""
+
+    start: int
+    end: int
+    status: str
+    repairs: tuple[str, ...] = ()
+    answer: Completion | None = None
+    retries: int = 0
+    cached: bool = False
+    error: str = ""
+
+
+class QueryTask:
+    """An engine task: one query's windows, in order -> the reordered head and each window's
+    :class:`WindowAnswer`. Every answer goes through the content-addressed cache (a Ray worker
+    writes to the same cache folder, which must then be shared: docs/scale.md). Picklable: the
+    backend's loaded model and connections are not pickled."""
+
+    def __init__(self, backend: OpenAIBackend | TransformersBackend, identity: dict, cache: Cache | None,
+                 template: str, p: LLMRerankParams, stage: str) -> None:  # fmt: skip
+        self.backend, self.identity, self.cache, self.template, self.stage = backend, identity, cache, template, stage
+        self.system = (("system", p.system_prompt),) if p.system_prompt else ()
+        self.max_doc_words, self.max_new_tokens = p.max_doc_words, p.max_new_tokens
+        self.temperature, self.seed, self.model = p.temperature, p.seed, p.model
+
+    def answer(self, req: ChatRequest) -> tuple[Completion, bool]:
+        m = memo(self.cache, "llm", {"model": self.identity, "request": req.as_json()}, lambda: self.backend.complete(req),
+                 save=lambda c, folder: (folder / "response.json").write_text(json.dumps(c.as_json(), sort_keys=True)),
+                 load=lambda entry: Completion.from_json(json.loads(entry.file("response.json").read_text())),
+                 meta=lambda c: {"model": self.model, "stage": self.stage}, label=f"stage {self.stage}",
+                 what="window", quiet=True)  # fmt: skip
+        return m.value, m.status == "cached"
+
+    def run(self, unit: tuple, stop: threading.Event | None = None) -> tuple[list[str], list[WindowAnswer]]:
+        _qid, query, doc_ids, texts, plan = unit
+        order = list(range(len(doc_ids)))
+        windows: list[WindowAnswer] = []
+        for start, end in plan:
+            if stop is not None and stop.is_set():
+                raise _Stopped()
+            shown = order[start:end]
+            user = render_prompt(self.template, query, [texts[i] for i in shown], self.max_doc_words)
+            req = ChatRequest((*self.system, ("user", user)), self.max_new_tokens or 8 * len(shown) + 16,
+                              self.temperature, self.seed)  # fmt: skip
+            try:
+                comp, cached = self.answer(req)
+            except RequestFailed as exc:
+                windows.append(WindowAnswer(start, end, FAILED, retries=exc.attempts - 1, error=str(exc)))
+                continue
+            outcome = parse_permutation(comp.text, len(shown))
+            order[start:end] = [shown[k] for k in outcome.order]
+            windows.append(WindowAnswer(start, end, outcome.status, outcome.repairs, comp, cached=cached))
+        return [doc_ids[i] for i in order], windows
+
+    def __call__(self, unit: tuple) -> tuple[list[str], list[WindowAnswer]]:
+        return self.run(unit)
 
 
 class _Stopped(Exception):

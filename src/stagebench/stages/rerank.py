@@ -14,9 +14,14 @@ unless the reranker only has ``score(query, docs)`` or ``per_query: true`` is se
 
 from __future__ import annotations
 
+import inspect
 import logging
+import os
+import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, fields
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -29,8 +34,8 @@ from stagebench.finetune import Fitted, TrainingData, fine_tune
 from stagebench.params import PositiveInt, build, param
 from stagebench.rerankers import CrossEncoderReranker, check_kwargs, import_target
 from stagebench.runs import Run, ranked, ranked_ids
+from stagebench.models import resolve_model
 from stagebench.stages.base import ModelStage, Stage, StageContext
-from stagebench.ui import progress
 
 log = logging.getLogger("stagebench")
 
@@ -93,9 +98,57 @@ def sigmoid_keeping_order(logits: np.ndarray) -> np.ndarray:
     return out
 
 
+class ScoreTask:
+    """An engine task (:mod:`stagebench.engine`): one unit of a reranking stage -> its raw scores.
+
+    A unit is ``(qids, query_texts, doc_inputs)`` of one ``score_pairs`` call (``batched``) or of
+    one query's ``score(query, docs)`` call. ``factory`` builds the reranker, once per process, on
+    first use; it must be picklable for the Ray engine (a class and its arguments, a partial)."""
+
+    def __init__(self, factory: Callable[[], Any], batched: bool, stage: str, label: str, loaded: Any = None,
+                 wants_fields: bool = False) -> None:  # fmt: skip
+        self.factory, self.batched, self.stage, self.label = factory, batched, stage, label
+        self.wants_fields = wants_fields
+        self._reranker: Any = loaded  # already built here (the local engine), or None
+
+    @classmethod
+    def of(cls, reranker: Any, per_query: bool, stage: str, label: str, factory: Callable[[], Any] | None = None,
+           kind: Any = None) -> ScoreTask:  # fmt: skip
+        """The task of a reranker object (``kind``: the class, when only the class is at hand): batched
+        when it has ``score_pairs``, unless ``per_query`` or it ``wants_fields``."""
+        kind = reranker if kind is None else kind
+        wants_fields = bool(getattr(kind, "wants_fields", False))
+        batched = callable(getattr(kind, "score_pairs", None)) and not per_query and not wants_fields
+        return cls(factory or (lambda: reranker), batched, stage, label, reranker, wants_fields)
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_reranker": None}
+
+    @property
+    def reranker(self) -> Any:
+        if self._reranker is None:
+            self._reranker = self.factory()
+        return self._reranker
+
+    def __call__(self, unit: tuple[list[str], list[str], list[Any]]) -> Any:
+        qids, queries, docs = unit
+        method = "score_pairs" if self.batched else "score"
+        try:
+            if self.batched:
+                return self.reranker.score_pairs(list(zip(queries, docs)))
+            return self.reranker.score(queries[0], docs)
+        except StagebenchError:
+            raise
+        except Exception as exc:
+            raise _failed(self.stage, self.label, method, list(dict.fromkeys(qids)), exc) from exc
+
+
 def rerank_run(run: Run, reranker: Any, ctx: StageContext, p: RerankCommon, stage: str, label: str) -> Run:
+    """Rerank each query's top ``p.top_n`` of ``run`` with ``reranker`` (a :class:`ScoreTask`, whose
+    units run on ``ctx.engine``, or a reranker object, run here)."""
     ds = ctx.dataset
-    wants_fields = bool(getattr(reranker, "wants_fields", False))
+    task = reranker if isinstance(reranker, ScoreTask) else ScoreTask.of(reranker, p.per_query, stage, label)
+    wants_fields = task.wants_fields
 
     def doc_input(d: str):
         text = ds.doc_text.get(d, "")
@@ -104,38 +157,25 @@ def rerank_run(run: Run, reranker: Any, ctx: StageContext, p: RerankCommon, stag
     heads, tails = split_head(run, p.top_n)
     qids = [q for q in run if heads[q]]
     n_pairs = sum(len(heads[q]) for q in qids)
-    batched = hasattr(reranker, "score_pairs") and not p.per_query and not wants_fields
-    scores: dict[str, np.ndarray] = {}
+    if task.batched:
+        flat = [(q, d) for q in qids for d in heads[q]]
+        chunks = [flat[i : i + p.pairs_per_call] for i in range(0, len(flat), p.pairs_per_call)]
+    else:
+        chunks = [[(q, d) for d in heads[q]] for q in qids]
+    units = [([q for q, _ in c], [ds.queries[q] for q, _ in c], [doc_input(d) for _, d in c]) for c in chunks]
     t0 = time.perf_counter()
-    with progress(n_pairs, f"{stage}: rerank", "pair") as bar:
-        if batched:
-            flat = [(q, d) for q in qids for d in heads[q]]
-            out = np.empty(len(flat), dtype=np.float64)
-            for i in range(0, len(flat), p.pairs_per_call):
-                chunk = flat[i : i + p.pairs_per_call]
-                try:
-                    got = reranker.score_pairs([(ds.queries[q], doc_input(d)) for q, d in chunk])
-                except Exception as exc:
-                    queries = list(dict.fromkeys(q for q, _ in chunk))
-                    raise _failed(stage, label, "score_pairs", queries, exc) from exc
-                out[i : i + len(chunk)] = _check_scores(got, chunk, stage, label)
-                bar.update(len(chunk))
-            pos = 0
-            for q in qids:
-                scores[q] = out[pos : pos + len(heads[q])]
-                pos += len(heads[q])
-        else:
-            for q in qids:
-                try:
-                    got = reranker.score(ds.queries[q], [doc_input(d) for d in heads[q]])
-                except Exception as exc:
-                    raise _failed(stage, label, "score", [q], exc) from exc
-                scores[q] = _check_scores(got, [(q, d) for d in heads[q]], stage, label)
-                bar.update(len(heads[q]))
+    got = ctx.engine.map(task, units, desc=f"{stage}: rerank", unit="pair", sizes=[len(c) for c in chunks])
     dt = time.perf_counter() - t0
-    log.info("stage %s: reranked %d pairs (%d queries, top %d) in %.1fs: %.0f pairs/s (%s)",
+    out = np.concatenate([_check_scores(g, c, stage, label) for g, c in zip(got, chunks)]) if chunks else np.empty(0)
+    scores: dict[str, np.ndarray] = {}
+    pos = 0
+    for q in qids:
+        scores[q] = out[pos : pos + len(heads[q])]
+        pos += len(heads[q])
+    log.info("stage %s: reranked %d pairs (%d queries, top %d) in %.1fs: %.0f pairs/s (%s%s)",
              stage, n_pairs, len(qids), p.top_n, dt, n_pairs / max(dt, 1e-9),
-             "batched across queries" if batched else "one query at a time")  # fmt: skip
+             "batched across queries" if task.batched else "one query at a time",
+             "; on Ray" if ctx.engine.remote else "")  # fmt: skip
     result: Run = {}
     for qid in run:
         s = scores.get(qid, np.empty(0))
@@ -184,10 +224,14 @@ class CrossEncoderStage(ModelStage):
 
     def __call__(self, ctx: StageContext, inputs: list[Run]) -> Run:
         p: CrossEncoderParams = self.params
-        rr = CrossEncoderReranker(p.model, p.source, p.max_length, p.batch_size, p.device, p.precision)
-        log.info("stage %s: model %s resolved to %s; runs on %s", self.name, p.model, rr.resolved.origin,
-                 rr.model.runs_on)  # fmt: skip
-        return rerank_run(inputs[0], rr, ctx, p, self.name, f"cross-encoder {p.model}")
+        placement = self.placement()
+        resolved = resolve_model(p.model, p.source)
+        task = ScoreTask(partial(CrossEncoderReranker.placed, resolved, p.source, placement, p.max_length, p.batch_size),
+                         not p.per_query, self.name, f"cross-encoder {p.model}")  # fmt: skip
+        where = "Ray workers" if ctx.engine.remote else task.reranker.model.runs_on
+        log.info("stage %s: model %s resolved to %s; runs on %s (%s, %s)", self.name, p.model, resolved.origin, where,
+                 placement.device, placement.precision)  # fmt: skip
+        return rerank_run(inputs[0], task, ctx, p, self.name, task.label)
 
 
 @dataclass
@@ -203,6 +247,7 @@ class PluginStage(Stage):
     Params = PluginParams
     min_inputs = max_inputs = 1
     reorders_input = True
+    uses_engine = True
     code_modules = (*Stage.code_modules, "stagebench.stages.rerank", "stagebench.rerankers")
     reads_qrels = True  # a plug-in gets the whole dataset; key on the judgments too, to be safe
 
@@ -233,14 +278,29 @@ class PluginStage(Stage):
     def __call__(self, ctx: StageContext, inputs: list[Run]) -> Run:
         p: PluginParams = self.params
         factory = import_target(p.target, f"stage {self.name}.target")
-        try:
-            reranker = factory(**(p.kwargs or {}))
-        except Exception as exc:
-            raise StagebenchError(f"stage {self.name}: plug-in {p.target} raised when constructed: "
-                                  f"{type(exc).__name__}: {exc}") from exc  # fmt: skip
-        if not callable(getattr(reranker, "score", None)):
-            raise StagebenchError(f"stage {self.name}: {p.target} instance has no score(query, docs) method")
-        return rerank_run(inputs[0], reranker, ctx, p, self.name, f"plug-in {p.target}")
+        build_it = partial(build_plugin, p.target, p.kwargs or {}, self.name, os.getcwd())
+        # what the reranker offers (score_pairs, wants_fields) is read from the instance built here;
+        # on Ray, from the class, so that the driver does not load a model its workers will load
+        loaded = None if ctx.engine.remote and inspect.isclass(factory) else build_it()
+        task = ScoreTask.of(loaded, p.per_query, self.name, f"plug-in {p.target}", build_it,
+                            kind=factory if loaded is None else None)  # fmt: skip
+        return rerank_run(inputs[0], task, ctx, p, self.name, task.label)
 
 
-__all__ = ["CrossEncoderStage", "PluginStage", "merge_head_tail", "rerank_run", "split_head"]
+def build_plugin(target: str, kwargs: dict, stage: str, cwd: str) -> Any:
+    """A plug-in reranker, constructed where it runs (this process or a Ray worker, whose
+    working directory ``cwd`` - the run's - is importable as it is here)."""
+    if cwd not in sys.path and Path(cwd).is_dir():
+        sys.path.append(cwd)
+    factory = import_target(target, f"stage {stage}.target")
+    try:
+        reranker = factory(**kwargs)
+    except Exception as exc:
+        raise StagebenchError(f"stage {stage}: plug-in {target} raised when constructed: "
+                              f"{type(exc).__name__}: {exc}") from exc  # fmt: skip
+    if not callable(getattr(reranker, "score", None)):
+        raise StagebenchError(f"stage {stage}: {target} instance has no score(query, docs) method")
+    return reranker
+
+
+__all__ = ["CrossEncoderStage", "PluginStage", "ScoreTask", "build_plugin", "merge_head_tail", "rerank_run", "split_head"]

@@ -1,0 +1,252 @@
+"""Where a stage's work runs: in this process (``local``) or on a Ray cluster (``ray``).
+
+A stage cuts its work into **units** whose composition never depends on the engine: one model
+batch of texts (dense), one ``score_pairs`` call (rerankers), one query's windows (LLM). It
+hands the units and a picklable **task** (a callable that loads its model lazily, once) to
+:meth:`Engine.map`, which returns one result per unit, in order. The local engine calls the
+task in this process; the Ray engine runs Ray Data ``map_batches`` over an actor pool: each
+actor unpickles the task once (so loads the model once) and applies it to ``batch_size`` units
+per call. Because units and tasks are the same, both engines compute the same bits (on the same
+hardware and libraries), and the cache keys do not name the engine: what one computed, the
+other reuses.
+
+Ray Data restarts a killed actor and retries its task (``max_restarts=-1``,
+``max_task_retries=-1`` for actor pools), so a worker lost mid-stage costs time, not results.
+Ray is optional (``pip install 'stagebench[ray]'``) and imported only when an engine is ``ray``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import pickle
+import socket
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from stagebench.errors import StagebenchError
+from stagebench.optional import need
+from stagebench.params import NonNegativeFloat, PositiveFloat, PositiveInt, param
+from stagebench.ui import progress
+
+log = logging.getLogger("stagebench")
+
+#: seconds a TCP connection to a cluster's address may take before it counts as not answering
+PROBE_TIMEOUT_S = 5.0
+#: the settings that only mean something for ``type: ray``
+RAY_ONLY = ("address", "num_workers", "num_cpus_per_worker", "num_gpus_per_worker", "batch_size", "local_cpus")
+
+
+@dataclass
+class EngineParams:
+    type: Literal["local", "ray"] = param("local", "local: in this process; ray: Ray Data actor pools (docs/scale.md)")
+    address: str | None = param(None, "ray: auto (the cluster `ray start` runs on this machine) | host:port | "
+                                "ray://host:port; null: start a local cluster for this run")  # fmt: skip
+    num_workers: PositiveInt | None = param(None, "ray: actors per stage, each loading the model once "
+                                            "(null: the cluster's CPUs / num_cpus_per_worker, or its GPUs / num_gpus_per_worker)")  # fmt: skip
+    num_cpus_per_worker: PositiveFloat = param(1.0, "ray: CPUs reserved per actor; its model runs that many threads")
+    num_gpus_per_worker: NonNegativeFloat = param(0.0, "ray: GPUs per actor (a fraction shares one); > 0 runs the "
+                                                  "models on the actor's GPU")  # fmt: skip
+    batch_size: PositiveInt = param(4, "ray: units per task: model batches (dense), score_pairs calls (rerankers), "
+                                    "queries (LLM); never changes the results")  # fmt: skip
+    local_cpus: PositiveInt | None = param(None, "ray, address null: CPUs of the local cluster (null: this machine's)")
+
+    def validate(self) -> list[tuple[str, str]]:
+        if self.type == "local":
+            default = EngineParams()
+            return [(k, "applies to engine type ray") for k in RAY_ONLY if getattr(self, k) != getattr(default, k)]
+        if self.address is not None and self.local_cpus is not None:
+            return [("local_cpus", "sizes a local cluster; with an address the cluster is already sized")]
+        return []
+
+    @property
+    def gpus(self) -> bool:
+        """Whether the work runs on GPUs the driver may not have (Ray actors with GPUs)."""
+        return self.type == "ray" and self.num_gpus_per_worker > 0
+
+    def describe(self) -> str:
+        if self.type == "local":
+            return "local (this process)"
+        where = self.address or f"a local cluster ({self.local_cpus or os.cpu_count()} CPUs)"
+        return (f"ray on {where}: {self.num_workers or 'auto'} worker(s) x {self.num_cpus_per_worker:g} CPU"
+                f"{f' + {self.num_gpus_per_worker:g} GPU' if self.num_gpus_per_worker else ''}, "
+                f"{self.batch_size} unit(s) per task")  # fmt: skip
+
+
+class Engine:
+    """Runs a task over units; see the module docstring."""
+
+    params: EngineParams
+
+    def map(self, task: Callable[[Any], Any], units: Sequence[Any], *, desc: str, unit: str = "unit",
+            sizes: Sequence[int] | None = None) -> list[Any]:  # fmt: skip
+        """``[task(u) for u in units]``; ``sizes`` weighs each unit in the progress bar (e.g. texts per batch)."""
+        raise NotImplementedError
+
+    @property
+    def remote(self) -> bool:
+        return False
+
+
+class LocalEngine(Engine):
+    def __init__(self, params: EngineParams | None = None) -> None:
+        self.params = params or EngineParams()
+
+    def map(self, task, units, *, desc, unit="unit", sizes=None):
+        sizes = list(sizes) if sizes is not None else [1] * len(units)
+        out = []
+        with progress(sum(sizes), desc, unit) as bar:
+            for u, s in zip(units, sizes):
+                out.append(task(u))
+                bar.update(s)
+        return out
+
+
+def _worker_class(task_blob: bytes, threads: str) -> type:
+    """The Ray Data actor class: unpickles the task once per actor (the task loads its model on
+    first use), then applies it to each unit of a batch. The task travels inside the class (by
+    value), not as a constructor argument in the object store, so a restarted actor rebuilds it."""
+
+    class StagebenchWorker:
+        def __init__(self) -> None:
+            os.environ["STAGEBENCH_THREADS"] = threads
+            self.task = pickle.loads(task_blob)
+
+        def __call__(self, batch: dict) -> dict:
+            np = need("numpy", "the ray engine")
+            outs = [pickle.dumps(self.task(pickle.loads(b)), protocol=5) for b in batch["unit"]]
+            return {"i": batch["i"], "out": np.array(outs, dtype=object)}
+
+    return StagebenchWorker
+
+
+def _root_cause(exc: BaseException) -> BaseException:
+    seen = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, StagebenchError):
+            return cur
+        cur = getattr(cur, "cause", None) or cur.__cause__
+    return exc
+
+
+class RayEngine(Engine):
+    """Ray Data ``map_batches`` with an actor pool; the cluster is connected by :func:`ray_session`."""
+
+    def __init__(self, params: EngineParams) -> None:
+        self.params = params
+
+    @property
+    def remote(self) -> bool:
+        return True
+
+    def workers(self) -> int:
+        ray = need("ray", "engine: ray")
+        p = self.params
+        if p.num_workers is not None:
+            return p.num_workers
+        res = ray.cluster_resources()
+        n = int(res.get("CPU", 1) // p.num_cpus_per_worker)
+        if p.num_gpus_per_worker > 0:
+            n = min(n, int(res.get("GPU", 0) // p.num_gpus_per_worker))
+        return max(1, n)
+
+    def map(self, task, units, *, desc, unit="unit", sizes=None):
+        ray = need("ray", "engine: ray")
+        np = need("numpy", "the ray engine")
+        if not ray.is_initialized():
+            raise StagebenchError(f"{desc}: engine ray is not connected (stagebench.engine.ray_session)")
+        p = self.params
+        sizes = list(sizes) if sizes is not None else [1] * len(units)
+        if not units:
+            return []
+        n_workers = min(self.workers(), math.ceil(len(units) / p.batch_size))
+        threads = str(max(1, int(p.num_cpus_per_worker)))
+        rows = [{"i": i, "unit": pickle.dumps(u, protocol=5)} for i, u in enumerate(units)]
+        ds = ray.data.from_items(rows, override_num_blocks=math.ceil(len(units) / p.batch_size))
+        out = ds.map_batches(_worker_class(pickle.dumps(task, protocol=5), threads), batch_size=p.batch_size,
+                             compute=ray.data.ActorPoolStrategy(size=n_workers), num_cpus=p.num_cpus_per_worker,
+                             num_gpus=p.num_gpus_per_worker or None, batch_format="numpy")  # fmt: skip
+        results: list[Any] = [None] * len(units)
+        got = np.zeros(len(units), dtype=bool)
+        log.info("%s: %d %ss in %d units on %d Ray worker(s), %d unit(s) per task", desc, sum(sizes), unit, len(units),
+                 n_workers, p.batch_size)  # fmt: skip
+        t0 = time.perf_counter()
+        with progress(sum(sizes), desc, unit) as bar:
+            try:
+                for row in out.iter_rows():
+                    i = int(row["i"])
+                    results[i] = pickle.loads(row["out"])
+                    got[i] = True
+                    bar.update(sizes[i])
+            except Exception as exc:
+                root = _root_cause(exc)
+                if isinstance(root, StagebenchError):
+                    raise StagebenchError(str(root)) from exc
+                first = str(root).strip().splitlines()
+                raise StagebenchError(f"{desc}: a Ray worker failed: {type(root).__name__}: "
+                                      f"{first[-1] if first else ''}") from exc  # fmt: skip
+        if not got.all():
+            raise StagebenchError(f"{desc}: Ray returned {int(got.sum())} of {len(units)} results")
+        log.info("%s: done on Ray in %.1fs", desc, time.perf_counter() - t0)
+        return results
+
+
+def make_engine(params: EngineParams | None) -> Engine:
+    return RayEngine(params) if params is not None and params.type == "ray" else LocalEngine(params)
+
+
+def probe(address: str, where: str) -> None:
+    """One clear line, at once, when nothing listens at a ``host:port`` cluster address."""
+    hostport = address.removeprefix("ray://")
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise StagebenchError(f"{where}: {address!r} is not auto, host:port or ray://host:port")
+    try:
+        with socket.create_connection((host, int(port)), timeout=PROBE_TIMEOUT_S):
+            pass
+    except OSError as exc:
+        raise StagebenchError(f"{where}: no Ray cluster answers at {address} ({type(exc).__name__}: {exc}); start one "
+                              "with `ray start --head`, or set address: null to run a local cluster") from exc  # fmt: skip
+
+
+@contextmanager
+def ray_session(params: EngineParams | None, where: str = "engine") -> Iterator[None]:
+    """Connect to (or start) the cluster ``params`` names for the duration of a run, before any
+    stage runs; a cluster this call started is stopped at the end. ``None`` or local: nothing."""
+    if params is None or params.type != "ray":
+        yield
+        return
+    ray = need("ray", "engine: ray")
+    if ray.is_initialized():  # the caller's own session (e.g. a notebook): used, left running
+        yield
+        return
+    if params.address not in (None, "auto"):
+        probe(params.address, f"{where}.address")
+    kwargs: dict[str, Any] = {"include_dashboard": False, "logging_level": logging.WARNING, "log_to_driver": False}
+    if params.address is None:
+        kwargs["num_cpus"] = params.local_cpus or os.cpu_count()
+    t0 = time.perf_counter()
+    try:
+        ray.init(address=params.address, **kwargs)
+    except Exception as exc:
+        raise StagebenchError(f"{where}.address: cannot connect to Ray at {params.address or 'a new local cluster'} "
+                              f"({type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''})") from exc  # fmt: skip
+    res = ray.cluster_resources()
+    log.info("engine ray: connected to %s in %.1fs: %g CPU, %g GPU", params.address or "a new local cluster",
+             time.perf_counter() - t0, res.get("CPU", 0), res.get("GPU", 0))  # fmt: skip
+    data_ctx = ray.data.DataContext.get_current()
+    data_ctx.enable_progress_bars = False  # stagebench draws its own, in its units
+    data_ctx.print_on_execution_start = False
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+__all__ = ["Engine", "EngineParams", "LocalEngine", "RayEngine", "make_engine", "probe", "ray_session"]

@@ -1,0 +1,115 @@
+"""The engine setting (stagebench.engine): parsed and checked at load, top level / per stage /
+--engine; the local engine; the placement of models on Ray workers with GPUs. The Ray runs
+themselves are in tests/test_ray_engine.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from stagebench.config import parse_config
+from stagebench.engine import EngineParams, LocalEngine, make_engine, ray_session
+from stagebench.errors import ConfigError, StagebenchError
+from stagebench.stages.dense import DenseParams, DenseStage
+from stagebench.stages.rerank import CrossEncoderParams, CrossEncoderStage
+
+
+def cfg(engine=None, dense_engine=None, bm25_engine=None) -> dict:
+    stages = [{"name": "bm25", "type": "bm25"}, {"name": "dense", "type": "dense"},
+              {"name": "ce", "type": "cross_encoder", "inputs": ["bm25"]}]  # fmt: skip
+    if dense_engine is not None:
+        stages[1]["engine"] = dense_engine
+    if bm25_engine is not None:
+        stages[0]["engine"] = bm25_engine
+    raw = {"name": "t", "dataset": {"loader": "esci", "path": "x"}, "stages": stages}
+    if engine is not None:
+        raw["engine"] = engine
+    return raw
+
+
+def engines(config) -> dict[str, EngineParams]:
+    return {sc.name: sc.engine for sc in config.stages}
+
+
+def test_default_is_local_and_a_top_level_engine_applies_to_every_stage():
+    assert {e.type for e in engines(parse_config(cfg())).values()} == {"local"}
+    c = parse_config(cfg({"type": "ray", "num_workers": 3, "batch_size": 2}))
+    assert all(e.type == "ray" and e.num_workers == 3 and e.batch_size == 2 for e in engines(c).values())
+    assert c.ray_engine().num_workers == 3
+    assert parse_config(cfg("ray")).engine.type == "ray"
+
+
+def test_a_stage_overrides_the_top_level_and_inherits_its_settings_of_the_same_type():
+    c = parse_config(cfg({"type": "ray", "num_workers": 3}, dense_engine={"num_gpus_per_worker": 0.5}))
+    e = engines(c)
+    assert e["dense"].num_workers == 3 and e["dense"].num_gpus_per_worker == 0.5 and e["dense"].gpus
+    assert e["ce"].num_gpus_per_worker == 0 and not e["ce"].gpus
+    e = engines(parse_config(cfg({"type": "ray", "num_workers": 3}, dense_engine="local")))
+    assert e["dense"].type == "local" and e["ce"].type == "ray"
+    e = engines(parse_config(cfg(None, dense_engine={"type": "ray", "num_workers": 2})))
+    assert e["dense"].type == "ray" and e["dense"].num_workers == 2 and e["ce"].type == "local"
+
+
+def test_the_command_line_engine_puts_every_stage_on_it():
+    c = parse_config(cfg({"type": "ray", "num_workers": 3}, dense_engine="local"), engine="local")
+    assert {e.type for e in engines(c).values()} == {"local"} and c.ray_engine() is None
+    c = parse_config(cfg({"type": "ray", "num_workers": 3}), engine="ray")
+    assert {e.num_workers for e in engines(c).values()} == {3}  # the config's ray settings are kept
+    c = parse_config(cfg(), engine="ray")
+    assert {(e.type, e.num_workers) for e in engines(c).values()} == {("ray", None)}
+
+
+@pytest.mark.parametrize("raw, message", [
+    (cfg({"type": "local", "num_workers": 2}), "engine.num_workers: applies to engine type ray"),
+    (cfg({"type": "spark"}), "engine.type"),
+    (cfg(5), "engine: expected local, ray or a mapping"),
+    (cfg({"type": "ray", "num_workers": 0}), "engine.num_workers"),
+    (cfg({"type": "ray", "num_gpus_per_worker": -1}), "engine.num_gpus_per_worker"),
+    (cfg({"type": "ray", "address": "auto", "local_cpus": 2}), "engine.local_cpus: sizes a local cluster"),
+    (cfg({"type": "ray", "colour": 1}), "engine.colour: unknown key"),
+    (cfg("ray", bm25_engine="ray"), "stages[0] (bm25).engine: a bm25 stage runs in the driver process"),
+    (cfg({"type": "ray", "address": "auto"}, dense_engine={"address": "10.0.0.1:6379"}),
+     "stages[1] (dense).engine.address: one run uses one Ray cluster"),
+])  # fmt: skip
+def test_engine_settings_that_cannot_make_sense_fail_at_load(raw, message):
+    with pytest.raises(ConfigError) as e:
+        parse_config(raw)
+    assert message in str(e.value)
+
+
+def test_the_local_engine_maps_in_order_in_this_process():
+    seen = []
+
+    def task(u):
+        seen.append(u)
+        return u * 10
+
+    eng = make_engine(None)
+    assert isinstance(eng, LocalEngine) and not eng.remote
+    assert eng.map(task, [3, 1, 2], desc="t", sizes=[1, 2, 3]) == [30, 10, 20] and seen == [3, 1, 2]
+    with ray_session(None):  # local: nothing to connect
+        pass
+    with ray_session(EngineParams()):
+        pass
+
+
+def test_a_malformed_address_is_one_line():
+    from stagebench.engine import probe
+
+    with pytest.raises(StagebenchError, match="engine.address: 'somewhere' is not auto, host:port"):
+        probe("somewhere", "engine.address")
+
+
+def test_models_on_ray_workers_with_gpus_are_placed_on_their_gpu_whatever_the_driver_has():
+    ray_gpu = EngineParams(type="ray", num_gpus_per_worker=1)
+    dense = DenseStage("d", DenseParams(), ray_gpu)  # the bundled MiniLM: a torch model
+    pl = dense.placement()
+    assert (pl.device, pl.precision) == ("cuda:0", "fp32") and "num_gpus_per_worker" in pl.why
+    assert dense.identity()["device"] == "cuda"  # keyed as the workers compute
+    assert DenseStage("d", DenseParams(precision="bf16"), ray_gpu).placement().precision == "bf16"
+    with pytest.raises(StagebenchError, match="int8 .* runs on the CPU only"):
+        DenseStage("d", DenseParams(precision="int8"), ray_gpu).placement()
+    ce = CrossEncoderStage("c", CrossEncoderParams(), ray_gpu)  # the bundled INT8 ONNX cross-encoder
+    assert (ce.placement().device, ce.placement().precision) == ("cuda:0", "int8")
+    # an explicit cpu device stays on the CPU; so does every stage without GPU workers
+    assert DenseStage("d", DenseParams(device="cpu"), ray_gpu).placement().device == "cpu"
+    assert DenseStage("d", DenseParams(), EngineParams(type="ray")).placement().device == "cpu"
