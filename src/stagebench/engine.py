@@ -226,19 +226,21 @@ def ray_session(params: EngineParams | None, where: str = "engine") -> Iterator[
     if ray.is_initialized():  # the caller's own session (e.g. a notebook): used, left running
         yield
         return
-    if params.address not in (None, "auto"):
-        probe(params.address, f"{where}.address")
+    address = params.address or os.environ.get("RAY_ADDRESS") or None  # what ray.init itself would read
+    if address not in (None, "auto"):
+        probe(address, f"{where}.address" if params.address else "$RAY_ADDRESS")
     kwargs: dict[str, Any] = {"include_dashboard": False, "logging_level": logging.WARNING, "log_to_driver": False}
-    if params.address is None:
+    if address is None:
         kwargs["num_cpus"] = params.local_cpus or os.cpu_count()
     t0 = time.perf_counter()
     try:
-        ray.init(address=params.address, **kwargs)
+        ray.init(address=address, **kwargs)
     except Exception as exc:
-        raise StagebenchError(f"{where}.address: cannot connect to Ray at {params.address or 'a new local cluster'} "
-                              f"({type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''})") from exc  # fmt: skip
+        first = str(exc).strip().splitlines()
+        raise StagebenchError(f"{where}.address: cannot connect to Ray at {address or 'a new local cluster'} "
+                              f"({type(exc).__name__}: {first[0] if first else ''})") from exc  # fmt: skip
     res = ray.cluster_resources()
-    log.info("engine ray: connected to %s in %.1fs: %g CPU, %g GPU", params.address or "a new local cluster",
+    log.info("engine ray: connected to %s in %.1fs: %g CPU, %g GPU", address or "a new local cluster",
              time.perf_counter() - t0, res.get("CPU", 0), res.get("GPU", 0))  # fmt: skip
     data_ctx = ray.data.DataContext.get_current()
     data_ctx.enable_progress_bars = False  # stagebench draws its own, in its units
