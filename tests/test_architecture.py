@@ -17,7 +17,7 @@ LAYERS = {
         "table", "data.text", "data.corpus", "listwise", "devices", "engine"],
     1: ["runs", "metrics.names", "metrics", "cache", "models", "data.model", "data.esci", "data.jsonl", "data.trec",
         "data.synthetic", "data"],
-    2: ["encoders", "rerankers", "onnx_weights", "finetune", "analysis", "stages.base", "stages.bm25", "stages.dense",
+    2: ["encoders", "rerankers", "onnx_weights", "finetune", "analysis", "explorer", "stages.base", "stages.bm25", "stages.dense",
         "stages.fusion", "stages.rerank", "stages.run_file", "stages", "report", "plots", "llm", "stages.llm_rerank"],
     3: ["config"],
     4: ["execute", "results", "pipeline", "training", "reproduce", "compare"],

@@ -177,7 +177,11 @@ def test_report_html_renders_in_headless_chromium_with_its_images(finished):
     tmp, _ = finished
     report = tmp / "one" / "report.html"
     text = report.read_text()
-    assert "http://" not in text and "https://" not in text and "<link" not in text and "<script" not in text
-    info = check_report(report, tmp / "one" / "report_screenshot.png")
+    # self-contained: no address, no external stylesheet or script (the explorer's script is inline)
+    assert "http://" not in text and "https://" not in text and "<link" not in text and "<script src" not in text
+    info = check_report(report, tmp / "one" / "report_screenshot.png", tmp / "one" / "explorer.png")
     assert info["images"] == ["metrics.png", "recall_at_k.png", "ceiling.png", "top10_labels.png"]
     assert (tmp / "one" / "report_screenshot.png").stat().st_size > 10_000
+    x = info["explorer"]
+    assert len(x["stages"]) == len(json.loads((tmp / "one" / "manifest.json").read_text())["stages"])
+    assert set(x["badges"]) <= {"E", "S", "C", "I", "?"} and x["badges"] and (tmp / "one" / "explorer.png").stat().st_size > 5_000

@@ -35,7 +35,8 @@ MIN_ROOM = 1e-4
 def oracle_ranking(ranking: Sequence[str], judgments: Mapping[str, int], depth: int, gain: str) -> list[str]:
     """The ideal reordering of the top ``depth`` of ``ranking``; the tail stays as it is."""
     pool, tail = list(ranking[:depth]), list(ranking[depth:])
-    pool.sort(key=lambda d: -compute.gain_of(judgments.get(d, 0), gain))  # stable: ties keep input order
+    g_of = compute.gain_map(gain)
+    pool.sort(key=lambda d: -(g_of(judgments[d]) if d in judgments else 0.0))  # stable: ties keep input order
     return pool + tail
 
 

@@ -20,7 +20,7 @@ from stagebench.metrics import evaluate, parse_measure
 from stagebench.pipeline import run_config
 from stagebench.report import conventions_line
 from stagebench.reproduce import compare_with_expected, format_report, write_expected
-from stagebench.results import render
+from stagebench.results import render, show_query
 from stagebench.runs import read_trec_qrels, read_trec_run
 from stagebench.training import train_reranker
 from stagebench.version import __version__
@@ -36,6 +36,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _cmd_table(args: argparse.Namespace) -> int:
     sys.stdout.write(render(args.run_dir).text)
+    return 0
+
+
+def _cmd_show(args: argparse.Namespace) -> int:
+    sys.stdout.write(show_query(args.run_dir, args.query_id))
     return 0
 
 
@@ -154,6 +159,11 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("run_dir")
     t.set_defaults(func=_cmd_table)
 
+    sh = sub.add_parser("show", help="one query in a finished run folder: each stage's top 10 with grades and moves")
+    sh.add_argument("run_dir")
+    sh.add_argument("query_id")
+    sh.set_defaults(func=_cmd_show)
+
     c = sub.add_parser("compare", help="two run folders' stage tables side by side, with significance per matching stage")
     c.add_argument("run_dir_a")
     c.add_argument("run_dir_b")
@@ -204,7 +214,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("-m", "--metric", dest="metrics", action="extend", nargs="+", required=True,
                    help="measure names, e.g. -m nDCG@10 RR@10 R@100 (repeatable)")  # fmt: skip
     e.add_argument("--rel", type=int, default=1, help="relevance threshold for binary measures (default 1)")
-    e.add_argument("--gain", choices=("linear", "exp"), default="linear", help="nDCG gain (default linear)")
+    e.add_argument("--gain", choices=("linear", "exponential", "exp", "esci"), default="linear",
+                   help="nDCG gain map (default linear; esci: the official task-1 gains, docs/metrics.md)")
     e.add_argument("--json", action="store_true", help="print one JSON object: measure -> mean")
     e.add_argument("--per-query", action="store_true", help="also print per-query values")
     e.set_defaults(func=_cmd_eval)

@@ -37,6 +37,7 @@ from typing import Annotated, Any, Literal
 from stagebench.data import LOADERS
 from stagebench.engine import EngineParams
 from stagebench.errors import ConfigError, StagebenchError
+from stagebench.metrics.compute import gain_map
 from stagebench.metrics.names import Measure, parse_measure
 from stagebench.models import check_model
 from stagebench.params import (
@@ -78,13 +79,21 @@ class StageConfig:
 class EvaluationConfig:
     metrics: list[str] = param(doc="measure names (docs/metrics.md), case-insensitive", factory=lambda: list(DEFAULT_METRICS))
     relevance_threshold: PositiveInt = param(1, "binary measures count grade >= this as relevant; never changes the query set")
-    gain: Literal["linear", "exp"] = param("linear", "nDCG gain: linear (the grade, as trec_eval) or exp (2^grade - 1)")
+    gain: str | dict[int, float] = param("linear", "nDCG gain map: linear (the grade, as trec_eval), exponential "
+                                         "(2^grade - 1), esci (the official task-1 gains), or a table {grade: gain}")  # fmt: skip
     baseline: str | None = param(None, "the stage every other stage is compared with, besides its inputs (null: the first)")
     test: Literal["randomization", "ttest"] = param("randomization", "which test marks significance (both are in significance.json)")
     alpha: Probability = param(0.05, "significance level, after Holm-Bonferroni correction")
     permutations: Annotated[int, Range(ge=100)] = param(10000, "randomization-test permutations")
     bootstrap: Annotated[int, Range(ge=100)] = param(2000, "bootstrap resamples for the 95% confidence intervals")
     seed: Seed = param(42, "seed of both, so the numbers are reproducible")
+
+    def validate(self) -> list[tuple[str, str]]:
+        try:
+            gain_map(self.gain)
+        except ValueError as exc:
+            return [("gain", str(exc))]
+        return []
 
 
 @dataclass

@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, is_dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+import stagebench.explorer as explorer
 from stagebench.cache import Cache, cache_root
 from stagebench.config import Config, check_trained_models
 from stagebench.data import LOADERS, Dataset
@@ -189,6 +190,8 @@ def _run_into(config: Config, stages: list[Stage], ds: Dataset, folder: Path, ca
                          "key_parts": parts})  # fmt: skip
 
     write_trec_qrels(ds.qrels, folder / "qrels.trec")
+    texts = explorer.texts_for(runs, ds.qrels, ds.queries, ds.doc_text, config.evaluation.relevance_threshold)
+    atomic_write(folder / explorer.TEXTS_FILE, json.dumps(texts, ensure_ascii=False, separators=(",", ":")) + "\n")
     computed = [s["name"] for s in stages_meta if s["status"] == "computed"]
     log.info("stages computed: %s; from cache: %s", ", ".join(computed) or "none",
              ", ".join(s["name"] for s in stages_meta if s["status"] == "cached") or "none")  # fmt: skip

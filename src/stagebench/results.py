@@ -16,12 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from string import ascii_lowercase
 
+import stagebench.explorer as explorer
 import stagebench.analysis as analysis
 import stagebench.plots as plots
 import stagebench.report as report
 import stagebench.stats as stats
 from stagebench.errors import StagebenchError
 from stagebench.files import atomic_write
+from stagebench.metrics.compute import gain_map
 from stagebench.metrics import evaluate, parse_measure
 from stagebench.runs import Run, qrels_digest, read_trec_qrels, read_trec_run, run_digest
 from stagebench.table import CeilingCells, LLMCells, StageRow, StageTable
@@ -34,7 +36,8 @@ KEPT_FILES = ("expected.yaml",)
 #: stagebench.pipeline); a folder holding anything else is not stagebench's to replace
 RESULT_ENTRIES = frozenset({
     MANIFEST, "runs", "qrels.trec", "stage_table.txt", "stage_table.md", "stage_table.csv", "stage_table.json",
-    "significance.json", "per_query.csv", "plots", "report.html", "report_screenshot.png", *KEPT_FILES,
+    "significance.json", "per_query.csv", "plots", "report.html", "report_screenshot.png", explorer.TEXTS_FILE,
+    *KEPT_FILES,
 })  # fmt: skip
 
 
@@ -241,7 +244,9 @@ def score_folder(manifest: dict, qrels: dict, runs: dict[str, Run]) -> Rendered:
         notes.append("LLM reranking: windows are model calls; ok = a complete permutation, repaired = duplicates or "
                      "unknown ids dropped / missing ones appended, fallback and failed = the window kept its input "
                      "order (docs/llm.md)")  # fmt: skip
-    table = StageTable(rows, metric_names, title, notes)
+    g = gain_map(gain)
+    table = StageTable(rows, metric_names, title, notes, {"gain": g.as_json(), "gain_map": g.describe(),
+                                                          "relevance_threshold": rel})  # fmt: skip
     per_query = {n: evals[n].per_query for n in names}
     return Rendered(table, [c.as_dict() for c in comps], report.render_text(table), per_query, queries)
 
@@ -273,5 +278,49 @@ def render(folder: str | Path) -> Rendered:
     (folder / "plots").mkdir(exist_ok=True)
     for name, png in images:
         atomic_write(folder / "plots" / name, png)
-    atomic_write(folder / "report.html", report.render_html(table, rendered.comparisons, images, manifest["stages"]))
+    atomic_write(folder / "report.html", report.render_html(table, rendered.comparisons, images, manifest["stages"],
+                                                            explorer_data(folder, manifest, qrels, runs, rendered)))  # fmt: skip
     return rendered
+
+
+def query_views(folder: Path, manifest: dict, qrels: dict, runs: dict[str, Run], rendered: Rendered,
+                texts: dict | None = None) -> tuple[list[explorer.QueryView], str, dict[int, str]]:  # fmt: skip
+    """Every scored query's view (explorer.build), the primary measure, and the grade labels."""
+    metric = explorer.primary_measure(rendered.table.metrics)
+    texts = explorer.read_texts(folder) if texts is None else texts
+    views = explorer.build(manifest["stages"], runs, qrels, rendered.per_query, metric, rendered.queries,
+                           manifest["evaluation"]["relevance_threshold"], texts)  # fmt: skip
+    return views, metric, label_names_of(manifest, qrels)
+
+
+def explorer_data(folder: Path, manifest: dict, qrels: dict, runs: dict[str, Run], rendered: Rendered) -> tuple[dict, dict]:
+    texts = explorer.read_texts(folder)
+    views, metric, labels = query_views(folder, manifest, qrels, runs, rendered, texts)
+    return explorer.as_json(views, manifest["stages"], metric, labels, texts), explorer.wins_and_losses(views)
+
+
+def label_names_of(manifest: dict, qrels: dict) -> dict[int, str]:
+    """grade -> display label (E/S/C/I for ESCI), else the grades themselves."""
+    names = {int(k): v for k, v in manifest["dataset"].get("label_names", {}).items()}
+    return names or {g: str(g) for g in sorted({g for docs in qrels.values() for g in docs.values()}, reverse=True)}
+
+
+def show_query(folder: str | Path, qid: str) -> str:
+    """``stagebench show``: one query's view in text - each stage's top 10 with grades and moves,
+    and what each reranker never saw - from a finished run folder (only the primary measure is scored)."""
+    rf = RunFolder.open(folder)
+    manifest, qrels, runs = rf.manifest, rf.qrels(), rf.runs()
+    ev = manifest["evaluation"]
+    metric = explorer.primary_measure([parse_measure(m).name for m in ev["metrics"]])
+    names = [s["name"] for s in manifest["stages"]]
+    per_query = {n: evaluate(qrels, runs[n], [metric], relevance_threshold=ev["relevance_threshold"],
+                             gain=ev["gain"]).per_query for n in names}  # fmt: skip
+    scored = per_query[names[0]][metric]
+    if qid not in scored:
+        near = sorted(scored)[:5]
+        why = "is judged but has no relevant document" if qid in qrels else "is not in the qrels"
+        raise StagebenchError(f"{folder}: query {qid!r} {why}, so it is not scored (scored: {len(scored)} queries, "
+                              f"e.g. {', '.join(near)})")  # fmt: skip
+    texts = explorer.read_texts(Path(folder))
+    view = explorer.build(manifest["stages"], runs, qrels, per_query, metric, [qid], ev["relevance_threshold"], texts)[0]
+    return explorer.render_text(view, metric, label_names_of(manifest, qrels), texts.get("docs", {}))

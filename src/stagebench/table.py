@@ -108,9 +108,12 @@ class StageTable:
     metrics: list[str]  # the measure columns, in evaluation order
     title: str = ""
     notes: list[str] = field(default_factory=list)
+    #: what the numbers mean: the nDCG gain map, the relevance threshold (stated in every JSON row)
+    evaluation: dict = field(default_factory=dict)
 
     def to_json(self) -> str:
-        return json.dumps([r.to_json() for r in self.rows], indent=2) + "\n"
+        extra = {"evaluation": self.evaluation} if self.evaluation else {}
+        return json.dumps([{**r.to_json(), **extra} for r in self.rows], indent=2) + "\n"
 
     @classmethod
     def from_json(cls, text: str, metrics: list[str]) -> StageTable:

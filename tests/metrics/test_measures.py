@@ -5,7 +5,7 @@ import re
 import pytest
 
 from stagebench.errors import StagebenchError
-from stagebench.metrics import evaluate, parse_measure
+from stagebench.metrics import compute, evaluate, parse_measure
 from stagebench.runs import from_ranking
 
 ESCI = {"E": 3, "S": 2, "C": 1, "I": 0}
@@ -65,7 +65,6 @@ def test_judged_at_k_counts_any_judgment_including_zero():
 
 
 def test_kernels_on_a_query_without_a_positive_grade_and_without_cutoffs():
-    from stagebench.metrics import compute
 
     assert compute.ndcg(["a", "b"], {"a": 0, "b": 0}, 10, "linear") == 0.0  # IDCG = 0: 0, not 1
     assert compute.ndcg(["a", "b"], {"b": 1}, None, "linear") == pytest.approx(1 / 1.584962500721156)
@@ -78,9 +77,9 @@ def test_kernels_on_a_query_without_a_positive_grade_and_without_cutoffs():
 def test_evaluate_takes_measure_objects_and_reports_its_settings():
     ms = [parse_measure("nDCG@2"), parse_measure("P(rel=2)@1")]
     ev = evaluate({"q": {"a": 1, "b": 2}}, {"q": {"a": 2.0, "b": 1.0}}, ms, relevance_threshold=2, gain="exp")
-    assert ev.measures == ms and ev.relevance_threshold == 2 and ev.gain == "exp"
+    assert ev.measures == ms and ev.relevance_threshold == 2 and ev.gain == compute.Gain("exponential")
     assert ev.means["P(rel=2)@1"] == 0.0 and ev.means["nDCG@2"] == pytest.approx((1 + 3 / 1.584962500721156) / (3 + 1 / 1.584962500721156))
-    with pytest.raises(StagebenchError, match="gain 'log': must be one of linear, exp"):
+    with pytest.raises(StagebenchError, match="gain: unknown gain 'log' \\(known: linear, exponential, esci"):
         evaluate({"q": {"a": 1}}, {}, ["nDCG@2"], gain="log")
 
 
@@ -95,7 +94,7 @@ def test_measure_names(name, canonical):
 
 
 @pytest.mark.parametrize("bad,why", [
-    ("nDCG@0", "cutoff must be >= 1"), ("R", "R needs a cutoff"), ("Foo@10", "unknown family 'Foo' (known: nDCG, RR"),
+    ("nDCG@0", "cutoff must be >= 1"), ("R", "R needs a cutoff"), ("Foo@10", "unknown family 'Foo' (known: nDCG, nDCG_Burges, RR"),
     ("Rprec@10", "Rprec takes no cutoff"), ("nDCG(rel=2)@10", "parameter 'rel' does not apply to nDCG"),
     ("P(gain=exp)@5", "parameter 'gain' does not apply to P"), ("nDCG@ten", "not of the form"),
     ("P(rel=0)@5", "rel must be >= 1"), ("P(rel=x)@5", "rel must be an integer grade"),

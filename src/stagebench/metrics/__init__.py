@@ -4,8 +4,9 @@ Conventions (see ``docs/metrics.md``):
 
 * **Ranking and ties**: documents are ranked by score descending, ties broken by doc
   id descending (trec_eval's rule), see :func:`stagebench.runs.ranked`.
-* **Gain**: nDCG uses linear gain (the grade, as trec_eval) unless ``gain="exp"``
-  (``2**grade - 1``) is set for the evaluation or in the name (``nDCG(gain=exp)@10``).
+* **Gain**: nDCG uses linear gain (the grade, as trec_eval) unless another gain map is set for
+  the evaluation (``exponential``: ``2**grade - 1``; ``esci``: the official task-1 table; or a
+  table ``{grade: gain}``) or in the name (``nDCG(gain=esci)@10``, ``nDCG_Burges@10``).
 * **Relevance**: binary measures count a document as relevant when its grade is
   ``>= rel``; ``rel`` comes from the measure name or else the evaluation's
   ``relevance_threshold`` (default 1, as trec_eval's ``relevance_level``).
@@ -20,12 +21,14 @@ Conventions (see ``docs/metrics.md``):
 
 from __future__ import annotations
 
+from typing import Any
+
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from stagebench.errors import StagebenchError
 from stagebench.metrics import compute
-from stagebench.metrics.names import GAINS, Measure, parse_measure
+from stagebench.metrics.names import Measure, parse_measure
 from stagebench.runs import ranked_ids
 
 __all__ = ["Measure", "parse_measure", "evaluate", "Evaluation", "per_query_value"]
@@ -38,7 +41,7 @@ class Evaluation:
     measures: list[Measure]
     per_query: dict[str, dict[str, float]]  # measure name -> qid -> value
     relevance_threshold: int
-    gain: str
+    gain: compute.Gain
     scored_queries: list[str]
     missing_queries: list[str] = field(default_factory=list)  # scored but absent from the run
     unjudged_run_queries: int = 0  # run queries absent from the qrels (not scored)
@@ -57,13 +60,19 @@ class Evaluation:
 
 
 def per_query_value(
-    measure: Measure, ranking: list[str], judgments: Mapping[str, int], relevance_threshold: int, gain: str
+    measure: Measure, ranking: list[str], judgments: Mapping[str, int], relevance_threshold: int, gain: Any
 ) -> float:
     rel = measure.rel if measure.rel is not None else relevance_threshold
     k = measure.cutoff
     f = measure.family
     if f == "nDCG":
         return compute.ndcg(ranking, judgments, k, measure.gain or gain)
+    if f == "nDCG_Burges":
+        return compute.ndcg(ranking, judgments, k, "exponential")
+    if f == "F1":
+        return compute.f1(ranking, judgments, k, rel)
+    if f == "Hits":
+        return compute.hits(ranking, judgments, k, rel)
     if f == "RR":
         return compute.reciprocal_rank(ranking, judgments, k, rel)
     if f == "R":
@@ -96,11 +105,18 @@ def evaluate(
     measures: Iterable[Measure | str],
     *,
     relevance_threshold: int = 1,
-    gain: str = "linear",
+    gain: Any = "linear",
 ) -> Evaluation:
-    """Score ``run`` against ``qrels`` on every measure, per query and on average."""
-    if gain not in GAINS:
-        raise StagebenchError(f"gain {gain!r}: must be one of {', '.join(GAINS)}")
+    """Score ``run`` against ``qrels`` on every measure, per query and on average; ``gain``: a
+    name (linear, exponential, esci) or a table grade -> gain (:func:`compute.gain_map`)."""
+    try:
+        gain = compute.gain_map(gain)
+    except ValueError as exc:
+        raise StagebenchError(f"gain: {exc}") from None
+    if gain.table:
+        missing = sorted({g for docs in qrels.values() for g in docs.values()} - {g for g, _ in gain.table})
+        if missing:
+            raise StagebenchError(f"{gain.describe()}: no gain for grade(s) {missing}, which the qrels hold")
     ms = [m if isinstance(m, Measure) else parse_measure(m) for m in measures]
     names = [m.name for m in ms]
     if len(set(names)) != len(names):

@@ -9,23 +9,98 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+#: the named gain maps (``exp`` is kept as another name of ``exponential``)
+GAIN_NAMES = ("linear", "exponential", "exp", "esci")
+#: the KDD Cup 2022 (Shopping Queries) task-1 gains, as amazon-science/esci-data computes them:
+#: ranking/prepare_trec_eval_files.py maps E/S/C/I to trec_eval levels 4/2/3/1 and evaluates with
+#: ``trec_eval -c -J -m 'ndcg.1=0,2=0.01,3=0.1,4=1'`` - so E=1, S=0.01, C=0.1, I=0 (docs/metrics.md)
+ESCI_GAINS = {3: 1.0, 2: 0.01, 1: 0.1, 0: 0.0}
 
 
-def gain_of(grade: int, gain: str) -> float:
-    """Gain of a grade: linear = grade (trec_eval), exp = 2**grade - 1. Grades <= 0 gain 0."""
-    if grade <= 0:
-        return 0.0
-    return float(grade) if gain == "linear" else float(2**grade - 1)
+@dataclass(frozen=True)
+class Gain:
+    """What a grade is worth to nDCG: ``linear`` (the grade, trec_eval), ``exponential``
+    (2^grade - 1, Burges et al.), or a table grade -> gain (``esci``: the official task-1 one).
+    Grades <= 0 gain 0 under the formulas; a table says every grade's gain itself."""
+
+    name: str  # linear | exponential | esci | table
+    table: tuple[tuple[int, float], ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_lookup", dict(self.table))
+
+    def __call__(self, grade: int) -> float:
+        if self.table:
+            try:
+                return self._lookup[grade]  # type: ignore[attr-defined]
+            except KeyError:
+                raise ValueError(f"gain map {self.describe()}: no gain for grade {grade}") from None
+        if grade <= 0:
+            return 0.0
+        return float(grade) if self.name == "linear" else float(2**grade - 1)
+
+    def describe(self) -> str:
+        """For table headers and notes."""
+        if self.name == "linear":
+            return "linear gain (grade, as trec_eval)"
+        if self.name == "exponential":
+            return "exponential gain (2^grade - 1)"
+        cells = ", ".join(f"{g}={v:g}" for g, v in sorted(self.table, reverse=True))
+        return f"esci gain map ({cells}; esci-data's task-1 trec_eval gains)" if self.name == "esci" else \
+            f"gain map ({cells})"  # fmt: skip
+
+    def as_json(self) -> Any:
+        return self.name if self.name != "table" else {str(g): v for g, v in self.table}
+
+
+def gain_map(spec: Any) -> Gain:
+    """A :class:`Gain` from a name or a ``{grade: gain}`` table (keys may be digit strings, as
+    JSON writes them); ``ValueError`` says what is wrong."""
+    if isinstance(spec, Gain):
+        return spec
+    if isinstance(spec, str):
+        name = spec.lower()
+        if name in ("exp", "exponential"):
+            return Gain("exponential")
+        if name == "linear":
+            return Gain("linear")
+        if name == "esci":
+            return Gain("esci", tuple(sorted(ESCI_GAINS.items())))
+        raise ValueError(f"unknown gain {spec!r} (known: linear, exponential, esci, or a table grade -> gain)")
+    if isinstance(spec, Mapping):
+        if not spec:
+            raise ValueError("a gain table needs at least one grade -> gain")
+        table = []
+        for g, v in spec.items():
+            try:
+                grade = int(g)
+            except (TypeError, ValueError):
+                raise ValueError(f"gain table key {g!r}: grades are integers") from None
+            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
+                raise ValueError(f"gain table grade {grade}: gain {v!r} must be a finite number >= 0")
+            table.append((grade, float(v)))
+        return Gain("table", tuple(sorted(table)))
+    raise ValueError(f"gain {spec!r}: a name (linear, exponential, esci) or a table grade -> gain")
+
+
+def gain_of(grade: int, gain: Any) -> float:
+    """Gain of a grade under ``gain`` (a name, a table or a :class:`Gain`)."""
+    return gain_map(gain)(grade)
 
 
 def _discount(rank: int) -> float:
     return math.log2(rank + 1)
 
 
-def ndcg(ranking: Sequence[str], judgments: Mapping[str, int], cutoff: int | None, gain: str) -> float:
+def ndcg(ranking: Sequence[str], judgments: Mapping[str, int], cutoff: int | None, gain: Any) -> float:
+    """nDCG; the ideal order sorts the judged documents by the same gain map (not by grade)."""
+    g_of = gain_map(gain)
     top = ranking if cutoff is None else ranking[:cutoff]
-    dcg = sum(gain_of(judgments.get(d, 0), gain) / _discount(i) for i, d in enumerate(top, start=1))
-    ideal_gains = sorted((gain_of(g, gain) for g in judgments.values()), reverse=True)
+    dcg = sum(g_of(judgments[d]) / _discount(i) for i, d in enumerate(top, start=1) if d in judgments)
+    ideal_gains = sorted((g_of(g) for g in judgments.values()), reverse=True)
     if cutoff is not None:
         ideal_gains = ideal_gains[:cutoff]
     idcg = sum(g / _discount(i) for i, g in enumerate(ideal_gains, start=1))
@@ -58,6 +133,18 @@ def recall(ranking: Sequence[str], judgments: Mapping[str, int], cutoff: int, re
 
 def precision(ranking: Sequence[str], judgments: Mapping[str, int], cutoff: int, rel: int) -> float:
     return sum(1 for d in ranking[:cutoff] if _is_rel(judgments, d, rel)) / cutoff
+
+
+def hits(ranking: Sequence[str], judgments: Mapping[str, int], cutoff: int, rel: int) -> float:
+    """The number of relevant documents in the top ``cutoff`` (ranx's ``hits``; trec_eval's
+    ``num_rel_ret`` of the run cut at ``cutoff``)."""
+    return float(sum(1 for d in ranking[:cutoff] if _is_rel(judgments, d, rel)))
+
+
+def f1(ranking: Sequence[str], judgments: Mapping[str, int], cutoff: int, rel: int) -> float:
+    """Harmonic mean of P@k (hits / k) and R@k (hits / relevant); 0 when there is no hit."""
+    p, r = precision(ranking, judgments, cutoff, rel), recall(ranking, judgments, cutoff, rel)
+    return 2 * p * r / (p + r) if p + r > 0 else 0.0
 
 
 def average_precision(ranking: Sequence[str], judgments: Mapping[str, int], cutoff: int | None, rel: int) -> float:

@@ -4,14 +4,17 @@ Grammar: ``FAMILY[(param=value[,param=value])][@CUTOFF]``
 
 Families (case-insensitive everywhere: configs, ``eval -m``, expected-values files;
 aliases in brackets):
-  nDCG     graded; params ``gain=linear|exp``             cutoff optional
-  RR       binary; reciprocal rank of the first relevant   cutoff optional [MRR]
-  R        binary; recall                                  cutoff required [Recall]
-  P        binary; precision                               cutoff required [Precision]
-  AP       binary; average precision (trec_eval map_cut)   cutoff optional [MAP]
-  Hit      binary; 1 if any relevant in the top k          cutoff required [Success]
-  Rprec    binary; precision at rank R (R = #relevant)     no cutoff       [R-Prec, RPrec]
-  Judged   share of the top k that has any judgment        cutoff required
+  nDCG         graded; params ``gain=linear|exponential|esci`` cutoff optional
+  nDCG_Burges  graded; nDCG with exponential gain (2^g - 1)    cutoff optional
+  RR           binary; reciprocal rank of the first relevant   cutoff optional [MRR]
+  R            binary; recall                                  cutoff required [Recall]
+  P            binary; precision                               cutoff required [Precision]
+  F1           binary; harmonic mean of P@k and R@k            cutoff required
+  AP           binary; average precision (trec_eval map_cut)   cutoff optional [MAP]
+  Hit          binary; 1 if any relevant in the top k          cutoff required [Success, Hit_Rate]
+  Hits         binary; the number of relevant in the top k     cutoff required
+  Rprec        binary; precision at rank R (R = #relevant)     no cutoff       [R-Prec, RPrec]
+  Judged       share of the top k that has any judgment        cutoff required
 
 Binary families take ``rel=N`` (a document is relevant when its grade >= N); when
 absent, the evaluation's relevance threshold applies (default 1, as trec_eval).
@@ -24,7 +27,7 @@ from dataclasses import dataclass
 
 from stagebench.errors import StagebenchError
 
-FAMILIES = ("nDCG", "RR", "R", "P", "AP", "Hit", "Rprec", "Judged")
+FAMILIES = ("nDCG", "nDCG_Burges", "RR", "R", "P", "F1", "AP", "Hit", "Hits", "Rprec", "Judged")
 #: the one alias table: lower-case name -> family (the families themselves included)
 ALIASES = {
     **{f.lower(): f for f in FAMILIES},
@@ -33,14 +36,17 @@ ALIASES = {
     "precision": "P",
     "map": "AP",
     "success": "Hit",
+    "hit_rate": "Hit",
     "r-prec": "Rprec",
+    "ndcg-burges": "nDCG_Burges",
 }
-BINARY = {"RR", "R", "P", "AP", "Hit", "Rprec"}
-CUTOFF_REQUIRED = {"R", "P", "Hit", "Judged"}
+BINARY = {"RR", "R", "P", "F1", "AP", "Hit", "Hits", "Rprec"}
+CUTOFF_REQUIRED = {"R", "P", "F1", "Hit", "Hits", "Judged"}
 NO_CUTOFF = {"Rprec"}
-GAINS = ("linear", "exp")
+#: the gains a measure name may ask for (``nDCG(gain=esci)@10``); a table is set for the evaluation
+GAINS = ("linear", "exponential", "exp", "esci")
 
-_NAME_RE = re.compile(r"^(?P<family>[A-Za-z][A-Za-z-]*)(?:\((?P<params>[^)]*)\))?(?:@(?P<cutoff>\d+))?$")
+_NAME_RE = re.compile(r"^(?P<family>[A-Za-z][A-Za-z0-9_-]*)(?:\((?P<params>[^)]*)\))?(?:@(?P<cutoff>\d+))?$")
 
 
 @dataclass(frozen=True)

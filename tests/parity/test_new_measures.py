@@ -1,0 +1,57 @@
+"""F1@k, Hits@k, nDCG_Burges@k and nDCG under gain tables, against pytrec_eval (trec_eval) where
+it computes them: Hits@k = num_rel_ret of the run cut at k; F1@k = set_F of the run cut at k
+(when the run holds at least k documents: set measures divide by the documents retrieved, P@k by k);
+nDCG_Burges = ndcg_cut over the grades mapped to 2^g - 1; a gain table = ndcg_cut over the
+grades mapped to integer gains (the table scaled by 100: nDCG does not change with the scale)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import pytrec_eval
+
+from stagebench.metrics import evaluate
+from stagebench.runs import ranked
+from tests.parity.test_pytrec_eval import CUTS, random_case
+
+
+def cut(run: dict, k: int) -> dict:
+    return {q: dict(ranked(docs)[:k]) for q, docs in run.items()}
+
+
+def mapped(qrels: dict, table: dict[int, int]) -> dict:
+    return {q: {d: table[g] for d, g in docs.items()} for q, docs in qrels.items()}
+
+
+@pytest.mark.parametrize("rel", [1, 2])
+def test_hits_and_f1_agree_with_trec_eval_on_the_run_cut_at_k(rel):
+    rng = random.Random(77 + rel)
+    f1_checked = 0
+    for case in range(200):
+        qrels, run = random_case(rng)
+        ours = evaluate(qrels, run, [f"Hits@{k}" for k in CUTS] + [f"F1@{k}" for k in CUTS], relevance_threshold=rel)
+        for k in CUTS:
+            ref = pytrec_eval.RelevanceEvaluator(qrels, {"num_rel_ret", "set_F"}, relevance_level=rel).evaluate(cut(run, k))
+            ref = ref.get("q", {"num_rel_ret": 0.0, "set_F": 0.0})
+            assert ours.per_query[f"Hits@{k}"]["q"] == ref["num_rel_ret"], (case, k)
+            if len(run["q"]) >= k:
+                assert ours.per_query[f"F1@{k}"]["q"] == pytest.approx(ref["set_F"], abs=1e-9), (case, k)
+                f1_checked += 1
+    assert f1_checked > 300
+
+
+def test_ndcg_burges_and_gain_tables_agree_with_trec_eval_on_mapped_grades():
+    rng = random.Random(5)
+    measures = "ndcg_cut." + ",".join(map(str, CUTS))
+    table = {0: 0.0, 1: 0.01, 2: 0.1, 3: 1.0, 4: 2.5}
+    for case in range(200):
+        qrels, run = random_case(rng)
+        burges = evaluate(qrels, run, [f"nDCG_Burges@{k}" for k in CUTS])
+        tab = evaluate(qrels, run, [f"nDCG@{k}" for k in CUTS], gain=table)
+        ref_exp = pytrec_eval.RelevanceEvaluator(mapped(qrels, {g: 2**g - 1 for g in range(5)}), {measures})
+        ref_tab = pytrec_eval.RelevanceEvaluator(mapped(qrels, {g: round(100 * v) for g, v in table.items()}), {measures})
+        e, t = ref_exp.evaluate(run)["q"], ref_tab.evaluate(run)["q"]
+        for k in CUTS:
+            assert burges.per_query[f"nDCG_Burges@{k}"]["q"] == pytest.approx(e[f"ndcg_cut_{k}"], abs=1e-9), (case, k)
+            assert tab.per_query[f"nDCG@{k}"]["q"] == pytest.approx(t[f"ndcg_cut_{k}"], abs=1e-9), (case, k)
