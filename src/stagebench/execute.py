@@ -97,36 +97,53 @@ def run_stage(sc: StageConfig, stage: Stage, ctx: StageContext, inputs: list[Run
     """Run one stage through the cache (``cache=None`` or ``cache: false`` on the stage:
     compute, store nothing). ``parts`` are :func:`stage_key`'s."""
 
-    def with_digest(run: Run, stats: dict | None) -> tuple[Run, str, dict | None]:  # the digest is computed once
-        return run, run_digest(run), stats
+    Value = tuple[Run, str, dict | None, dict[str, Run]]  # run, its digest, stats, side runs (by name)
 
-    def compute() -> tuple[Run, str, dict | None]:
+    def with_digest(run: Run, stats: dict | None, side: dict[str, Run]) -> Value:  # the digest is computed once
+        return run, run_digest(run), stats, side
+
+    def compute() -> Value:
         stage.stats = stage.incomplete = None
+        stage.side_runs = {}
         run = stage(ctx, inputs)
         check_run(run, sc.name, ctx.dataset)
-        return with_digest(canonical(run), stage.stats)
+        for r in stage.side_runs.values():
+            check_run(r, sc.name, ctx.dataset)
+        return with_digest(canonical(run), stage.stats, {n: canonical(r) for n, r in stage.side_runs.items()})
 
-    def describe(value: tuple[Run, str, dict | None]) -> str:
+    def describe(value: Value) -> str:
         run = value[0]
-        return f"{len(run)} queries, up to {max((len(v) for v in run.values()), default=0)} docs each"
+        extra = f" (+ {len(value[3])} runs at other depths)" if value[3] else ""
+        return f"{len(run)} queries, up to {max((len(v) for v in run.values()), default=0)} docs each{extra}"
 
-    def meta(value: tuple[Run, str, dict | None]) -> dict:
+    def meta(value: Value) -> dict:
         m = {"stage": sc.name, "type": sc.type, "queries": len(value[0]), "run_digest": value[1]}
+        if value[3]:
+            m["side_runs"] = sorted(value[3])
         return {**m, "stats": value[2]} if value[2] is not None else m
 
-    m = memo(cache if sc.cache else None, "runs", parts, compute,
-             save=lambda value, folder: write_trec_run(value[0], folder / "run.trec", tag=f"stagebench.{sc.type}"),
-             load=lambda entry: with_digest(read_trec_run(entry.file("run.trec")), entry.meta.get("stats")),
+    def save(value: Value, folder: Path) -> None:
+        write_trec_run(value[0], folder / "run.trec", tag=f"stagebench.{sc.type}")
+        for name, r in value[3].items():
+            write_trec_run(r, folder / f"side-{name}.trec", tag=f"stagebench.{sc.type}")
+
+    def load(entry) -> Value:
+        side = {n: read_trec_run(entry.file(f"side-{n}.trec")) for n in entry.meta.get("side_runs", [])}
+        return with_digest(read_trec_run(entry.file("run.trec")), entry.meta.get("stats"), side)
+
+    m = memo(cache if sc.cache else None, "runs", parts, compute, save=save, load=load,
              check=lambda value, folder: _reads_back(folder / "run.trec", value[1], sc.name), meta=meta,
              label=f"stage {sc.name}", what=f"run ({sc.type}{' <- ' + ', '.join(sc.inputs) if sc.inputs else ''})",
              describe=describe, measure_memory=True, unstorable=lambda value: stage.incomplete)  # fmt: skip
-    run, digest, stats = m.value
+    run, digest, stats, side = m.value
     info = {"status": m.status, "seconds": m.seconds, "computed_seconds": m.computed_seconds,
             "peak_rss_mb": m.peak_rss_mb, "computed_peak_rss_mb": m.computed_peak_rss_mb,
             "run_digest": digest, "key": m.key}  # fmt: skip
     stats = stage.finish_stats(stats)
     if stats is not None:
         info["stats"] = stats
+    if side:
+        info["side_runs"] = side  # popped by the caller: runs are written as files, not into the manifest
     return run, info
 
 

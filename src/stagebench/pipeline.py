@@ -177,9 +177,14 @@ def _run_into(config: Config, stages: list[Stage], ds: Dataset, folder: Path, ca
             log.info("stage %s: engine %s", sc.name, sc.engine.describe())
         run, info = run_stage(sc, stage, ctx, [runs[i] for i in sc.inputs], parts, cache)
         info.pop("key")
+        side = info.pop("side_runs", {})
         runs[sc.name] = run
         digests[sc.name] = info["run_digest"]
         write_trec_run(run, folder / "runs" / f"{sc.name}.trec", tag=f"{config.name}.{sc.name}")
+        for name, r in side.items():  # a reranker's runs at other depths (depths:)
+            write_trec_run(r, folder / "runs" / f"{name}.trec", tag=f"{config.name}.{name}")
+        if side:
+            info["depth_runs"] = sorted(side, key=lambda n: int(n.rsplit("@", 1)[1]))
         stages_meta.append({"name": sc.name, "type": sc.type, "inputs": sc.inputs, "key": key,
                             "reorders_input": cls.reorders_input,
                             "candidate_depth": getattr(sc.params, "top_n", None) if cls.reorders_input else None,

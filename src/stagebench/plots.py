@@ -97,3 +97,52 @@ def label_distribution(rows: Sequence[StageRow]) -> bytes:
     ax.set_title("Top-10 label distribution per stage")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1, 1))
     return _png(fig)
+
+
+def depth_curve(row: StageRow) -> bytes:
+    """A reranker's depth sweep: achieved and oracle nDCG@10 against N (log scale), its input's
+    nDCG@10 flat, pool recall R@N on the second axis; significant changes marked."""
+    plt = _fig()
+    cells = row.depths or []
+    n = [c.depth for c in cells]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(n, [c.oracle_ndcg10 for c in cells], "o--", color="tab:green", label="oracle nDCG@10 (ideal order of the top N)")
+    ax.plot(n, [c.achieved_ndcg10 for c in cells], "o-", color="tab:blue", label="achieved nDCG@10")
+    sig = [c for c in cells if c.significant]
+    if sig:
+        ax.plot([c.depth for c in sig], [c.achieved_ndcg10 for c in sig], "*", color="tab:blue", markersize=12,
+                label="achieved: significantly different from the input")  # fmt: skip
+    ax.axhline(cells[0].input_ndcg10 if cells else 0, color="grey", linestyle=":", label="input nDCG@10")
+    ax.set_xscale("log")
+    ax.set_xticks(n, [str(x) for x in n])
+    ax.minorticks_off()
+    ax.set_xlabel("N: candidates reranked (log scale)")
+    ax.set_ylabel("nDCG@10")
+    ax.set_ylim(0, 1)
+    ax2 = ax.twinx()
+    ax2.plot(n, [c.pool_recall for c in cells], "s:", color="tab:orange", label="pool R@N (right axis)")
+    ax2.set_ylim(0, 1)
+    ax2.set_ylabel("pool recall R@N")
+    h1, l1 = ax.get_legend_handles_labels()
+    h2, l2 = ax2.get_legend_handles_labels()
+    ax.legend(h1 + h2, l1 + l2, fontsize=7, loc="lower right")
+    ax.set_title(f"How deep to rerank: {row.stage}")
+    return _png(fig)
+
+
+def quality_cost(points: Sequence[tuple[str, float, float, bool]]) -> bytes:
+    """Each stage's nDCG@10 against its cumulative seconds per query (log x); the Pareto front joined."""
+    plt = _fig()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for name, cost, quality, front in points:
+        ax.plot(cost, quality, "o", color="tab:red" if front else "tab:grey")
+        ax.annotate(name, (cost, quality), textcoords="offset points", xytext=(5, 4), fontsize=8)
+    front = sorted((c, q) for _, c, q, f in points if f)
+    if len(front) > 1:
+        ax.plot([c for c, _ in front], [q for _, q in front], "-", color="tab:red", linewidth=1, label="Pareto front")
+        ax.legend(fontsize=8)
+    ax.set_xscale("log")
+    ax.set_xlabel("cumulative compute seconds per query (log scale; this machine)")
+    ax.set_ylabel("nDCG@10")
+    ax.set_title("Quality against cost")
+    return _png(fig)

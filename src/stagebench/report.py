@@ -17,7 +17,7 @@ from dataclasses import asdict
 from typing import Any
 
 from stagebench.metrics.compute import gain_map
-from stagebench.table import CeilingCells, LLMCells, StageRow, StageTable
+from stagebench.table import CeilingCells, DepthCells, LLMCells, StageRow, StageTable
 
 
 def conventions_line(relevance_threshold: int, gain: Any) -> str:
@@ -80,11 +80,28 @@ def tables(table: StageTable) -> list[tuple[str, list[str], list[list[str]], int
         ("Top-10 labels (share of top-10 positions)", ["stage", *[f"{k}" for k in labels]], lab, 1),
         ("95% bootstrap confidence intervals of the means", ["stage", *metrics], ci, 1),
     ]  # fmt: skip
+    for r in rows:
+        if r.depths:
+            out.append((f"Depth sweep: {r.stage} (one scoring pass at the largest depth; its own top {r.ceiling.depth if r.ceiling else '-'} "
+                        "is the row above)", list(DEPTH_COLUMNS), [depth_cells(c) for c in r.depths], 0))  # fmt: skip
     llm = [(r.stage, r.llm) for r in rows if r.llm is not None]
     if llm:
         out.append(("LLM reranking: how each window's answer was read (ok / repaired / input order kept), tokens, cost",
                     [*LLM_COLUMNS], [llm_cells(stage, c) for stage, c in llm], 1))  # fmt: skip
     return out
+
+
+DEPTH_COLUMNS = ("N", "pool R@N", "input nDCG@10", "achieved nDCG@10", "change", "p (Holm)", "oracle nDCG@10",
+                 "headroom captured", "pairs", "seconds")  # fmt: skip
+
+
+def depth_cells(c: DepthCells) -> list[str]:
+    """One depth: the change is marked * when significant (paired randomization test, Holm over the depths)."""
+    change = c.achieved_ndcg10 - c.input_ndcg10
+    headroom = _pct(c.headroom_captured) if c.headroom_captured is not None else f"no room ({change:+.4f})"
+    return [str(c.depth), _f(c.pool_recall), _f(c.input_ndcg10), _f(c.achieved_ndcg10),
+            f"{change:+.4f}" + ("*" if c.significant else ""), format_p(c.p_value), _f(c.oracle_ndcg10), headroom,
+            f"{c.pairs:,}", "-" if c.seconds is None else f"{c.seconds:.1f}"]  # fmt: skip
 
 
 LLM_COLUMNS = ("stage", "windows", "ok", "repaired", "fallback", "failed", "repairs (dup/range/missing)", "retries",
@@ -268,6 +285,38 @@ def explorer_html(data: dict, wins: dict) -> list[str]:
     return parts
 
 
+def quality_cost(table: StageTable, stages: Sequence[dict]) -> list[tuple[str, float, float, float | None, bool]]:
+    """Per stage: (name, cumulative compute seconds per query, nDCG@10, model work per query - pairs
+    for rerankers, tokens for LLM stages - or None, on the Pareto front). A stage's cost is its own
+    compute time plus that of every stage upstream of it (each counted once); a stage is on the
+    front when no other stage is at least as good for at most its cost, and better in one."""
+    by = {s["name"]: s for s in stages}
+    metric = "nDCG@10" if "nDCG@10" in table.metrics else table.metrics[0]
+    n_q = max(table.rows[0].queries, 1) if table.rows else 1
+
+    def upstream(name: str) -> set[str]:
+        out, todo = set(), [name]
+        while todo:
+            x = todo.pop()
+            if x not in out:
+                out.add(x)
+                todo += by[x]["inputs"]
+        return out
+
+    pts = []
+    for r in table.rows:
+        secs = sum(by[x].get("computed_seconds") or 0.0 for x in upstream(r.stage)) / n_q
+        st = by[r.stage].get("stats") or {}
+        work = None
+        if st.get("kind") == "llm":
+            work = (st["prompt_tokens"] + st["completion_tokens"]) / n_q
+        elif st.get("kind") == "rerank":
+            work = st["pairs"].get(str(by[r.stage].get("candidate_depth")), 0) / n_q
+        pts.append((r.stage, secs, r.metrics[metric], work))
+    return [(name, c, q, w, not any((c2 <= c and q2 >= q) and (c2 < c or q2 > q) for _, c2, q2, _ in pts))
+            for name, c, q, w in pts]  # fmt: skip
+
+
 def render_html(table: StageTable, significance: Sequence[dict], images: Sequence[tuple[str, bytes]],
                 stages: Sequence[dict] = (), explorer: tuple[dict, dict] | None = None) -> str:  # fmt: skip
     """A self-contained page: tables inline, PNGs as data: URIs, no external assets; with
@@ -302,6 +351,17 @@ def render_html(table: StageTable, significance: Sequence[dict], images: Sequenc
                 c["metric"], c["a"], c["b"], f"{c['mean_a']:.4f}", f"{c['mean_b']:.4f}", format_p(c["p_t"]),
                 format_p(c["p_t_holm"]), format_p(c["p_rand"]), format_p(c["p_rand_holm"]),
                 f"{c['wins']}/{c['ties']}/{c['losses']}")) + "</tr>")  # fmt: skip
+        parts.append("</table>")
+    if stages and table.rows:
+        parts.append("<h2>Quality against cost (this run; machine-dependent)</h2><p>Each stage's nDCG@10 against what "
+                     "it costs per query, counting every stage upstream of it once: compute seconds (when computed, "
+                     "as the cache recorded them) and the model's work (pairs scored by a reranker, tokens of an LLM "
+                     "stage). <b>Pareto front</b>: no other stage is at least as good for at most its cost.</p>"
+                     "<table id=\"quality-cost\"><tr><th>stage</th><th>nDCG@10</th><th>cumulative s/query</th>"
+                     "<th>pairs or tokens /query</th><th>Pareto front</th></tr>")  # fmt: skip
+        for name, c, q, w, front in quality_cost(table, stages):
+            parts.append(f"<tr><td>{e(name)}</td><td>{q:.4f}</td><td>{c:.4f}</td><td>{'-' if w is None else f'{w:,.1f}'}"
+                         f"</td><td>{'yes' if front else ''}</td></tr>")  # fmt: skip
         parts.append("</table>")
     if stages:
         head, body = cost_table(stages)

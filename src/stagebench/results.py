@@ -23,10 +23,11 @@ import stagebench.report as report
 import stagebench.stats as stats
 from stagebench.errors import StagebenchError
 from stagebench.files import atomic_write
+from stagebench.metrics import compute
 from stagebench.metrics.compute import gain_map
 from stagebench.metrics import evaluate, parse_measure
-from stagebench.runs import Run, qrels_digest, read_trec_qrels, read_trec_run, run_digest
-from stagebench.table import CeilingCells, LLMCells, StageRow, StageTable
+from stagebench.runs import Run, qrels_digest, ranked_ids, read_trec_qrels, read_trec_run, run_digest
+from stagebench.table import CeilingCells, DepthCells, LLMCells, StageRow, StageTable
 
 MANIFEST = "manifest.json"
 #: files a results folder may hold that no run writes (``stagebench check``'s expected values,
@@ -123,6 +124,11 @@ class RunFolder:
             if not p.is_file():
                 raise StagebenchError(f"{p}: run file missing (the folder holds tables only; `stagebench run` it again)")
             runs[s["name"]] = read_trec_run(p)
+            for name in s.get("depth_runs", []):  # a reranker's runs at other depths
+                dp = self.path / "runs" / f"{name}.trec"
+                if not dp.is_file():
+                    raise StagebenchError(f"{dp}: run file missing (the depth sweep of stage {s['name']})")
+                runs[name] = read_trec_run(dp)
             want = s.get("run_digest")
             if want is not None and run_digest(runs[s["name"]]) != want:
                 raise StagebenchError(f"{p}: does not match the run recorded in {MANIFEST} (digest differs); the file "
@@ -221,6 +227,7 @@ def score_folder(manifest: dict, qrels: dict, runs: dict[str, Run]) -> Rendered:
             ceiling=ceiling, lost=lost,
             top10_labels={k: round(v, 6) for k, v in analysis.top_labels(runs[n], qrels, queries, label_names).items()},
             llm=LLMCells.from_stats(s["stats"]) if (s.get("stats") or {}).get("kind") == "llm" else None,
+            depths=depth_cells(s, runs, qrels, queries, rel, gain, ev) if s.get("depth_runs") else None,
         ))  # fmt: skip
 
     title = f"Stage table: {manifest['config'].get('name', '')}"
@@ -251,6 +258,30 @@ def score_folder(manifest: dict, qrels: dict, runs: dict[str, Run]) -> Rendered:
     return Rendered(table, [c.as_dict() for c in comps], report.render_text(table), per_query, queries)
 
 
+def depth_cells(s: dict, runs: dict[str, Run], qrels: dict, queries: list[str], rel: int, gain, ev: dict) -> list[DepthCells]:
+    """A reranker's depth sweep: per depth, its ceiling, what it achieved, whether that differs
+    significantly from its input (paired randomization test, Holm over the depths), and its cost."""
+    inp = runs[s["inputs"][0]]
+    st = s.get("stats") or {}
+    pairs, secs = st.get("pairs", {}), st.get("seconds", {})
+    in_q = {q: compute.ndcg(ranked_ids(inp.get(q, {})), qrels[q], 10, gain) for q in queries}
+    rows = []
+    for name in s["depth_runs"]:
+        n = int(name.rsplit("@", 1)[1])
+        c = analysis.ceiling(inp, runs[name], qrels, queries, n, rel, gain)
+        out_q = [compute.ndcg(ranked_ids(runs[name].get(q, {})), qrels[q], 10, gain) for q in queries]
+        cmp = stats.compare(name, s["inputs"][0], "nDCG@10", out_q, [in_q[q] for q in queries], ev["permutations"],
+                            ev["seed"])  # fmt: skip
+        rows.append((n, c, cmp))
+    holm = stats.holm([cmp.p_rand for _, _, cmp in rows])
+    return [DepthCells(depth=n, pool_recall=round(c.pool_recall, 6), input_ndcg10=round(c.input, 6),
+                       achieved_ndcg10=round(c.achieved, 6), oracle_ndcg10=round(c.oracle, 6),
+                       headroom_captured=None if c.headroom_captured is None else round(c.headroom_captured, 6),
+                       p_value=float(f"{p:.4g}"), significant=bool(p < ev["alpha"] and cmp.mean_a != cmp.mean_b),
+                       pairs=int(pairs.get(str(n), 0)), seconds=secs.get(str(n)))
+            for (n, c, cmp), p in zip(rows, holm)]  # fmt: skip
+
+
 def render(folder: str | Path) -> Rendered:
     """Score, analyse and write every table, plot and the report of a run folder."""
     folder = Path(folder)
@@ -275,6 +306,11 @@ def render(folder: str | Path) -> Rendered:
               ("recall_at_k.png", plots.recall_curves(curves, marks)), ("top10_labels.png", plots.label_distribution(table.rows))]  # fmt: skip
     if any(r.ceiling for r in table.rows):
         images.insert(2, ("ceiling.png", plots.ceiling_chart(table.rows)))
+    images += [(f"depth_{r.stage}.png", plots.depth_curve(r)) for r in table.rows if r.depths]
+    if len(table.rows) > 1:
+        points = [(n, c, q, f) for n, c, q, _, f in report.quality_cost(table, manifest["stages"])]
+        if all(c > 0 for _, c, _, _ in points):
+            images.append(("quality_cost.png", plots.quality_cost(points)))
     (folder / "plots").mkdir(exist_ok=True)
     for name, png in images:
         atomic_write(folder / "plots" / name, png)

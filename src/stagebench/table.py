@@ -26,6 +26,23 @@ class CeilingCells:
 
 
 @dataclass(frozen=True)
+class DepthCells:
+    """One depth of a reranker's depth sweep (``depths:``): its ceiling at that depth, what it
+    achieved (and whether significantly differently from its input), and what the depth cost."""
+
+    depth: int
+    pool_recall: float
+    input_ndcg10: float
+    achieved_ndcg10: float
+    oracle_ndcg10: float
+    headroom_captured: float | None
+    p_value: float  # paired randomization test of achieved vs input nDCG@10, Holm-corrected over the depths
+    significant: bool  # p_value < alpha
+    pairs: int  # query-document pairs scored for this depth
+    seconds: float | None  # scoring time for this depth (pro-rated by pairs from the one pass), when recorded
+
+
+@dataclass(frozen=True)
 class LLMCells:
     """An LLM reranker's windows: how each answer was read, what it cost (see stagebench.listwise).
 
@@ -67,6 +84,7 @@ class StageRow:
     lost: int
     top10_labels: dict[str, float] = field(default_factory=dict)
     llm: LLMCells | None = None
+    depths: list[DepthCells] | None = None  # a reranker's depth sweep (params depths:)
 
     def to_json(self) -> dict:
         d = {"stage": self.stage, "id": self.id, "type": self.type, "inputs": list(self.inputs), **self.metrics}
@@ -76,6 +94,8 @@ class StageRow:
                  lost=self.lost, top10_labels=self.top10_labels)  # fmt: skip
         if self.llm is not None:
             d["llm"] = asdict(self.llm)
+        if self.depths is not None:
+            d["depths"] = [asdict(c) for c in self.depths]
         return d
 
     @classmethod
@@ -92,7 +112,8 @@ class StageRow:
                        ndcg10_change=c.get("ndcg10_change", c["achieved_ndcg10"] - c["input_ndcg10"]),
                        headroom_captured=c["headroom_captured"]),
                    lost=d.get("lost", 0), top10_labels=d.get("top10_labels", {}),
-                   llm=LLMCells(**d["llm"]) if d.get("llm") else None)  # fmt: skip
+                   llm=LLMCells(**d["llm"]) if d.get("llm") else None,
+                   depths=[DepthCells(**c) for c in d["depths"]] if d.get("depths") else None)  # fmt: skip
 
 
 def _ceiling_json(c: CeilingCells) -> dict:

@@ -11,7 +11,7 @@ from stagebench.data.model import Dataset
 from stagebench.errors import StagebenchError
 from stagebench.runs import ranked_ids
 from stagebench.stages.base import StageContext
-from stagebench.stages.rerank import RerankCommon, merge_head_tail, rerank_run
+from stagebench.stages.rerank import rerank_depths, RerankCommon, merge_head_tail, rerank_run
 
 
 def dataset(n_docs=10, n_queries=3):
@@ -64,14 +64,32 @@ def test_merge_head_tail_precision_fallback():
     assert ranked_ids(out) == ["a", "c", "d"] and out["c"] < out["a"]
 
 
-def test_batched_across_queries_equals_per_query():
-    ds = dataset()
+def test_batched_rerankers_score_rank_bands_and_equal_per_query():
+    ds = dataset(n_docs=30)
+    run = {q: {f"d{i}": 100.0 + i for i in range(30)} for q in ds.queries}
     ctx = StageContext(ds)
     b = Batched()
-    batched = rerank_run(input_run(ds), b, ctx, RerankCommon(top_n=5, pairs_per_call=7), "s", "t")
-    assert b.calls == [7, 7, 1]  # 15 pairs across 3 queries, not one call per query
-    per_query = rerank_run(input_run(ds), Batched(), ctx, RerankCommon(top_n=5, per_query=True), "s", "t")
+    batched = rerank_run(run, b, ctx, RerankCommon(top_n=25, pairs_per_call=7), "s", "t")
+    # each query's ranks 1-10, 11-20, 21-25 (the grid's bands), cut at 7 pairs a call
+    assert b.calls == [7, 3, 7, 3, 5] * 3
+    per_query = rerank_run(run, Batched(), ctx, RerankCommon(top_n=25, per_query=True), "s", "t")
     assert batched == per_query
+
+
+def test_depths_derive_the_runs_a_separate_top_n_gives_from_one_pass():
+    ds = dataset(n_docs=30)
+    run = {q: {f"d{i}": 100.0 + i for i in range(30)} for q in ds.queries}
+    ctx = StageContext(ds)
+    b = Batched()
+    r = rerank_depths(run, b, ctx, RerankCommon(top_n=10, depths=[5, 20, 25]), "s", "t")
+    assert sum(b.calls) == 25 * 3  # one pass, at the largest depth
+    assert sorted(r.depths) == [5, 20, 25] and r.pairs == {5: 15, 10: 30, 20: 60, 25: 75}
+    for n in (5, 10, 20, 25):
+        alone = rerank_run(run, Batched(), ctx, RerankCommon(top_n=n), "s", "t")
+        assert (r.run if n == 10 else r.depths[n]) == alone, n
+    # a reranker with score() only is shown each depth's head: one call per query and depth
+    r = rerank_depths(run, NegativeLength(), ctx, RerankCommon(top_n=10, depths=[5, 20]), "s", "t")
+    assert r.depths[20] == rerank_run(run, NegativeLength(), ctx, RerankCommon(top_n=20), "s", "t")
 
 
 def test_sigmoid_activation_keeps_order():

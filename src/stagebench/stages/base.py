@@ -65,6 +65,8 @@ class Stage:
         self.stats: dict[str, Any] | None = None
         #: why the last call's run must not be cached (e.g. requests that failed), or None
         self.incomplete: str | None = None
+        #: runs the last call derived besides its own (a reranker's runs at other depths), by name
+        self.side_runs: dict[str, Run] = {}
 
     @classmethod
     def check_params(cls, params: Any, inputs: list[str]) -> list[tuple[str, str]]:

@@ -42,7 +42,7 @@ from stagebench.models import resolve_model
 from stagebench.params import NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, Seed, param
 from stagebench.runs import Run
 from stagebench.stages.base import Stage, StageContext
-from stagebench.stages.rerank import merge_head_tail, split_head
+from stagebench.stages.rerank import depth_run_name, merge_head_tail, split_head
 from stagebench.ui import progress
 
 log = logging.getLogger("stagebench")
@@ -75,6 +75,8 @@ class LLMRerankParams(HardwareParams):
     timeout: PositiveFloat = param(120.0, "openai: seconds one request may take")
     retries: NonNegativeInt = param(3, "openai: retries of a request after 429, 5xx, a timeout or a dropped connection")
     backoff: NonNegativeFloat = param(1.0, "openai: seconds before the first retry, doubling after each")
+    depths: list[PositiveInt] | None = param(None, "also run at each of these depths (each its own run: the windows "
+                                             "depend on N; identical windows come from the cache); the depth table")  # fmt: skip
     price_per_1k_tokens: NonNegativeFloat | None = param(None, "price of 1,000 tokens (prompt + completion) for the "
                                                          "cost column; null: no cost shown")  # fmt: skip
 
@@ -205,11 +207,25 @@ class LLMRerankStage(Stage):
 
     # ------------------------------------------------------------------ the run
     def __call__(self, ctx: StageContext, inputs: list[Run]) -> Run:
+        """The run at ``top_n``; with ``depths``, each depth is a run of its own (its windows depend
+        on N), through the same response cache, so windows identical across depths are asked once."""
+        p: LLMRerankParams = self.params
+        pairs, seconds, side = {}, {}, {}
+        for n in sorted(set(p.depths or ()) - {p.top_n}):
+            run, stats = self._rerank(ctx, inputs[0], n)
+            side[depth_run_name(self.name, n)] = run
+            pairs[str(n)], seconds[str(n)] = stats["candidates"], stats["model_seconds"]
+        run, stats = self._rerank(ctx, inputs[0], p.top_n)
+        pairs[str(p.top_n)], seconds[str(p.top_n)] = stats["candidates"], stats["model_seconds"]
+        self.side_runs = side
+        self.stats = {**stats, "pairs": pairs, "seconds": seconds} if p.depths else stats
+        return run
+
+    def _rerank(self, ctx: StageContext, run: Run, top_n: int) -> tuple[Run, dict]:
         p: LLMRerankParams = self.params
         ds = ctx.dataset
         backend = self.backend()
-        run = inputs[0]
-        heads, tails = split_head(run, p.top_n)
+        heads, tails = split_head(run, top_n)
         qids = [q for q in run if heads[q]]
         plan = {q: sliding_windows(len(heads[q]), p.window, p.stride) * p.passes for q in qids}
         task = QueryTask(backend, backend.identity(), ctx.cache, self.template(), p, self.name)
@@ -233,11 +249,12 @@ class LLMRerankStage(Stage):
         s = stats
         log.info("stage %s: %d windows over %d queries (top %d, window %d, stride %d, %d pass%s): %d from the cache, "
                  "%d asked; ok %d, repaired %d, fallback %d, failed %d; %d prompt + %d completion tokens [%.1fs]",
-                 self.name, s.windows, s.queries, p.top_n, p.window, p.stride, p.passes, "es" if p.passes > 1 else "",
+                 self.name, s.windows, s.queries, top_n, p.window, p.stride, p.passes, "es" if p.passes > 1 else "",
                  s.cached_windows, s.windows - s.cached_windows, s.outcomes["ok"], s.outcomes["repaired"],
                  s.outcomes["fallback"], s.outcomes[FAILED], s.prompt_tokens, s.completion_tokens, dt)  # fmt: skip
         decoding = "greedy" if p.temperature == 0 else f"sampled at temperature {p.temperature} with seed {p.seed}"
-        self.stats = {**stats.as_json(), "reproducibility": f"{decoding}; {getattr(backend, 'reproducibility', '?')}"}
+        out = {**stats.as_json(), "candidates": sum(len(heads[q]) for q in qids),
+               "reproducibility": f"{decoding}; {getattr(backend, 'reproducibility', '?')}"}  # fmt: skip
         if s.outcomes[FAILED]:
             self.incomplete = (f"{s.outcomes[FAILED]} window(s) failed after retries and kept their input order; the run "
                                "is not cached, so the next run asks for those windows again")  # fmt: skip
@@ -245,7 +262,7 @@ class LLMRerankStage(Stage):
         for qid in run:
             order = reranked.get(qid, [])
             result[qid] = merge_head_tail({d: float(len(order) - i) for i, d in enumerate(order)}, tails[qid])
-        return result
+        return result, out
 
     def _run_here(self, task: QueryTask, units: list, sizes: list[int], workers: int) -> list:
         """The queries in this process, ``workers`` at a time (threads: a server answers them in parallel)."""

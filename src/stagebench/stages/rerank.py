@@ -8,8 +8,17 @@ Both take one input run, rerank the top ``top_n`` documents of every query with 
 * the unreranked tail in its original order, with scores strictly below the lowest head
   score whatever the sign of the scores (``tail_j = min(head) - 1 - j``).
 
-Pairs are batched across queries (``pairs_per_call`` pairs per call of ``score_pairs``)
-unless the reranker only has ``score(query, docs)`` or ``per_query: true`` is set.
+A reranker with ``score_pairs`` scores each query's candidates in **rank bands on a fixed grid**
+(:data:`BAND_EDGES`: ranks 1-10, 11-20, 21-50, 51-100, 101-200, 201-500, ...; a band longer than
+``pairs_per_call`` is cut in pieces of that size), one call per band. A pair's score thus never
+depends on how deep the stage reranks: the pairs scored for depth 200 include, with the same
+scores, those for 10, 20, 50 and 100. It matters in practice: the bundled INT8 cross-encoder
+quantizes activations per batch, and one pair's logit moved by up to 0.41 when its batch mates
+changed. With ``depths: [10, 20, 50, 100, 200]`` the stage scores the largest depth once and
+derives the run at each depth by reordering only the top N (the tail kept below), exactly the run
+``top_n: N`` gives; its own ``top_n`` run is the stage's output. A reranker with only
+``score(query, docs)`` (or ``per_query: true``) is called once per query with its whole head, and
+once per depth: its scores may depend on the list it is shown.
 """
 
 from __future__ import annotations
@@ -40,12 +49,42 @@ from stagebench.stages.base import ModelStage, Stage, StageContext
 log = logging.getLogger("stagebench")
 
 
+#: rank-band edges of the scoring grid; beyond the last edge the bands go on growing x2, x2.5, x2
+BAND_EDGES = (10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
+
+
+def band_edges(n: int) -> list[tuple[int, int]]:
+    """The grid's bands ``[lo, hi)`` covering ranks ``[0, n)``."""
+    edges, k = list(BAND_EDGES), 0
+    while edges[-1] < n:
+        edges.append(edges[-1] * (2 if k % 3 != 1 else 5) // (1 if k % 3 != 1 else 2))
+        k += 1
+    out, lo = [], 0
+    for e in edges:
+        if lo >= n:
+            break
+        out.append((lo, min(e, n)))
+        lo = e
+    return out
+
+
 @dataclass
 class RerankCommon:
     top_n: PositiveInt = param(50, "candidates reranked per query; the rest keep their order below")
     activation: Literal["none", "sigmoid"] = param("none", "sigmoid maps scores to (0, 1); the order stays the logits'")
-    pairs_per_call: PositiveInt = param(512, "pairs per score_pairs call, batched across queries")
-    per_query: bool = param(False, "call the reranker one query at a time (slower; for comparison)")
+    pairs_per_call: PositiveInt = param(512, "most pairs per score_pairs call (a query's rank bands 1-10, 11-20, 21-50, "
+                                        "...; longer bands are cut in pieces of this size)")  # fmt: skip
+    per_query: bool = param(False, "call score(query, docs) once per query with its whole head (slower; for comparison)")
+    depths: list[PositiveInt] | None = param(None, "also derive the run at each of these depths from one scoring pass "
+                                             "at the largest (the depth table; docs/report.md)")  # fmt: skip
+
+    def validate(self) -> list[tuple[str, str]]:
+        if self.depths is not None:
+            if not self.depths:
+                return [("depths", "give at least one depth, or leave it out")]
+            if len(set(self.depths)) != len(self.depths):
+                return [("depths", f"{self.depths}: a depth is listed twice")]
+        return []
 
 
 @dataclass
@@ -143,9 +182,25 @@ class ScoreTask:
             raise _failed(self.stage, self.label, method, list(dict.fromkeys(qids)), exc) from exc
 
 
+@dataclass
+class Reranked:
+    """A reranking stage's output: its ``top_n`` run, and the run at each extra depth with the pairs
+    each needed and the seconds they took (measured, or pro-rated by pairs from one pass)."""
+
+    run: Run
+    depths: dict[int, Run]
+    pairs: dict[int, int]
+    seconds: dict[int, float]
+
+
 def rerank_run(run: Run, reranker: Any, ctx: StageContext, p: RerankCommon, stage: str, label: str) -> Run:
     """Rerank each query's top ``p.top_n`` of ``run`` with ``reranker`` (a :class:`ScoreTask`, whose
     units run on ``ctx.engine``, or a reranker object, run here)."""
+    return rerank_depths(run, reranker, ctx, p, stage, label).run
+
+
+def rerank_depths(run: Run, reranker: Any, ctx: StageContext, p: RerankCommon, stage: str, label: str) -> Reranked:
+    """:func:`rerank_run` at ``p.top_n`` and at every depth of ``p.depths`` (see the module docstring)."""
     ds = ctx.dataset
     task = reranker if isinstance(reranker, ScoreTask) else ScoreTask.of(reranker, p.per_query, stage, label)
     wants_fields = task.wants_fields
@@ -154,35 +209,62 @@ def rerank_run(run: Run, reranker: Any, ctx: StageContext, p: RerankCommon, stag
         text = ds.doc_text.get(d, "")
         return {"id": d, "text": text, **ds.corpus.get(d, {})} if wants_fields else text
 
-    heads, tails = split_head(run, p.top_n)
+    depths = sorted({p.top_n, *(p.depths or ())})
+    deepest = depths[-1]
+    heads, tails = split_head(run, deepest)
     qids = [q for q in run if heads[q]]
-    n_pairs = sum(len(heads[q]) for q in qids)
-    if task.batched:
-        flat = [(q, d) for q in qids for d in heads[q]]
-        chunks = [flat[i : i + p.pairs_per_call] for i in range(0, len(flat), p.pairs_per_call)]
-    else:
-        chunks = [[(q, d) for d in heads[q]] for q in qids]
-    units = [([q for q, _ in c], [ds.queries[q] for q, _ in c], [doc_input(d) for _, d in c]) for c in chunks]
+
+    def unit(chunk: list[tuple[str, str]]):
+        return [q for q, _ in chunk], [ds.queries[q] for q, _ in chunk], [doc_input(d) for _, d in chunk]
+
+    def score(chunks: list[list[tuple[str, str]]], what: str) -> dict[tuple[str, str], float]:
+        got = ctx.engine.map(task, [unit(c) for c in chunks], desc=f"{stage}: {what}", unit="pair",
+                             sizes=[len(c) for c in chunks])  # fmt: skip
+        out: dict[tuple[str, str], float] = {}
+        for g, c in zip(got, chunks):
+            out.update(zip(c, _check_scores(g, c, stage, label).tolist()))
+        return out
+
+    pairs = {n: sum(min(n, len(heads[q])) for q in qids) for n in depths}
+    seconds: dict[int, float] = {}
+    per_depth: dict[int, dict[tuple[str, str], float]] = {}
     t0 = time.perf_counter()
-    got = ctx.engine.map(task, units, desc=f"{stage}: rerank", unit="pair", sizes=[len(c) for c in chunks])
-    dt = time.perf_counter() - t0
-    out = np.concatenate([_check_scores(g, c, stage, label) for g, c in zip(got, chunks)]) if chunks else np.empty(0)
-    scores: dict[str, np.ndarray] = {}
-    pos = 0
-    for q in qids:
-        scores[q] = out[pos : pos + len(heads[q])]
-        pos += len(heads[q])
-    log.info("stage %s: reranked %d pairs (%d queries, top %d) in %.1fs: %.0f pairs/s (%s%s)",
-             stage, n_pairs, len(qids), p.top_n, dt, n_pairs / max(dt, 1e-9),
-             "batched across queries" if task.batched else "one query at a time",
+    if task.batched:  # one pass at the deepest depth, in rank bands
+        chunks = []
+        for q in qids:
+            for lo, hi in band_edges(len(heads[q])):
+                band = [(q, d) for d in heads[q][lo:hi]]
+                chunks += [band[i : i + p.pairs_per_call] for i in range(0, len(band), p.pairs_per_call)]
+        scores = score(chunks, "rerank" if len(depths) == 1 else f"rerank (depths {', '.join(map(str, depths))})")
+        dt = time.perf_counter() - t0
+        for n in depths:
+            per_depth[n] = scores
+            seconds[n] = dt * pairs[n] / max(pairs[deepest], 1)
+    else:  # the whole head shown at once: its scores may depend on it, so one call per query and depth
+        for n in depths:
+            t1 = time.perf_counter()
+            per_depth[n] = score([[(q, d) for d in heads[q][:n]] for q in qids], f"rerank top {n}")
+            seconds[n] = time.perf_counter() - t1
+        dt = time.perf_counter() - t0
+    log.info("stage %s: reranked %d pairs (%d queries, top %d%s) in %.1fs: %.0f pairs/s (%s%s)",
+             stage, sum(pairs.values()) if not task.batched else pairs[deepest], len(qids), p.top_n,
+             f"; depths {', '.join(map(str, depths))} from one pass" if len(depths) > 1 and task.batched else
+             f"; depths {', '.join(map(str, depths))}" if len(depths) > 1 else "", dt,
+             (pairs[deepest] if task.batched else sum(pairs.values())) / max(dt, 1e-9),
+             "rank bands of each query" if task.batched else "one query at a time",
              "; on Ray" if ctx.engine.remote else "")  # fmt: skip
-    result: Run = {}
-    for qid in run:
-        s = scores.get(qid, np.empty(0))
-        if p.activation == "sigmoid":
-            s = sigmoid_keeping_order(s)
-        result[qid] = merge_head_tail(dict(zip(heads[qid], s.tolist())), tails[qid])
-    return result
+    runs: dict[int, Run] = {}
+    for n in depths:
+        result: Run = {}
+        for qid, docs in run.items():
+            order = heads.get(qid, []) + tails.get(qid, []) if qid in heads else ranked_ids(docs)
+            head, tail = order[:n], order[n:]
+            s = np.asarray([per_depth[n][(qid, d)] for d in head], dtype=np.float64)
+            if p.activation == "sigmoid":
+                s = sigmoid_keeping_order(s)
+            result[qid] = merge_head_tail(dict(zip(head, s.tolist())), tail)
+        runs[n] = result
+    return Reranked(runs[p.top_n], {n: r for n, r in runs.items() if p.depths and n in p.depths}, pairs, seconds)
 
 
 def _failed(stage: str, label: str, method: str, queries: list[str], exc: Exception) -> StagebenchError:
@@ -208,7 +290,23 @@ def _check_scores(got: Any, chunk: list[tuple[str, str]], stage: str, label: str
     return arr
 
 
-class CrossEncoderStage(ModelStage):
+class DepthsMixin:
+    """Records a reranking pass's runs at extra depths (``side_runs``) and its pairs and seconds per
+    depth (``stats``), which the cache and the manifest keep with the stage's run."""
+
+    def keep(self, r: Reranked) -> Run:
+        self.side_runs = {depth_run_name(self.name, n): run for n, run in r.depths.items()}  # type: ignore[attr-defined]
+        self.stats = {"kind": "rerank", "pairs": {str(n): v for n, v in r.pairs.items()},  # type: ignore[attr-defined]
+                      "seconds": {str(n): round(v, 3) for n, v in r.seconds.items()}}  # fmt: skip
+        return r.run
+
+
+def depth_run_name(stage: str, depth: int) -> str:
+    """The name of a stage's run at an extra depth (its file: ``runs/<stage>@<depth>.trec``)."""
+    return f"{stage}@{depth}"
+
+
+class CrossEncoderStage(DepthsMixin, ModelStage):
     type_name = "cross_encoder"
     Params = CrossEncoderParams
     min_inputs = max_inputs = 1
@@ -231,7 +329,7 @@ class CrossEncoderStage(ModelStage):
         where = "Ray workers" if ctx.engine.remote else task.reranker.model.runs_on
         log.info("stage %s: model %s resolved to %s; runs on %s (%s, %s)", self.name, p.model, resolved.origin, where,
                  placement.device, placement.precision)  # fmt: skip
-        return rerank_run(inputs[0], task, ctx, p, self.name, task.label)
+        return self.keep(rerank_depths(inputs[0], task, ctx, p, self.name, task.label))
 
 
 @dataclass
@@ -240,7 +338,7 @@ class PluginParams(RerankCommon):
     kwargs: dict[str, Any] | None = param(None, "the class's constructor arguments: every other params key")
 
 
-class PluginStage(Stage):
+class PluginStage(DepthsMixin, Stage):
     """``type: plugin`` with ``target: "pkg.module:Class"``; see :mod:`stagebench.rerankers`."""
 
     type_name = "plugin"
@@ -284,7 +382,7 @@ class PluginStage(Stage):
         loaded = None if ctx.engine.remote and inspect.isclass(factory) else build_it()
         task = ScoreTask.of(loaded, p.per_query, self.name, f"plug-in {p.target}", build_it,
                             kind=factory if loaded is None else None)  # fmt: skip
-        return rerank_run(inputs[0], task, ctx, p, self.name, task.label)
+        return self.keep(rerank_depths(inputs[0], task, ctx, p, self.name, task.label))
 
 
 def build_plugin(target: str, kwargs: dict, stage: str, cwd: str) -> Any:
@@ -303,4 +401,5 @@ def build_plugin(target: str, kwargs: dict, stage: str, cwd: str) -> Any:
     return reranker
 
 
-__all__ = ["CrossEncoderStage", "PluginStage", "ScoreTask", "build_plugin", "merge_head_tail", "rerank_run", "split_head"]
+__all__ = ["CrossEncoderStage", "PluginStage", "Reranked", "ScoreTask", "band_edges", "build_plugin", "depth_run_name",
+           "merge_head_tail", "rerank_depths", "rerank_run", "split_head"]
