@@ -20,7 +20,7 @@ LAYERS = {
     2: ["encoders", "rerankers", "onnx_weights", "finetune", "analysis", "explorer", "stages.base", "stages.bm25", "stages.dense",
         "stages.fusion", "stages.rerank", "stages.run_file", "stages", "report", "plots", "llm", "stages.llm_rerank"],
     3: ["config"],
-    4: ["execute", "results", "pipeline", "training", "reproduce", "compare"],
+    4: ["execute", "results", "pipeline", "training", "reproduce", "reproductions", "compare"],
     5: ["api", "cli", "docgen", "", "__main__"],
 }  # fmt: skip
 LAYER = {f"stagebench.{m}".rstrip("."): n for n, mods in LAYERS.items() for m in mods}

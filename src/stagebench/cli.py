@@ -10,6 +10,7 @@ import os
 import sys
 import time
 import traceback
+from pathlib import Path
 
 from stagebench.cache import Cache, cache_root, human_bytes
 from stagebench.compare import compare_dirs
@@ -20,6 +21,7 @@ from stagebench.metrics import evaluate, parse_measure
 from stagebench.pipeline import run_config
 from stagebench.report import conventions_line
 from stagebench.reproduce import compare_with_expected, format_report, write_expected
+from stagebench.reproductions import matrix, reproduce
 from stagebench.results import render, show_query
 from stagebench.runs import read_trec_qrels, read_trec_run
 from stagebench.training import train_reranker
@@ -69,6 +71,13 @@ def _cmd_check(args: argparse.Namespace) -> int:
     rows, source = compare_with_expected(args.run_dir, args.expected)
     sys.stdout.write(format_report(rows, args.run_dir, args.expected, source))
     return 1 if any(r.status == "FAIL" for r in rows) else 0
+
+
+def _cmd_reproduce(args: argparse.Namespace) -> int:
+    outcomes = reproduce(Path(args.root), args.names or None, Path(args.output_root), Path(args.matrix))
+    sys.stdout.write(matrix(outcomes))
+    logging.getLogger("stagebench").info("matrix written to %s", args.matrix)
+    return 1 if any(o.failed for o in outcomes) else 0
 
 
 def _cmd_cache(args: argparse.Namespace) -> int:
@@ -185,6 +194,14 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--tolerance", type=float, default=None,
                    help="with --update: the absolute tolerance to pin (default: the replaced file's, else 0.001)")
     k.set_defaults(func=_cmd_check)
+
+    rp = sub.add_parser("reproduce", help="run the published tables under reproductions/ whose inputs are here, "
+                        "check them, print and write the matrix")  # fmt: skip
+    rp.add_argument("names", nargs="*", help="reproductions to run (default: all)")
+    rp.add_argument("--root", default=".", help="the repository holding reproductions/ (default: here)")
+    rp.add_argument("--output-root", default="build/reproductions", help="where each reproduction's results go")
+    rp.add_argument("--matrix", default="results/reproductions.md", help="the Markdown matrix written")
+    rp.set_defaults(func=_cmd_reproduce)
 
     ca = sub.add_parser("cache", help="list or prune the stage cache")
     ca.add_argument("--cache-dir", help="cache root (default: $STAGEBENCH_CACHE or .stagebench-cache)")

@@ -12,7 +12,11 @@ from functools import cached_property
 
 import Stemmer  # PyStemmer
 
-_TOKEN_RE = re.compile(r"[^\W_]+", re.UNICODE)
+#: how text is cut into tokens: runs of letters and digits (the default), Python's ``\w+`` (the
+#: underscore joins words, as ``re.findall(r"\w+", ...)`` tokenizers do), or whitespace (``str.split``,
+#: punctuation stays on the tokens, as the usual ``text.lower().split()`` for rank-bm25)
+SPLITS = {"letters_digits": re.compile(r"[^\W_]+", re.UNICODE), "word": re.compile(r"\w+", re.UNICODE), "whitespace": None}
+_TOKEN_RE = SPLITS["letters_digits"]
 
 # A compact English stopword list (the classic Lucene/Elasticsearch English set).
 ENGLISH_STOPWORDS = frozenset(
@@ -26,6 +30,7 @@ class Tokenizer:
     lowercase: bool = True
     stopwords: bool = False
     stemmer: str | None = None  # e.g. "english" (Snowball via PyStemmer)
+    split: str = "letters_digits"  # a key of SPLITS
 
     @cached_property
     def _stem(self):
@@ -36,7 +41,8 @@ class Tokenizer:
     def __call__(self, text: str) -> list[str]:
         if self.lowercase:
             text = text.lower()
-        tokens = _TOKEN_RE.findall(text)
+        pattern = SPLITS[self.split]
+        tokens = text.split() if pattern is None else pattern.findall(text)
         if self.stopwords:
             tokens = [t for t in tokens if t not in ENGLISH_STOPWORDS]
         if self._stem is not None:

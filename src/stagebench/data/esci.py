@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -28,7 +29,7 @@ from stagebench.data.model import Dataset, check_id, check_queries, judged_doc_i
 from stagebench.data.text import strip_html
 from stagebench.errors import DataError
 from stagebench.optional import need
-from stagebench.params import PositiveInt, param
+from stagebench.params import PositiveInt, Seed, param
 
 EXAMPLES_FILE = "shopping_queries_dataset_examples.parquet"
 PRODUCTS_FILE = "shopping_queries_dataset_products.parquet"
@@ -51,6 +52,14 @@ DEFAULT_TEMPLATE = "{title} {brand} {color} {bullet_points} {description}"
 
 
 @dataclass
+class SampleOptions:
+    queries: PositiveInt = param(doc="how many query ids to draw")
+    seed: Seed = param(42, "the generator's seed")
+    method: Literal["numpy_choice"] = param("numpy_choice", "numpy.random.default_rng(seed).choice(the unique query ids "
+                                           "in order of first appearance, size=queries, replace=False)")  # fmt: skip
+
+
+@dataclass
 class EsciOptions:
     path: str = param(doc="the folder holding the examples and products parquet files")
     locale: str | None = param("us", "keep rows of this product_locale (null: all; several locales key products as locale:id)")
@@ -60,6 +69,8 @@ class EsciOptions:
     text_template: str = param(DEFAULT_TEMPLATE, "the indexed text, over title, brand, color, bullet_points, description")
     corpus_scope: Literal["catalog", "judged"] = param("catalog", "index the whole catalog, or only the judged products")
     max_queries: PositiveInt | None = param(None, "keep the first N query ids (sorted), for quick runs")
+    sample: SampleOptions | None = param(None, "draw this many queries at random, after the filters (every row of a "
+                                         "drawn query is kept), e.g. {queries: 500, seed: 42}")  # fmt: skip
 
 
 @dataclass
@@ -186,6 +197,8 @@ def build_esci(examples, products, opts: EsciOptions, ex_source: str, prod_sourc
             f"{ex_source}: no examples left after filters locale={opts.locale!r} split={opts.split!r} "
             f"small_version={opts.small_version}"
         )
+    if opts.sample is not None:
+        ex = sample_queries(ex, opts.sample, ex_source)
     if opts.max_queries is not None:
         keep = sorted(ex["query_id"].astype(str).unique())[: opts.max_queries]
         ex = ex[ex["query_id"].astype(str).isin(set(keep))]
@@ -264,6 +277,17 @@ def build_esci(examples, products, opts: EsciOptions, ex_source: str, prod_sourc
             "they stay in the qrels (they count in recall denominators and can never be retrieved)"
         )
     return ds
+
+
+def sample_queries(ex, sample: SampleOptions, source: str):
+    """The rows of ``sample.queries`` query ids drawn with ``numpy.random.default_rng(seed).choice``
+    from the unique ids in order of first appearance (search-ranking-stack's draw)."""
+    unique = pd.unique(ex["query_id"])
+    if sample.queries > len(unique):
+        raise DataError(f"{source}: sample.queries {sample.queries} is more than the {len(unique)} queries left after "
+                        "the filters")  # fmt: skip
+    chosen = np.random.default_rng(sample.seed).choice(unique, size=sample.queries, replace=False)
+    return ex[ex["query_id"].isin(set(chosen.tolist()))]
 
 
 def _label_names(labels: dict[str, int]) -> dict[int, str]:

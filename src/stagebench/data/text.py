@@ -47,12 +47,31 @@ def strip_html(text: str | None) -> str:
     return _WS.sub(" ", html.unescape("".join(p.parts))).strip()
 
 
+def _srs_product(fields: Mapping[str, str | None]) -> str:
+    """search-ranking-stack's ESCI product text: the title, ``"Brand: " + brand``, the bullet
+    points and the first 500 characters of the description, joined by spaces, each part only
+    when present."""
+    desc = fields.get("description") or ""
+    parts = [fields.get("title") or "", f"Brand: {fields['brand']}" if fields.get("brand") else "",
+             fields.get("bullet_points") or "", desc[:500]]  # fmt: skip
+    return " ".join(x for x in parts if x)
+
+
+#: text templates known by name (``text_template: srs``), for texts a ``str.format`` template
+#: cannot say (a prefix only when the field is there, a cut description): name -> (fields, renderer)
+NAMED_TEMPLATES = {"srs": (("title", "brand", "bullet_points", "description"), _srs_product)}
+
+
 def template_fields(template: str) -> list[str]:
-    """The field names a ``str.format`` template uses (``"{title} {brand}"`` -> [title, brand])."""
+    """The field names a template uses (``"{title} {brand}"`` -> [title, brand]; a named one's fields)."""
+    if template in NAMED_TEMPLATES:
+        return list(NAMED_TEMPLATES[template][0])
     return [f for _, f, _, _ in string.Formatter().parse(template) if f]
 
 
 def render(template: str, fields: Mapping[str, str | None]) -> str:
-    """Fill the template; missing/null fields are empty; whitespace is collapsed."""
+    """Fill the template (or apply the named one); missing/null fields are empty; whitespace is collapsed."""
+    if template in NAMED_TEMPLATES:
+        return _WS.sub(" ", NAMED_TEMPLATES[template][1](fields)).strip()
     values = {f: (fields.get(f) or "") for f in template_fields(template)}
     return _WS.sub(" ", template.format(**values)).strip()

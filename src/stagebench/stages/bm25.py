@@ -53,6 +53,8 @@ class BM25Params:
     lowercase: bool = param(True, "lowercase before tokenizing")
     stopwords: bool = param(False, "drop English stopwords")
     stemmer: str | None = param(None, "a PyStemmer (Snowball) language, e.g. english")
+    tokens: Literal["letters_digits", "word", "whitespace"] = param("letters_digits", "how text is cut: runs of letters "
+                                                                   "and digits; word: Python's \\w+; whitespace: str.split()")  # fmt: skip
     query_batch: PositiveInt = param(256, "queries per sparse product (capped so a score block stays under 64 MB)")
     threads: PositiveInt | None = param(None, "sparse backend: query-batch threads (null: all cores)")
 
@@ -159,7 +161,7 @@ def top_k_run(qids: list[str], doc_ids: list[str], scores: np.ndarray, k: int, k
 #: the BM25 params the sparse index is built from (the weights and the tokenizer); the others
 #: (top_k, backend, query_batch, threads) only change how it is searched. Every field of
 #: BM25Params is in exactly one of the two groups (tests/test_cache_keys.py checks it).
-INDEX_PARAMS = ("k1", "b", "epsilon", "lowercase", "stopwords", "stemmer")
+INDEX_PARAMS = ("k1", "b", "epsilon", "lowercase", "stopwords", "stemmer", "tokens")
 SEARCH_PARAMS = ("top_k", "backend", "query_batch", "threads")
 
 
@@ -220,7 +222,7 @@ class BM25Stage(Stage):
 
     def __call__(self, ctx: StageContext, inputs: list[Run]) -> Run:
         p: BM25Params = self.params
-        tok = Tokenizer(lowercase=p.lowercase, stopwords=p.stopwords, stemmer=p.stemmer)
+        tok = Tokenizer(lowercase=p.lowercase, stopwords=p.stopwords, stemmer=p.stemmer, split=p.tokens)
         ds = ctx.dataset
         doc_ids = ds.doc_ids
         qids = ds.query_ids

@@ -40,7 +40,7 @@ from stagebench.cache import module_source_hash
 from stagebench.devices import HardwareParams
 from stagebench.errors import ConfigError, StagebenchError
 from stagebench.finetune import Fitted, TrainingData, fine_tune
-from stagebench.params import PositiveInt, build, param
+from stagebench.params import PositiveFloat, PositiveInt, build, param
 from stagebench.rerankers import CrossEncoderReranker, check_kwargs, import_target
 from stagebench.runs import Run, ranked, ranked_ids
 from stagebench.models import resolve_model
@@ -77,6 +77,11 @@ class RerankCommon:
     per_query: bool = param(False, "call score(query, docs) once per query with its whole head (slower; for comparison)")
     depths: list[PositiveInt] | None = param(None, "also derive the run at each of these depths from one scoring pass "
                                              "at the largest (the depth table; docs/report.md)")  # fmt: skip
+    tail: Literal["below", "scaled_input"] = param("below", "below: the candidates past top_n stay strictly below the "
+                                                   "head; scaled_input: they keep their input score x tail_scale, as "
+                                                   "search-ranking-stack does (they can rise above negative head "
+                                                   "scores; docs/reproductions.md)")  # fmt: skip
+    tail_scale: PositiveFloat = param(0.01, "tail: scaled_input: the factor")
 
     def validate(self) -> list[tuple[str, str]]:
         if self.depths is not None:
@@ -84,6 +89,8 @@ class RerankCommon:
                 return [("depths", "give at least one depth, or leave it out")]
             if len(set(self.depths)) != len(self.depths):
                 return [("depths", f"{self.depths}: a depth is listed twice")]
+        if self.tail == "below" and self.tail_scale != 0.01:
+            return [("tail_scale", "applies to tail: scaled_input")]
         return []
 
 
@@ -262,7 +269,10 @@ def rerank_depths(run: Run, reranker: Any, ctx: StageContext, p: RerankCommon, s
             s = np.asarray([per_depth[n][(qid, d)] for d in head], dtype=np.float64)
             if p.activation == "sigmoid":
                 s = sigmoid_keeping_order(s)
-            result[qid] = merge_head_tail(dict(zip(head, s.tolist())), tail)
+            if p.tail == "scaled_input":  # the published setup some pipelines use (not order-safe)
+                result[qid] = {**dict(zip(head, s.tolist())), **{d: docs[d] * p.tail_scale for d in tail}}
+            else:
+                result[qid] = merge_head_tail(dict(zip(head, s.tolist())), tail)
         runs[n] = result
     return Reranked(runs[p.top_n], {n: r for n, r in runs.items() if p.depths and n in p.depths}, pairs, seconds)
 

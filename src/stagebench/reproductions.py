@@ -1,0 +1,163 @@
+"""Published stage tables, reproduced in one command: ``stagebench reproduce [NAME ...]``.
+
+Each folder under ``reproductions/`` is one published table::
+
+    reproductions/cranfield_bm25/
+      reproduction.yaml   # title, where the numbers come from, what it needs, rows not reproduced
+      config.yaml         # the stagebench config of the published setup
+      expected.yaml       # the published values with tolerances (stagebench check's format)
+      README.md
+
+``reproduction.yaml`` may point ``config``/``expected`` elsewhere (the default benchmark's are
+``configs/default.yaml`` and ``results/default/expected.yaml``) and lists ``needs``: ``internet``
+(a hub dataset or model) and ``path:...`` (data outside the repository, e.g. ``../shared/data``).
+A reproduction whose needs are not met here is **skipped, with the reason**; the others run into
+``OUTPUT_ROOT/NAME`` (through the stage cache, so a rerun is quick) and are checked value by value.
+The matrix - reproduction x stage x metric: expected, got, status - is printed and written as
+Markdown (``results/reproductions.md`` by default).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from stagebench.config import load_config
+from stagebench.errors import StagebenchError
+from stagebench.files import atomic_write
+from stagebench.models import hub_offline
+from stagebench.params import build, param, read_yaml
+from stagebench.pipeline import run_config
+from stagebench.reproduce import CheckRow, compare_with_expected, load_expected
+
+ROOT = "reproductions"
+HUB = ("huggingface.co", 443)
+
+
+@dataclass
+class Reproduction:
+    title: str = param(doc="what is reproduced")
+    source: str = param(doc="where the published numbers come from")
+    needs: list[str] = param(doc="internet | path:RELATIVE/PATH (from the repository root)", factory=list)
+    config: str = param("config.yaml", "the config (relative to this folder, or to the repository root if it starts with ./)")
+    expected: str = param("expected.yaml", "the expected values (same rule)")
+    not_reproduced: dict[str, str] = param(doc="published rows that are not run, and why", factory=dict)
+    name: str = field(default="", init=False)
+    folder: Path = field(default=Path("."), init=False)
+
+
+def _resolve(folder: Path, path: str, repo: Path) -> Path:
+    return repo / path[2:] if path.startswith("./") else folder / path
+
+
+def find(repo: Path, names: list[str] | None = None) -> list[Reproduction]:
+    root = repo / ROOT
+    if not root.is_dir():
+        raise StagebenchError(f"{root}: no reproductions folder")
+    found = {}
+    for d in sorted(p for p in root.iterdir() if (p / "reproduction.yaml").is_file()):
+        r = build(Reproduction, read_yaml(d / "reproduction.yaml", "reproduction file"), str(d / "reproduction.yaml"))
+        r.name, r.folder = d.name, d
+        found[d.name] = r
+    for n in names or []:
+        if n not in found:
+            raise StagebenchError(f"reproduction {n!r} not found under {root} (known: {', '.join(found)})")
+    return [found[n] for n in names] if names else list(found.values())
+
+
+def missing_needs(r: Reproduction, repo: Path) -> str | None:
+    """Why ``r`` cannot run here, or None."""
+    for need in r.needs:
+        if need == "internet":
+            if hub_offline():
+                return "offline: it needs the Hugging Face hub (HF_HUB_OFFLINE/TRANSFORMERS_OFFLINE is set)"
+            try:
+                with socket.create_connection(HUB, timeout=3.0):
+                    pass
+            except OSError as exc:
+                return f"offline: it needs the Hugging Face hub, and {HUB[0]} does not answer ({type(exc).__name__})"
+        elif need.startswith("path:"):
+            p = repo / need[5:]
+            if not p.exists():
+                return f"its data {p} is absent"
+        else:
+            raise StagebenchError(f"{r.folder / 'reproduction.yaml'}: needs: unknown need {need!r} (internet, path:...)")
+    return None
+
+
+@dataclass
+class Outcome:
+    reproduction: Reproduction
+    rows: list[CheckRow]
+    skipped: str | None = None
+
+    @property
+    def failed(self) -> bool:
+        return any(r.status == "FAIL" for r in self.rows)
+
+
+def run_one(r: Reproduction, repo: Path, output_root: Path) -> Outcome:
+    why = missing_needs(r, repo)
+    expected = _resolve(r.folder, r.expected, repo)
+    if why is not None:
+        exp = load_expected(expected)
+        rows = [CheckRow(stage, metric, float(v), None, "skipped")
+                for stage, ms in exp.stages.items() for metric, v in ms.items()]  # fmt: skip
+        return Outcome(r, rows, why)
+    cwd = os.getcwd()
+    os.chdir(repo)  # configs name their data relative to the repository root
+    try:
+        config = load_config(_resolve(r.folder, r.config, repo).relative_to(repo))
+        out = output_root / r.name
+        run_config(config, out)
+        rows, _ = compare_with_expected(out, expected)
+    finally:
+        os.chdir(cwd)
+    return Outcome(r, rows)
+
+
+def matrix(outcomes: list[Outcome]) -> str:
+    """The Markdown matrix: one line per (reproduction, stage, metric)."""
+    lines = ["# Reproductions", "",
+             "Written by `stagebench reproduce` (`make reproduce`). Status: **OK** (equal to 6 decimals), "
+             "**within tolerance**, **FAIL**, or **skipped** (with the reason: what it needs is not here).", "",
+             "| reproduction | stage | metric | expected | got | diff | tolerance | status |",
+             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    notes = []
+    for o in outcomes:
+        r = o.reproduction
+        for row in o.rows:
+            if row.stage == "(dataset)":
+                continue
+            got = "-" if not isinstance(row.got, float) else f"{row.got:.4f}"
+            diff = "-" if row.diff is None else f"{row.diff:+.4f}"
+            status = {"OK-within-tolerance": "within tolerance"}.get(row.status, row.status)
+            status = "skipped (see below)" if o.skipped else f"**{status}**"
+            tol = "-" if row.tolerance is None else f"{row.tolerance:g}"
+            lines.append(f"| {r.name} | {row.stage} | {row.metric} | {row.expected:.4f} | {got} | {diff} | {tol} | {status} |")
+        for stage, why in r.not_reproduced.items():
+            lines.append(f"| {r.name} | {stage} | - | - | - | - | - | not reproduced: {why} |")
+        if o.skipped:
+            notes.append(f"* {r.name} skipped: {o.skipped}.")
+        dataset = [row for row in o.rows if row.stage == "(dataset)" and row.status == "FAIL"]
+        if dataset:
+            notes.append(f"* {r.name}: the data differs from the data the expected values came from "
+                         f"({', '.join(row.metric for row in dataset)}), which explains any other difference.")  # fmt: skip
+    lines += ["", "Sources:", ""] + [f"* **{o.reproduction.name}**: {o.reproduction.title}. {o.reproduction.source}"
+                                      for o in outcomes]  # fmt: skip
+    if notes:
+        lines += ["", *notes]
+    return "\n".join(lines) + "\n"
+
+
+def reproduce(repo: Path, names: list[str] | None, output_root: Path, matrix_path: Path | None) -> list[Outcome]:
+    outcomes = [run_one(r, repo, output_root) for r in find(repo, names)]
+    if matrix_path is not None:
+        matrix_path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(matrix_path, matrix(outcomes))
+    return outcomes
+
+
+__all__ = ["Outcome", "Reproduction", "find", "matrix", "missing_needs", "reproduce", "run_one"]

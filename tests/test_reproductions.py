@@ -1,0 +1,44 @@
+"""stagebench reproduce: the offline reproductions run and pass, the ones that need the hub are
+listed as skipped with the reason, and the matrix says so (a real run on Cranfield, no mock)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from stagebench.reproductions import Reproduction, find, missing_needs
+from tests.conftest import REPO, shared_path, stagebench_cli
+
+
+@pytest.mark.slow
+def test_offline_reproductions_pass_and_the_hub_one_is_skipped_with_its_reason(tmp_path):
+    shared_path("cranfield")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    r = stagebench_cli("reproduce", "cranfield_bm25", "search_ranking_stack", "--output-root", tmp_path / "out",
+                       "--matrix", tmp_path / "m.md", cwd=REPO, env=env)  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    m = (tmp_path / "m.md").read_text()
+    assert r.stdout == m
+    rows = {tuple(c.strip() for c in line.split("|")[1:4]): line for line in m.splitlines() if line.startswith("| c")}
+    for metric, want in (("nDCG@10", "0.3250"), ("RR", "0.4950"), ("R@100", "0.6780")):
+        line = rows[("cranfield_bm25", "bm25", metric)]
+        assert want in line and ("**OK**" in line or "**within tolerance**" in line), line
+    assert "| search_ranking_stack | cross_encoder | nDCG@10 | 0.6450 | - |" in m
+    assert "search_ranking_stack skipped: offline: it needs the Hugging Face hub" in m
+    assert "| search_ranking_stack | llm | - |" in m and "not reproduced" in m
+    assert (tmp_path / "out" / "cranfield_bm25" / "stage_table.json").is_file()
+    assert not (tmp_path / "out" / "search_ranking_stack").exists()
+
+
+def test_every_reproduction_folder_is_complete_and_its_needs_are_checked(tmp_path):
+    reps = {r.name: r for r in find(REPO)}
+    assert {"cranfield_bm25", "default", "search_ranking_stack"} <= set(reps)
+    assert reps["search_ranking_stack"].needs == ["internet"]
+    for r in reps.values():
+        assert (r.folder / "README.md").is_file()
+    r = Reproduction(title="t", source="s", needs=["path:no/such/data"])
+    assert "no/such/data is absent" in missing_needs(r, tmp_path)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HF_HUB_OFFLINE", "1")
+        assert "offline" in missing_needs(Reproduction(title="t", source="s", needs=["internet"]), tmp_path)
