@@ -210,3 +210,22 @@ def test_cost_follows_the_price_without_recomputing_and_renders():
     assert free["cost"] is None
     cells = llm_cells("llm", LLMCells.from_stats(done))
     assert cells[1] == "4" and cells[2] == "100.0%" and cells[-1] == f"{done['cost']:.4f}"
+
+
+def test_depths_are_runs_of_their_own_and_a_rerun_asks_the_model_nothing(tmp_path):
+    from stagebench.cache import Cache
+
+    ctx = StageContext(dataset(), Cache(tmp_path / "cache"))
+    be = Scripted()
+    st = stage(be, top_n=8, window=4, stride=2, depths=[4, 8, 12])
+    out = st(ctx, [input_run()])
+    assert sorted(st.side_runs) == ["llm@12", "llm@4"]  # the stage's own top_n is its run
+    for n in (4, 12):
+        alone = stage(Scripted(), top_n=n, window=4, stride=2)(StageContext(dataset()), [input_run()])
+        assert st.side_runs[f"llm@{n}"] == alone
+    assert out == stage(Scripted(), top_n=8, window=4, stride=2)(StageContext(dataset()), [input_run()])
+    assert st.stats["pairs"] == {"4": 8, "8": 16, "12": 24} and set(st.stats["seconds"]) == {"4", "8", "12"}
+    assert be.calls == 18  # 1 + 5 + 3 windows per query at depths 4, 12 and 8: each depth its own run
+    again = Scripted()
+    st2 = stage(again, top_n=8, window=4, stride=2, depths=[4, 8, 12])
+    assert st2(ctx, [input_run()]) == out and again.calls == 0  # every window from the response cache
