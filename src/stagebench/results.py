@@ -31,8 +31,9 @@ from stagebench.table import CeilingCells, DepthCells, LLMCells, StageRow, Stage
 
 MANIFEST = "manifest.json"
 #: files a results folder may hold that no run writes (``stagebench check``'s expected values,
-#: committed next to the results): a new run into the folder keeps them
-KEPT_FILES = ("expected.yaml",)
+#: committed next to the results; the explorer screenshot ``make report-check`` takes): a new run
+#: into the folder keeps them
+KEPT_FILES = ("expected.yaml", "plots/explorer.png")
 #: everything a run writes into a results folder (``expected.yaml`` is kept across runs, see
 #: stagebench.pipeline); a folder holding anything else is not stagebench's to replace
 RESULT_ENTRIES = frozenset({
