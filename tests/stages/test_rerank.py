@@ -136,3 +136,18 @@ def test_merge_head_tail_scores_are_as_documented():
     assert merge_head_tail({"a": 0.5, "b": -2.0}, ["c", "d"]) == {"a": 0.5, "b": -2.0, "c": -3.0, "d": -4.0}
     assert merge_head_tail({}, ["c", "d"]) == {"c": -1.0, "d": -2.0}  # no head: the tail starts below 0
     assert merge_head_tail({"a": 3.0}, []) == {"a": 3.0}
+
+
+def test_the_scaled_input_tail_keeps_input_scores_times_the_factor_and_can_rise_above_the_head():
+    ds = dataset()
+    run = input_run(ds)  # positive input scores 100..109
+    ctx = StageContext(ds)
+    out = rerank_run(run, NegativeLength(), ctx, RerankCommon(top_n=3, tail="scaled_input", tail_scale=0.01), "s", "t")
+    head = ranked_ids(run["q0"])[:3]
+    for d, s in run["q0"].items():
+        if d not in head:
+            assert out["q0"][d] == s * 0.01  # the published setup: input score x 0.01
+    # negative reranker scores: every tail document now ranks above the head (what `below` prevents)
+    assert set(ranked_ids(out["q0"])[-3:]) == set(head)
+    below = rerank_run(run, NegativeLength(), ctx, RerankCommon(top_n=3), "s", "t")
+    assert set(ranked_ids(below["q0"])[:3]) == set(head)
