@@ -84,25 +84,26 @@ def read_texts(folder: Path) -> dict:
 def build(stages: Sequence[dict], runs: Mapping[str, Run], qrels: Mapping[str, Mapping[str, int]],
           per_query: Mapping[str, Mapping[str, Mapping[str, float]]], metric: str, queries: Sequence[str], rel: int,
           texts: Mapping) -> list[QueryView]:  # fmt: skip
-    """One :class:`QueryView` per scored query, in ``queries`` order."""
-    orders = {name: {q: ranked_ids(docs) for q, docs in run.items()} for name, run in runs.items()}
-    ranks = {name: {q: {d: i for i, d in enumerate(o, start=1)} for q, o in by_q.items()} for name, by_q in orders.items()}
+    """One :class:`QueryView` per scored query, in ``queries`` order (each stage's run is ranked once
+    per query; ranks are looked up only in the runs that are some stage's input)."""
     qtexts = texts.get("queries", {})
+    inputs_of = {i for s in stages for i in s["inputs"]}
     out = []
     for q in queries:
         judged = qrels.get(q, {})
         relevant = {d for d, g in judged.items() if g >= rel}
+        order = {s["name"]: ranked_ids(runs[s["name"]].get(q, {})) for s in stages}
+        rank = {name: {d: i for i, d in enumerate(order[name], start=1)} for name in inputs_of}
         views = []
         for s in stages:
             name, inputs = s["name"], list(s["inputs"])
             value = per_query[name][metric][q]
             change = value - per_query[inputs[0]][metric][q] if inputs else None
-            top = [Shown(d, judged.get(d), [ranks[i].get(q, {}).get(d) for i in inputs])
-                   for d in orders[name].get(q, [])[:TOP]]  # fmt: skip
+            top = [Shown(d, judged.get(d), [rank[i].get(d) for i in inputs]) for d in order[name][:TOP]]
             depth = int(s["candidate_depth"]) if s.get("reorders_input") and inputs else None
             lost = []
             if depth is not None:
-                pool = set(orders[inputs[0]].get(q, [])[:depth])
+                pool = set(order[inputs[0]][:depth])
                 lost = [(d, judged[d]) for d in sorted(relevant - pool, key=lambda d: (-judged[d], d))]
             views.append(StageView(name, inputs, value, change, top, lost, depth))
         out.append(QueryView(q, qtexts.get(q, ""), len(judged), len(relevant), views))

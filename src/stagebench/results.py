@@ -180,9 +180,7 @@ def score_folder(manifest: dict, qrels: dict, runs: dict[str, Run]) -> Rendered:
     evals = {n: evaluate(qrels, runs[n], ev["metrics"], relevance_threshold=rel, gain=gain) for n in names}
     metric_names = [m.name for m in evals[names[0]].measures]
     queries = evals[names[0]].scored_queries
-    label_names = {int(k): v for k, v in manifest["dataset"].get("label_names", {}).items()}
-    if not label_names:  # no names (e.g. BEIR): the grades themselves, highest first
-        label_names = {g: f"grade {g}" for g in sorted({g for docs in qrels.values() for g in docs.values()}, reverse=True)}
+    label_names = label_names_of(manifest, qrels, unnamed="grade {}")
 
     # significance: each stage vs the one before it and vs the baseline; Holm per metric
     baseline = ev.get("baseline") or names[0]
@@ -336,10 +334,11 @@ def explorer_data(folder: Path, manifest: dict, qrels: dict, runs: dict[str, Run
     return explorer.as_json(views, manifest["stages"], metric, labels, texts), explorer.wins_and_losses(views)
 
 
-def label_names_of(manifest: dict, qrels: dict) -> dict[int, str]:
-    """grade -> display label (E/S/C/I for ESCI), else the grades themselves."""
+def label_names_of(manifest: dict, qrels: dict, unnamed: str = "{}") -> dict[int, str]:
+    """grade -> display label (E/S/C/I for ESCI); a dataset without names (e.g. BEIR): each grade
+    formatted with ``unnamed``, highest first."""
     names = {int(k): v for k, v in manifest["dataset"].get("label_names", {}).items()}
-    return names or {g: str(g) for g in sorted({g for docs in qrels.values() for g in docs.values()}, reverse=True)}
+    return names or {g: unnamed.format(g) for g in sorted({g for docs in qrels.values() for g in docs.values()}, reverse=True)}
 
 
 def show_query(folder: str | Path, qid: str) -> str:

@@ -253,18 +253,17 @@ def rerank_depths(run: Run, reranker: Any, ctx: StageContext, p: RerankCommon, s
             per_depth[n] = score([[(q, d) for d in heads[q][:n]] for q in qids], f"rerank top {n}")
             seconds[n] = time.perf_counter() - t1
         dt = time.perf_counter() - t0
-    log.info("stage %s: reranked %d pairs (%d queries, top %d%s) in %.1fs: %.0f pairs/s (%s%s)",
-             stage, sum(pairs.values()) if not task.batched else pairs[deepest], len(qids), p.top_n,
-             f"; depths {', '.join(map(str, depths))} from one pass" if len(depths) > 1 and task.batched else
-             f"; depths {', '.join(map(str, depths))}" if len(depths) > 1 else "", dt,
-             (pairs[deepest] if task.batched else sum(pairs.values())) / max(dt, 1e-9),
+    scored = pairs[deepest] if task.batched else sum(pairs.values())
+    sweep = "" if len(depths) == 1 else f"; depths {', '.join(map(str, depths))}" + (" from one pass" if task.batched else "")
+    log.info("stage %s: reranked %d pairs (%d queries, top %d%s) in %.1fs: %.0f pairs/s (%s%s)", stage, scored,
+             len(qids), p.top_n, sweep, dt, scored / max(dt, 1e-9),
              "rank bands of each query" if task.batched else "one query at a time",
              "; on Ray" if ctx.engine.remote else "")  # fmt: skip
     runs: dict[int, Run] = {}
     for n in depths:
         result: Run = {}
         for qid, docs in run.items():
-            order = heads.get(qid, []) + tails.get(qid, []) if qid in heads else ranked_ids(docs)
+            order = heads[qid] + tails[qid]  # split_head covers every query of the run
             head, tail = order[:n], order[n:]
             s = np.asarray([per_depth[n][(qid, d)] for d in head], dtype=np.float64)
             if p.activation == "sigmoid":
