@@ -13,7 +13,7 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[1] / "src" / "stagebench"
 
 LAYERS = {
-    0: ["errors", "version", "optional", "files", "params", "system", "ui", "tokenize", "metrics.compute", "stats",
+    0: ["errors", "version", "optional", "files", "textfile", "params", "system", "ui", "tokenize", "metrics.compute", "stats",
         "table", "data.text", "data.corpus", "listwise", "devices", "engine"],
     1: ["runs", "metrics.names", "metrics", "cache", "models", "data.model", "data.esci", "data.jsonl", "data.trec",
         "data.synthetic", "data"],

@@ -71,7 +71,7 @@ def test_run_file_errors_name_file_and_line(tmp_path):
     p.write_text("q1 Q0 d1 1 2.0 t\n\nq2 Q0 d1 1 -1e300 t\n")
     assert read_trec_run(p) == {"q1": {"d1": 2.0}, "q2": {"d1": -1e300}}
     p.write_bytes(b"q1 Q0 d1 1 2.0 t\n\xff\xfe\n")
-    with pytest.raises(DataError, match="not a UTF-8 text run file"):
+    with pytest.raises(DataError, match=":2: the run file is not UTF-8 text \\(byte 0xff at byte offset 17"):
         read_trec_run(p)
     with pytest.raises(DataError, match="run file not found"):
         read_trec_run(tmp_path / "none")

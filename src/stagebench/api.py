@@ -26,9 +26,9 @@ from typing import Any
 
 from stagebench.config import Config, load_config, parse_config
 from stagebench.errors import ConfigError
-from stagebench.files import check_replaceable
+from stagebench.files import check_apart, check_destination, remove_staging, staging, swap_in
 from stagebench.pipeline import RunResult, run_config
-from stagebench.results import not_a_results_folder
+from stagebench.results import RESULTS, RunFolder
 from stagebench.runs import Run
 from stagebench.table import StageTable
 
@@ -84,12 +84,24 @@ class Result:
         return pd.DataFrame.from_records(records)
 
     def save(self, folder: str | Path) -> Path:
-        """Copy the results folder to ``folder`` (absent, empty, or a results folder a run wrote)."""
+        """Copy the results folder to ``folder``, under the rule every results folder follows:
+        ``folder`` is absent, empty, or a results folder stagebench wrote (docs/config.md). The
+        copy is built beside it and swapped in complete, so a copy that fails half-way leaves
+        the old folder as it was. Saving a result into its own folder changes nothing."""
         dest = Path(folder)
-        check_replaceable(dest, "copy of the results", not_a_results_folder)
-        if dest.exists():
-            shutil.rmtree(dest)
-        shutil.copytree(self.output, dest)
+        if dest.exists() and not dest.is_symlink() and dest.resolve() == self.output.resolve():
+            return dest
+        RunFolder.open(self.output)  # the source is still a results folder
+        check_apart(self.output, "results folder", dest, "copy")
+        check_destination(dest, RESULTS)
+        tmp = staging(dest)
+        try:
+            shutil.copytree(self.output, tmp, dirs_exist_ok=True)
+            check_destination(dest, RESULTS)  # it may have changed while the copy ran
+            swap_in(tmp, dest, kept=RESULTS.kept)
+        except BaseException:
+            remove_staging(tmp)
+            raise
         return dest
 
     def __repr__(self) -> str:

@@ -36,7 +36,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from stagebench.files import named, swap_in
+from stagebench.files import file_digest, named, swap_in
 from stagebench.system import PeakMemory
 from stagebench.version import __version__
 
@@ -61,14 +61,6 @@ def make_key(parts: dict[str, Any]) -> str:
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:32]
 
 
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 22), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 @lru_cache(maxsize=256)
 def module_source_hash(module: str) -> str:
     """sha256 (16 hex) of a module's source file: the "version" of the code a cached result came from.
@@ -78,7 +70,7 @@ def module_source_hash(module: str) -> str:
     spec = importlib.util.find_spec(module)
     origin = getattr(spec, "origin", None) if spec else None
     if origin and os.path.isfile(origin):
-        return file_sha256(Path(origin))[:16]
+        return file_digest(Path(origin))[:16]
     return f"stagebench=={__version__}"
 
 
@@ -141,7 +133,7 @@ class Cache:
                 raise CorruptEntry(f"{name} is missing")
             if p.stat().st_size != want["bytes"]:
                 raise CorruptEntry(f"{name} has {p.stat().st_size} bytes, expected {want['bytes']}")
-            got = file_sha256(p)
+            got = file_digest(p)
             if got != want["sha256"]:
                 raise CorruptEntry(f"{name} checksum {got[:12]}... does not match {want['sha256'][:12]}...")
         return info
@@ -173,7 +165,7 @@ class Cache:
             write(tmp)
             if check is not None:
                 check(tmp)
-            files = {p.name: {"sha256": file_sha256(p), "bytes": p.stat().st_size} for p in sorted(tmp.iterdir())}
+            files = {p.name: {"sha256": file_digest(p), "bytes": p.stat().st_size} for p in sorted(tmp.iterdir())}
             info = {"kind": kind, "key": key, "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                     "stagebench_version": __version__, "files": files, "meta": meta, "key_parts": key_parts or {}}  # fmt: skip
             (tmp / ENTRY_FILE).write_text(json.dumps(info, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")

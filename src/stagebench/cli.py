@@ -7,6 +7,7 @@ import errno
 import json
 import logging
 import os
+import signal
 import sys
 import time
 import traceback
@@ -22,7 +23,7 @@ from stagebench.pipeline import run_config
 from stagebench.report import conventions_line
 from stagebench.reproduce import compare_with_expected, format_report, write_expected
 from stagebench.reproductions import matrix, reproduce
-from stagebench.results import render, show_query
+from stagebench.results import rerender, show_query
 from stagebench.runs import read_trec_qrels, read_trec_run
 from stagebench.training import train_reranker
 from stagebench.version import __version__
@@ -37,7 +38,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_table(args: argparse.Namespace) -> int:
-    sys.stdout.write(render(args.run_dir).text)
+    sys.stdout.write(rerender(args.run_dir).text)
     return 0
 
 
@@ -65,10 +66,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 def _cmd_check(args: argparse.Namespace) -> int:
     if args.update:
-        write_expected(args.run_dir, args.expected, tolerance=args.tolerance)
+        write_expected(args.run_dir, args.expected, tolerance=args.tolerance, stored_table=args.stored_table)
         print(f"wrote {args.expected} from {args.run_dir}")
         return 0
-    rows, source = compare_with_expected(args.run_dir, args.expected)
+    rows, source = compare_with_expected(args.run_dir, args.expected, stored_table=args.stored_table)
     sys.stdout.write(format_report(rows, args.run_dir, args.expected, source))
     return 1 if any(r.status == "FAIL" for r in rows) else 0
 
@@ -112,6 +113,10 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 def _cmd_generate(args: argparse.Namespace) -> int:
     spec = SyntheticSpec(seed=args.seed, n_products=args.products, n_test_queries=args.test_queries,
                          n_train_queries=args.train_queries)  # fmt: skip
+    flags = {"seed": "--seed", "n_products": "--products", "n_test_queries": "--test-queries",
+             "n_train_queries": "--train-queries"}  # fmt: skip
+    for name, why in spec.problems():
+        raise StagebenchError(f"{flags[name]} {getattr(spec, name)}: {why}")
     stats = generate(args.output, spec)
     print(json.dumps(stats, indent=2))
     return 0
@@ -193,6 +198,9 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--update", action="store_true", help="write EXPECTED from RUN_DIR instead (on purpose)")
     k.add_argument("--tolerance", type=float, default=None,
                    help="with --update: the absolute tolerance to pin (default: the replaced file's, else 0.001)")
+    k.add_argument("--stored-table", action="store_true",
+                   help="read the metrics from stage_table.json (verified against the manifest) instead of recomputing "
+                        "them from the run files; for a folder that holds its tables only")  # fmt: skip
     k.set_defaults(func=_cmd_check)
 
     rp = sub.add_parser("reproduce", help="run the published tables under reproductions/ whose inputs are here, "
@@ -239,8 +247,42 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, handled as Ctrl-C is: every cleanup that Ctrl-C runs (the staging
+    folder, temporary cache files) runs, and the exit code says which signal it was."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _terminate(signum: int, _frame) -> None:
+    raise Terminated(signum)
+
+
+def _on_signals() -> dict:
+    """SIGTERM and SIGHUP raise :class:`Terminated` in the main thread while a command runs
+    (the previous handlers are returned, to put back)."""
+    old = {}
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        try:
+            old[sig] = signal.signal(sig, _terminate)
+        except ValueError:  # not the main thread (stagebench called from a thread): leave signals alone
+            pass
+    return old
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    old = _on_signals()
+    try:
+        return _main(args)
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
+def _main(args: argparse.Namespace) -> int:
     # our own progress at INFO; third-party libraries (faiss, transformers) only at WARNING
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname).1s %(message)s",
                         datefmt="%H:%M:%S", stream=sys.stderr)  # fmt: skip
@@ -250,13 +292,20 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except StagebenchError as exc:
         return _fail(str(exc), debug)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         if args.command in ("run", "train-reranker"):
             kept = ("no results folder was written or changed; every stage that finished is in the cache, so the "
                     "same command resumes after the last finished stage")  # fmt: skip
         else:
             kept = "nothing was changed"
+        if isinstance(exc, Terminated):
+            return _fail(f"terminated ({exc.args[0]}): {kept}", debug, code=128 + exc.signum)
         return _fail(f"interrupted: {kept}", debug, code=130)
+    except MemoryError:
+        kept = ("no results folder was written or changed; finished stages are in the cache" if args.command == "run"
+                else "nothing was changed")  # fmt: skip
+        return _fail(f"out of memory while running {args.command} ({kept}); give it more memory, or fewer queries, "
+                     "documents or a smaller batch_size", debug)  # fmt: skip
     except BrokenPipeError:  # `stagebench cache ls | head`: the reader left; exit as a shell does on SIGPIPE
         _silence_stdout()
         return 141

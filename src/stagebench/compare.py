@@ -1,12 +1,15 @@
 """``stagebench compare A B``: two run folders side by side, stage by matching stage.
 
-Two folders are comparable only when their numbers mean the same thing: the same measures,
-gain and relevance threshold, the same corpus, and the same judgments for the queries they
-share; otherwise ``compare`` refuses with the difference (identical runs scored with linear
-and with exponential gain are not "significantly different", they are incomparable). With
-different query sets it compares the common queries and says how many there are.
+Two folders are comparable only when their numbers mean the same thing: the same gain and
+relevance threshold, the same corpus, and the same judgments for the queries they share;
+otherwise ``compare`` refuses with the difference (identical runs scored with linear and
+with exponential gain are not "significantly different", they are incomparable). Measures
+are matched by their canonical names (``ndcg@10`` is ``nDCG@10``, order does not matter);
+those in one folder only are listed, not compared. With different query sets it compares
+the common queries and says how many there are.
 
-Reads each folder's manifest and ``per_query.csv`` (nothing is re-run). For every stage name present in
+Reads each folder's manifest, ``per_query.csv`` and ``qrels.trec`` (when it is there), each
+verified against the manifest's digests (nothing is re-run). For every stage name present in
 both and every measure present in both: the means, the difference B - A, the paired
 randomization test and the paired t-test on the queries both scored, Holm-Bonferroni
 corrected across the matching stages of each measure, and win/tie/loss counts of B vs A.
@@ -20,10 +23,9 @@ import stagebench.stats as stats
 from stagebench.errors import StagebenchError
 from stagebench.report import format_p
 from stagebench.results import RunFolder
-from stagebench.runs import read_trec_qrels
 
 #: evaluation settings that change what a number means
-EVALUATION_KEYS = ("metrics", "gain", "relevance_threshold")
+EVALUATION_KEYS = ("gain", "relevance_threshold")
 
 
 def check_comparable(fa: RunFolder, fb: RunFolder) -> None:
@@ -38,9 +40,8 @@ def check_comparable(fa: RunFolder, fb: RunFolder) -> None:
     if ca != cb:
         raise StagebenchError(f"{a} and {b} ran on different corpora (dataset fingerprints {str(ca)[:12]} vs "
                               f"{str(cb)[:12]}): their numbers cannot be compared")  # fmt: skip
-    qa, qb = a / "qrels.trec", b / "qrels.trec"
-    if qa.is_file() and qb.is_file():
-        ra, rb = read_trec_qrels(qa), read_trec_qrels(qb)
+    if fa.holds("qrels.trec") and fb.holds("qrels.trec"):
+        ra, rb = fa.qrels(), fb.qrels()
         for q in sorted(set(ra) & set(rb)):
             if ra[q] != rb[q]:
                 raise StagebenchError(f"{a} and {b} judge query {q!r} differently (qrels.trec): their numbers cannot "
@@ -62,7 +63,9 @@ def compare_dirs(a: str | Path, b: str | Path, permutations: int = 10000, seed: 
     lines = [f"A = {a}", f"B = {b}"]
     rows = []
     if not measures:
-        raise StagebenchError(f"{a} and {b} have no measure in common")
+        raise StagebenchError(f"{a} and {b} have no measure in common ({', '.join(pa[stages[0]])} vs "
+                              f"{', '.join(pb[stages[0]])})")  # fmt: skip
+    one_side = [m for m in [*pa[stages[0]], *pb[stages[0]]] if m not in measures]
     qa, qb = set(pa[stages[0]][measures[0]]), set(pb[stages[0]][measures[0]])
     n_common = len(qa & qb)
     if n_common == 0:
@@ -82,6 +85,8 @@ def compare_dirs(a: str | Path, b: str | Path, permutations: int = 10000, seed: 
                      "queries are compared (means below are over those)")  # fmt: skip
     lines.append(f"paired tests on the {n_common} queries both scored; p-values Holm-corrected across the "
                  f"{len(stages)} matching stages of each measure; * = randomization p < {alpha}")  # fmt: skip
+    if one_side:
+        lines.append(f"measures in only one folder (not compared): {', '.join(dict.fromkeys(one_side))}")
     only = [s for s in order_a + order_b if s not in stages]
     if only:
         lines.append(f"stages in only one folder (not compared): {', '.join(dict.fromkeys(only))}")

@@ -341,7 +341,7 @@ def parse_config(raw: Any, path: str = "<config>", engine: str | None = None) ->
 
 def _name(value: Any, where: str) -> str:
     name = coerce(value, str, where)
-    if not NAME_RE.match(name):
+    if not NAME_RE.fullmatch(name):
         raise ConfigError(f"{where}: {name!r} is not a valid name (letters, digits, '_', '-', '.'; starting with a "
                           "letter or digit; at most 100 characters): it names files and folders")  # fmt: skip
     return name

@@ -201,15 +201,38 @@ def make_engine(params: EngineParams | None) -> Engine:
     return RayEngine(params) if params is not None and params.type == "ray" else LocalEngine(params)
 
 
+#: an HTTP/2 client's opening (the connection preface and an empty SETTINGS frame): a Ray
+#: cluster's GCS and its client server speak gRPC, so they answer with a SETTINGS frame
+_H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+
+
 def probe(address: str, where: str) -> None:
-    """One clear line, at once, when nothing listens at a ``host:port`` cluster address."""
+    """One clear line, within seconds, when nothing listens at a ``host:port`` cluster address,
+    or what listens there is not a Ray cluster (it does not answer as a gRPC server does;
+    ``ray.init`` would wait on it for minutes). With TLS (``RAY_USE_TLS``) only the
+    connection is tried."""
     hostport = address.removeprefix("ray://")
     host, sep, port = hostport.rpartition(":")
     if not sep or not host or not port.isdigit():
         raise StagebenchError(f"{where}: {address!r} is not auto, host:port or ray://host:port")
     try:
-        with socket.create_connection((host, int(port)), timeout=PROBE_TIMEOUT_S):
-            pass
+        with socket.create_connection((host, int(port)), timeout=PROBE_TIMEOUT_S) as sock:
+            if os.environ.get("RAY_USE_TLS", "0") in ("0", ""):
+                sock.sendall(_H2_PREFACE)
+                head = b""
+                while len(head) < 9:
+                    got = sock.recv(9 - len(head))
+                    if not got:
+                        break
+                    head += got
+                if len(head) < 9 or head[3] != 0x04:
+                    raise StagebenchError(f"{where}: {address} answers, but not as a Ray cluster does (no gRPC "
+                                          f"handshake: {'it closed the connection' if len(head) < 9 else repr(head[:16])}); "
+                                          "check the address and port (the head node's GCS port, 6379 by default, or "
+                                          "ray://host:10001)")  # fmt: skip
+    except TimeoutError:
+        raise StagebenchError(f"{where}: {address} accepts connections but does not answer as a Ray cluster does "
+                              f"(no gRPC handshake within {PROBE_TIMEOUT_S:g} s); check the address and port") from None
     except OSError as exc:
         raise StagebenchError(f"{where}: no Ray cluster answers at {address} ({type(exc).__name__}: {exc}); start one "
                               "with `ray start --head`, or set address: null to run a local cluster") from exc  # fmt: skip

@@ -76,9 +76,9 @@ def texts_for(runs: Mapping[str, Run], qrels: Mapping[str, Mapping[str, int]], q
     return {"queries": dict(queries), "docs": {d: shorten(doc_text.get(d, "")) for d in sorted(docs) if d in doc_text}}
 
 
-def read_texts(folder: Path) -> dict:
-    path = Path(folder) / TEXTS_FILE
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {"queries": {}, "docs": {}}
+def read_texts(path: Path) -> dict:
+    """``texts.json`` as written by :func:`texts_for` (the caller verified the file)."""
+    return json.loads(Path(path).read_text(encoding="utf-8"))
 
 
 def build(stages: Sequence[dict], runs: Mapping[str, Run], qrels: Mapping[str, Mapping[str, int]],

@@ -1,26 +1,41 @@
-"""Writing files without losing anything: atomic writes, and output folders that are ours.
+"""Writing files without losing anything: atomic writes, and folders that are ours to replace.
 
 * :func:`atomic_write` - a file is written to a hidden temporary name beside it and renamed
   over the target, so a reader never sees half a file and a crash leaves the old one.
-* :func:`check_replaceable` - an output folder may be replaced only when it is absent, empty,
-  or provably written by stagebench (the caller says how to prove it); anything else is a
-  one-line error before any work starts.
+* :func:`file_digest`, :func:`inventory` - the sha256 of a file, and of every file under a
+  folder (every depth, hidden ones included): what a folder stagebench writes records about
+  itself (a results folder's ``manifest.json``, a trained model's ``stagebench_training.json``,
+  a generated dataset's ``stagebench_dataset.json``).
+* :class:`Owned` and :func:`check_replaceable` - the one rule for what stagebench may replace:
+  a destination that is absent, empty, or a folder whose **every** entry, at every depth,
+  hidden ones included, is a file its record lists with the digest it has now (or a *kept*
+  file, which is carried into the replacement). Anything else - a ``.git``, a note, a file
+  edited since, a symbolic link, an empty folder nobody recorded - is refused, naming the
+  first foreign entry, before any work starts. A destination that is itself a symbolic link
+  is refused too (it is never written through).
 * :func:`check_writable` - the folder a path would be created in is writable (tried, not
   guessed from permission bits, so read-only mounts and full quotas are caught too).
 * :func:`check_apart` - two folders (results and cache) must not contain each other.
-* :func:`swap_in` - put a finished folder in place of an old one, keeping the old one
-  until the new one is there.
+* :func:`staging`, :func:`swap_in`, :func:`remove_stale_staging` - a new folder is built in a
+  hidden sibling (``.<name>.partial-<pid>``, marked as ours) and put in place of the old one
+  only when complete; the old one is removed only once the new one is there.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
+import stat
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from stagebench.errors import StagebenchError
+
+#: the file that marks a staging folder as stagebench's (removed before it is swapped in)
+STAGING_MARK = ".stagebench-staging"
 
 
 def atomic_write(path: str | Path, data: str | bytes | Iterable[str]) -> None:
@@ -54,6 +69,104 @@ def named(exc: OSError, path: str | Path) -> OSError:
     return type(exc)(exc.errno, exc.strerror or str(exc), str(path))
 
 
+def file_digest(path: str | Path) -> str:
+    """sha256 (hex) of a file's bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def inventory(folder: str | Path, leave_out: Collection[str] = ()) -> dict[str, str]:
+    """Every regular file under ``folder`` (every depth, hidden ones included; POSIX paths
+    relative to it, sorted) -> its sha256, less the relative paths in ``leave_out``."""
+    folder = Path(folder)
+    out = {}
+    for rel, kind in _walk(folder):
+        if kind == "file" and rel not in leave_out:
+            out[rel] = file_digest(folder / rel)
+    return dict(sorted(out.items()))
+
+
+def _walk(folder: Path, prefix: str = "") -> Iterable[tuple[str, str]]:
+    """(relative path, kind) of every entry below ``folder``, depth first, sorted, links not
+    followed; kind: file | dir | link | other."""
+    with os.scandir(folder) as it:
+        entries = sorted(it, key=lambda e: e.name)
+    for e in entries:
+        rel = f"{prefix}{e.name}"
+        if e.is_symlink():
+            yield rel, "link"
+        elif e.is_dir(follow_symlinks=False):
+            yield rel, "dir"
+            yield from _walk(Path(e.path), rel + "/")
+        elif stat.S_ISREG(e.stat(follow_symlinks=False).st_mode):
+            yield rel, "file"
+        else:
+            yield rel, "other"
+
+
+@dataclass(frozen=True)
+class Owned:
+    """How to tell that a folder is one stagebench wrote, for one kind of destination.
+
+    ``record`` is the file that lists the others; ``files(folder)`` reads it and returns
+    relative path -> sha256 of every other file the folder may hold, or a string saying why
+    the folder is not ours (no record, an unreadable one). ``kept`` are files a later step
+    adds (``stagebench check --update``'s expected values, a screenshot): they are carried
+    into the replacement, never deleted."""
+
+    what: str
+    record: str
+    files: Callable[[Path], Mapping[str, str] | str]
+    kept: frozenset[str] = field(default_factory=frozenset)
+
+
+def foreign_entry(folder: Path, owned: Owned) -> str | None:
+    """None when every entry of ``folder`` is ours (see :class:`Owned`), else the first one
+    that is not, with why."""
+    listed = owned.files(folder)
+    if isinstance(listed, str):
+        return listed
+    ours = {owned.record, *listed}
+    allowed_dirs = {"/".join(p.split("/")[:i]) for p in (*ours, *owned.kept) for i in range(1, p.count("/") + 1)}
+    for rel, kind in _walk(folder):
+        if kind == "dir":
+            if rel not in allowed_dirs:
+                return f"{rel}/ is a folder no stagebench run wrote"
+        elif kind == "link":
+            return f"{rel} is a symbolic link (stagebench writes none)"
+        elif kind == "other":
+            return f"{rel} is not a regular file"
+        elif rel in owned.kept or rel == owned.record:
+            continue
+        elif rel not in listed:
+            return f"{rel} was not written by stagebench (not listed in {owned.record})"
+        elif file_digest(folder / rel) != listed[rel]:
+            return f"{rel} was changed after stagebench wrote it (its digest differs from {owned.record})"
+    return None
+
+
+def check_replaceable(folder: str | Path, owned: Owned) -> None:
+    """Fail unless ``folder`` is absent, empty, or entirely stagebench's (:func:`foreign_entry`);
+    a destination that is a symbolic link is refused (never written through)."""
+    folder = Path(folder)
+    if folder.is_symlink():
+        raise StagebenchError(f"{folder}: is a symbolic link (to {os.readlink(folder)}); stagebench never writes "
+                              f"the {owned.what} through a link: give the real folder ({folder.resolve()})")  # fmt: skip
+    if not folder.exists():
+        return
+    if not folder.is_dir():
+        raise StagebenchError(f"{folder}: exists and is not a folder; refusing to replace it with the {owned.what}")
+    if not any(folder.iterdir()):
+        return
+    why = foreign_entry(folder, owned)
+    if why:
+        raise StagebenchError(f"{folder}: {why}; refusing to replace it with the {owned.what} "
+                              "(choose another output folder, or move that entry away)")  # fmt: skip
+
+
 def _nearest_existing(path: Path) -> Path:
     p = path.absolute()
     while not p.exists() and p != p.parent:
@@ -78,20 +191,18 @@ def check_writable(path: str | Path, what: str) -> None:
         raise StagebenchError(f"{path}: the {what} is not writable ({base}: {exc.strerror})") from None
 
 
-def check_replaceable(folder: str | Path, what: str, not_ours: Callable[[Path], str | None]) -> None:
-    """Fail unless ``folder`` is absent, empty, or ``not_ours(folder)`` returns None (it is a
-    folder stagebench wrote and may replace); otherwise the message says why not."""
+def check_destination(folder: str | Path, owned: Owned) -> None:
+    """Everything that decides, before any work, whether ``folder`` can receive the new
+    ``owned.what``: it is ours to replace, and its parent - where the new folder is staged
+    and renamed into place - is writable."""
     folder = Path(folder)
-    if not folder.exists() and not folder.is_symlink():
-        return
-    if not folder.is_dir():
-        raise StagebenchError(f"{folder}: exists and is not a folder; refusing to replace it with the {what}")
-    if not any(folder.iterdir()):
-        return
-    why = not_ours(folder)
-    if why:
-        raise StagebenchError(f"{folder}: {why}; refusing to replace it with the {what} "
-                              "(choose another output folder, or move its contents away)")  # fmt: skip
+    if not folder.name or folder.name in (".", ".."):
+        raise StagebenchError(f"{folder}: give the {owned.what} folder a name (not '.' or '..')")
+    check_replaceable(folder, owned)
+    if folder.parent.exists() or folder.parent.is_symlink():
+        if not folder.parent.is_dir():
+            raise StagebenchError(f"{folder}: cannot create the {owned.what}: {folder.parent} is a file, not a folder")
+    check_writable(folder.parent, f"folder that holds the {owned.what} (it is built beside it, then renamed)")
 
 
 def check_apart(a: str | Path, a_what: str, b: str | Path, b_what: str) -> None:
@@ -105,9 +216,56 @@ def check_apart(a: str | Path, a_what: str, b: str | Path, b_what: str) -> None:
         raise StagebenchError(f"{b}: the {b_what} is inside the {a_what} ({a}); they must be apart")
 
 
-def swap_in(new: Path, target: Path) -> None:
-    """Rename the finished folder ``new`` to ``target``. An existing ``target`` (already
-    checked replaceable) is renamed aside first and removed only once ``new`` is in place."""
+def staging(target: Path) -> Path:
+    """A new, empty hidden sibling of ``target`` to build its replacement in, marked as ours."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_staging(target)
+    folder = target.parent / f".{target.name}.partial-{os.getpid()}"
+    if folder.exists():
+        remove_staging(folder)
+    folder.mkdir()
+    (folder / STAGING_MARK).write_text(f"{os.getpid()}\n", encoding="utf-8")
+    return folder
+
+
+def remove_staging(folder: Path) -> None:
+    """Remove a staging folder this or an earlier stagebench process made (it holds the mark);
+    anything else of that name is left alone."""
+    if folder.is_dir() and not folder.is_symlink() and (folder / STAGING_MARK).is_file():
+        shutil.rmtree(folder)
+
+
+def remove_stale_staging(target: Path) -> list[Path]:
+    """Remove the staging folders of ``target`` left by processes that are gone."""
+    gone = []
+    for d in target.parent.glob(f".{target.name}.partial-*"):
+        pid = d.name.rsplit("-", 1)[-1]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue  # alive: another run's
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue
+        if (d / STAGING_MARK).is_file():
+            remove_staging(d)
+            gone.append(d)
+    return gone
+
+
+def swap_in(new: Path, target: Path, kept: Collection[str] = ()) -> None:
+    """Put the complete folder ``new`` in place of ``target`` (already checked replaceable).
+    ``kept`` files of the old folder are copied into the new one first (the old folder's copy
+    wins: it is the destination's); the old folder is renamed aside and removed only once
+    ``new`` is in place."""
+    for rel in kept:
+        src = target / rel
+        if src.is_file() and not src.is_symlink():
+            (new / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, new / rel)
+    (new / STAGING_MARK).unlink(missing_ok=True)
     if not target.exists():
         os.replace(new, target)
         return

@@ -13,6 +13,11 @@ Both answer :class:`ChatRequest` with a :class:`Completion` and say who they are
   ``Retry-After`` header is honoured, up to 60 s); after the last retry the request raises
   :class:`RequestFailed`, which the stage counts. Any other refusal (400, 401, 403, 404) is
   a :class:`~stagebench.errors.StagebenchError`: retrying cannot fix it.
+  ``timeout`` is a deadline for the whole request (connecting, waiting, and reading the
+  answer), not per socket read, so a server that trickles its answer is cut off in time; an
+  answer larger than :data:`MAX_ANSWER_BYTES` is refused (and so never cached). Redirects are
+  never followed: the request carries the API key, and a 3xx would send it to another
+  address, so a redirect is one error naming where the server pointed.
 * :class:`TransformersBackend` - a Hugging Face causal LM in this process (a GGUF file is
   de-quantized on load by transformers), loaded on first use, greedy when ``temperature`` is
   0, else sampled with ``seed``; prompts go through the tokenizer's chat template.
@@ -20,12 +25,15 @@ Both answer :class:`ChatRequest` with a :class:`Completion` and say who they are
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import os
+import socket
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
@@ -42,6 +50,103 @@ log = logging.getLogger("stagebench")
 
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 MAX_RETRY_AFTER = 60.0
+#: the largest answer read from a server (a chat completion is a few KB; a listing, a few hundred)
+MAX_ANSWER_BYTES = 4 << 20
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Redirects are errors, never followed: a followed redirect would carry the API key to
+    wherever the server (or a proxy) points."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: D102 - urllib's hook
+        raise urllib.error.HTTPError(req.full_url, code, f"redirect to {newurl}", headers, fp)
+
+
+class _Watch:
+    """One request's deadline: when it passes, the request's socket is shut down, which ends
+    whatever read is waiting (connecting, headers, or an answer that trickles in)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.at = time.monotonic() + seconds
+        self.fired = False
+        self._timer: threading.Timer | None = None
+
+    def arm(self, sock: socket.socket) -> None:
+        self._timer = threading.Timer(max(0.0, self.at - time.monotonic()), self._fire, (sock,))
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _fire(self, sock: socket.socket) -> None:
+        self.fired = True
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:  # already closed: the request ended on its own
+            pass
+
+    def cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+
+
+class _Current(threading.local):
+    watch: _Watch | None = None
+
+
+_CURRENT = _Current()
+
+
+class _TrackedHTTP(http.client.HTTPConnection):
+    def connect(self) -> None:
+        super().connect()
+        if _CURRENT.watch is not None:
+            _CURRENT.watch.arm(self.sock)
+
+
+class _TrackedHTTPS(http.client.HTTPSConnection):
+    def connect(self) -> None:
+        super().connect()
+        if _CURRENT.watch is not None:
+            _CURRENT.watch.arm(self.sock)
+
+
+class _HTTPHandler(urllib.request.HTTPHandler):
+    def http_open(self, req):  # noqa: D102 - urllib's hook
+        return self.do_open(_TrackedHTTP, req)
+
+
+class _HTTPSHandler(urllib.request.HTTPSHandler):
+    def https_open(self, req):  # noqa: D102 - urllib's hook
+        return self.do_open(_TrackedHTTPS, req, context=self._context)
+
+
+def _opener() -> urllib.request.OpenerDirector:
+    return urllib.request.build_opener(_NoRedirect, _HTTPHandler, _HTTPSHandler)
+
+
+def _read_capped(resp, limit: int) -> bytes:
+    """The answer's body, refused past ``limit`` bytes (read as it arrives, never whole first)."""
+    chunks, size = [], 0
+    while chunk := resp.read1(65536):
+        size += len(chunk)
+        if size > limit:
+            raise _TooLarge(f"the answer is larger than {limit:,} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def _usage_count(usage: dict, key: str, where: str) -> int:
+    """A token count from an answer's ``usage``: absent or null is 0; anything but a whole
+    number >= 0 is an error naming the field."""
+    v = usage.get(key)
+    if v is None:
+        return 0
+    if isinstance(v, bool) or not isinstance(v, int | float) or v != v or v < 0 or (isinstance(v, float) and not v.is_integer()):
+        raise StagebenchError(f"{where} answered usage.{key} = {v!r}, not a token count")
+    return int(v)
 
 
 @dataclass(frozen=True)
@@ -158,11 +263,28 @@ class OpenAIBackend:
         url = f"{self.base_url}{path}"
         data = None if body is None else json.dumps(body).encode("utf-8")
         req = urllib.request.Request(url, data=data, method=method, headers=self._headers())
+        watch = _CURRENT.watch = _Watch(self.timeout)
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                raw = resp.read()
+            try:
+                with _opener().open(req, timeout=self.timeout) as resp:
+                    raw = _read_capped(resp, MAX_ANSWER_BYTES)
+            except Exception:
+                if watch.fired:  # the shutdown at the deadline ended the read, whatever it raised
+                    raise TimeoutError(f"no complete answer within timeout ({self.timeout:g} s for the whole "
+                                       "request)") from None  # fmt: skip
+                raise
+            if watch.fired:  # the deadline cut the answer short
+                raise TimeoutError(f"no complete answer within timeout ({self.timeout:g} s for the whole request)")
+        except _TooLarge as exc:
+            raise StagebenchError(f"{self.label}: {method} {url}: {exc}; refusing it") from None
         except urllib.error.HTTPError as exc:
-            msg = _server_message(exc.read())
+            if 300 <= exc.code < 400:
+                target = exc.headers.get("Location", "?") if exc.headers else "?"
+                where = urllib.parse.urljoin(url, target)
+                raise StagebenchError(f"{self.label}: {method} {url} answered HTTP {exc.code}, a redirect to {where}; "
+                                      "stagebench does not follow redirects (the request carries your API key): set "
+                                      "base_url to the address that answers") from None  # fmt: skip
+            msg = _server_message(exc.read(MAX_ANSWER_BYTES))
             if exc.code in RETRYABLE_STATUS:
                 raise _Transient(f"HTTP {exc.code}: {msg}", _retry_after(exc.headers.get("Retry-After"))) from None
             if exc.code in (401, 403):
@@ -170,10 +292,13 @@ class OpenAIBackend:
                 raise StagebenchError(f"{self.label}: {url} refused the request (HTTP {exc.code}: {msg}); it was sent "
                                       f"{how}") from None  # fmt: skip
             raise StagebenchError(f"{self.label}: {method} {url} failed: HTTP {exc.code}: {msg}") from None
-        except (TimeoutError, ConnectionError) as exc:
+        except (TimeoutError, ConnectionError, http.client.HTTPException) as exc:
             raise _Transient(f"{type(exc).__name__}: {exc or 'timed out'}") from None
         except urllib.error.URLError as exc:
             raise _Transient(f"cannot reach {url}: {exc.reason}") from None
+        finally:
+            watch.cancel()
+            _CURRENT.watch = None
         try:
             return json.loads(raw)
         except ValueError:
@@ -236,9 +361,14 @@ class OpenAIBackend:
             except (KeyError, IndexError, TypeError):
                 raise StagebenchError(f"{self.label}: {self.base_url}/chat/completions answered without "
                                       f"choices[0].message.content: {str(out)[:200]}") from None  # fmt: skip
+            where = f"{self.label}: {self.base_url}/chat/completions"
+            if not isinstance(text, str):
+                raise StagebenchError(f"{where} answered choices[0].message.content = {str(text)[:80]!r}, not text")
             usage = out.get("usage") or {}
-            return Completion(str(text), int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0),
-                              dt, attempt)  # fmt: skip
+            if not isinstance(usage, dict):
+                raise StagebenchError(f"{where} answered usage = {str(usage)[:80]!r}, not an object")
+            return Completion(text, _usage_count(usage, "prompt_tokens", where),
+                              _usage_count(usage, "completion_tokens", where), dt, attempt)  # fmt: skip
         raise RequestFailed(f"{last} (after {self.retries + 1} attempts)", self.retries + 1)
 
 

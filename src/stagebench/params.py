@@ -33,6 +33,7 @@ from typing import Annotated, Any
 import yaml
 
 from stagebench.errors import ConfigError
+from stagebench.textfile import read_text
 
 
 @dataclass(frozen=True)
@@ -272,17 +273,15 @@ def _strict_loader() -> type:
     return StrictLoader
 
 
+#: the largest YAML file read (a config or expected values file is a few KB; anything this big is a mistake)
+MAX_YAML_BYTES = 1 << 20
+
+
 def read_yaml(path: str | Path, what: str = "config file") -> Any:
     """Parse a YAML file; a missing file, a syntax error or a duplicate key is a ConfigError
     naming file and line."""
 
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"{path}: {what} not found")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise ConfigError(f"{path}: {what} is not UTF-8 text") from None
+    text = read_text(path, what, ConfigError, MAX_YAML_BYTES)
     try:
         return yaml.load(text, Loader=_strict_loader())  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:

@@ -6,22 +6,22 @@ read back and checksum-verified, a miss is computed and stored at once. A run ki
 resumes at stage N, with stages 1..N-1 from the cache.
 
 Before anything is computed, the output folder must be absent, empty, or a results folder
-stagebench wrote (a valid manifest and nothing else), the cache and the output must not
-contain each other, and both must be writable: a run never deletes what it did not write.
-Results are written into a hidden sibling folder (``.<name>.partial-<pid>``) that replaces
-the output folder only once everything (runs, tables, manifest) is written, so a failed run
-never leaves a results folder that looks complete; partial folders of killed runs are
-removed by the next run.
+stagebench wrote (every file in it, at every depth, hidden ones included, listed in its
+manifest with the digest it has now: :data:`stagebench.results.RESULTS`), not a symbolic
+link, the cache and the output must not contain each other, and both (the output's parent
+too) must be writable: a run never deletes what it did not write.
+Results are written into a hidden sibling folder (``.<name>.partial-<pid>``, marked as ours)
+that replaces the output folder only once everything (runs, tables, manifest) is written, so
+a failed run never leaves a results folder that looks complete; staging folders of killed
+runs are removed by the next run.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import platform
 import resource
-import shutil
 import sys
 import time
 from dataclasses import asdict, dataclass, is_dataclass
@@ -33,11 +33,12 @@ from stagebench.cache import Cache, cache_root
 from stagebench.config import Config, check_trained_models
 from stagebench.data import LOADERS, Dataset
 from stagebench.engine import make_engine, ray_session
-from stagebench.errors import ConfigError, DataError, StagebenchError
+from stagebench.errors import ConfigError, DataError
 from stagebench.execute import package_versions, run_stage, stage_key
-from stagebench.files import atomic_write, check_apart, check_replaceable, check_writable, swap_in
+from stagebench.files import atomic_write, check_apart, check_destination, check_writable, remove_staging, staging, swap_in
 from stagebench.metrics import SCORED_MIN_GRADE
-from stagebench.results import KEPT_FILES, not_a_results_folder, render
+from stagebench.metrics.compute import gain_map
+from stagebench.results import RESULTS, render, write_manifest
 from stagebench.runs import Run, write_trec_qrels, write_trec_run
 from stagebench.stages import Stage, StageContext, stage_class
 from stagebench.system import machine_info
@@ -89,35 +90,22 @@ def check_scorable(config: Config, ds: Dataset) -> None:
     if config.evaluation.relevance_threshold > top:
         raise ConfigError(f"{config.path}: evaluation.relevance_threshold: {config.evaluation.relevance_threshold} is "
                           f"above every grade in the qrels (highest: {top}); every binary measure would be 0")  # fmt: skip
+    g = gain_map(config.evaluation.gain)
+    missing = sorted({x for x in grades if g.table and x not in dict(g.table)})
+    if missing:
+        raise ConfigError(f"{config.path}: evaluation.gain: the {g.describe()} has no gain for grade "
+                          f"{', '.join(map(str, missing))}, which the qrels hold (grades: {sorted(set(grades))})")  # fmt: skip
     for j, m in enumerate(config.measures):
         if m.rel is not None and m.rel > top:
             raise ConfigError(f"{config.path}: evaluation.metrics[{j}]: {m.name}: rel={m.rel} is above every grade "
                               f"in the qrels (highest: {top})")  # fmt: skip
 
 
-def _remove_stale_partials(out: Path) -> None:
-    for d in out.parent.glob(f".{out.name}.partial-*"):
-        pid = d.name.rsplit("-", 1)[-1]
-        alive = False
-        if pid.isdigit():
-            try:
-                os.kill(int(pid), 0)
-                alive = int(pid) != os.getpid()
-            except ProcessLookupError:
-                alive = False
-            except PermissionError:
-                alive = True
-        if not alive:
-            log.info("removing %s, left by an interrupted run", d)
-            shutil.rmtree(d, ignore_errors=True)
-
-
 def check_destinations(out: Path, cache: Cache) -> None:
     """Refuse, before anything is computed, an output that is not ours to replace, an output
     and a cache inside each other, and destinations that cannot be written."""
-    check_replaceable(out, "results of this run", not_a_results_folder)
+    check_destination(out, RESULTS)
     check_apart(out, "results folder", cache.root, "cache")
-    check_writable(out, "results folder")
     check_writable(cache.root, "cache")
 
 
@@ -126,8 +114,6 @@ def run_config(config: Config, output: str | Path | None = None, cache_dir: str 
     """Run ``config``; ``cache_dir`` overrides the cache root, ``recompute`` ignores cached
     results (and replaces them)."""
     out = Path(output or config.output)
-    if not out.name or out.name in (".", ".."):
-        raise StagebenchError(f"{out}: give the results folder a name (not '.' or '..')")
     cache = Cache(cache_root(cache_dir, config.cache_dir), read=not recompute)
     check_destinations(out, cache)
     check_trained_models(config)
@@ -142,21 +128,14 @@ def _run(config: Config, stages: list[Stage], out: Path, cache: Cache) -> RunRes
     t_start = time.perf_counter()
     ds = load_dataset(config)
     check_scorable(config, ds)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    _remove_stale_partials(out)
-    partial = out.parent / f".{out.name}.partial-{os.getpid()}"
-    if partial.exists():
-        shutil.rmtree(partial)
-    (partial / "runs").mkdir(parents=True)
+    partial = staging(out)
+    (partial / "runs").mkdir()
     try:
         result = _run_into(config, stages, ds, partial, cache, t_start)
         check_destinations(out, cache)  # the folder may have changed while the stages ran
-        for name in KEPT_FILES:  # not written by a run: carried over, never deleted
-            if (out / name).is_file():
-                shutil.copy2(out / name, partial / name)
-        swap_in(partial, out)
+        swap_in(partial, out, kept=RESULTS.kept)  # expected values and screenshots are carried over
     except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)
+        remove_staging(partial)
         raise
     result.output = out
     return result
@@ -227,7 +206,3 @@ def _run_into(config: Config, stages: list[Stage], ds: Dataset, folder: Path, ca
              "[wall %.1fs]", first.queries, first.queries_without_results, manifest["wall_seconds"])  # fmt: skip
     return RunResult(output=folder, table=rendered.table, runs=runs, dataset=ds, table_text=rendered.text,
                      per_query=rendered.per_query)  # fmt: skip
-
-
-def write_manifest(folder: Path, manifest: dict) -> None:
-    atomic_write(folder / "manifest.json", json.dumps(manifest, indent=2, default=str) + "\n")

@@ -92,7 +92,7 @@ def tables(table: StageTable) -> list[tuple[str, list[str], list[list[str]], int
 
 
 DEPTH_COLUMNS = ("N", "pool R@N", "input nDCG@10", "achieved nDCG@10", "change", "p (Holm)", "oracle nDCG@10",
-                 "headroom captured", "pairs", "seconds")  # fmt: skip
+                 "headroom captured", "pairs")  # fmt: skip
 
 
 def depth_cells(c: DepthCells) -> list[str]:
@@ -101,7 +101,7 @@ def depth_cells(c: DepthCells) -> list[str]:
     headroom = _pct(c.headroom_captured) if c.headroom_captured is not None else f"no room ({change:+.4f})"
     return [str(c.depth), _f(c.pool_recall), _f(c.input_ndcg10), _f(c.achieved_ndcg10),
             f"{change:+.4f}" + ("*" if c.significant else ""), format_p(c.p_value), _f(c.oracle_ndcg10), headroom,
-            f"{c.pairs:,}", "-" if c.seconds is None else f"{c.seconds:.1f}"]  # fmt: skip
+            f"{c.pairs:,}"]  # fmt: skip
 
 
 LLM_COLUMNS = ("stage", "windows", "ok", "repaired", "fallback", "failed", "repairs (dup/range/missing)", "retries",
@@ -186,14 +186,19 @@ def per_query_csv(stage_order: Sequence[str], per_query: dict[str, dict[str, dic
 def cost_table(stages: Sequence[dict]) -> tuple[list[str], list[list[str]]]:
     """Per stage: cached or computed in this run, wall time now, compute time and peak RSS when computed.
     Machine-dependent, so it is kept out of the stage table files (which are deterministic)."""
-    head = ["stage", "this run", "time (s)", "compute time (s)", "peak RSS when computed (MB)", "LLM s/query"]
+    head = ["stage", "this run", "time (s)", "compute time (s)", "peak RSS when computed (MB)", "LLM s/query",
+            "depth sweep: scoring s per depth"]  # fmt: skip
     body = []
     for s in stages:
         comp, peak = s.get("computed_seconds"), s.get("computed_peak_rss_mb")
-        llm = s.get("stats") if (s.get("stats") or {}).get("kind") == "llm" else None
+        st = s.get("stats") or {}
+        llm = st if st.get("kind") == "llm" else None
+        per_depth = st.get("seconds") if s.get("depth_runs") and isinstance(st.get("seconds"), dict) else None
         body.append([s["name"], s.get("status", "computed"), f"{s.get('seconds', 0):.2f}",
                      "-" if comp is None else f"{comp:.1f}", "-" if peak is None else f"{peak:.0f}",
-                     "-" if llm is None else f"{llm['seconds_per_query']:.2f}"])  # fmt: skip
+                     "-" if llm is None else f"{llm['seconds_per_query']:.2f}",
+                     "-" if not per_depth else ", ".join(f"{n}: {v:.1f}" for n, v in sorted(per_depth.items(),
+                                                                                           key=lambda kv: int(kv[0])))])  # fmt: skip
     return head, body
 
 

@@ -16,7 +16,10 @@ Each expected value gets a status: ``OK`` (equal to the 6 decimals results are s
 with), ``OK-within-tolerance`` (differs by at most the tolerance) or ``FAIL`` (differs by
 more, or the stage or metric is missing). A dataset fingerprint that differs is a FAIL
 too, reported first, because it explains every other difference. Metrics are recomputed
-from the folder's run files and qrels when they are there (``stage_table.json`` otherwise).
+from the folder's run files and qrels, each verified against the manifest's digests; a
+missing or changed file is an error naming it. Only when asked (``--stored-table``, for a
+folder that holds tables alone, such as the committed ones) are they read from
+``stage_table.json`` instead - verified the same way, and said in the report's first line.
 """
 
 from __future__ import annotations
@@ -92,11 +95,11 @@ def load_expected(path: str | Path) -> Expected:
     return exp
 
 
-def folder_metrics(folder: Path) -> tuple[dict[str, dict[str, float]], dict, str]:
+def folder_metrics(folder: Path, stored_table: bool = False) -> tuple[dict[str, dict[str, float]], dict, str]:
     """stage -> metric -> mean (rounded to 6 decimals, as stage_table.json), the manifest, and the source.
-    Run files are verified against the manifest's digests (:class:`stagebench.results.RunFolder`)."""
+    Every file read is verified against the manifest's digests (:class:`stagebench.results.RunFolder`)."""
     rf = RunFolder.open(folder)
-    if rf.has_runs():
+    if not stored_table:
         qrels, runs, ev = rf.qrels(), rf.runs(), rf.manifest["evaluation"]
         out = {}
         for name, run in runs.items():
@@ -104,13 +107,15 @@ def folder_metrics(folder: Path) -> tuple[dict[str, dict[str, float]], dict, str
             out[name] = {m: round(v, 6) for m, v in e.means.items()}
         return out, rf.manifest, "recomputed from runs/ and qrels.trec"
     table = rf.table()
-    return {r.stage: dict(r.metrics) for r in table.rows}, rf.manifest, "read from stage_table.json (no run files)"
+    return ({r.stage: dict(r.metrics) for r in table.rows}, rf.manifest,
+            "read from stage_table.json as asked (--stored-table), verified against manifest.json; not recomputed")  # fmt: skip
 
 
-def compare_with_expected(folder: str | Path, expected_path: str | Path) -> tuple[list[CheckRow], str]:
+def compare_with_expected(folder: str | Path, expected_path: str | Path,
+                          stored_table: bool = False) -> tuple[list[CheckRow], str]:  # fmt: skip
     folder = Path(folder)
     exp = load_expected(expected_path)
-    got, manifest, source = folder_metrics(folder)
+    got, manifest, source = folder_metrics(folder, stored_table)
     rows: list[CheckRow] = []
     ds = manifest.get("dataset", {})
     for key, want in exp.dataset.items():
@@ -155,12 +160,12 @@ def format_report(rows: list[CheckRow], folder: str, expected_path: str, source:
 
 
 def write_expected(folder: str | Path, expected_path: str | Path, tolerance: float | None = None,
-                   metrics: list[str] | None = None) -> None:  # fmt: skip
+                   metrics: list[str] | None = None, stored_table: bool = False) -> None:  # fmt: skip
     """Pin a run folder's current metrics as the expected values (an on-purpose update). The
     tolerances of the file being replaced are kept (``tolerance`` given: it replaces the global one)."""
 
     folder = Path(folder)
-    got, manifest, _ = folder_metrics(folder)
+    got, manifest, _ = folder_metrics(folder, stored_table)
     ds = manifest.get("dataset", {})
     old = load_expected(expected_path) if Path(expected_path).is_file() else None
     doc = {

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import csv
 import json
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from string import ascii_lowercase
 
@@ -22,26 +23,32 @@ import stagebench.plots as plots
 import stagebench.report as report
 import stagebench.stats as stats
 from stagebench.errors import StagebenchError
-from stagebench.files import atomic_write
+from stagebench.files import STAGING_MARK, Owned, atomic_write, file_digest, inventory
 from stagebench.metrics import compute
 from stagebench.metrics.compute import gain_map
 from stagebench.metrics import evaluate, parse_measure
-from stagebench.runs import Run, qrels_digest, ranked_ids, read_trec_qrels, read_trec_run, run_digest
+from stagebench.runs import Run, ranked_ids, read_trec_qrels, read_trec_run
 from stagebench.table import CeilingCells, DepthCells, LLMCells, StageRow, StageTable
 
 MANIFEST = "manifest.json"
 #: files a results folder may hold that no run writes (``stagebench check``'s expected values,
-#: committed next to the results; the explorer screenshot ``make report-check`` takes): a new run
-#: into the folder keeps them
-KEPT_FILES = ("expected.yaml", "plots/explorer.png")
-#: everything a run writes into a results folder (``expected.yaml`` is kept across runs, see
-#: stagebench.pipeline); a folder holding anything else is not stagebench's to replace
-RESULT_ENTRIES = frozenset({
-    MANIFEST, "runs", "qrels.trec", "stage_table.txt", "stage_table.md", "stage_table.csv", "stage_table.json",
-    "significance.json", "per_query.csv", "plots", "report.html", "report_screenshot.png", explorer.TEXTS_FILE,
-    *KEPT_FILES,
-})  # fmt: skip
+#: committed next to the results; the screenshots ``make report-check`` takes): a new run into
+#: the folder carries them over, never deletes them
+KEPT_FILES = ("expected.yaml", "plots/explorer.png", "report_screenshot.png")
+#: what a manifest must hold to be read
+MANIFEST_KEYS = ("stagebench_version", "stages", "evaluation", "dataset", "config", "files")
 
+
+def _recorded_files(folder: Path) -> dict[str, str] | str:
+    try:
+        return read_manifest(folder)["files"]
+    except StagebenchError as exc:
+        return str(exc).removeprefix(f"{folder}: ")
+
+
+#: the one rule for replacing a results folder (``run``, ``Result.save``): every file in it,
+#: at every depth, hidden ones included, is listed in its manifest with the digest it has now
+RESULTS = Owned("results folder", MANIFEST, _recorded_files, frozenset(KEPT_FILES))
 
 @dataclass
 class Rendered:
@@ -50,6 +57,7 @@ class Rendered:
     text: str
     per_query: dict[str, dict[str, dict[str, float]]]  # stage -> measure -> qid -> value
     queries: list[str]
+    written: list[str] = field(default_factory=list)  # files render() wrote, relative to the folder
 
 
 def stage_letter(i: int) -> str:
@@ -67,20 +75,27 @@ def read_manifest(folder: Path) -> dict:
         raise StagebenchError(f"{mpath}: not a readable stagebench manifest ({exc})") from None
     if not isinstance(manifest, dict) or "stagebench_version" not in manifest or not isinstance(manifest.get("stages"), list):
         raise StagebenchError(f"{mpath}: not a stagebench manifest (no stagebench_version / stages)")
+    if not isinstance(manifest.get("files"), dict):
+        raise StagebenchError(f"{mpath}: written by an older stagebench ({manifest['stagebench_version']}) that recorded no "
+                              "file digests, so nothing in the folder can be verified; run its config again into a "
+                              "new folder")  # fmt: skip
+    missing = [k for k in MANIFEST_KEYS if k not in manifest]
+    if missing:
+        raise StagebenchError(f"{mpath}: not a complete stagebench manifest (no {', '.join(missing)})")
     return manifest
 
 
-def not_a_results_folder(folder: Path) -> str | None:
-    """None when ``folder`` is a results folder stagebench wrote (a valid manifest and
-    nothing but what a run writes), else why not: only such a folder may be replaced."""
-    try:
-        read_manifest(folder)
-    except StagebenchError as exc:
-        return str(exc).removeprefix(f"{folder}: ")
-    foreign = sorted(p.name for p in folder.iterdir() if p.name not in RESULT_ENTRIES and not p.name.startswith("."))
-    if foreign:
-        return f"a stagebench results folder that also holds files no run wrote ({', '.join(foreign[:5])})"
-    return None
+def write_manifest(folder: Path, manifest: dict, written: Iterable[str] | None = None) -> None:
+    """Write ``manifest.json`` with the sha256 of every file the folder holds that stagebench
+    wrote: ``written`` (relative paths, plus those the manifest already lists), or, when None,
+    every file in the folder (a staging folder: nothing in it is anyone else's)."""
+    if written is None:
+        files = inventory(folder, leave_out={MANIFEST, STAGING_MARK, *KEPT_FILES})
+    else:
+        rels = sorted({*manifest.get("files", {}), *written} - {MANIFEST, *KEPT_FILES})
+        files = {r: file_digest(folder / r) for r in rels if (folder / r).is_file()}
+    manifest["files"] = files
+    atomic_write(folder / MANIFEST, json.dumps(manifest, indent=2, default=str) + "\n")
 
 
 @dataclass
@@ -105,48 +120,48 @@ class RunFolder:
         """The measure columns, as the alias table spells them."""
         return [parse_measure(m).name for m in self.manifest["evaluation"]["metrics"]]
 
-    def has_runs(self) -> bool:
-        return (self.path / "qrels.trec").is_file() and all(
-            (self.path / "runs" / f"{s}.trec").is_file() for s in self.stages)  # fmt: skip
+    def verified(self, rel: str) -> Path:
+        """The path of ``rel`` in the folder, after checking it against the manifest: recorded
+        there, present, and with the sha256 the manifest holds. Anything else is one error
+        naming the file; nothing is ever read unverified or replaced by a fallback."""
+        p = self.path / rel
+        files = self.manifest["files"]
+        if rel not in files:
+            raise StagebenchError(f"{p}: not recorded in {self.path / MANIFEST} (no run wrote it there), so it cannot "
+                                  "be verified")  # fmt: skip
+        if not p.is_file():
+            raise StagebenchError(f"{p}: missing; {MANIFEST} records it (the folder is incomplete: run its config "
+                                  "again{})".format(", or check the stored table with --stored-table" if rel.startswith(("runs/", "qrels")) else ""))  # fmt: skip
+        if file_digest(p) != files[rel]:
+            raise StagebenchError(f"{p}: changed after the run (its sha256 differs from the one in {MANIFEST}); "
+                                  "run the config again")  # fmt: skip
+        return p
+
+    def holds(self, rel: str) -> bool:
+        """Whether the manifest records ``rel`` and it is here (a committed folder holds its
+        tables but not its runs); reading it still verifies it."""
+        return rel in self.manifest["files"] and (self.path / rel).is_file()
 
     def qrels(self) -> dict:
-        qpath = self.path / "qrels.trec"
-        qrels = read_trec_qrels(qpath)
-        want = self.manifest.get("dataset", {}).get("qrels_fingerprint")
-        if want is not None and qrels_digest(qrels) != want:
-            raise StagebenchError(f"{qpath}: does not match the qrels this folder was scored with (digest differs from "
-                                  f"{MANIFEST}); the file was changed after the run")  # fmt: skip
-        return qrels
+        return read_trec_qrels(self.verified("qrels.trec"))
 
     def runs(self) -> dict[str, Run]:
+        """Every stage's run and its depth-sweep runs, each file verified first."""
         runs = {}
         for s in self.manifest["stages"]:
-            p = self.path / "runs" / f"{s['name']}.trec"
-            if not p.is_file():
-                raise StagebenchError(f"{p}: run file missing (the folder holds tables only; `stagebench run` it again)")
-            runs[s["name"]] = read_trec_run(p)
-            for name in s.get("depth_runs", []):  # a reranker's runs at other depths
-                dp = self.path / "runs" / f"{name}.trec"
-                if not dp.is_file():
-                    raise StagebenchError(f"{dp}: run file missing (the depth sweep of stage {s['name']})")
-                runs[name] = read_trec_run(dp)
-            want = s.get("run_digest")
-            if want is not None and run_digest(runs[s["name"]]) != want:
-                raise StagebenchError(f"{p}: does not match the run recorded in {MANIFEST} (digest differs); the file "
-                                      "was changed or truncated after the run - `stagebench run` the config again")  # fmt: skip
+            for name in (s["name"], *s.get("depth_runs", [])):
+                runs[name] = read_trec_run(self.verified(f"runs/{name}.trec"))
         return runs
 
     def table(self) -> StageTable:
-        path = self.path / "stage_table.json"
-        if not path.is_file():
-            raise StagebenchError(f"{self.path}: no stage_table.json (not a finished run folder)")
-        return StageTable.from_json(path.read_text(encoding="utf-8"), self.metrics)
+        return StageTable.from_json(self.verified("stage_table.json").read_text(encoding="utf-8"), self.metrics)
+
+    def texts(self) -> dict:
+        return explorer.read_texts(self.verified(explorer.TEXTS_FILE))
 
     def per_query(self) -> dict[str, dict[str, dict[str, float]]]:
-        """stage -> measure -> qid -> value, from per_query.csv, stages in pipeline order."""
-        path = self.path / "per_query.csv"
-        if not path.is_file():
-            raise StagebenchError(f"{self.path}: not a finished stagebench run folder (no per_query.csv)")
+        """stage -> measure -> qid -> value, from per_query.csv (verified), stages in pipeline order."""
+        path = self.verified("per_query.csv")
         out: dict[str, dict[str, dict[str, float]]] = {}
         with open(path, encoding="utf-8", newline="") as fh:
             reader = csv.DictReader(fh)
@@ -262,7 +277,7 @@ def depth_cells(s: dict, runs: dict[str, Run], qrels: dict, queries: list[str], 
     significantly from its input (paired randomization test, Holm over the depths), and its cost."""
     inp = runs[s["inputs"][0]]
     st = s.get("stats") or {}
-    pairs, secs = st.get("pairs", {}), st.get("seconds", {})
+    pairs = st.get("pairs", {})
     in_q = {q: compute.ndcg(ranked_ids(inp.get(q, {})), qrels[q], 10, gain) for q in queries}
     rows = []
     for name in s["depth_runs"]:
@@ -277,24 +292,30 @@ def depth_cells(s: dict, runs: dict[str, Run], qrels: dict, queries: list[str], 
                        achieved_ndcg10=round(c.achieved, 6), oracle_ndcg10=round(c.oracle, 6),
                        headroom_captured=None if c.headroom_captured is None else round(c.headroom_captured, 6),
                        p_value=float(f"{p:.4g}"), significant=bool(p < ev["alpha"] and cmp.mean_a != cmp.mean_b),
-                       pairs=int(pairs.get(str(n), 0)), seconds=secs.get(str(n)))
+                       pairs=int(pairs.get(str(n), 0)))
             for (n, c, cmp), p in zip(rows, holm)]  # fmt: skip
 
 
-def render(folder: str | Path) -> Rendered:
-    """Score, analyse and write every table, plot and the report of a run folder."""
+def render(folder: str | Path, rf: RunFolder | None = None) -> Rendered:
+    """Score, analyse and write every table, plot and the report of a run folder (its runs,
+    qrels and texts verified against the manifest first)."""
     folder = Path(folder)
-    rf = RunFolder.open(folder)
-    manifest, qrels, runs = rf.manifest, rf.qrels(), rf.runs()
+    rf = rf or RunFolder.open(folder)
+    manifest, qrels, runs, texts = rf.manifest, rf.qrels(), rf.runs(), rf.texts()
     rendered = score_folder(manifest, qrels, runs)
     table = rendered.table
     names = [s["name"] for s in manifest["stages"]]
-    atomic_write(folder / "stage_table.txt", rendered.text)
-    atomic_write(folder / "stage_table.md", report.render_markdown(table))
-    atomic_write(folder / "stage_table.csv", report.render_csv(table))
-    atomic_write(folder / "stage_table.json", table.to_json())
-    atomic_write(folder / "significance.json", json.dumps(rendered.comparisons, indent=2) + "\n")
-    atomic_write(folder / "per_query.csv", report.per_query_csv(names, rendered.per_query, rendered.queries))
+
+    def write(rel: str, data) -> None:
+        atomic_write(folder / rel, data)
+        rendered.written.append(rel)
+
+    write("stage_table.txt", rendered.text)
+    write("stage_table.md", report.render_markdown(table))
+    write("stage_table.csv", report.render_csv(table))
+    write("stage_table.json", table.to_json())
+    write("significance.json", json.dumps(rendered.comparisons, indent=2) + "\n")
+    write("per_query.csv", report.per_query_csv(names, rendered.per_query, rendered.queries))
 
     rel = manifest["evaluation"]["relevance_threshold"]
     retrieval = [s for s in manifest["stages"] if not s.get("reorders_input")]
@@ -310,27 +331,32 @@ def render(folder: str | Path) -> Rendered:
         points = [(n, c, q, f) for n, c, q, _, f in report.quality_cost(table, manifest["stages"])]
         if all(c > 0 for _, c, _, _ in points):
             images.append(("quality_cost.png", plots.quality_cost(points)))
-    (folder / "plots").mkdir(exist_ok=True)
     for name, png in images:
-        atomic_write(folder / "plots" / name, png)
-    atomic_write(folder / "report.html", report.render_html(table, rendered.comparisons, images, manifest["stages"],
-                                                            explorer_data(folder, manifest, qrels, runs, rendered)))  # fmt: skip
+        write(f"plots/{name}", png)
+    write("report.html", report.render_html(table, rendered.comparisons, images, manifest["stages"],
+                                            explorer_data(manifest, qrels, runs, rendered, texts)))  # fmt: skip
     return rendered
 
 
-def query_views(folder: Path, manifest: dict, qrels: dict, runs: dict[str, Run], rendered: Rendered,
-                texts: dict | None = None) -> tuple[list[explorer.QueryView], str, dict[int, str]]:  # fmt: skip
+def rerender(folder: str | Path) -> Rendered:
+    """``stagebench table``: render a finished folder again and record the new files' digests."""
+    rf = RunFolder.open(folder)
+    rendered = render(rf.path, rf)
+    write_manifest(rf.path, rf.manifest, rendered.written)
+    return rendered
+
+
+def query_views(manifest: dict, qrels: dict, runs: dict[str, Run], rendered: Rendered,
+                texts: dict) -> tuple[list[explorer.QueryView], str, dict[int, str]]:  # fmt: skip
     """Every scored query's view (explorer.build), the primary measure, and the grade labels."""
     metric = explorer.primary_measure(rendered.table.metrics)
-    texts = explorer.read_texts(folder) if texts is None else texts
     views = explorer.build(manifest["stages"], runs, qrels, rendered.per_query, metric, rendered.queries,
                            manifest["evaluation"]["relevance_threshold"], texts)  # fmt: skip
     return views, metric, label_names_of(manifest, qrels)
 
 
-def explorer_data(folder: Path, manifest: dict, qrels: dict, runs: dict[str, Run], rendered: Rendered) -> tuple[dict, dict]:
-    texts = explorer.read_texts(folder)
-    views, metric, labels = query_views(folder, manifest, qrels, runs, rendered, texts)
+def explorer_data(manifest: dict, qrels: dict, runs: dict[str, Run], rendered: Rendered, texts: dict) -> tuple[dict, dict]:
+    views, metric, labels = query_views(manifest, qrels, runs, rendered, texts)
     return explorer.as_json(views, manifest["stages"], metric, labels, texts), explorer.wins_and_losses(views)
 
 
@@ -357,6 +383,6 @@ def show_query(folder: str | Path, qid: str) -> str:
         why = "is judged but has no relevant document" if qid in qrels else "is not in the qrels"
         raise StagebenchError(f"{folder}: query {qid!r} {why}, so it is not scored (scored: {len(scored)} queries, "
                               f"e.g. {', '.join(near)})")  # fmt: skip
-    texts = explorer.read_texts(Path(folder))
+    texts = rf.texts()
     view = explorer.build(manifest["stages"], runs, qrels, per_query, metric, [qid], ev["relevance_threshold"], texts)[0]
     return explorer.render_text(view, metric, label_names_of(manifest, qrels), texts.get("docs", {}))

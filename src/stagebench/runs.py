@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import hashlib
 import math
+import numbers
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 from stagebench.errors import DataError
 from stagebench.files import atomic_write
+from stagebench.textfile import text_lines
 
 Run = dict[str, dict[str, float]]
 Qrels = dict[str, dict[str, int]]
@@ -67,15 +70,69 @@ def qrels_digest(qrels: Mapping[str, Mapping[str, int]]) -> str:
     return h.hexdigest()
 
 
-def _text_lines(path: Path, what: str) -> Iterator[tuple[int, str]]:
-    """(line number, line) of a text file; a missing or binary file is one clear error."""
-    if not path.is_file():
-        raise DataError(f"{path}: {what} not found")
-    try:
-        with open(path, encoding="utf-8") as fh:
-            yield from enumerate(fh, start=1)
-    except UnicodeDecodeError as exc:
-        raise DataError(f"{path}: not a UTF-8 text {what} (undecodable byte at offset {exc.start})") from None
+def check_id(value: Any, kind: str, where: str) -> str:
+    """The one id check, for every loader and the Python API: an id is a string or an integer
+    (returned as its decimal string) that a TREC file can hold - not null, not a float (a
+    column with a null reads as floats: ``100164.0``), not empty, no whitespace or control
+    character (newlines included). ``where`` names file and row (or the argument)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        raise DataError(f"{where}: the {kind} id is missing (null)")
+    if isinstance(value, bool) or not isinstance(value, str | numbers.Integral):
+        if isinstance(value, numbers.Real):
+            raise DataError(f"{where}: {kind} id {value!r} is a float; ids are strings or integers (a column that holds "
+                            "a null is read as floats)")  # fmt: skip
+        raise DataError(f"{where}: {kind} id {value!r} is a {type(value).__name__}; ids are strings or integers")
+    text = value if isinstance(value, str) else str(int(value))
+    if not text or any(c.isspace() or not c.isprintable() for c in text):
+        raise DataError(f"{where}: {kind} id {text!r} is empty or holds whitespace or control characters (run and "
+                        "qrels files are whitespace-separated and cannot hold it)")  # fmt: skip
+    return text
+
+
+def checked_run(run: Mapping[Any, Mapping[Any, Any]], where: str = "run") -> Run:
+    """A run given in Python (the API), checked as a run file is read: ids by :func:`check_id`,
+    scores finite numbers."""
+    if not isinstance(run, Mapping):
+        raise DataError(f"{where}: expected a mapping query id -> {{doc id: score}}, got {type(run).__name__}")
+    out: Run = {}
+    for q, docs in run.items():
+        qid = check_id(q, "query", where)
+        if not isinstance(docs, Mapping):
+            raise DataError(f"{where}[{qid!r}]: expected a mapping doc id -> score, got {type(docs).__name__}")
+        if qid in out:
+            raise DataError(f"{where}: query id {qid!r} appears twice (as {q!r} and as a string or integer)")
+        scored = out[qid] = {}
+        for d, score in docs.items():
+            did = check_id(d, "document", f"{where}[{qid!r}]")
+            if isinstance(score, bool) or not isinstance(score, numbers.Real) or not math.isfinite(score):
+                raise DataError(f"{where}[{qid!r}][{did!r}]: score {score!r} is not a finite number")
+            if did in scored:
+                raise DataError(f"{where}[{qid!r}]: document id {did!r} appears twice")
+            scored[did] = float(score)
+    return out
+
+
+def checked_qrels(qrels: Mapping[Any, Mapping[Any, Any]], where: str = "qrels") -> Qrels:
+    """Qrels given in Python (the API), checked as a qrels file is read: ids by
+    :func:`check_id`, grades integers (not fractions, not booleans)."""
+    if not isinstance(qrels, Mapping):
+        raise DataError(f"{where}: expected a mapping query id -> {{doc id: grade}}, got {type(qrels).__name__}")
+    out: Qrels = {}
+    for q, docs in qrels.items():
+        qid = check_id(q, "query", where)
+        if not isinstance(docs, Mapping):
+            raise DataError(f"{where}[{qid!r}]: expected a mapping doc id -> grade, got {type(docs).__name__}")
+        if qid in out:
+            raise DataError(f"{where}: query id {qid!r} appears twice (as {q!r} and as a string or integer)")
+        judged = out[qid] = {}
+        for d, grade in docs.items():
+            did = check_id(d, "document", f"{where}[{qid!r}]")
+            if isinstance(grade, bool) or not isinstance(grade, numbers.Integral):
+                raise DataError(f"{where}[{qid!r}][{did!r}]: grade {grade!r} is not an integer")
+            if did in judged:
+                raise DataError(f"{where}[{qid!r}]: document id {did!r} appears twice")
+            judged[did] = int(grade)
+    return out
 
 
 _HEADER_WORD = re.compile(r"[A-Za-z][A-Za-z_-]*")
@@ -100,7 +157,7 @@ def read_trec_run(path: str | Path) -> Run:
     """Read a TREC run file (6 whitespace-separated columns; the rank column is ignored)."""
     path = Path(path)
     run: Run = {}
-    for lineno, line in _text_lines(path, "run file"):
+    for lineno, line in text_lines(path, "run file"):
         if not line.strip():
             continue
         parts = line.split()
@@ -140,7 +197,7 @@ def read_trec_qrels(path: str | Path) -> Qrels:
     path = Path(path)
     qrels: Qrels = {}
     first_line: dict[tuple[str, str], int] = {}
-    for lineno, line in _text_lines(path, "qrels file"):
+    for lineno, line in text_lines(path, "qrels file"):
         parts = line.split()
         if not parts:
             continue

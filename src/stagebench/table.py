@@ -28,7 +28,9 @@ class CeilingCells:
 @dataclass(frozen=True)
 class DepthCells:
     """One depth of a reranker's depth sweep (``depths:``): its ceiling at that depth, what it
-    achieved (and whether significantly differently from its input), and what the depth cost."""
+    achieved (and whether significantly differently from its input), and how many pairs it scored.
+    Counts only, like every cell of the table: its seconds, which differ between an uninterrupted and
+    a resumed run, live in the manifest and report.html's cost table."""
 
     depth: int
     pool_recall: float
@@ -38,8 +40,7 @@ class DepthCells:
     headroom_captured: float | None
     p_value: float  # paired randomization test of achieved vs input nDCG@10, Holm-corrected over the depths
     significant: bool  # p_value < alpha
-    pairs: int  # query-document pairs scored for this depth
-    seconds: float | None  # scoring time for this depth (pro-rated by pairs from the one pass), when recorded
+    pairs: int  # query-document pairs scored for this depth (timings: the manifest and report.html's cost table)
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,7 @@ from stagebench.config import NegativesConfig, TrainingConfig
 from stagebench.data import LOADERS
 from stagebench.errors import ConfigError, DataError, StagebenchError
 from stagebench.execute import run_stage, stage_key
-from stagebench.files import check_replaceable, check_writable, swap_in
+from stagebench.files import STAGING_MARK, Owned, atomic_write, check_destination, inventory, remove_staging, staging, swap_in
 from stagebench.finetune import TrainingData
 from stagebench.runs import ranked_ids
 from stagebench.stages import StageContext, stage_class
@@ -156,32 +156,35 @@ def train_reranker(config, output: str | None = None, cache=None) -> dict:
         raise ConfigError(f"{config.path}: no training: section (see docs/training.md)")
     cache = cache or Cache(cache_root(None, config.cache_dir))
     out = Path(output or t.output)
-    check_replaceable(out, "trained model", not_a_model_folder)
-    check_writable(out, "model folder")
+    check_destination(out, MODEL)
     t0 = time.perf_counter()
     data, _ = build_training_data(config, t, cache)
     log.info("training data: %s", json.dumps(data.stats))
-    work = out.parent / f".{out.name}.work"
-    work.mkdir(parents=True, exist_ok=True)
-    stage = CrossEncoderStage("train", CrossEncoderParams(model=t.base_model, source=t.source, max_length=t.max_length))
+    tmp = staging(out)
     try:
-        fitted = stage.fit(data, t, work)
-    except StagebenchError as exc:
-        raise StagebenchError(f"{config.path}: {exc}") from exc
-    tmp = out.parent / f".{out.name}.partial"
-    shutil.rmtree(tmp, ignore_errors=True)
-    fitted.model.save_pretrained(str(tmp))
-    report = {
-        "base_model": t.base_model, "base_model_origin": fitted.base_origin, "config": config.path,
-        "training": json.loads(json.dumps(dataclasses.asdict(t), default=str)), "data": data.stats,
-        "dev_before": fitted.dev_before, "dev_after": fitted.dev_after, "train_seconds": round(fitted.train_seconds, 1),
-        "total_seconds": round(time.perf_counter() - t0, 1), "steps": fitted.steps, "log_history": fitted.log_history,
-    }  # fmt: skip
-    (tmp / TRAINING_REPORT).write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
-    (tmp / "README.md").write_text(model_card(report), encoding="utf-8")
-    check_replaceable(out, "trained model", not_a_model_folder)  # it may have changed while training ran
-    swap_in(tmp, out)
-    shutil.rmtree(work, ignore_errors=True)
+        work = tmp / WORK
+        work.mkdir()
+        stage = CrossEncoderStage("train", CrossEncoderParams(model=t.base_model, source=t.source, max_length=t.max_length))
+        try:
+            fitted = stage.fit(data, t, work)
+        except StagebenchError as exc:
+            raise StagebenchError(f"{config.path}: {exc}") from exc
+        shutil.rmtree(work)
+        fitted.model.save_pretrained(str(tmp))
+        report = {
+            "base_model": t.base_model, "base_model_origin": fitted.base_origin, "config": config.path,
+            "training": json.loads(json.dumps(dataclasses.asdict(t), default=str)), "data": data.stats,
+            "dev_before": fitted.dev_before, "dev_after": fitted.dev_after, "train_seconds": round(fitted.train_seconds, 1),
+            "total_seconds": round(time.perf_counter() - t0, 1), "steps": fitted.steps, "log_history": fitted.log_history,
+        }  # fmt: skip
+        atomic_write(tmp / "README.md", model_card(report))
+        report["files"] = inventory(tmp, leave_out={TRAINING_REPORT, STAGING_MARK})
+        atomic_write(tmp / TRAINING_REPORT, json.dumps(report, indent=2, default=str) + "\n")
+        check_destination(out, MODEL)  # it may have changed while training ran
+        swap_in(tmp, out)
+    except BaseException:
+        remove_staging(tmp)
+        raise
     report["output"] = str(out)
     return report
 
@@ -189,11 +192,25 @@ def train_reranker(config, output: str | None = None, cache=None) -> dict:
 TRAINING_REPORT = "stagebench_training.json"
 
 
-def not_a_model_folder(folder: Path) -> str | None:
-    """None when ``folder`` is a model folder train-reranker wrote (it may replace it), else why not."""
-    if (folder / TRAINING_REPORT).is_file():
-        return None
-    return f"not a model folder stagebench trained (no {TRAINING_REPORT})"
+WORK = ".work"  # checkpoints while training, inside the staging folder
+
+
+def _recorded_files(folder: Path) -> dict[str, str] | str:
+    path = folder / TRAINING_REPORT
+    if not path.is_file():
+        return f"not a model folder stagebench trained (no {TRAINING_REPORT})"
+    try:
+        files = json.loads(path.read_text(encoding="utf-8"))["files"]
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+        return (f"not a model folder this stagebench can verify ({TRAINING_REPORT} is unreadable or, written by an "
+                "older stagebench, lists no file digests)")  # fmt: skip
+    if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
+        return f"not a model folder this stagebench can verify ({TRAINING_REPORT} lists no file digests)"
+    return files
+
+
+#: the rule for replacing a model folder: train-reranker wrote every file in it
+MODEL = Owned("trained model", TRAINING_REPORT, _recorded_files)
 
 
 def model_card(r: dict) -> str:

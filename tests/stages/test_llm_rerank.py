@@ -173,7 +173,7 @@ def test_failed_answers_are_not_cached(tmp_path):
     ({"backend": "openai"}, "base_url: backend openai needs"),
     ({"backend": "openai", "base_url": "http://x:1/v1", "api_key_env": "sk-abc123-secret"}, "api_key_env: must be the name"),
     ({"base_url": "http://x:1/v1"}, "base_url: applies to backend openai"),
-    ({"prompt": "/nonexistent/prompt.txt"}, "prompt: /nonexistent/prompt.txt: no such file"),
+    ({"prompt": "/nonexistent/prompt.txt"}, "prompt: /nonexistent/prompt.txt: prompt file not found"),
     ({"temperature": -1}, "temperature"),
     ({"backend": "vllm"}, "backend"),
 ])  # fmt: skip

@@ -25,7 +25,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from stagebench.data.corpus import Corpus
-from stagebench.data.model import Dataset, check_id, check_queries, judged_doc_ids
+from stagebench.data.model import Dataset, check_queries, judged_doc_ids
+from stagebench.runs import check_id
 from stagebench.data.text import strip_html
 from stagebench.errors import DataError
 from stagebench.optional import need
@@ -186,6 +187,13 @@ def load_esci_hf(opts: EsciHfOptions) -> Dataset:
 
 def build_esci(examples, products, opts: EsciOptions, ex_source: str, prod_source: str, name: str) -> Dataset:
     ex = examples
+    for col in ("query_id", "product_id"):  # one null turns a whole integer column into floats (100164.0)
+        nulls = ex[col].isna().to_numpy()
+        if nulls.any():
+            first = int(np.flatnonzero(nulls)[0])
+            row = f"example_id {ex['example_id'].iloc[first]}" if "example_id" in ex.columns else f"row {first}"
+            raise DataError(f"{ex_source}: {row}: {col} is null ({int(nulls.sum())} null {col} value(s) in the file); "
+                            "every example needs a query and a product id")  # fmt: skip
     if opts.locale is not None:
         ex = ex[ex["product_locale"] == opts.locale]
     if opts.split is not None:
@@ -215,14 +223,13 @@ def build_esci(examples, products, opts: EsciOptions, ex_source: str, prod_sourc
     id_col = ex["example_id"] if "example_id" in ex.columns else ex.index
     for ex_id, qid, qtext, pid, loc, label in zip(id_col, ex["query_id"], ex["query"], ex["product_id"],
                                                   ex["product_locale"], ex["esci_label"]):  # fmt: skip
-        qid = str(qid)
         where = f"{ex_source}: example_id {ex_id}"
+        qid = check_id(qid, "query", where)
         if label not in opts.labels:
             raise DataError(f"{where}: unknown esci_label {label!r} (known: {', '.join(map(str, opts.labels))})")
         if not isinstance(qtext, str) or not qtext.strip():  # pandas reads a null text as None or NaN
             raise DataError(f"{where}: empty or null query text for query_id {qid} ({qtext!r})")
-        check_id(qid, "query", where)
-        check_id(str(pid), "product", where)
+        pid = check_id(pid, "product", where)
         prev = queries.setdefault(qid, qtext)
         if prev != qtext:
             raise DataError(f"{where}: query_id {qid} has two texts ({prev!r} and {qtext!r})")

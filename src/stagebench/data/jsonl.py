@@ -10,26 +10,25 @@ from pathlib import Path
 from typing import Literal
 
 from stagebench.data.esci import ESCI_LABEL_NAMES
-from stagebench.data.model import Dataset, check_id, check_queries
+from stagebench.data.model import Dataset, check_queries
 from stagebench.data.text import strip_html
 from stagebench.errors import DataError
 from stagebench.params import PositiveInt, param
+from stagebench.runs import check_id
+from stagebench.textfile import text_lines
 
 
 def read_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
-    if not path.is_file():
-        raise DataError(f"{path}: file not found")
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DataError(f"{path}:{lineno}: invalid JSON ({exc.msg})") from None
-            if not isinstance(row, dict):
-                raise DataError(f"{path}:{lineno}: expected a JSON object")
-            yield lineno, row
+    for lineno, line in text_lines(path, "JSONL file"):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{path}:{lineno}: invalid JSON ({exc.msg})") from None
+        if not isinstance(row, dict):
+            raise DataError(f"{path}:{lineno}: expected a JSON object")
+        yield lineno, row
 
 
 def _get(row: dict, key: str, path: Path, lineno: int):
@@ -54,14 +53,14 @@ def load_beir(opts: BeirOptions) -> Dataset:
     corpus: dict[str, dict[str, str]] = {}
     cpath = root / "corpus.jsonl"
     for lineno, row in read_jsonl(cpath):
-        did = check_id(str(_get(row, "_id", cpath, lineno)), "document", f"{cpath}:{lineno}")
+        did = check_id(_get(row, "_id", cpath, lineno), "document", f"{cpath}:{lineno}")
         if did in corpus:
             raise DataError(f"{cpath}:{lineno}: duplicate document id {did!r}")
         corpus[did] = {"title": strip_html(row.get("title") or ""), "text": strip_html(row.get("text") or "")}
     qpath = root / "queries.jsonl"
     all_queries: dict[str, str] = {}
     for lineno, row in read_jsonl(qpath):
-        qid = check_id(str(_get(row, "_id", qpath, lineno)), "query", f"{qpath}:{lineno}")
+        qid = check_id(_get(row, "_id", qpath, lineno), "query", f"{qpath}:{lineno}")
         if qid in all_queries:
             raise DataError(f"{qpath}:{lineno}: duplicate query id {qid!r}")
         text = row.get("text")
@@ -85,31 +84,28 @@ def load_beir(opts: BeirOptions) -> Dataset:
 
 
 def _read_beir_qrels(path: Path) -> dict[str, dict[str, int]]:
-    if not path.is_file():
-        raise DataError(f"{path}: file not found")
     qrels: dict[str, dict[str, int]] = {}
     first_line: dict[tuple[str, str], int] = {}
-    with open(path, encoding="utf-8", newline="") as fh:
-        reader = csv.reader(fh, delimiter="\t")
-        for lineno, row in enumerate(reader, start=1):
-            if not row:
-                continue
-            if lineno == 1 and row[0] == "query-id":
-                continue
-            if len(row) != 3:
-                raise DataError(f"{path}:{lineno}: expected 3 tab-separated columns query-id corpus-id score")
-            try:
-                grade = int(row[2])
-            except ValueError:
-                raise DataError(f"{path}:{lineno}: score {row[2]!r} is not an integer") from None
-            check_id(row[0], "query", f"{path}:{lineno}")
-            check_id(row[1], "document", f"{path}:{lineno}")
-            docs = qrels.setdefault(row[0], {})
-            if row[1] in docs:
-                raise DataError(f"{path}:{lineno}: duplicate judgment for query {row[0]!r} document {row[1]!r} "
-                                f"(first on line {first_line[row[0], row[1]]})")  # fmt: skip
-            docs[row[1]] = grade
-            first_line[row[0], row[1]] = lineno
+    reader = csv.reader((line for _, line in text_lines(path, "qrels file")), delimiter="\t")
+    for lineno, row in enumerate(reader, start=1):
+        if not row:
+            continue
+        if lineno == 1 and row[0] == "query-id":
+            continue
+        if len(row) != 3:
+            raise DataError(f"{path}:{lineno}: expected 3 tab-separated columns query-id corpus-id score")
+        try:
+            grade = int(row[2])
+        except ValueError:
+            raise DataError(f"{path}:{lineno}: score {row[2]!r} is not an integer") from None
+        check_id(row[0], "query", f"{path}:{lineno}")
+        check_id(row[1], "document", f"{path}:{lineno}")
+        docs = qrels.setdefault(row[0], {})
+        if row[1] in docs:
+            raise DataError(f"{path}:{lineno}: duplicate judgment for query {row[0]!r} document {row[1]!r} "
+                            f"(first on line {first_line[row[0], row[1]]})")  # fmt: skip
+        docs[row[1]] = grade
+        first_line[row[0], row[1]] = lineno
     return qrels
 
 
@@ -140,7 +136,7 @@ def load_srs_jsonl(opts: SrsJsonlOptions) -> Dataset:
     cpath, qpath, rpath = root / "corpus.jsonl", root / "queries.jsonl", root / "qrels.jsonl"
     corpus: dict[str, dict[str, str]] = {}
     for lineno, row in read_jsonl(cpath):
-        pid = check_id(str(_get(row, "product_id", cpath, lineno)), "product", f"{cpath}:{lineno}")
+        pid = check_id(_get(row, "product_id", cpath, lineno), "product", f"{cpath}:{lineno}")
         if pid in corpus:
             raise DataError(f"{cpath}:{lineno}: duplicate product_id {pid!r}")
         corpus[pid] = {
@@ -151,7 +147,7 @@ def load_srs_jsonl(opts: SrsJsonlOptions) -> Dataset:
         }
     queries: dict[str, str] = {}
     for lineno, row in read_jsonl(qpath):
-        qid = check_id(str(_get(row, "query_id", qpath, lineno)), "query", f"{qpath}:{lineno}")
+        qid = check_id(_get(row, "query_id", qpath, lineno), "query", f"{qpath}:{lineno}")
         if qid in queries:
             raise DataError(f"{qpath}:{lineno}: duplicate query_id {qid!r}")
         queries[qid] = _get(row, "query", qpath, lineno)
@@ -159,8 +155,8 @@ def load_srs_jsonl(opts: SrsJsonlOptions) -> Dataset:
             raise DataError(f"{qpath}:{lineno}: query {qid!r} has empty text")
     qrels: dict[str, dict[str, int]] = {}
     for lineno, row in read_jsonl(rpath):
-        qid, pid = str(_get(row, "query_id", rpath, lineno)), str(_get(row, "product_id", rpath, lineno))
-        check_id(pid, "product", f"{rpath}:{lineno}")
+        qid = check_id(_get(row, "query_id", rpath, lineno), "query", f"{rpath}:{lineno}")
+        pid = check_id(_get(row, "product_id", rpath, lineno), "product", f"{rpath}:{lineno}")
         rel = _get(row, "relevance", rpath, lineno)
         if not isinstance(rel, int) or isinstance(rel, bool):
             raise DataError(f"{rpath}:{lineno}: relevance {rel!r} is not an integer grade")

@@ -145,14 +145,6 @@ class Dataset:
         return replace(self, warnings=(*self.warnings, *messages))
 
 
-def check_id(value: str, kind: str, where: str) -> str:
-    """An id a TREC file can hold: non-empty, no whitespace. ``where`` names file and row."""
-    if not value or any(c.isspace() for c in value):
-        raise DataError(f"{where}: {kind} id {value!r} is empty or holds whitespace (run and qrels files "
-                        "are whitespace-separated and cannot hold it)")  # fmt: skip
-    return value
-
-
 def check_queries(queries: dict[str, str], source: str) -> None:
     for qid, text in queries.items():
         if not isinstance(text, str) or not text.strip():

@@ -9,17 +9,19 @@
 from __future__ import annotations
 
 import csv
+import io
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from stagebench.data.jsonl import _finish, read_jsonl
-from stagebench.data.model import Dataset, check_id, check_queries
+from stagebench.data.model import Dataset, check_queries
 from stagebench.data.text import strip_html
 from stagebench.errors import DataError
 from stagebench.params import param
-from stagebench.runs import read_trec_qrels
+from stagebench.runs import check_id, read_trec_qrels
+from stagebench.textfile import read_text, text_lines
 
 
 @dataclass
@@ -33,9 +35,7 @@ class TrecOptions:
 
 
 def read_topics(path: Path, field: str = "title") -> dict[str, str]:
-    if not path.is_file():
-        raise DataError(f"{path}: topics file not found")
-    text = path.read_text(encoding="utf-8")
+    text = read_text(path, "topics file")
     topics: dict[str, str] = {}
     if "<top>" in text:
         for m in re.finditer(r"<top>(.*?)</top>", text, flags=re.S):
@@ -49,16 +49,15 @@ def read_topics(path: Path, field: str = "title") -> dict[str, str]:
                 raise DataError(f"{path}:{lineno}: duplicate <num> {num.group(1)!r}")
             topics[num.group(1)] = " ".join(body.group(1).split())
         return topics
-    with open(path, encoding="utf-8", newline="") as fh:
-        for lineno, row in enumerate(csv.reader(fh, delimiter="\t"), start=1):
-            if not row:
-                continue
-            if len(row) != 2:
-                raise DataError(f"{path}:{lineno}: expected 2 tab-separated columns 'qid<TAB>text', got {len(row)}")
-            check_id(row[0], "query", f"{path}:{lineno}")
-            if row[0] in topics:
-                raise DataError(f"{path}:{lineno}: duplicate query id {row[0]!r}")
-            topics[row[0]] = row[1]
+    for lineno, row in enumerate(csv.reader(io.StringIO(text, newline=""), delimiter="\t"), start=1):
+        if not row:
+            continue
+        if len(row) != 2:
+            raise DataError(f"{path}:{lineno}: expected 2 tab-separated columns 'qid<TAB>text', got {len(row)}")
+        check_id(row[0], "query", f"{path}:{lineno}")
+        if row[0] in topics:
+            raise DataError(f"{path}:{lineno}: duplicate query id {row[0]!r}")
+        topics[row[0]] = row[1]
     return topics
 
 
@@ -69,23 +68,20 @@ def read_corpus(path: Path) -> dict[str, dict[str, str]]:
             did = row.get("_id", row.get("id", row.get("docid")))
             if did is None:
                 raise DataError(f"{path}:{lineno}: missing document id ('_id', 'id' or 'docid')")
-            did = check_id(str(did), "document", f"{path}:{lineno}")
+            did = check_id(did, "document", f"{path}:{lineno}")
             if did in corpus:
                 raise DataError(f"{path}:{lineno}: duplicate document id {did!r}")
             corpus[did] = {"title": strip_html(row.get("title") or ""), "text": strip_html(row.get("text") or row.get("contents") or "")}
         return corpus
-    if not path.is_file():
-        raise DataError(f"{path}: corpus file not found")
-    with open(path, encoding="utf-8", newline="") as fh:
-        for lineno, row in enumerate(csv.reader(fh, delimiter="\t"), start=1):
-            if not row:
-                continue
-            if len(row) < 2:
-                raise DataError(f"{path}:{lineno}: expected 'docid<TAB>text'")
-            check_id(row[0], "document", f"{path}:{lineno}")
-            if row[0] in corpus:
-                raise DataError(f"{path}:{lineno}: duplicate document id {row[0]!r}")
-            corpus[row[0]] = {"title": "", "text": strip_html(row[1])}
+    for lineno, row in enumerate(csv.reader((ln for _, ln in text_lines(path, "corpus file")), delimiter="\t"), start=1):
+        if not row:
+            continue
+        if len(row) < 2:
+            raise DataError(f"{path}:{lineno}: expected 'docid<TAB>text'")
+        check_id(row[0], "document", f"{path}:{lineno}")
+        if row[0] in corpus:
+            raise DataError(f"{path}:{lineno}: duplicate document id {row[0]!r}")
+        corpus[row[0]] = {"title": "", "text": strip_html(row[1])}
     return corpus
 
 

@@ -72,7 +72,7 @@ class Measure:
 
 def parse_measure(text: str) -> Measure:
     """Parse a measure name; raises :class:`StagebenchError` with the reason."""
-    m = _NAME_RE.match(text.strip())
+    m = _NAME_RE.fullmatch(text.strip())
     if not m:
         raise StagebenchError(f"measure {text!r}: not of the form FAMILY[(rel=N)][@K], e.g. nDCG@10, RR@10, R@100")
     family = ALIASES.get(m["family"].lower())

@@ -33,6 +33,7 @@ from typing import Any, Literal
 from stagebench.cache import Cache, memo
 from stagebench.devices import HardwareParams, gpu_worker_placement, place
 from stagebench.engine import EngineParams
+from stagebench.errors import ConfigError, StagebenchError
 from stagebench.listwise import (
     DEFAULT_SYSTEM, DEFAULT_TEMPLATE, FAILED, OUTCOMES, REPAIRS, check_template, parse_permutation, render_prompt,
     sliding_windows,
@@ -43,11 +44,18 @@ from stagebench.params import NonNegativeFloat, NonNegativeInt, PositiveFloat, P
 from stagebench.runs import Run
 from stagebench.stages.base import Stage, StageContext
 from stagebench.stages.rerank import depth_run_name, merge_head_tail, split_head
+from stagebench.textfile import read_text
 from stagebench.ui import progress
 
 log = logging.getLogger("stagebench")
 
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: a prompt template is a few KB; the largest file read as one
+MAX_PROMPT_BYTES = 1 << 20
+
+
+def read_prompt(path: str) -> str:
+    return read_text(Path(path).expanduser(), "prompt file", ConfigError, MAX_PROMPT_BYTES)
 
 
 @dataclass
@@ -147,9 +155,12 @@ class LLMRerankStage(Stage):
             errs.append(("stride", f"{p.stride} is larger than window ({p.window}): candidates between windows would "
                                    "never be ranked"))  # fmt: skip
         if p.backend == "openai":
-            if not re.match(r"^https?://[^\s/]+", p.base_url):
+            if not re.fullmatch(r"https?://[^\s/]+(/\S*)?", p.base_url):
                 errs.append(("base_url", f"backend openai needs the server's URL (http://host:port/v1), got {p.base_url!r}"))
-            if p.api_key_env and not ENV_NAME.match(p.api_key_env):
+            elif re.search(r"/(chat/)?completions/?$|/models/?$", p.base_url):
+                errs.append(("base_url", f"{p.base_url!r} names an endpoint; give the API's root (e.g. "
+                                         "http://host:port/v1): stagebench adds /chat/completions and /models itself"))  # fmt: skip
+            if p.api_key_env and not ENV_NAME.fullmatch(p.api_key_env):
                 errs.append(("api_key_env", "must be the name of an environment variable (e.g. OPENAI_API_KEY), not "
                                             "the key itself"))  # fmt: skip
             if p.gguf_file:
@@ -161,11 +172,11 @@ class LLMRerankStage(Stage):
             if p.precision == "int8":
                 errs.append(("precision", "int8 is not offered for LLMs; use auto, fp32, bf16 or fp16 (GPU)"))
         if p.prompt:
-            path = Path(p.prompt).expanduser()
-            if not path.is_file():
-                errs.append(("prompt", f"{p.prompt}: no such file"))
+            try:
+                why = check_template(read_prompt(p.prompt))
+            except StagebenchError as exc:
+                errs.append(("prompt", str(exc)))
             else:
-                why = check_template(path.read_text(encoding="utf-8"))
                 if why:
                     errs.append(("prompt", f"{p.prompt}: {why}"))
         return errs
@@ -173,7 +184,7 @@ class LLMRerankStage(Stage):
     # ------------------------------------------------------------------ backend
     def template(self) -> str:
         p: LLMRerankParams = self.params
-        return Path(p.prompt).expanduser().read_text(encoding="utf-8") if p.prompt else DEFAULT_TEMPLATE
+        return read_prompt(p.prompt) if p.prompt else DEFAULT_TEMPLATE
 
     def backend(self) -> OpenAIBackend | TransformersBackend:
         if self._backend is None:

@@ -15,7 +15,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from stagebench.cache import file_sha256
+from stagebench.files import file_digest
 from stagebench.params import PositiveInt, param
 from stagebench.runs import Run, read_trec_run, truncate
 from stagebench.stages.base import Stage, StageContext
@@ -42,7 +42,7 @@ class RunFileStage(Stage):
         return []
 
     def identity(self) -> dict:
-        return {"run_file_sha256": file_sha256(Path(self.params.path))}
+        return {"run_file_sha256": file_digest(Path(self.params.path))}
 
     def __call__(self, ctx: StageContext, inputs: list[Run]) -> Run:
         p: RunFileParams = self.params
