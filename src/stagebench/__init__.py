@@ -11,11 +11,11 @@ Importing stagebench loads no model library: torch, sentence-transformers, faiss
 onnxruntime are imported only by the stages that use them, when they run.
 """
 
-from stagebench.api import Result, config_from, run
+from stagebench.api import Result, config_from, evaluate, run
 from stagebench.config import Config, load_config
 from stagebench.data.model import Dataset
 from stagebench.errors import StagebenchError
-from stagebench.metrics import Evaluation, evaluate
+from stagebench.metrics import Evaluation
 from stagebench.rerankers import Reranker
 from stagebench.runs import read_trec_qrels, read_trec_run, write_trec_run
 from stagebench.version import __version__

@@ -19,17 +19,19 @@ shared with the CLI.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from stagebench.config import Config, load_config, parse_config
 from stagebench.errors import ConfigError
+from stagebench.metrics import Evaluation, Measure
+from stagebench.metrics import evaluate as _evaluate
 from stagebench.files import check_apart, check_destination, remove_staging, staging, swap_in
 from stagebench.pipeline import RunResult, run_config
 from stagebench.results import RESULTS, RunFolder
-from stagebench.runs import Run
+from stagebench.runs import Run, checked_qrels, checked_run
 from stagebench.table import StageTable
 
 
@@ -115,3 +117,14 @@ def run(config: Config | Mapping[str, Any] | str | Path, output: str | Path | No
     res: RunResult = run_config(config_from(config, engine), output, cache_dir=cache_dir, recompute=recompute)
     return Result(output=res.output, stage_table=res.table, runs=res.runs, per_query_values=res.per_query,
                   table_text=res.table_text)  # fmt: skip
+
+
+def evaluate(qrels: Mapping[Any, Mapping[Any, Any]], run: Mapping[Any, Mapping[Any, Any]],
+             measures: Iterable[Measure | str], *, relevance_threshold: int = 1, gain: Any = "linear") -> Evaluation:  # fmt: skip
+    """Score ``run`` ({qid: {docid: score}}) against ``qrels`` ({qid: {docid: grade}}) as
+    ``stagebench eval`` scores files: ids checked as every loader checks them (strings, or
+    integers read as their decimal strings; no null, float, whitespace or newline), scores
+    finite, grades integers - anything else is one :class:`~stagebench.errors.DataError`
+    naming the query and document."""
+    return _evaluate(checked_qrels(qrels, "qrels"), checked_run(run, "run"), measures,
+                     relevance_threshold=relevance_threshold, gain=gain)  # fmt: skip

@@ -133,7 +133,7 @@ class TrainingConfig:
         if not self.labels:
             errs.append(("labels", "needs at least one grade -> target"))
         if not errs:  # the base model must be loadable before any training step
-            errs += check_model(self.base_model, self.source)
+            errs += check_model(self.base_model, self.source, self.max_length)
             errs = [("base_model" if k == "model" else k, m) for k, m in errs]
         return errs
 
@@ -356,5 +356,5 @@ def check_stage_model(params: Any, where: str, training: Any = None) -> None:
         return
     if training is not None and training.produces(params.model):
         return
-    for key, msg in check_model(params.model, params.source):
+    for key, msg in check_model(params.model, params.source, getattr(params, "max_length", None)):
         raise ConfigError(f"{where}.{key}: {msg}")

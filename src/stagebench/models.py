@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 import os
 from dataclasses import dataclass
 from functools import lru_cache
@@ -71,15 +72,39 @@ class ResolvedModel:
     gguf_file: str = ""  # backend == "gguf": the file inside ``path``
 
 
-def check_model(name: str, source: str) -> list[tuple[str, str]]:
-    """Config-time check for a stage's ``model``/``source`` params (no weights are loaded)."""
+def check_model(name: str, source: str, max_length: int | None = None) -> list[tuple[str, str]]:
+    """Config-time check for a stage's ``model``/``source`` (and ``max_length``) params: the
+    model resolves, and reads at least ``max_length`` tokens (no weights are loaded)."""
     if source not in SOURCES:
         return [("source", f"must be one of {', '.join(SOURCES)}, got {source!r}")]
     try:
-        resolve_model(name, source)
+        model = resolve_model(name, source)
     except StagebenchError as exc:
         return [("model", str(exc))]
+    limit = max_input_tokens(model)
+    if max_length is not None and limit is not None and max_length > limit[0]:
+        return [("max_length", f"{max_length} is more tokens than model {name} reads ({limit[0]}: {limit[1]}); "
+                               f"use at most {limit[0]}")]  # fmt: skip
     return []
+
+
+def max_input_tokens(model: ResolvedModel) -> tuple[int, str] | None:
+    """The most tokens ``model`` reads, and where that was read (its config.json's position
+    embeddings, the tokenizer's model_max_length, or the carrier's own config); None when its
+    folder is not on this machine (a hub name to download) or says nothing."""
+    folder = Path(model.path)
+    if model.backend == "hub" or not folder.is_dir():
+        return None
+    found = []
+    for file, key in (("config.json", "max_position_embeddings"), ("tokenizer_config.json", "model_max_length"),
+                      ("vectrix_config.json", "max_length")):  # fmt: skip
+        try:
+            v = json.loads((folder / file).read_text(encoding="utf-8")).get(key)
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(v, int) and not isinstance(v, bool) and 0 < v < 1_000_000:  # HF writes 1e30 for "no limit"
+            found.append((v, f"{key} in {file}"))
+    return min(found) if found else None
 
 
 def hub_offline() -> bool:

@@ -183,7 +183,7 @@ class ScoreTask:
             if self.batched:
                 return self.reranker.score_pairs(list(zip(queries, docs)))
             return self.reranker.score(queries[0], docs)
-        except StagebenchError:
+        except (StagebenchError, MemoryError):  # out of memory is the machine's, not the plug-in's: said as such
             raise
         except Exception as exc:
             raise _failed(self.stage, self.label, method, list(dict.fromkeys(qids)), exc) from exc
