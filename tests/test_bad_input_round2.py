@@ -297,7 +297,9 @@ def test_depth_runs_are_verified_like_every_run(tmp_path, capsys, monkeypatch):
     assert run_main(capsys, "run", cfg)[0] == 0
     depth_run = tmp_path / "out" / "runs" / "p@2.trec"
     assert depth_run.is_file()
-    depth_run.write_text(depth_run.read_text().replace(" 1 ", " 1 ", 1)[:-20] + "\n")
+    lines = depth_run.read_text().splitlines(keepends=True)
+    q, _, d, rank, _, tag = lines[-1].split()  # a valid edit: the last document moved to the top
+    depth_run.write_text("".join(lines[:-1]) + f"{q} Q0 {d} {rank} 999.0 {tag}\n")
     expect_error(capsys, "table", tmp_path / "out", contains=(str(depth_run), "changed after the run"))
 
 
