@@ -24,6 +24,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import stat
@@ -121,6 +122,26 @@ class Owned:
     record: str
     files: Callable[[Path], Mapping[str, str] | str]
     kept: frozenset[str] = field(default_factory=frozenset)
+
+
+def json_record(record: str, kind: str) -> Callable[[Path], Mapping[str, str] | str]:
+    """``Owned.files`` for a folder whose record ``record`` is a JSON object holding ``files``
+    (relative path -> sha256); ``kind`` names such a folder in the reason it is not ours."""
+
+    def files(folder: Path) -> Mapping[str, str] | str:
+        path = folder / record
+        if not path.is_file():
+            return f"not {kind} (no {record})"
+        try:
+            listed = json.loads(path.read_text(encoding="utf-8"))["files"]
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+            listed = None
+        if not isinstance(listed, dict) or not all(isinstance(v, str) for v in listed.values()):
+            return (f"not {kind} this stagebench can verify ({record} is unreadable or, written by an older "
+                    "stagebench, lists no file digests)")  # fmt: skip
+        return listed
+
+    return files
 
 
 def foreign_entry(folder: Path, owned: Owned) -> str | None:

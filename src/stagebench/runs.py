@@ -89,50 +89,42 @@ def check_id(value: Any, kind: str, where: str) -> str:
     return text
 
 
+def _checked(table: Any, where: str, value: str, convert: Any) -> dict[str, dict[str, Any]]:
+    """{qid: {docid: value}} given in Python, ids by :func:`check_id`; ``convert(v)`` returns the
+    value or None when it is not a ``value``. The one walk behind :func:`checked_run` and
+    :func:`checked_qrels`."""
+    if not isinstance(table, Mapping):
+        raise DataError(f"{where}: expected a mapping query id -> {{doc id: {value}}}, got {type(table).__name__}")
+    out: dict[str, dict[str, Any]] = {}
+    for q, docs in table.items():
+        qid = check_id(q, "query", where)
+        if not isinstance(docs, Mapping):
+            raise DataError(f"{where}[{qid!r}]: expected a mapping doc id -> {value}, got {type(docs).__name__}")
+        if qid in out:
+            raise DataError(f"{where}: query id {qid!r} appears twice (as {q!r} and as a string or integer)")
+        inner = out[qid] = {}
+        for d, v in docs.items():
+            did = check_id(d, "document", f"{where}[{qid!r}]")
+            got = None if isinstance(v, bool) else convert(v)
+            if got is None:
+                raise DataError(f"{where}[{qid!r}][{did!r}]: {value} {v!r} is not {'a finite number' if value == 'score' else 'an integer'}")
+            if did in inner:
+                raise DataError(f"{where}[{qid!r}]: document id {did!r} appears twice")
+            inner[did] = got
+    return out
+
+
 def checked_run(run: Mapping[Any, Mapping[Any, Any]], where: str = "run") -> Run:
     """A run given in Python (the API), checked as a run file is read: ids by :func:`check_id`,
     scores finite numbers."""
-    if not isinstance(run, Mapping):
-        raise DataError(f"{where}: expected a mapping query id -> {{doc id: score}}, got {type(run).__name__}")
-    out: Run = {}
-    for q, docs in run.items():
-        qid = check_id(q, "query", where)
-        if not isinstance(docs, Mapping):
-            raise DataError(f"{where}[{qid!r}]: expected a mapping doc id -> score, got {type(docs).__name__}")
-        if qid in out:
-            raise DataError(f"{where}: query id {qid!r} appears twice (as {q!r} and as a string or integer)")
-        scored = out[qid] = {}
-        for d, score in docs.items():
-            did = check_id(d, "document", f"{where}[{qid!r}]")
-            if isinstance(score, bool) or not isinstance(score, numbers.Real) or not math.isfinite(score):
-                raise DataError(f"{where}[{qid!r}][{did!r}]: score {score!r} is not a finite number")
-            if did in scored:
-                raise DataError(f"{where}[{qid!r}]: document id {did!r} appears twice")
-            scored[did] = float(score)
-    return out
+    return _checked(run, where, "score",
+                    lambda v: float(v) if isinstance(v, numbers.Real) and math.isfinite(v) else None)  # fmt: skip
 
 
 def checked_qrels(qrels: Mapping[Any, Mapping[Any, Any]], where: str = "qrels") -> Qrels:
     """Qrels given in Python (the API), checked as a qrels file is read: ids by
     :func:`check_id`, grades integers (not fractions, not booleans)."""
-    if not isinstance(qrels, Mapping):
-        raise DataError(f"{where}: expected a mapping query id -> {{doc id: grade}}, got {type(qrels).__name__}")
-    out: Qrels = {}
-    for q, docs in qrels.items():
-        qid = check_id(q, "query", where)
-        if not isinstance(docs, Mapping):
-            raise DataError(f"{where}[{qid!r}]: expected a mapping doc id -> grade, got {type(docs).__name__}")
-        if qid in out:
-            raise DataError(f"{where}: query id {qid!r} appears twice (as {q!r} and as a string or integer)")
-        judged = out[qid] = {}
-        for d, grade in docs.items():
-            did = check_id(d, "document", f"{where}[{qid!r}]")
-            if isinstance(grade, bool) or not isinstance(grade, numbers.Integral):
-                raise DataError(f"{where}[{qid!r}][{did!r}]: grade {grade!r} is not an integer")
-            if did in judged:
-                raise DataError(f"{where}[{qid!r}]: document id {did!r} appears twice")
-            judged[did] = int(grade)
-    return out
+    return _checked(qrels, where, "grade", lambda v: int(v) if isinstance(v, numbers.Integral) else None)
 
 
 _HEADER_WORD = re.compile(r"[A-Za-z][A-Za-z_-]*")

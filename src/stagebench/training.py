@@ -43,7 +43,9 @@ from stagebench.config import NegativesConfig, TrainingConfig
 from stagebench.data import LOADERS
 from stagebench.errors import ConfigError, DataError, StagebenchError
 from stagebench.execute import run_stage, stage_key
-from stagebench.files import STAGING_MARK, Owned, atomic_write, check_destination, inventory, remove_staging, staging, swap_in
+from stagebench.files import (
+    STAGING_MARK, Owned, atomic_write, check_destination, inventory, json_record, remove_staging, staging, swap_in,
+)
 from stagebench.finetune import TrainingData
 from stagebench.runs import ranked_ids
 from stagebench.stages import StageContext, stage_class
@@ -195,22 +197,8 @@ TRAINING_REPORT = "stagebench_training.json"
 WORK = ".work"  # checkpoints while training, inside the staging folder
 
 
-def _recorded_files(folder: Path) -> dict[str, str] | str:
-    path = folder / TRAINING_REPORT
-    if not path.is_file():
-        return f"not a model folder stagebench trained (no {TRAINING_REPORT})"
-    try:
-        files = json.loads(path.read_text(encoding="utf-8"))["files"]
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
-        return (f"not a model folder this stagebench can verify ({TRAINING_REPORT} is unreadable or, written by an "
-                "older stagebench, lists no file digests)")  # fmt: skip
-    if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
-        return f"not a model folder this stagebench can verify ({TRAINING_REPORT} lists no file digests)"
-    return files
-
-
 #: the rule for replacing a model folder: train-reranker wrote every file in it
-MODEL = Owned("trained model", TRAINING_REPORT, _recorded_files)
+MODEL = Owned("trained model", TRAINING_REPORT, json_record(TRAINING_REPORT, "a model folder stagebench trained"))
 
 
 def model_card(r: dict) -> str:
