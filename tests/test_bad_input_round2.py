@@ -233,7 +233,7 @@ def test_timeout_is_a_deadline_for_the_whole_request_not_per_read():
     srv, url = serve(Trickle)
     backend = OpenAIBackend(f"{url}/v1", "m", timeout=1.0, retries=0)
     t0 = time.monotonic()
-    with pytest.raises(RequestFailed, match="no complete answer within timeout"):
+    with pytest.raises(RequestFailed, match="timed out: no complete answer within timeout"):
         backend.complete(ChatRequest((("user", "hi"),), 5, 0.0, 1))
     assert time.monotonic() - t0 < 2.5
     srv.shutdown()

@@ -244,13 +244,19 @@ def test_rerun_into_a_results_folder_keeps_its_expected_yaml(tmp_path, small_syn
     cfg = write_config(tmp_path, small_synthetic)
     out = run_config(load_config(cfg)).output
     (out / "expected.yaml").write_text("stages: {bm25: {nDCG@10: 0.5}}\n")
-    (out / "stage_table.txt").write_text("an old table")
+    before = (out / "manifest.json").read_text()
     run_config(load_config(cfg))
     assert (out / "expected.yaml").read_text() == "stages: {bm25: {nDCG@10: 0.5}}\n"
-    assert (out / "stage_table.txt").read_text() != "an old table"  # everything else is the new run's
-    # a file no run wrote makes the folder not ours: the run refuses and the file survives
+    assert (out / "manifest.json").read_text() != before  # everything else is the new run's
+    # a file no run wrote, or one a run wrote and somebody edited, makes the folder not ours: the run
+    # refuses and the file survives
+    (out / "stage_table.txt").write_text("my edited table")
+    with pytest.raises(StagebenchError, match=r"stage_table.txt was changed after stagebench wrote it"):
+        run_config(load_config(cfg))
+    assert (out / "stage_table.txt").read_text() == "my edited table"
+    (out / "stage_table.txt").unlink()
     (out / "notes.txt").write_text("mine")
-    with pytest.raises(StagebenchError, match=r"also holds files no run wrote \(notes.txt\)"):
+    with pytest.raises(StagebenchError, match=r"notes.txt was not written by stagebench \(not listed in manifest.json\)"):
         run_config(load_config(cfg))
     assert (out / "notes.txt").read_text() == "mine" and (out / "manifest.json").is_file()
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import shutil
 import stat
@@ -34,6 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from stagebench.errors import StagebenchError
+
+log = logging.getLogger("stagebench")
 
 #: the file that marks a staging folder as stagebench's (removed before it is swapped in)
 STAGING_MARK = ".stagebench-staging"
@@ -271,6 +274,7 @@ def remove_stale_staging(target: Path) -> list[Path]:
         except PermissionError:
             continue
         if (d / STAGING_MARK).is_file():
+            log.info("removing %s, left by an interrupted run", d)
             remove_staging(d)
             gone.append(d)
     return gone

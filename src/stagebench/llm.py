@@ -270,11 +270,12 @@ class OpenAIBackend:
                     raw = _read_capped(resp, MAX_ANSWER_BYTES)
             except Exception:
                 if watch.fired:  # the shutdown at the deadline ended the read, whatever it raised
-                    raise TimeoutError(f"no complete answer within timeout ({self.timeout:g} s for the whole "
-                                       "request)") from None  # fmt: skip
+                    raise TimeoutError(f"timed out: no complete answer within timeout ({self.timeout:g} s for the "
+                                       "whole request)") from None  # fmt: skip
                 raise
             if watch.fired:  # the deadline cut the answer short
-                raise TimeoutError(f"no complete answer within timeout ({self.timeout:g} s for the whole request)")
+                raise TimeoutError(f"timed out: no complete answer within timeout ({self.timeout:g} s for the whole "
+                                   "request)")  # fmt: skip
         except _TooLarge as exc:
             raise StagebenchError(f"{self.label}: {method} {url}: {exc}; refusing it") from None
         except urllib.error.HTTPError as exc:
