@@ -89,7 +89,7 @@ def bm25_section(ds, repeats: int, ref_queries: int) -> dict:
     from rank_bm25 import BM25Okapi
 
     from stagebench.stages.bm25 import BM25Params, SparseBM25, query_batch_size, search, top_k_run
-    from stagebench.tokenize import Tokenizer
+    from stagebench.analyzer import Tokenizer
 
     p = BM25Params(k1=1.2, b=0.75, top_k=1000)
     tok = Tokenizer()
@@ -146,10 +146,10 @@ def cross_encoder_section(ds, repeats: int, n_queries: int, top_n: int, ref_dir:
 
     from stagebench.models import resolve_model
     from stagebench.onnx_weights import build_reference_folder
-    from stagebench.rerankers import CrossEncoderReranker
+    from stagebench.rerank.pointwise import CrossEncoderReranker
     from stagebench.stages.base import StageContext
     from stagebench.stages.bm25 import BM25Params, BM25Stage
-    from stagebench.stages.rerank import RerankCommon, rerank_run
+    from stagebench.rerank.pointwise import RerankCommon, rerank_run
 
     run = BM25Stage("bm25", BM25Params(k1=1.2, b=0.75, top_k=top_n))(StageContext(ds), [])
     qids = [q for q in ds.query_ids if run.get(q)][:n_queries]
@@ -373,7 +373,7 @@ def scale_one(path: Path, what: str, queries: int, encode_docs: int | None) -> d
            "corpus_arrow_mb": round((ds.corpus.nbytes + texts.nbytes) / 2**20, 1)}  # fmt: skip
     if what == "bm25":
         from stagebench.stages.bm25 import SparseBM25, top_k_run
-        from stagebench.tokenize import Tokenizer
+        from stagebench.analyzer import Tokenizer
 
         tok = Tokenizer()
         t0 = time.perf_counter()

@@ -16,7 +16,7 @@ brand, ...) and not just the indexed text. Use it from a config::
 
 from __future__ import annotations
 
-from stagebench.tokenize import Tokenizer
+from stagebench.analyzer import Tokenizer
 
 
 class TitleBoostReranker:

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stagebench.analysis import ceiling, lost, oracle_ranking, top_labels
+from stagebench.results.ceilings import ceiling, lost, oracle_ranking, top_labels
 from stagebench.metrics import compute
 from stagebench.runs import from_ranking
 
@@ -96,20 +96,20 @@ def test_ceiling_means_over_several_queries_against_a_direct_computation():
 
 
 def test_headroom_with_no_room_shows_the_change():
-    from stagebench.report import headroom_cell
+    from stagebench.report.tables import headroom_cell
     from stagebench.table import CeilingCells
 
     assert headroom_cell(CeilingCells(depth=50, pool_recall=0.5, input_ndcg10=0.8, achieved_ndcg10=0.75,
                                       oracle_ndcg10=0.8, ndcg10_change=-0.05, headroom_captured=None)) == "no room (-0.0500)"
     assert headroom_cell(CeilingCells(50, 0.5, 0.5, 0.55, 0.6, 0.05, 0.5)) == "50.0%"
-    from stagebench.analysis import Ceiling
+    from stagebench.results.ceilings import Ceiling
 
     assert Ceiling(10, 1.0, 0.5, 0.49, 0.50005).headroom_captured is None  # a 5e-5 room is not a denominator
     assert Ceiling(10, 1.0, 0.5, 0.55, 0.6).headroom_captured == pytest.approx(0.5)
 
 
 def test_recall_at_and_the_recall_curve_against_direct_counts():
-    from stagebench.analysis import recall_at, recall_curve
+    from stagebench.results.ceilings import recall_at, recall_curve
 
     qrels = {"q1": {"a": 2, "b": 1, "c": 0}, "q2": {"x": 1}, "q3": {"y": 2}}
     run = from_ranking({"q1": ["c", "a", "z", "b"], "q2": ["w", "v", "x"]})  # q3 has no results; runs are 4 deep

@@ -16,7 +16,7 @@ from stagebench.config import Config, load_config
 from stagebench.data.model import Dataset
 from stagebench.errors import StagebenchError
 from stagebench.metrics import Evaluation
-from stagebench.rerankers import Reranker
+from stagebench.rerank.plugins import Reranker
 from stagebench.runs import read_trec_qrels, read_trec_run, write_trec_run
 from stagebench.version import __version__
 

@@ -30,7 +30,7 @@ from stagebench.metrics import Evaluation, Measure
 from stagebench.metrics import evaluate as _evaluate
 from stagebench.files import check_apart, check_destination, remove_staging, staging, swap_in
 from stagebench.pipeline import RunResult, run_config
-from stagebench.results import RESULTS, RunFolder
+from stagebench.results.folder import RESULTS, RunFolder
 from stagebench.runs import Run, checked_qrels, checked_run
 from stagebench.table import StageTable
 

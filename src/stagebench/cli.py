@@ -14,16 +14,17 @@ import traceback
 from pathlib import Path
 
 from stagebench.cache import Cache, cache_root, human_bytes
-from stagebench.compare import compare_dirs
 from stagebench.config import load_config
 from stagebench.data.synthetic import SyntheticSpec, generate
 from stagebench.errors import StagebenchError
 from stagebench.metrics import evaluate, parse_measure
 from stagebench.pipeline import run_config
-from stagebench.report import conventions_line
-from stagebench.reproduce import compare_with_expected, format_report, write_expected
+from stagebench.report.tables import check_text, comparison_text
+from stagebench.report.write import rerender, show_query
 from stagebench.reproductions import matrix, reproduce
-from stagebench.results import rerender, show_query
+from stagebench.results.check import compare_with_expected, write_expected
+from stagebench.results.compare import compare_folders
+from stagebench.results.scoring import conventions_line
 from stagebench.runs import read_trec_qrels, read_trec_run
 from stagebench.training import train_reranker
 from stagebench.version import __version__
@@ -48,8 +49,8 @@ def _cmd_show(args: argparse.Namespace) -> int:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    sys.stdout.write(compare_dirs(args.run_dir_a, args.run_dir_b, permutations=args.permutations, seed=args.seed,
-                                  alpha=args.alpha))  # fmt: skip
+    sys.stdout.write(comparison_text(compare_folders(args.run_dir_a, args.run_dir_b, permutations=args.permutations,
+                                                     seed=args.seed, alpha=args.alpha)))  # fmt: skip
     return 0
 
 
@@ -70,7 +71,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
         print(f"wrote {args.expected} from {args.run_dir}")
         return 0
     rows, source = compare_with_expected(args.run_dir, args.expected, stored_table=args.stored_table)
-    sys.stdout.write(format_report(rows, args.run_dir, args.expected, source))
+    sys.stdout.write(check_text(rows, args.run_dir, args.expected, source))
     return 1 if any(r.status == "FAIL" for r in rows) else 0
 
 

@@ -24,6 +24,7 @@ import pickle
 import socket
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -83,8 +84,11 @@ class Engine:
     params: EngineParams
 
     def map(self, task: Callable[[Any], Any], units: Sequence[Any], *, desc: str, unit: str = "unit",
-            sizes: Sequence[int] | None = None) -> list[Any]:  # fmt: skip
-        """``[task(u) for u in units]``; ``sizes`` weighs each unit in the progress bar (e.g. texts per batch)."""
+            sizes: Sequence[int] | None = None, threads: int = 1) -> list[Any]:  # fmt: skip
+        """``[task(u) for u in units]``; ``sizes`` weighs each unit in the progress bar (e.g. texts per batch);
+        ``threads``: units in flight at once in this process (tasks that wait on a server, e.g. LLM queries;
+        the Ray engine spreads units over its workers instead). When one unit fails, the others not yet
+        started are dropped and a task with ``cancel()`` is told to stop the ones in flight."""
         raise NotImplementedError
 
     @property
@@ -96,14 +100,35 @@ class LocalEngine(Engine):
     def __init__(self, params: EngineParams | None = None) -> None:
         self.params = params or EngineParams()
 
-    def map(self, task, units, *, desc, unit="unit", sizes=None):
+    def map(self, task, units, *, desc, unit="unit", sizes=None, threads=1):
         sizes = list(sizes) if sizes is not None else [1] * len(units)
-        out = []
         with progress(sum(sizes), desc, unit) as bar:
-            for u, s in zip(units, sizes):
-                out.append(task(u))
-                bar.update(s)
-        return out
+            if threads <= 1 or len(units) <= 1:
+                out = []
+                for u, s in zip(units, sizes):
+                    out.append(task(u))
+                    bar.update(s)
+                return out
+            return _threaded(task, units, sizes, threads, bar, desc)
+
+
+def _threaded(task: Callable[[Any], Any], units: Sequence[Any], sizes: list[int], threads: int, bar: Any,
+              desc: str) -> list[Any]:  # fmt: skip
+    pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix=f"stagebench-{desc.split(':')[0]}")
+    try:
+        futures = [pool.submit(task, u) for u in units]
+        for f, n in zip(futures, sizes):
+            f.add_done_callback(lambda _f, n=n: bar.update(n))
+        done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+        for f in done:
+            if f.exception() is not None:
+                raise f.exception()  # type: ignore[misc]
+        return [f.result() for f in futures]
+    finally:
+        cancel = getattr(task, "cancel", None)
+        if callable(cancel):
+            cancel()
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _worker_class(task_blob: bytes, threads: str) -> type:
@@ -156,7 +181,7 @@ class RayEngine(Engine):
             n = min(n, int(res.get("GPU", 0) // p.num_gpus_per_worker))
         return max(1, n)
 
-    def map(self, task, units, *, desc, unit="unit", sizes=None):
+    def map(self, task, units, *, desc, unit="unit", sizes=None, threads=1):  # threads: the workers are the parallelism
         ray = need("ray", "engine: ray")
         np = need("numpy", "the ray engine")
         if not ray.is_initialized():

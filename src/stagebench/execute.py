@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import asdict, is_dataclass
+from dataclasses import asdict, dataclass, is_dataclass, replace
 from importlib import metadata
 from pathlib import Path
 
@@ -21,7 +21,8 @@ from stagebench.config import StageConfig
 from stagebench.data import Dataset
 from stagebench.errors import StagebenchError
 from stagebench.runs import Run, ranked, read_trec_run, run_digest, write_trec_run
-from stagebench.stages import Stage, StageContext
+from stagebench.record import StageRecord, depth_run_name, stats_from_json
+from stagebench.stages import Stage, StageContext, StageOutput
 
 log = logging.getLogger("stagebench")
 
@@ -92,59 +93,73 @@ def canonical(run: Run) -> Run:
     return {q: dict(ranked(run[q])) for q in sorted(run) if run[q]}
 
 
+@dataclass
+class StageRun:
+    """One stage run through the cache: what it produced (its stats completed by ``finish_stats``)
+    and its record for the manifest."""
+
+    output: StageOutput
+    record: StageRecord
+
+    @property
+    def run(self) -> Run:
+        return self.output.run
+
+
 def run_stage(sc: StageConfig, stage: Stage, ctx: StageContext, inputs: list[Run], parts: dict,
-              cache: Cache | None) -> tuple[Run, dict]:  # fmt: skip
+              cache: Cache | None) -> StageRun:  # fmt: skip
     """Run one stage through the cache (``cache=None`` or ``cache: false`` on the stage:
     compute, store nothing). ``parts`` are :func:`stage_key`'s."""
 
-    Value = tuple[Run, str, dict | None, dict[str, Run]]  # run, its digest, stats, side runs (by name)
-
-    def with_digest(run: Run, stats: dict | None, side: dict[str, Run]) -> Value:  # the digest is computed once
-        return run, run_digest(run), stats, side
+    Value = tuple[StageOutput, str]  # the output (canonical runs), its run's digest (computed once)
 
     def compute() -> Value:
-        stage.stats = stage.incomplete = None
-        stage.side_runs = {}
-        run = stage(ctx, inputs)
-        check_run(run, sc.name, ctx.dataset)
-        for r in stage.side_runs.values():
+        out = stage.apply(ctx, inputs)
+        if not isinstance(out, StageOutput):
+            raise StagebenchError(f"stage {sc.name}: {type(stage).__name__}.apply returned {type(out).__name__}, "
+                                  "not a StageOutput")  # fmt: skip
+        check_run(out.run, sc.name, ctx.dataset)
+        for r in out.depth_runs.values():
             check_run(r, sc.name, ctx.dataset)
-        return with_digest(canonical(run), stage.stats, {n: canonical(r) for n, r in stage.side_runs.items()})
+        run = canonical(out.run)
+        return replace(out, run=run, depth_runs={n: canonical(r) for n, r in sorted(out.depth_runs.items())}), run_digest(run)
 
     def describe(value: Value) -> str:
-        run = value[0]
-        extra = f" (+ {len(value[3])} runs at other depths)" if value[3] else ""
+        run, depths = value[0].run, value[0].depth_runs
+        extra = f" (+ {len(depths)} runs at other depths)" if depths else ""
         return f"{len(run)} queries, up to {max((len(v) for v in run.values()), default=0)} docs each{extra}"
 
     def meta(value: Value) -> dict:
-        m = {"stage": sc.name, "type": sc.type, "queries": len(value[0]), "run_digest": value[1]}
-        if value[3]:
-            m["side_runs"] = sorted(value[3])
-        return {**m, "stats": value[2]} if value[2] is not None else m
+        out = value[0]
+        m: dict = {"stage": sc.name, "type": sc.type, "queries": len(out.run), "run_digest": value[1]}
+        if out.depth_runs:
+            m["depths"] = sorted(out.depth_runs)
+        return {**m, "stats": out.stats.to_json()} if out.stats is not None else m
 
     def save(value: Value, folder: Path) -> None:
-        write_trec_run(value[0], folder / "run.trec", tag=f"stagebench.{sc.type}")
-        for name, r in value[3].items():
-            write_trec_run(r, folder / f"side-{name}.trec", tag=f"stagebench.{sc.type}")
+        write_trec_run(value[0].run, folder / "run.trec", tag=f"stagebench.{sc.type}")
+        for n, r in value[0].depth_runs.items():
+            write_trec_run(r, folder / f"depth-{n}.trec", tag=f"stagebench.{sc.type}")
 
     def load(entry) -> Value:
-        side = {n: read_trec_run(entry.file(f"side-{n}.trec")) for n in entry.meta.get("side_runs", [])}
-        return with_digest(read_trec_run(entry.file("run.trec")), entry.meta.get("stats"), side)
+        run = read_trec_run(entry.file("run.trec"))
+        depths = {int(n): read_trec_run(entry.file(f"depth-{int(n)}.trec")) for n in entry.meta.get("depths", [])}
+        stats = stats_from_json(entry.meta.get("stats"), f"cache entry {entry.path}")
+        return StageOutput(run, depths, stats), run_digest(run)
 
     m = memo(cache if sc.cache else None, "runs", parts, compute, save=save, load=load,
              check=lambda value, folder: _reads_back(folder / "run.trec", value[1], sc.name), meta=meta,
              label=f"stage {sc.name}", what=f"run ({sc.type}{' <- ' + ', '.join(sc.inputs) if sc.inputs else ''})",
-             describe=describe, measure_memory=True, unstorable=lambda value: stage.incomplete)  # fmt: skip
-    run, digest, stats, side = m.value
-    info = {"status": m.status, "seconds": m.seconds, "computed_seconds": m.computed_seconds,
-            "peak_rss_mb": m.peak_rss_mb, "computed_peak_rss_mb": m.computed_peak_rss_mb,
-            "run_digest": digest, "key": m.key}  # fmt: skip
-    stats = stage.finish_stats(stats)
-    if stats is not None:
-        info["stats"] = stats
-    if side:
-        info["side_runs"] = side  # popped by the caller: runs are written as files, not into the manifest
-    return run, info
+             describe=describe, measure_memory=True, unstorable=lambda value: value[0].incomplete)  # fmt: skip
+    out, digest = m.value
+    out = replace(out, stats=stage.finish_stats(out.stats))
+    record = StageRecord(name=sc.name, type=sc.type, inputs=list(sc.inputs), key=m.key,
+                         reorders_input=stage.reorders_input,
+                         candidate_depth=getattr(sc.params, "top_n", None) if stage.reorders_input else None,
+                         status=m.status, seconds=m.seconds, computed_seconds=m.computed_seconds,
+                         peak_rss_mb=m.peak_rss_mb, computed_peak_rss_mb=m.computed_peak_rss_mb, run_digest=digest,
+                         stats=out.stats, depth_runs=[depth_run_name(sc.name, n) for n in sorted(out.depth_runs)])  # fmt: skip
+    return StageRun(out, record)
 
 
 def _reads_back(path: Path, digest: str, stage: str) -> None:

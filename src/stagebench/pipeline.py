@@ -7,7 +7,7 @@ resumes at stage N, with stages 1..N-1 from the cache.
 
 Before anything is computed, the output folder must be absent, empty, or a results folder
 stagebench wrote (every file in it, at every depth, hidden ones included, listed in its
-manifest with the digest it has now: :data:`stagebench.results.RESULTS`), not a symbolic
+manifest with the digest it has now: :data:`stagebench.results.folder.RESULTS`), not a symbolic
 link, the cache and the output must not contain each other, and both (the output's parent
 too) must be writable: a run never deletes what it did not write.
 Results are written into a hidden sibling folder (``.<name>.partial-<pid>``, marked as ours)
@@ -28,7 +28,6 @@ from dataclasses import asdict, dataclass, is_dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-import stagebench.explorer as explorer
 from stagebench.cache import Cache, cache_root
 from stagebench.config import Config, check_trained_models
 from stagebench.data import LOADERS, Dataset
@@ -38,7 +37,10 @@ from stagebench.execute import package_versions, run_stage, stage_key
 from stagebench.files import atomic_write, check_apart, check_destination, check_writable, remove_staging, staging, swap_in
 from stagebench.metrics import SCORED_MIN_GRADE
 from stagebench.metrics.compute import gain_map
-from stagebench.results import RESULTS, render, write_manifest
+from stagebench.record import Manifest, StageRecord
+from stagebench.report.write import render
+from stagebench.results.folder import RESULTS, write_manifest
+from stagebench.results.queries import TEXTS_FILE, texts_for
 from stagebench.runs import Run, write_trec_qrels, write_trec_run
 from stagebench.stages import Stage, StageContext, stage_class
 from stagebench.system import machine_info
@@ -144,65 +146,46 @@ def _run(config: Config, stages: list[Stage], out: Path, cache: Cache) -> RunRes
 def _run_into(config: Config, stages: list[Stage], ds: Dataset, folder: Path, cache: Cache, t_start: float) -> RunResult:
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     runs: dict[str, Run] = {}
-    keys: dict[str, str] = {}
     digests: dict[str, str] = {}
-    stages_meta, resolved = [], []
+    records: list[StageRecord] = []
+    resolved = []
     for sc, stage in zip(config.stages, stages):
-        cls = type(stage)
         key, parts = stage_key(sc, stage, ds, [digests[i] for i in sc.inputs])
-        keys[sc.name] = key
         ctx = StageContext(dataset=ds, cache=cache, engine=make_engine(sc.engine))
         if sc.engine.type != "local" and stage.uses_engine:
             log.info("stage %s: engine %s", sc.name, sc.engine.describe())
-        run, info = run_stage(sc, stage, ctx, [runs[i] for i in sc.inputs], parts, cache)
-        info.pop("key")
-        side = info.pop("side_runs", {})
-        runs[sc.name] = run
-        digests[sc.name] = info["run_digest"]
-        write_trec_run(run, folder / "runs" / f"{sc.name}.trec", tag=f"{config.name}.{sc.name}")
-        for name, r in side.items():  # a reranker's runs at other depths (depths:)
+        ran = run_stage(sc, stage, ctx, [runs[i] for i in sc.inputs], parts, cache)
+        runs[sc.name] = ran.run
+        digests[sc.name] = ran.record.run_digest
+        write_trec_run(ran.run, folder / "runs" / f"{sc.name}.trec", tag=f"{config.name}.{sc.name}")
+        for name, r in zip(ran.record.depth_runs, ran.output.depth_runs.values()):  # a reranker's runs at other depths
             write_trec_run(r, folder / "runs" / f"{name}.trec", tag=f"{config.name}.{name}")
-        if side:
-            info["depth_runs"] = sorted(side, key=lambda n: int(n.rsplit("@", 1)[1]))
-        stages_meta.append({"name": sc.name, "type": sc.type, "inputs": sc.inputs, "key": key,
-                            "reorders_input": cls.reorders_input,
-                            "candidate_depth": getattr(sc.params, "top_n", None) if cls.reorders_input else None,
-                            **{k: (round(v, 3) if isinstance(v, float) else v) for k, v in info.items()}})  # fmt: skip
+        records.append(ran.record)
         resolved.append({"name": sc.name, "type": sc.type, "inputs": sc.inputs, "target": sc.target, "cache": sc.cache,
                          "engine": asdict(sc.engine),
                          "params": asdict(sc.params) if is_dataclass(sc.params) else sc.params, "key": key,
                          "key_parts": parts})  # fmt: skip
 
     write_trec_qrels(ds.qrels, folder / "qrels.trec")
-    texts = explorer.texts_for(runs, ds.qrels, ds.queries, ds.doc_text, config.evaluation.relevance_threshold)
-    atomic_write(folder / explorer.TEXTS_FILE, json.dumps(texts, ensure_ascii=False, separators=(",", ":")) + "\n")
-    computed = [s["name"] for s in stages_meta if s["status"] == "computed"]
-    log.info("stages computed: %s; from cache: %s", ", ".join(computed) or "none",
-             ", ".join(s["name"] for s in stages_meta if s["status"] == "cached") or "none")  # fmt: skip
-    manifest = {
-        "complete": True,
-        "stagebench_version": __version__,
-        "config_path": config.path,
-        "config": config.raw,
-        "resolved": {"dataset": {"loader": config.dataset.loader, **asdict(config.dataset.options)}, "stages": resolved},
-        "evaluation": asdict(config.evaluation),
-        "cache": {"root": str(cache.root.resolve()), "read": cache.read, "keys": keys},
-        "started": started,
-        "python": sys.version.split()[0],
-        "platform": platform.platform(),
-        "machine": machine_info(),
-        "packages": package_versions(),
-        "dataset": ds.stats(),
-        "stages": stages_meta,
-    }
-    write_manifest(folder, manifest)
+    texts = texts_for(runs, ds.qrels, ds.queries, ds.doc_text, config.evaluation.relevance_threshold)
+    atomic_write(folder / TEXTS_FILE, json.dumps(texts, ensure_ascii=False, separators=(",", ":")) + "\n")
+    log.info("stages computed: %s; from cache: %s", ", ".join(r.name for r in records if r.status == "computed") or "none",
+             ", ".join(r.name for r in records if r.status == "cached") or "none")  # fmt: skip
+    manifest = Manifest.new(
+        version=__version__, config_path=config.path, config=config.raw,
+        resolved={"dataset": {"loader": config.dataset.loader, **asdict(config.dataset.options)}, "stages": resolved},
+        evaluation=asdict(config.evaluation),
+        cache={"root": str(cache.root.resolve()), "read": cache.read, "keys": {r.name: r.key for r in records}},
+        started=started, python=sys.version.split()[0], platform=platform.platform(), machine=machine_info(),
+        packages=package_versions(), dataset=ds.stats(), stages=records,
+    )  # fmt: skip
+    manifest = write_manifest(folder, manifest)
     rendered = render(folder)
-    manifest["finished"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    manifest["wall_seconds"] = round(time.perf_counter() - t_start, 3)
-    manifest["peak_rss_mb_process"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
-    write_manifest(folder, manifest)
+    wall = round(time.perf_counter() - t_start, 3)
+    manifest = write_manifest(folder, manifest.finished(datetime.now(timezone.utc).isoformat(timespec="seconds"), wall,
+                                                        round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)))  # fmt: skip
     first = rendered.table.rows[0]
     log.info("scored %d queries (%d without results in the first stage); tables, plots and report.html written "
-             "[wall %.1fs]", first.queries, first.queries_without_results, manifest["wall_seconds"])  # fmt: skip
+             "[wall %.1fs]", first.queries, first.queries_without_results, wall)  # fmt: skip
     return RunResult(output=folder, table=rendered.table, runs=runs, dataset=ds, table_text=rendered.text,
                      per_query=rendered.per_query)  # fmt: skip

@@ -30,7 +30,7 @@ from stagebench.files import atomic_write
 from stagebench.models import hub_offline
 from stagebench.params import build, param, read_yaml
 from stagebench.pipeline import run_config
-from stagebench.reproduce import CheckRow, compare_with_expected, load_expected
+from stagebench.results.check import CheckRow, compare_with_expected, load_expected
 
 ROOT = "reproductions"
 HUB = ("huggingface.co", 443)
@@ -88,7 +88,7 @@ def missing_needs(r: Reproduction, repo: Path) -> str | None:
 
 
 @dataclass
-class Outcome:
+class Reproduced:
     reproduction: Reproduction
     rows: list[CheckRow]
     skipped: str | None = None
@@ -98,14 +98,14 @@ class Outcome:
         return any(r.status == "FAIL" for r in self.rows)
 
 
-def run_one(r: Reproduction, repo: Path, output_root: Path) -> Outcome:
+def run_one(r: Reproduction, repo: Path, output_root: Path) -> Reproduced:
     why = missing_needs(r, repo)
     expected = _resolve(r.folder, r.expected, repo)
     if why is not None:
         exp = load_expected(expected)
         rows = [CheckRow(stage, metric, float(v), None, "skipped")
                 for stage, ms in exp.stages.items() for metric, v in ms.items()]  # fmt: skip
-        return Outcome(r, rows, why)
+        return Reproduced(r, rows, why)
     cwd = os.getcwd()
     os.chdir(repo)  # configs name their data relative to the repository root
     try:
@@ -115,10 +115,10 @@ def run_one(r: Reproduction, repo: Path, output_root: Path) -> Outcome:
         rows, _ = compare_with_expected(out, expected)
     finally:
         os.chdir(cwd)
-    return Outcome(r, rows)
+    return Reproduced(r, rows)
 
 
-def matrix(outcomes: list[Outcome]) -> str:
+def matrix(outcomes: list[Reproduced]) -> str:
     """The Markdown matrix: one line per (reproduction, stage, metric)."""
     lines = ["# Reproductions", "",
              "Written by `stagebench reproduce` (`make reproduce`). Status: **OK** (equal to 6 decimals), "
@@ -152,7 +152,7 @@ def matrix(outcomes: list[Outcome]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def reproduce(repo: Path, names: list[str] | None, output_root: Path, matrix_path: Path | None) -> list[Outcome]:
+def reproduce(repo: Path, names: list[str] | None, output_root: Path, matrix_path: Path | None) -> list[Reproduced]:
     outcomes = [run_one(r, repo, output_root) for r in find(repo, names)]
     if matrix_path is not None:
         matrix_path.parent.mkdir(parents=True, exist_ok=True)
@@ -160,4 +160,4 @@ def reproduce(repo: Path, names: list[str] | None, output_root: Path, matrix_pat
     return outcomes
 
 
-__all__ = ["Outcome", "Reproduction", "find", "matrix", "missing_needs", "reproduce", "run_one"]
+__all__ = ["Reproduced", "Reproduction", "find", "matrix", "missing_needs", "reproduce", "run_one"]

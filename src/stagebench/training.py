@@ -143,9 +143,10 @@ def mine_negatives(config, ds, n: NegativesConfig, cache) -> dict[str, list[str]
     sc = next(s for s in config.stages if s.name == n.from_stage)
     stage = stage_class(sc.type, sc.target, sc.name)(sc.name, sc.params, sc.engine)
     _, parts = stage_key(sc, stage, ds, [])
-    run, info = run_stage(sc, stage, StageContext(ds, cache), [], parts, cache)
+    ran = run_stage(sc, stage, StageContext(ds, cache), [], parts, cache)
+    run = ran.run
     log.info("training: hard negatives from stage %s over %d train+dev queries (%s)", sc.name, len(ds.queries),
-             info["status"])  # fmt: skip
+             ran.record.status)  # fmt: skip
 
     return {q: ranked_ids(docs) for q, docs in run.items()}
 

@@ -11,7 +11,7 @@ from rank_bm25 import BM25Okapi
 from stagebench.data.jsonl import BeirOptions, load_beir
 from stagebench.stages.base import StageContext
 from stagebench.stages.bm25 import BM25Params, BM25Stage, SparseBM25
-from stagebench.tokenize import Tokenizer
+from stagebench.analyzer import Tokenizer
 
 
 @pytest.mark.slow

@@ -3,7 +3,7 @@ from __future__ import annotations
 from stagebench.data.jsonl import BeirOptions, load_beir
 from stagebench.stages.base import StageContext
 from stagebench.stages.bm25 import BM25Params, BM25Stage
-from stagebench.tokenize import Tokenizer
+from stagebench.analyzer import Tokenizer
 
 
 def test_index_is_cached_and_reused(tmp_path, cranfield, caplog):

@@ -13,8 +13,8 @@ import pytest
 from stagebench.cache import Cache
 from stagebench.data import Dataset
 from stagebench.errors import ConfigError, StagebenchError
-from stagebench.listwise import sliding_windows
-from stagebench.llm import ChatRequest, Completion, RequestFailed
+from stagebench.rerank.listwise import sliding_windows
+from stagebench.rerank.chat import ChatRequest, Completion, RequestFailed
 from stagebench.params import build
 from stagebench.runs import ranked_ids
 from stagebench.stages import StageContext
@@ -75,7 +75,8 @@ def stage(backend, **params):
 def test_one_pass_carries_the_best_candidate_from_the_bottom_to_the_top():
     be = Scripted()
     st = stage(be, top_n=20, window=4, stride=2)
-    out = st(StageContext(dataset()), [input_run()])
+    res = st.apply(StageContext(dataset()), [input_run()])
+    out = res.run
     order = ranked_ids(out["q1"])
     # the best of the top 20 (d19, last of the head) bubbles up through every window to rank 1
     assert order[0] == "d19"
@@ -84,8 +85,8 @@ def test_one_pass_carries_the_best_candidate_from_the_bottom_to_the_top():
     assert min(out["q1"][d] for d in order[:20]) > max(out["q1"][d] for d in order[20:])
     n_windows = len(sliding_windows(20, 4, 2))
     assert be.calls == 2 * n_windows
-    assert st.stats["windows"] == 2 * n_windows and st.stats["ok"] == 2 * n_windows
-    assert st.incomplete is None
+    assert res.stats.windows == 2 * n_windows and res.stats.ok == 2 * n_windows
+    assert res.incomplete is None
 
 
 def test_one_window_over_the_head_sorts_it_and_passes_repeat_the_sweep():
@@ -109,24 +110,26 @@ def test_malformed_answers_are_repaired_and_counted():
     # duplicates and an invented id, and one candidate left out
     be = Scripted(answer=lambda ids: " > ".join(f"[{i}]" for i in [ids[0], ids[0], 99, *ids[1:-1]]))
     st = stage(be, top_n=4, window=4, stride=2)
-    out = st(StageContext(dataset()), [input_run()])
+    res = st.apply(StageContext(dataset()), [input_run()])
+    out = res.run
     # shown d00..d03; best d03, then d02, d01; d00 was left out and goes last
     assert ranked_ids(out["q1"])[:4] == ["d03", "d02", "d01", "d00"]
-    assert st.stats["repaired"] == 2 and st.stats["ok"] == 0
-    assert st.stats["repairs"] == {"duplicate": 2, "out_of_range": 2, "missing": 2}
+    assert res.stats.repaired == 2 and res.stats.ok == 0
+    assert res.stats.repairs == {"duplicate": 2, "out_of_range": 2, "missing": 2}
     st = stage(Scripted(answer=lambda ids: "no idea"), top_n=4, window=4, stride=2)
-    out = st(StageContext(dataset()), [input_run()])
-    assert ranked_ids(out["q1"]) == ranked_ids(input_run()["q1"]) and st.stats["fallback"] == 2
+    res = st.apply(StageContext(dataset()), [input_run()])
+    assert ranked_ids(res.run["q1"]) == ranked_ids(input_run()["q1"]) and res.stats.fallback == 2
 
 
 def test_failed_requests_keep_the_window_order_are_counted_and_make_the_run_uncacheable():
     fail = lambda req: RequestFailed("HTTP 429: slow down (after 4 attempts)", 4) if "another" in req.messages[-1][1] else None  # noqa: E731
     st = stage(Scripted(fail_on=fail), top_n=6, window=4, stride=2)
-    out = st(StageContext(dataset()), [input_run()])
+    res = st.apply(StageContext(dataset()), [input_run()])
+    out = res.run
     assert ranked_ids(out["q2"]) == ranked_ids(input_run()["q2"])
     assert ranked_ids(out["q1"])[0] == "d05"
-    assert st.stats["failed"] == 2 and st.stats["retries"] == 6
-    assert "2 window(s) failed" in st.incomplete
+    assert res.stats.failed == 2 and res.stats.retries == 6
+    assert "2 window(s) failed" in res.incomplete
 
 
 def test_a_request_the_server_refuses_stops_the_stage():
@@ -149,13 +152,13 @@ def test_answers_are_cached_per_window(tmp_path):
     be = Scripted()
     first = stage(be, top_n=10, window=4, stride=2)(ctx, [input_run()])
     asked = be.calls
-    again = stage(be, top_n=10, window=4, stride=2)
-    assert again(ctx, [input_run()]) == first and be.calls == asked  # a rerun asks nothing
-    assert again.stats["windows_from_cache"] == again.stats["windows"]
+    again = stage(be, top_n=10, window=4, stride=2).apply(ctx, [input_run()])
+    assert again.run == first and be.calls == asked  # a rerun asks nothing
+    assert again.stats.windows_from_cache == again.stats.windows
     # a second pass: the first pass's windows come from the cache, only the second's are asked
-    two = stage(be, top_n=10, window=4, stride=2, passes=2)
-    assert two(ctx, [input_run()]) != first
-    assert be.calls - asked == two.stats["windows"] // 2 == two.stats["windows_from_cache"]
+    two = stage(be, top_n=10, window=4, stride=2, passes=2).apply(ctx, [input_run()])
+    assert two.run != first
+    assert be.calls - asked == two.stats.windows // 2 == two.stats.windows_from_cache
 
 
 def test_failed_answers_are_not_cached(tmp_path):
@@ -163,9 +166,8 @@ def test_failed_answers_are_not_cached(tmp_path):
     broken = Scripted(fail_on=lambda req: RequestFailed("timed out", 2))
     stage(broken, top_n=6, window=4, stride=2)(ctx, [input_run()])
     healthy = Scripted()
-    st = stage(healthy, top_n=6, window=4, stride=2)
-    st(ctx, [input_run()])
-    assert healthy.calls == st.stats["windows"] and st.stats["failed"] == 0
+    res = stage(healthy, top_n=6, window=4, stride=2).apply(ctx, [input_run()])
+    assert healthy.calls == res.stats.windows and res.stats.failed == 0
 
 
 @pytest.mark.parametrize(("params", "problem"), [
@@ -198,18 +200,18 @@ def test_a_prompt_file_without_the_passages_fails_at_load(tmp_path):
 
 
 def test_cost_follows_the_price_without_recomputing_and_renders():
-    from stagebench.report import llm_cells
-    from stagebench.table import LLMCells
+    from stagebench.report.tables import llm_cells
+    from stagebench.results.scoring import llm_cells as llm_counts
 
     st = stage(Scripted(), top_n=6, window=4, stride=2, price_per_1k_tokens=0.5)
-    st(StageContext(dataset()), [input_run()])
-    tokens = st.stats["prompt_tokens"] + st.stats["completion_tokens"]
-    done = st.finish_stats(st.stats)
-    assert done["cost"] == round(tokens / 1000 * 0.5, 6) and done["price_per_1k_tokens"] == 0.5
-    free = stage(Scripted(), top_n=6, window=4, stride=2).finish_stats(st.stats)
-    assert free["cost"] is None
-    cells = llm_cells("llm", LLMCells.from_stats(done))
-    assert cells[1] == "4" and cells[2] == "100.0%" and cells[-1] == f"{done['cost']:.4f}"
+    stats = st.apply(StageContext(dataset()), [input_run()]).stats
+    done = st.finish_stats(stats)
+    assert done.pricing.cost == round(stats.tokens / 1000 * 0.5, 6) and done.pricing.price_per_1k_tokens == 0.5
+    assert done.to_json()["cost"] == done.pricing.cost  # as the manifest records it
+    free = stage(Scripted(), top_n=6, window=4, stride=2).finish_stats(stats)
+    assert free.pricing.cost is None
+    cells = llm_cells("llm", llm_counts(done))
+    assert cells[1] == "4" and cells[2] == "100.0%" and cells[-1] == f"{done.pricing.cost:.4f}"
 
 
 def test_depths_are_runs_of_their_own_and_a_rerun_asks_the_model_nothing(tmp_path):
@@ -218,14 +220,15 @@ def test_depths_are_runs_of_their_own_and_a_rerun_asks_the_model_nothing(tmp_pat
     ctx = StageContext(dataset(), Cache(tmp_path / "cache"))
     be = Scripted()
     st = stage(be, top_n=8, window=4, stride=2, depths=[4, 8, 12])
-    out = st(ctx, [input_run()])
-    assert sorted(st.side_runs) == ["llm@12", "llm@4"]  # the stage's own top_n is its run
+    res = st.apply(ctx, [input_run()])
+    assert sorted(res.depth_runs) == [4, 12]  # the stage's own top_n is its run
     for n in (4, 12):
         alone = stage(Scripted(), top_n=n, window=4, stride=2)(StageContext(dataset()), [input_run()])
-        assert st.side_runs[f"llm@{n}"] == alone
-    assert out == stage(Scripted(), top_n=8, window=4, stride=2)(StageContext(dataset()), [input_run()])
-    assert st.stats["pairs"] == {"4": 8, "8": 16, "12": 24} and set(st.stats["seconds"]) == {"4", "8", "12"}
+        assert res.depth_runs[n] == alone
+    assert res.run == stage(Scripted(), top_n=8, window=4, stride=2)(StageContext(dataset()), [input_run()])
+    assert res.stats.pairs == {4: 8, 8: 16, 12: 24} and set(res.stats.seconds) == {4, 8, 12}
+    assert res.stats.to_json()["pairs"] == {"4": 8, "8": 16, "12": 24}
     assert be.calls == 18  # 1 + 5 + 3 windows per query at depths 4, 12 and 8: each depth its own run
     again = Scripted()
     st2 = stage(again, top_n=8, window=4, stride=2, depths=[4, 8, 12])
-    assert st2(ctx, [input_run()]) == out and again.calls == 0  # every window from the response cache
+    assert st2(ctx, [input_run()]) == res.run and again.calls == 0  # every window from the response cache

@@ -11,7 +11,8 @@ from stagebench.data.model import Dataset
 from stagebench.errors import StagebenchError
 from stagebench.runs import ranked_ids
 from stagebench.stages.base import StageContext
-from stagebench.stages.rerank import rerank_depths, RerankCommon, merge_head_tail, rerank_run
+from stagebench.rerank.merge import merge_head_tail
+from stagebench.rerank.pointwise import RerankCommon, rerank_depths, rerank_run
 
 
 def dataset(n_docs=10, n_queries=3):
@@ -122,7 +123,7 @@ def test_bad_plugin_outputs(bad, msg):
 
 def test_sigmoid_keeps_the_order_of_the_logits():
     from stagebench.runs import ranked_ids
-    from stagebench.stages.rerank import sigmoid_keeping_order
+    from stagebench.rerank.merge import sigmoid_keeping_order
 
     logits = np.array([40.0, 45.0, 38.0, 45.0, -3.0, 50.0])
     s = sigmoid_keeping_order(logits)

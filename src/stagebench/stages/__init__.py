@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from stagebench.errors import ConfigError
-from stagebench.stages.base import Stage, StageContext
+from stagebench.stages.base import Stage, StageContext, StageOutput
 from stagebench.stages.bm25 import BM25Stage
 from stagebench.stages.dense import DenseStage
 from stagebench.stages.fusion import RRFStage, ScoreFusionStage
@@ -25,4 +25,4 @@ def stage_class(type_name: str, target: str | None, where: str) -> type[Stage]:
     return STAGE_TYPES[type_name]
 
 
-__all__ = ["STAGE_TYPES", "Stage", "StageContext", "stage_class"]
+__all__ = ["STAGE_TYPES", "Stage", "StageContext", "StageOutput", "stage_class"]

@@ -18,6 +18,7 @@ from stagebench.models import resolve_model
 if TYPE_CHECKING:
     from stagebench.cache import Cache
     from stagebench.data.model import Dataset
+    from stagebench.record import Stats
     from stagebench.runs import Run
 
 
@@ -31,8 +32,21 @@ class StageContext:
     engine: Engine = field(default_factory=LocalEngine)
 
 
+@dataclass
+class StageOutput:
+    """What one application of a stage produced: its run, and what it did besides - its runs at
+    other depths (a reranker's ``depths:``), its typed stats, and why the run must not be cached
+    (requests that failed; ``None``: it may be). The cache and the manifest keep all of it."""
+
+    run: Run
+    depth_runs: dict[int, Run] = field(default_factory=dict)
+    stats: Stats | None = None
+    incomplete: str | None = None
+
+
 class Stage:
-    """Base class. Subclasses set ``type_name``, ``Params``, input arity, and ``__call__``."""
+    """Base class. Subclasses set ``type_name``, ``Params``, input arity, and ``__call__`` (the run)
+    or ``apply`` (the run and what the stage did besides, :class:`StageOutput`)."""
 
     type_name: ClassVar[str] = ""
     Params: ClassVar[type] = object
@@ -60,13 +74,6 @@ class Stage:
         self.params = params
         #: where its units run (config ``engine:``); it decides the placement of GPU workers
         self.engine = engine or EngineParams()
-        #: what the last call did beyond its run (e.g. an LLM stage's window outcomes and
-        #: tokens), recorded with the run in the cache and in the manifest; None: nothing
-        self.stats: dict[str, Any] | None = None
-        #: why the last call's run must not be cached (e.g. requests that failed), or None
-        self.incomplete: str | None = None
-        #: runs the last call derived besides its own (a reranker's runs at other depths), by name
-        self.side_runs: dict[str, Run] = {}
 
     @classmethod
     def check_params(cls, params: Any, inputs: list[str]) -> list[tuple[str, str]]:
@@ -79,7 +86,7 @@ class Stage:
         before the dataset loads or any stage runs; raise a StagebenchError to refuse."""
         return None
 
-    def finish_stats(self, stats: dict[str, Any] | None) -> dict[str, Any] | None:
+    def finish_stats(self, stats: Stats | None) -> Stats | None:
         """The recorded ``stats`` of a run, computed now or read from the cache, completed with
         what depends on params that do not change the run (e.g. a price per token)."""
         return stats
@@ -88,8 +95,16 @@ class Stage:
         """Extra cache-key parts, e.g. the resolved model's identity (name + weight hash)."""
         return {}
 
-    def __call__(self, ctx: StageContext, inputs: list[Run]) -> Run:  # pragma: no cover - abstract
-        raise NotImplementedError
+    def apply(self, ctx: StageContext, inputs: list[Run]) -> StageOutput:
+        """The stage's run and what it did besides; a stage with nothing besides its run only
+        implements ``__call__``."""
+        return StageOutput(self(ctx, inputs))
+
+    def __call__(self, ctx: StageContext, inputs: list[Run]) -> Run:
+        """The run (a stage that implements ``apply`` gets this for free)."""
+        if type(self).apply is Stage.apply:
+            raise NotImplementedError(f"{type(self).__name__} implements neither __call__ nor apply")
+        return self.apply(ctx, inputs).run
 
 
 class ModelStage(Stage):

@@ -37,7 +37,7 @@ from stagebench.cache import code_identity, memo
 from stagebench.params import Fraction, NonNegativeFloat, PositiveInt, param
 from stagebench.runs import Run, ranked
 from stagebench.stages.base import Stage, StageContext
-from stagebench.tokenize import Tokenizer
+from stagebench.analyzer import Tokenizer
 from stagebench.ui import progress
 
 log = logging.getLogger("stagebench")
@@ -168,7 +168,7 @@ SEARCH_PARAMS = ("top_k", "backend", "query_batch", "threads")
 def index_key_parts(ds_fingerprint: str, p: BM25Params) -> dict:
     """What the sparse index depends on: the corpus, every index param, the code."""
     return {"corpus": ds_fingerprint, "params": {name: getattr(p, name) for name in INDEX_PARAMS},
-            "code": code_identity(("stagebench.stages.bm25", "stagebench.tokenize"))}  # fmt: skip
+            "code": code_identity(("stagebench.stages.bm25", "stagebench.analyzer"))}  # fmt: skip
 
 
 def sparse_index(ctx: StageContext, p: BM25Params, tok: Tokenizer, stage: str) -> SparseBM25:
@@ -216,7 +216,7 @@ def search(score: Callable[[list[list[str]]], np.ndarray], qids: list[str], q_to
 class BM25Stage(Stage):
     type_name = "bm25"
     Params = BM25Params
-    code_modules = (*Stage.code_modules, "stagebench.stages.bm25", "stagebench.tokenize")
+    code_modules = (*Stage.code_modules, "stagebench.stages.bm25", "stagebench.analyzer")
     packages = ("numpy", "scipy", "rank-bm25", "PyStemmer")
     unkeyed_params = ("query_batch", "threads")
 

@@ -2,8 +2,8 @@
 
 The stage reorders each query's top ``top_n`` candidates of its one input (the tail keeps
 its order below, as with every reranker). Windows of ``window`` candidates, ``stride`` apart,
-go from the back of the list to the front (:func:`stagebench.listwise.sliding_windows`),
-``passes`` times; each window's answer is read by :func:`stagebench.listwise.parse_permutation`
+go from the back of the list to the front (:func:`stagebench.rerank.listwise.sliding_windows`),
+``passes`` times; each window's answer is read by :func:`stagebench.rerank.listwise.parse_permutation`
 and its outcome counted (ok / repaired / fallback / failed after retries).
 
 Every window's request -> answer is kept in the content-addressed cache (kind ``llm``) under
@@ -20,32 +20,26 @@ runs one window at a time.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import re
-import threading
 import time
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from stagebench.cache import Cache, memo
 from stagebench.devices import HardwareParams, gpu_worker_placement, place
 from stagebench.engine import EngineParams
 from stagebench.errors import ConfigError, StagebenchError
-from stagebench.listwise import (
-    DEFAULT_SYSTEM, DEFAULT_TEMPLATE, FAILED, OUTCOMES, REPAIRS, check_template, parse_permutation, render_prompt,
-    sliding_windows,
-)  # fmt: skip
-from stagebench.llm import ChatRequest, Completion, OpenAIBackend, RequestFailed, TransformersBackend
+from stagebench.record import LLMStats, Stats
+from stagebench.rerank.chat import OpenAIBackend, TransformersBackend
+from stagebench.rerank.listwise import DEFAULT_SYSTEM, DEFAULT_TEMPLATE, FAILED, check_template, sliding_windows
+from stagebench.rerank.windows import QueryTask, WindowStats
 from stagebench.models import resolve_model
 from stagebench.params import NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, Seed, param
 from stagebench.runs import Run
-from stagebench.stages.base import Stage, StageContext
-from stagebench.stages.rerank import depth_run_name, merge_head_tail, split_head
+from stagebench.rerank.merge import merge_head_tail, split_head
+from stagebench.stages.base import Stage, StageContext, StageOutput
 from stagebench.textfile import read_text
-from stagebench.ui import progress
 
 log = logging.getLogger("stagebench")
 
@@ -94,52 +88,15 @@ class LLMRerankParams(HardwareParams):
         return self.backend == "transformers"
 
 
-@dataclass
-class WindowStats:
-    """What the stage's windows did, recorded with its run (manifest ``stats``)."""
-
-    queries: int = 0
-    windows: int = 0
-    outcomes: dict[str, int] = field(default_factory=lambda: dict.fromkeys(OUTCOMES, 0))
-    repairs: dict[str, int] = field(default_factory=lambda: dict.fromkeys(REPAIRS, 0))
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    retries: int = 0
-    model_seconds: float = 0.0  # the answers' compute time, whether computed now or read from the cache
-    cached_windows: int = 0
-
-    def record(self, status: str, repairs: tuple[str, ...] = (), answer: Completion | None = None, retries: int = 0,
-               cached: bool = False) -> None:  # fmt: skip
-        """One window's outcome (``answer`` None: the request failed after ``retries`` retries)."""
-        self.windows += 1
-        self.outcomes[status] += 1
-        for r in repairs:
-            self.repairs[r] += 1
-        if answer is not None:
-            self.prompt_tokens += answer.prompt_tokens
-            self.completion_tokens += answer.completion_tokens
-            self.model_seconds += answer.seconds
-            retries = answer.retries
-        self.retries += retries
-        self.cached_windows += cached
-
-    def as_json(self) -> dict:
-        return {"kind": "llm", "queries": self.queries, "windows": self.windows, **self.outcomes,
-                "repairs": dict(self.repairs), "prompt_tokens": self.prompt_tokens,
-                "completion_tokens": self.completion_tokens, "retries": self.retries,
-                "model_seconds": round(self.model_seconds, 3),
-                "seconds_per_query": round(self.model_seconds / max(self.queries, 1), 3),
-                "windows_from_cache": self.cached_windows}  # fmt: skip
-
-
 class LLMRerankStage(Stage):
     type_name = "llm_rerank"
     Params = LLMRerankParams
     min_inputs = max_inputs = 1
     reorders_input = True
     uses_engine = True
-    code_modules = (*Stage.code_modules, "stagebench.stages.llm_rerank", "stagebench.listwise", "stagebench.llm",
-                    "stagebench.stages.rerank", "stagebench.devices")  # fmt: skip
+    code_modules = (*Stage.code_modules, "stagebench.stages.llm_rerank", "stagebench.rerank.listwise",
+                    "stagebench.rerank.windows", "stagebench.rerank.chat", "stagebench.rerank.merge", "stagebench.record",
+                    "stagebench.devices")  # fmt: skip
     packages = ("transformers", "torch", "gguf")
     unkeyed_params = ("concurrency", "timeout", "retries", "backoff", "price_per_1k_tokens", "api_key_env")
 
@@ -209,30 +166,33 @@ class LLMRerankStage(Stage):
         return {"llm": self.backend().identity(), "prompt_template": _digest(self.template()),
                 "prompt_file": bool(self.params.prompt)}  # fmt: skip
 
-    def finish_stats(self, stats: dict | None) -> dict | None:
-        price = self.params.price_per_1k_tokens
-        if stats is None or stats.get("kind") != "llm":
-            return stats
-        tokens = stats["prompt_tokens"] + stats["completion_tokens"]
-        return {**stats, "price_per_1k_tokens": price, "cost": None if price is None else round(tokens / 1000 * price, 6)}
+    def finish_stats(self, stats: Stats | None) -> Stats | None:
+        return stats.priced(self.params.price_per_1k_tokens) if isinstance(stats, LLMStats) else stats
 
     # ------------------------------------------------------------------ the run
-    def __call__(self, ctx: StageContext, inputs: list[Run]) -> Run:
+    def apply(self, ctx: StageContext, inputs: list[Run]) -> StageOutput:
         """The run at ``top_n``; with ``depths``, each depth is a run of its own (its windows depend
         on N), through the same response cache, so windows identical across depths are asked once."""
         p: LLMRerankParams = self.params
-        pairs, seconds, side = {}, {}, {}
+        pairs, seconds, depth_runs, failed = {}, {}, {}, 0
         for n in sorted(set(p.depths or ()) - {p.top_n}):
             run, stats = self._rerank(ctx, inputs[0], n)
-            side[depth_run_name(self.name, n)] = run
-            pairs[str(n)], seconds[str(n)] = stats["candidates"], stats["model_seconds"]
+            depth_runs[n] = run
+            pairs[n], seconds[n], failed = stats.candidates, stats.model_seconds, failed + stats.outcomes[FAILED]
         run, stats = self._rerank(ctx, inputs[0], p.top_n)
-        pairs[str(p.top_n)], seconds[str(p.top_n)] = stats["candidates"], stats["model_seconds"]
-        self.side_runs = side
-        self.stats = {**stats, "pairs": pairs, "seconds": seconds} if p.depths else stats
-        return run
+        pairs[p.top_n], seconds[p.top_n], failed = stats.candidates, stats.model_seconds, failed + stats.outcomes[FAILED]
+        incomplete = None
+        if stats.outcomes[FAILED]:
+            incomplete = (f"{stats.outcomes[FAILED]} window(s) failed after retries and kept their input order; the "
+                          "run is not cached, so the next run asks for those windows again")  # fmt: skip
+        elif failed:
+            incomplete = (f"{failed} window(s) of its other depths failed after retries; the run is not cached, so the "
+                          "next run asks for those windows again")  # fmt: skip
+        if p.depths:
+            stats = replace(stats, pairs=pairs, seconds=seconds)
+        return StageOutput(run, depth_runs, stats, incomplete)
 
-    def _rerank(self, ctx: StageContext, run: Run, top_n: int) -> tuple[Run, dict]:
+    def _rerank(self, ctx: StageContext, run: Run, top_n: int) -> tuple[Run, LLMStats]:
         p: LLMRerankParams = self.params
         ds = ctx.dataset
         backend = self.backend()
@@ -241,14 +201,13 @@ class LLMRerankStage(Stage):
         plan = {q: sliding_windows(len(heads[q]), p.window, p.stride) * p.passes for q in qids}
         task = QueryTask(backend, backend.identity(), ctx.cache, self.template(), p, self.name)
         units = [(q, ds.queries[q], heads[q], [ds.doc_text.get(d, "") for d in heads[q]], plan[q]) for q in qids]
-        sizes = [len(plan[q]) for q in qids]
         t0 = time.perf_counter()
-        if ctx.engine.remote:  # queries sharded across the workers; a query's windows run in order on one
-            answers = ctx.engine.map(task, units, desc=f"{self.name}: llm windows", unit="window", sizes=sizes)
-        else:
-            answers = self._run_here(task, units, sizes, p.concurrency if backend.concurrent else 1)
+        # a query's windows run in order in one unit; queries run concurrently against a server (threads
+        # here, or spread over the Ray workers)
+        answers = ctx.engine.map(task, units, desc=f"{self.name}: llm windows", unit="window",
+                                 sizes=[len(plan[q]) for q in qids], threads=p.concurrency if backend.concurrent else 1)  # fmt: skip
         dt = time.perf_counter() - t0
-        stats = WindowStats(queries=len(qids))
+        counts = WindowStats(queries=len(qids))
         reranked: dict[str, list[str]] = {}
         for (qid, *_), (order, windows) in zip(units, answers):
             reranked[qid] = order
@@ -256,116 +215,24 @@ class LLMRerankStage(Stage):
                 if w.answer is None:
                     log.warning("stage %s: query %r window [%d, %d): request failed: %s; the window keeps its input "
                                 "order", self.name, qid, w.start + 1, w.end, w.error)  # fmt: skip
-                stats.record(w.status, w.repairs, w.answer, retries=w.retries, cached=w.cached)
-        s = stats
+                counts.record(w.status, w.repairs, w.answer, retries=w.retries, cached=w.cached)
+        s = counts
         log.info("stage %s: %d windows over %d queries (top %d, window %d, stride %d, %d pass%s): %d from the cache, "
                  "%d asked; ok %d, repaired %d, fallback %d, failed %d; %d prompt + %d completion tokens [%.1fs]",
                  self.name, s.windows, s.queries, top_n, p.window, p.stride, p.passes, "es" if p.passes > 1 else "",
                  s.cached_windows, s.windows - s.cached_windows, s.outcomes["ok"], s.outcomes["repaired"],
                  s.outcomes["fallback"], s.outcomes[FAILED], s.prompt_tokens, s.completion_tokens, dt)  # fmt: skip
         decoding = "greedy" if p.temperature == 0 else f"sampled at temperature {p.temperature} with seed {p.seed}"
-        out = {**stats.as_json(), "candidates": sum(len(heads[q]) for q in qids),
-               "reproducibility": f"{decoding}; {getattr(backend, 'reproducibility', '?')}"}  # fmt: skip
-        if s.outcomes[FAILED]:
-            self.incomplete = (f"{s.outcomes[FAILED]} window(s) failed after retries and kept their input order; the run "
-                               "is not cached, so the next run asks for those windows again")  # fmt: skip
+        stats = counts.typed(sum(len(heads[q]) for q in qids), f"{decoding}; {getattr(backend, 'reproducibility', '?')}")
         result: Run = {}
         for qid in run:
             order = reranked.get(qid, [])
             result[qid] = merge_head_tail({d: float(len(order) - i) for i, d in enumerate(order)}, tails[qid])
-        return result, out
-
-    def _run_here(self, task: QueryTask, units: list, sizes: list[int], workers: int) -> list:
-        """The queries in this process, ``workers`` at a time (threads: a server answers them in parallel)."""
-        stop = threading.Event()
-        with progress(sum(sizes), f"{self.name}: llm windows", "window") as bar:
-            if workers == 1:
-                out = []
-                for u, n in zip(units, sizes):
-                    out.append(task.run(u, stop))
-                    bar.update(n)
-                return out
-            pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"stagebench-{self.name}")
-            try:
-                futures = [pool.submit(task.run, u, stop) for u in units]
-                for f, n in zip(futures, sizes):
-                    f.add_done_callback(lambda _f, n=n: bar.update(n))
-                done, _ = wait(futures, return_when=FIRST_EXCEPTION)
-                for f in done:
-                    if f.exception() is not None:
-                        raise f.exception()  # type: ignore[misc]
-                return [f.result() for f in futures]
-            finally:
-                stop.set()
-                pool.shutdown(wait=True, cancel_futures=True)
-
-
-@dataclass(frozen=True)
-class WindowAnswer:
-    """One window of one query: its outcome, and the answer (None: the request failed)."""
-
-    start: int
-    end: int
-    status: str
-    repairs: tuple[str, ...] = ()
-    answer: Completion | None = None
-    retries: int = 0
-    cached: bool = False
-    error: str = ""
-
-
-class QueryTask:
-    """An engine task: one query's windows, in order -> the reordered head and each window's
-    :class:`WindowAnswer`. Every answer goes through the content-addressed cache (a Ray worker
-    writes to the same cache folder, which must then be shared: docs/scale.md). Picklable: the
-    backend's loaded model and connections are not pickled."""
-
-    def __init__(self, backend: OpenAIBackend | TransformersBackend, identity: dict, cache: Cache | None,
-                 template: str, p: LLMRerankParams, stage: str) -> None:  # fmt: skip
-        self.backend, self.identity, self.cache, self.template, self.stage = backend, identity, cache, template, stage
-        self.system = (("system", p.system_prompt),) if p.system_prompt else ()
-        self.max_doc_words, self.max_new_tokens = p.max_doc_words, p.max_new_tokens
-        self.temperature, self.seed, self.model = p.temperature, p.seed, p.model
-
-    def answer(self, req: ChatRequest) -> tuple[Completion, bool]:
-        m = memo(self.cache, "llm", {"model": self.identity, "request": req.as_json()}, lambda: self.backend.complete(req),
-                 save=lambda c, folder: (folder / "response.json").write_text(json.dumps(c.as_json(), sort_keys=True)),
-                 load=lambda entry: Completion.from_json(json.loads(entry.file("response.json").read_text())),
-                 meta=lambda c: {"model": self.model, "stage": self.stage}, label=f"stage {self.stage}",
-                 what="window", quiet=True)  # fmt: skip
-        return m.value, m.status == "cached"
-
-    def run(self, unit: tuple, stop: threading.Event | None = None) -> tuple[list[str], list[WindowAnswer]]:
-        _qid, query, doc_ids, texts, plan = unit
-        order = list(range(len(doc_ids)))
-        windows: list[WindowAnswer] = []
-        for start, end in plan:
-            if stop is not None and stop.is_set():
-                raise _Stopped()
-            shown = order[start:end]
-            user = render_prompt(self.template, query, [texts[i] for i in shown], self.max_doc_words)
-            req = ChatRequest((*self.system, ("user", user)), self.max_new_tokens or 8 * len(shown) + 16,
-                              self.temperature, self.seed)  # fmt: skip
-            try:
-                comp, cached = self.answer(req)
-            except RequestFailed as exc:
-                windows.append(WindowAnswer(start, end, FAILED, retries=exc.attempts - 1, error=str(exc)))
-                continue
-            outcome = parse_permutation(comp.text, len(shown))
-            order[start:end] = [shown[k] for k in outcome.order]
-            windows.append(WindowAnswer(start, end, outcome.status, outcome.repairs, comp, cached=cached))
-        return [doc_ids[i] for i in order], windows
-
-    def __call__(self, unit: tuple) -> tuple[list[str], list[WindowAnswer]]:
-        return self.run(unit)
-
-
-class _Stopped(Exception):
-    """Another query's failure stopped this one."""
+        return result, stats
 
 
 def _digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
-__all__ = ["LLMRerankParams", "LLMRerankStage", "WindowStats"]
+__all__ = ["LLMRerankParams", "LLMRerankStage"]

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from stagebench.optional import need
+from stagebench.results.cost import CostPoint
 from stagebench.table import StageRow
 
 _METADATA = {"Software": None}
@@ -130,14 +131,14 @@ def depth_curve(row: StageRow) -> bytes:
     return _png(fig)
 
 
-def quality_cost(points: Sequence[tuple[str, float, float, bool]]) -> bytes:
+def quality_cost_chart(points: Sequence[CostPoint]) -> bytes:
     """Each stage's nDCG@10 against its cumulative seconds per query (log x); the Pareto front joined."""
     plt = _fig()
     fig, ax = plt.subplots(figsize=(7, 4))
-    for name, cost, quality, front in points:
-        ax.plot(cost, quality, "o", color="tab:red" if front else "tab:grey")
-        ax.annotate(name, (cost, quality), textcoords="offset points", xytext=(5, 4), fontsize=8)
-    front = sorted((c, q) for _, c, q, f in points if f)
+    for p in points:
+        ax.plot(p.seconds_per_query, p.quality, "o", color="tab:red" if p.pareto else "tab:grey")
+        ax.annotate(p.stage, (p.seconds_per_query, p.quality), textcoords="offset points", xytext=(5, 4), fontsize=8)
+    front = sorted((p.seconds_per_query, p.quality) for p in points if p.pareto)
     if len(front) > 1:
         ax.plot([c for c, _ in front], [q for _, q in front], "-", color="tab:red", linewidth=1, label="Pareto front")
         ax.legend(fontsize=8)

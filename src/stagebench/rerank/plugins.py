@@ -1,4 +1,4 @@
-"""The reranker plug-in protocol, and the built-in cross-encoder implemented through it.
+"""The reranker plug-in protocol, and finding and building a plug-in (``type: plugin``).
 
 A reranker is any object with::
 
@@ -32,49 +32,15 @@ import sys
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-import numpy as np
+from pathlib import Path
+from typing import Any
 
-from stagebench.devices import Placement, place
-from stagebench.encoders import load_cross_encoder
-from stagebench.errors import ConfigError
-from stagebench.models import ResolvedModel, on_this_machine, resolve_model
+from stagebench.errors import ConfigError, StagebenchError
 
 
 @runtime_checkable
 class Reranker(Protocol):
     def score(self, query: str, docs: Sequence[str]) -> Sequence[float]: ...
-
-
-class CrossEncoderReranker:
-    """A cross-encoder (sentence-transformers or ONNX) behind the plug-in protocol."""
-
-    def __init__(self, model: str = "cross-encoder/ms-marco-MiniLM-L-12-v2", source: str = "auto",
-                 max_length: int = 256, batch_size: int = 32, device: str = "auto",
-                 precision: str = "auto") -> None:  # fmt: skip
-        resolved = resolve_model(model, source)
-        placement = place(device, precision, "onnx" if resolved.backend == "onnx" else "torch", f"cross-encoder {model}")
-        self._load(resolved, placement, max_length, batch_size)
-
-    @classmethod
-    def placed(cls, resolved: ResolvedModel, source: str, placement: Placement, max_length: int,
-               batch_size: int) -> CrossEncoderReranker:  # fmt: skip
-        """The model a run resolved and placed where it started, loaded here (a Ray worker finds it
-        again with :func:`stagebench.models.on_this_machine`)."""
-        self = cls.__new__(cls)
-        self._load(on_this_machine(resolved, source), placement, max_length, batch_size)
-        return self
-
-    def _load(self, resolved: ResolvedModel, placement: Placement, max_length: int, batch_size: int) -> None:
-        self.resolved = resolved
-        self.placement = placement
-        self.model = load_cross_encoder(resolved, placement, max_length)
-        self.batch_size = batch_size
-
-    def score(self, query: str, docs: Sequence[str]) -> list[float]:
-        return self.score_pairs([(query, d) for d in docs])
-
-    def score_pairs(self, pairs: Sequence[tuple[str, str]]) -> list[float]:
-        return np.asarray(self.model.predict(pairs, self.batch_size), dtype=np.float64).tolist()
 
 
 def import_target(target: str, where: str) -> type:
@@ -101,7 +67,7 @@ def import_target(target: str, where: str) -> type:
     if not callable(obj):
         raise ConfigError(f"{where}: {target!r} is not a class or factory")
     if inspect.isclass(obj) and not hasattr(obj, "score"):
-        raise ConfigError(f"{where}: {target!r} has no score(query, docs) method (see stagebench.rerankers.Reranker)")
+        raise ConfigError(f"{where}: {target!r} has no score(query, docs) method (see stagebench.rerank.plugins.Reranker)")
     return obj
 
 
@@ -120,3 +86,19 @@ def check_kwargs(factory: type, kwargs: dict, where: str) -> None:
     for name, p in params.items():
         if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and name not in kwargs:
             raise ConfigError(f"{where}.{name}: required by {factory.__name__} but missing")
+
+
+def build_plugin(target: str, kwargs: dict, stage: str, cwd: str) -> Any:
+    """A plug-in reranker, constructed where it runs (this process or a Ray worker, whose
+    working directory ``cwd`` - the run's - is importable as it is here)."""
+    if cwd not in sys.path and Path(cwd).is_dir():
+        sys.path.append(cwd)
+    factory = import_target(target, f"stage {stage}.target")
+    try:
+        reranker = factory(**kwargs)
+    except Exception as exc:
+        raise StagebenchError(f"stage {stage}: plug-in {target} raised when constructed: "
+                              f"{type(exc).__name__}: {exc}") from exc  # fmt: skip
+    if not callable(getattr(reranker, "score", None)):
+        raise StagebenchError(f"stage {stage}: {target} instance has no score(query, docs) method")
+    return reranker

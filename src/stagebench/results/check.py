@@ -33,7 +33,8 @@ from stagebench.errors import ConfigError, StagebenchError
 from stagebench.files import atomic_write
 from stagebench.metrics import evaluate, parse_measure
 from stagebench.params import build, read_yaml
-from stagebench.results import RunFolder
+from stagebench.record import Manifest
+from stagebench.results.folder import RunFolder
 
 EXACT = 5e-7  # results are stored rounded to 6 decimals
 DATASET_KEYS = ("fingerprint", "queries_fingerprint", "qrels_fingerprint")
@@ -95,15 +96,15 @@ def load_expected(path: str | Path) -> Expected:
     return exp
 
 
-def folder_metrics(folder: Path, stored_table: bool = False) -> tuple[dict[str, dict[str, float]], dict, str]:
+def folder_metrics(folder: Path, stored_table: bool = False) -> tuple[dict[str, dict[str, float]], Manifest, str]:
     """stage -> metric -> mean (rounded to 6 decimals, as stage_table.json), the manifest, and the source.
-    Every file read is verified against the manifest's digests (:class:`stagebench.results.RunFolder`)."""
+    Every file read is verified against the manifest's digests (:class:`stagebench.results.folder.RunFolder`)."""
     rf = RunFolder.open(folder)
     if not stored_table:
-        qrels, runs, ev = rf.qrels(), rf.runs(), rf.manifest["evaluation"]
+        qrels, runs, ev = rf.qrels(), rf.runs(), rf.manifest.evaluation
         out = {}
         for name, run in runs.items():
-            e = evaluate(qrels, run, ev["metrics"], relevance_threshold=ev["relevance_threshold"], gain=ev["gain"])
+            e = evaluate(qrels, run, ev.metrics, relevance_threshold=ev.relevance_threshold, gain=ev.gain)
             out[name] = {m: round(v, 6) for m, v in e.means.items()}
         return out, rf.manifest, "recomputed from runs/ and qrels.trec"
     table = rf.table()
@@ -117,9 +118,9 @@ def compare_with_expected(folder: str | Path, expected_path: str | Path,
     exp = load_expected(expected_path)
     got, manifest, source = folder_metrics(folder, stored_table)
     rows: list[CheckRow] = []
-    ds = manifest.get("dataset", {})
+    ds = manifest.dataset
     for key, want in exp.dataset.items():
-        have = ds.get(key)
+        have = getattr(ds, key, None)
         rows.append(CheckRow("(dataset)", key, want, have, "OK" if have == want else "FAIL"))
     for stage, metrics in exp.stages.items():
         for metric, want in metrics.items():
@@ -137,28 +138,6 @@ def compare_with_expected(folder: str | Path, expected_path: str | Path,
     return rows, source
 
 
-def format_report(rows: list[CheckRow], folder: str, expected_path: str, source: str) -> str:
-    def cell(v) -> str:
-        if v is None:
-            return "missing"
-        if isinstance(v, float):
-            return f"{v:.6f}"
-        return str(v)[:16] + ("..." if len(str(v)) > 16 else "")
-
-    head = ["stage", "metric", "expected", "got", "diff", "tolerance", "status"]
-    body = [[r.stage, r.metric, cell(r.expected), cell(r.got), "-" if r.diff is None else f"{r.diff:+.6f}",
-             "-" if r.tolerance is None else f"{r.tolerance:g}", r.status] for r in rows]  # fmt: skip
-    widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
-    lines = [f"check {folder} against {expected_path} (metrics {source})",
-             "  ".join(h.ljust(w) for h, w in zip(head, widths)).rstrip(), "  ".join("-" * w for w in widths)]  # fmt: skip
-    lines += ["  ".join(c.ljust(w) for c, w in zip(b, widths)).rstrip() for b in body]
-    counts = {s: sum(r.status == s for r in rows) for s in ("OK", "OK-within-tolerance", "FAIL")}
-    verdict = "FAIL" if counts["FAIL"] else "OK"
-    lines.append(f"{verdict}: {len(rows)} values: {counts['OK']} OK, {counts['OK-within-tolerance']} OK-within-tolerance, "
-                 f"{counts['FAIL']} FAIL")  # fmt: skip
-    return "\n".join(lines) + "\n"
-
-
 def write_expected(folder: str | Path, expected_path: str | Path, tolerance: float | None = None,
                    metrics: list[str] | None = None, stored_table: bool = False) -> None:  # fmt: skip
     """Pin a run folder's current metrics as the expected values (an on-purpose update). The
@@ -166,16 +145,16 @@ def write_expected(folder: str | Path, expected_path: str | Path, tolerance: flo
 
     folder = Path(folder)
     got, manifest, _ = folder_metrics(folder, stored_table)
-    ds = manifest.get("dataset", {})
+    ds = manifest.dataset
     old = load_expected(expected_path) if Path(expected_path).is_file() else None
     doc = {
-        "config": manifest.get("config_path"),
+        "config": manifest.config_path,
         "tolerance": tolerance if tolerance is not None else old.tolerance if old is not None else 0.001,
         **({"tolerances": old.tolerances} if old is not None and old.tolerances else {}),
-        "dataset": {k: ds[k] for k in DATASET_KEYS if k in ds},
+        "dataset": {k: getattr(ds, k) for k in DATASET_KEYS if getattr(ds, k) is not None},
         "stages": {s: {m: v for m, v in ms.items() if metrics is None or m in metrics} for s, ms in got.items()},
     }
-    header = (f"# Expected metrics of {manifest.get('config_path')} (stagebench check RUN_DIR THIS_FILE).\n"
+    header = (f"# Expected metrics of {manifest.config_path} (stagebench check RUN_DIR THIS_FILE).\n"
               "# Regenerate on purpose, after a change that should move the numbers:\n"
               f"#   stagebench check {folder} {expected_path} --update\n")  # fmt: skip
     atomic_write(expected_path, header + yaml.safe_dump(doc, sort_keys=False, width=200))

@@ -1,4 +1,6 @@
-"""``stagebench compare A B``: two run folders side by side, stage by matching stage.
+"""Two run folders compared, stage by matching stage (``stagebench compare A B``,
+:func:`stagebench.compare`): a typed :class:`Comparison`, rendered by
+:func:`stagebench.report.tables.comparison_text`.
 
 Two folders are comparable only when their numbers mean the same thing: the same gain and
 relevance threshold, the same corpus, and the same judgments for the queries they share;
@@ -17,12 +19,57 @@ corrected across the matching stages of each measure, and win/tie/loss counts of
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
-import stagebench.stats as stats
+from stagebench import stats
 from stagebench.errors import StagebenchError
-from stagebench.report import format_p
-from stagebench.results import RunFolder
+from stagebench.results.folder import RunFolder
+
+
+@dataclass(frozen=True)
+class MeasureDelta:
+    """One stage and measure in both folders: the means over the common queries, B - A, the paired
+    tests (Holm-corrected across the matching stages of the measure) and B's wins, ties and losses."""
+
+    stage: str
+    measure: str
+    mean_a: float
+    mean_b: float
+    p_rand: float  # paired randomization test, Holm-corrected
+    p_t: float  # paired t-test, Holm-corrected
+    wins: int
+    ties: int
+    losses: int
+    significant: bool  # p_rand < alpha
+
+    @property
+    def delta(self) -> float:
+        return self.mean_b - self.mean_a
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Folders A and B compared: every matching stage and measure, and what was left out."""
+
+    a: Path
+    b: Path
+    rows: list[MeasureDelta]
+    queries: int  # the queries both scored (the paired tests' sample)
+    queries_a: int
+    queries_b: int
+    same_query_sets: bool  # A and B scored the same queries
+    alpha: float
+    stages: list[str]  # compared, in A's order
+    only_measures: list[str]  # in one folder only: not compared
+    only_stages: list[str]
+
+    def row(self, stage: str, measure: str) -> MeasureDelta:
+        for r in self.rows:
+            if r.stage == stage and r.measure == measure:
+                return r
+        raise KeyError(f"{stage} / {measure}: not compared (stages: {', '.join(self.stages)})")
+
 
 #: evaluation settings that change what a number means
 EVALUATION_KEYS = ("gain", "relevance_threshold")
@@ -30,27 +77,29 @@ EVALUATION_KEYS = ("gain", "relevance_threshold")
 
 def check_comparable(fa: RunFolder, fb: RunFolder) -> None:
     """Refuse folders whose evaluation settings, corpus or shared judgments differ."""
-    a, b, ma, mb = fa.path, fb.path, fa.manifest, fb.manifest
+    a, b = fa.path, fb.path
+    ea, eb, da, db = fa.manifest.evaluation, fb.manifest.evaluation, fa.manifest.dataset, fb.manifest.dataset
     for key in EVALUATION_KEYS:
-        va, vb = ma.get("evaluation", {}).get(key), mb.get("evaluation", {}).get(key)
+        va, vb = getattr(ea, key), getattr(eb, key)
         if va != vb:
             raise StagebenchError(f"{a} and {b} are scored differently: evaluation.{key} is {va!r} vs {vb!r}; "
                                   "their numbers cannot be compared (re-run one with the other's settings)")  # fmt: skip
-    ca, cb = ma.get("dataset", {}).get("fingerprint"), mb.get("dataset", {}).get("fingerprint")
-    if ca != cb:
-        raise StagebenchError(f"{a} and {b} ran on different corpora (dataset fingerprints {str(ca)[:12]} vs "
-                              f"{str(cb)[:12]}): their numbers cannot be compared")  # fmt: skip
+    if da.fingerprint != db.fingerprint:
+        raise StagebenchError(f"{a} and {b} ran on different corpora (dataset fingerprints {str(da.fingerprint)[:12]} vs "
+                              f"{str(db.fingerprint)[:12]}): their numbers cannot be compared")  # fmt: skip
     if fa.holds("qrels.trec") and fb.holds("qrels.trec"):
         ra, rb = fa.qrels(), fb.qrels()
         for q in sorted(set(ra) & set(rb)):
             if ra[q] != rb[q]:
                 raise StagebenchError(f"{a} and {b} judge query {q!r} differently (qrels.trec): their numbers cannot "
                                       "be compared")  # fmt: skip
-    elif ma.get("dataset", {}).get("qrels_fingerprint") != mb.get("dataset", {}).get("qrels_fingerprint"):
+    elif da.qrels_fingerprint != db.qrels_fingerprint:
         raise StagebenchError(f"{a} and {b} were scored against different qrels: their numbers cannot be compared")
 
 
-def compare_dirs(a: str | Path, b: str | Path, permutations: int = 10000, seed: int = 42, alpha: float = 0.05) -> str:
+def compare_folders(a: str | Path, b: str | Path, permutations: int = 10000, seed: int = 42,
+                    alpha: float = 0.05) -> Comparison:  # fmt: skip
+    """Compare two results folders (each file read verified against its manifest; nothing is re-run)."""
     a, b = Path(a), Path(b)
     fa, fb = RunFolder.open(a), RunFolder.open(b)
     check_comparable(fa, fb)
@@ -60,8 +109,6 @@ def compare_dirs(a: str | Path, b: str | Path, permutations: int = 10000, seed: 
     if not stages:
         raise StagebenchError(f"{a} and {b} have no stage name in common ({', '.join(order_a)} vs {', '.join(order_b)})")
     measures = [m for m in pa[stages[0]] if m in pb[stages[0]]]
-    lines = [f"A = {a}", f"B = {b}"]
-    rows = []
     if not measures:
         raise StagebenchError(f"{a} and {b} have no measure in common ({', '.join(pa[stages[0]])} vs "
                               f"{', '.join(pb[stages[0]])})")  # fmt: skip
@@ -70,6 +117,7 @@ def compare_dirs(a: str | Path, b: str | Path, permutations: int = 10000, seed: 
     n_common = len(qa & qb)
     if n_common == 0:
         raise StagebenchError(f"{a} and {b} have no scored query in common")
+    rows = []
     for m in measures:
         family = []
         for s in stages:
@@ -78,20 +126,8 @@ def compare_dirs(a: str | Path, b: str | Path, permutations: int = 10000, seed: 
             va, vb = [pa[s][m][q] for q in qs], [pb[s][m][q] for q in qs]
             family.append((s, stats.compare("B", "A", m, vb, va, permutations, seed)))
         for (s, c), pr, pt in zip(family, stats.holm([c.p_rand for _, c in family]), stats.holm([c.p_t for _, c in family])):
-            rows.append([s, m, f"{c.mean_b:.4f}", f"{c.mean_a:.4f}", f"{c.mean_a - c.mean_b:+.4f}", format_p(pr),
-                         format_p(pt), f"{c.wins}/{c.ties}/{c.losses}", "*" if pr < alpha else ""])
-    if qa != qb:
-        lines.append(f"different query sets: A scored {len(qa)}, B scored {len(qb)}; only the {n_common} common "
-                     "queries are compared (means below are over those)")  # fmt: skip
-    lines.append(f"paired tests on the {n_common} queries both scored; p-values Holm-corrected across the "
-                 f"{len(stages)} matching stages of each measure; * = randomization p < {alpha}")  # fmt: skip
-    if one_side:
-        lines.append(f"measures in only one folder (not compared): {', '.join(dict.fromkeys(one_side))}")
+            rows.append(MeasureDelta(s, m, mean_a=c.mean_b, mean_b=c.mean_a, p_rand=pr, p_t=pt, wins=c.wins, ties=c.ties,
+                                     losses=c.losses, significant=pr < alpha))  # fmt: skip
     only = [s for s in order_a + order_b if s not in stages]
-    if only:
-        lines.append(f"stages in only one folder (not compared): {', '.join(dict.fromkeys(only))}")
-    head = ["stage", "measure", "A", "B", "B-A", "p rand (Holm)", "p t (Holm)", "B win/tie/loss", ""]
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
-    fmt = lambda cells: "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()  # noqa: E731
-    lines += ["", fmt(head), "  ".join("-" * w for w in widths), *map(fmt, rows)]
-    return "\n".join(lines) + "\n"
+    return Comparison(a, b, rows, n_common, len(qa), len(qb), qa == qb, alpha, stages, list(dict.fromkeys(one_side)),
+                      list(dict.fromkeys(only)))  # fmt: skip

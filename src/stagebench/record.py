@@ -1,0 +1,360 @@
+"""The run record, typed: what ``manifest.json`` says about a run and about each of its stages.
+
+This is the one module that knows the manifest's keys. A stage returns its run and what it did
+besides (:class:`RerankStats`, :class:`LLMStats`, its runs at other depths); the pipeline makes a
+:class:`StageRecord` of it and of how the run was obtained (computed or cached, seconds, memory),
+and a :class:`Manifest` of the records, the resolved config, the evaluation settings, the
+dataset's statistics and the machine. Everything that reads a results folder - ``table``,
+``check``, ``compare``, ``show``, the report, :func:`stagebench.open` - reads these objects,
+never a key by name. Written records read back as they were written (``to_json`` of
+``from_json`` is the identity), so re-rendering a folder changes no byte of its manifest.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, ClassVar
+
+from stagebench.errors import StagebenchError
+from stagebench.rerank.listwise import OUTCOMES, REPAIRS
+
+MANIFEST = "manifest.json"
+#: what a manifest must hold to be read
+MANIFEST_KEYS = ("stagebench_version", "stages", "evaluation", "dataset", "config", "files")
+
+
+def _depth_map(d: dict, cast: type) -> dict[int, Any]:
+    return {int(k): cast(v) for k, v in d.items()}
+
+
+@dataclass(frozen=True)
+class RerankStats:
+    """A pointwise reranker's pass: pairs scored and seconds, per depth (its ``top_n`` and ``depths``)."""
+
+    kind: ClassVar[str] = "rerank"
+    pairs: dict[int, int]
+    seconds: dict[int, float]  # measured, or pro-rated by pairs from one pass at the deepest depth
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "pairs": {str(n): v for n, v in self.pairs.items()},
+                "seconds": {str(n): round(v, 3) for n, v in self.seconds.items()}}  # fmt: skip
+
+    @classmethod
+    def from_json(cls, d: dict) -> RerankStats:
+        return cls(_depth_map(d.get("pairs", {}), int), _depth_map(d.get("seconds", {}), float))
+
+
+@dataclass(frozen=True)
+class Pricing:
+    """What an LLM stage's tokens cost (a param that does not change its run, so not cached with it)."""
+
+    price_per_1k_tokens: float | None
+    cost: float | None  # tokens / 1000 * price; None: no price given
+
+
+@dataclass(frozen=True)
+class LLMStats:
+    """An LLM reranker's windows: how each answer was read, tokens, retries and the model's time."""
+
+    kind: ClassVar[str] = "llm"
+    queries: int
+    windows: int
+    outcomes: dict[str, int]  # ok / repaired / fallback / failed -> windows
+    repairs: dict[str, int]  # duplicate / out_of_range / missing -> windows that needed it
+    prompt_tokens: int
+    completion_tokens: int
+    retries: int
+    model_seconds: float  # the answers' compute time, whether computed now or read from the cache
+    seconds_per_query: float
+    windows_from_cache: int
+    candidates: int | None = None  # documents reranked (the pairs of the depth table)
+    reproducibility: str | None = None
+    pairs: dict[int, int] | None = None  # with depths: candidates per depth
+    seconds: dict[int, float] | None = None  # with depths: model seconds per depth
+    pricing: Pricing | None = None
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    @property
+    def ok(self) -> int:
+        """Windows answered with a complete permutation."""
+        return self.outcomes.get(OUTCOMES[0], 0)
+
+    @property
+    def repaired(self) -> int:
+        """Windows whose answer was repaired (duplicates or unknown ids dropped, missing ones appended)."""
+        return self.outcomes.get(OUTCOMES[1], 0)
+
+    @property
+    def fallback(self) -> int:
+        """Windows whose answer held no usable ranking (they kept their input order)."""
+        return self.outcomes.get(OUTCOMES[2], 0)
+
+    @property
+    def failed(self) -> int:
+        """Windows whose request failed after every retry (they kept their input order)."""
+        return self.outcomes.get(OUTCOMES[3], 0)
+
+    def priced(self, price_per_1k_tokens: float | None) -> LLMStats:
+        cost = None if price_per_1k_tokens is None else round(self.tokens / 1000 * price_per_1k_tokens, 6)
+        return replace(self, pricing=Pricing(price_per_1k_tokens, cost))
+
+    def to_json(self) -> dict:
+        out: dict[str, Any] = {"kind": self.kind, "queries": self.queries, "windows": self.windows, **self.outcomes,
+                               "repairs": dict(self.repairs), "prompt_tokens": self.prompt_tokens,
+                               "completion_tokens": self.completion_tokens, "retries": self.retries,
+                               "model_seconds": round(self.model_seconds, 3),
+                               "seconds_per_query": round(self.seconds_per_query, 3),
+                               "windows_from_cache": self.windows_from_cache}  # fmt: skip
+        if self.candidates is not None:
+            out["candidates"] = self.candidates
+        if self.reproducibility is not None:
+            out["reproducibility"] = self.reproducibility
+        if self.pairs is not None:
+            out["pairs"] = {str(n): v for n, v in self.pairs.items()}
+        if self.seconds is not None:
+            out["seconds"] = {str(n): v for n, v in self.seconds.items()}
+        if self.pricing is not None:
+            out["price_per_1k_tokens"] = self.pricing.price_per_1k_tokens
+            out["cost"] = self.pricing.cost
+        return out
+
+    @classmethod
+    def from_json(cls, d: dict) -> LLMStats:
+        priced = "price_per_1k_tokens" in d or "cost" in d
+        return cls(
+            queries=int(d.get("queries", 0)), windows=int(d["windows"]), outcomes={k: int(d.get(k, 0)) for k in OUTCOMES},
+            repairs={k: int(v) for k, v in d.get("repairs", dict.fromkeys(REPAIRS, 0)).items()},
+            prompt_tokens=int(d["prompt_tokens"]), completion_tokens=int(d["completion_tokens"]),
+            retries=int(d.get("retries", 0)), model_seconds=float(d.get("model_seconds", 0.0)),
+            seconds_per_query=float(d.get("seconds_per_query", 0.0)), windows_from_cache=int(d.get("windows_from_cache", 0)),
+            candidates=d.get("candidates"), reproducibility=d.get("reproducibility"),
+            pairs=_depth_map(d["pairs"], int) if "pairs" in d else None,
+            seconds=_depth_map(d["seconds"], float) if "seconds" in d else None,
+            pricing=Pricing(d.get("price_per_1k_tokens"), d.get("cost")) if priced else None,
+        )  # fmt: skip
+
+
+Stats = RerankStats | LLMStats
+_STATS: dict[str, type[RerankStats] | type[LLMStats]] = {RerankStats.kind: RerankStats, LLMStats.kind: LLMStats}
+
+
+def stats_from_json(d: dict | None, where: str) -> Stats | None:
+    if d is None:
+        return None
+    if not isinstance(d, dict) or d.get("kind") not in _STATS:
+        raise StagebenchError(f"{where}: stage stats of an unknown kind ({d.get('kind') if isinstance(d, dict) else d!r})")
+    try:
+        return _STATS[d["kind"]].from_json(d)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise StagebenchError(f"{where}: unreadable stage stats ({type(exc).__name__}: {exc})") from None
+
+
+def depth_run_name(stage: str, depth: int) -> str:
+    """The name of a stage's run at an extra depth (its file: ``runs/<stage>@<depth>.trec``)."""
+    return f"{stage}@{depth}"
+
+
+@dataclass(frozen=True)
+class StageRecord:
+    """One stage of a run: what it is, how its run was obtained, what it did besides."""
+
+    name: str
+    type: str
+    inputs: list[str]
+    key: str  # its cache key
+    reorders_input: bool  # a reranker: reorders the candidates of its one input
+    candidate_depth: int | None  # a reranker's top_n
+    status: str  # computed | cached
+    seconds: float
+    computed_seconds: float
+    peak_rss_mb: float | None
+    computed_peak_rss_mb: float | None
+    run_digest: str
+    stats: Stats | None = None
+    depth_runs: list[str] = field(default_factory=list)  # its runs at other depths, by name
+
+    @property
+    def is_reranker(self) -> bool:
+        return self.reorders_input and bool(self.inputs)
+
+    @property
+    def depths(self) -> list[int]:
+        return [int(n.rsplit("@", 1)[1]) for n in self.depth_runs]
+
+    def to_json(self) -> dict:
+        r3 = lambda v: round(v, 3) if isinstance(v, float) else v  # noqa: E731
+        out: dict[str, Any] = {"name": self.name, "type": self.type, "inputs": list(self.inputs), "key": self.key,
+                               "reorders_input": self.reorders_input, "candidate_depth": self.candidate_depth,
+                               "status": self.status, "seconds": r3(self.seconds),
+                               "computed_seconds": r3(self.computed_seconds), "peak_rss_mb": r3(self.peak_rss_mb),
+                               "computed_peak_rss_mb": r3(self.computed_peak_rss_mb), "run_digest": self.run_digest}  # fmt: skip
+        if self.stats is not None:
+            out["stats"] = self.stats.to_json()
+        if self.depth_runs:
+            out["depth_runs"] = list(self.depth_runs)
+        return out
+
+    @classmethod
+    def from_json(cls, d: dict, where: str) -> StageRecord:
+        try:
+            return cls(name=d["name"], type=d["type"], inputs=list(d["inputs"]), key=d.get("key", ""),
+                       reorders_input=bool(d.get("reorders_input")), candidate_depth=d.get("candidate_depth"),
+                       status=d.get("status", "computed"), seconds=d.get("seconds", 0.0),
+                       computed_seconds=d.get("computed_seconds", d.get("seconds", 0.0)), peak_rss_mb=d.get("peak_rss_mb"),
+                       computed_peak_rss_mb=d.get("computed_peak_rss_mb"), run_digest=d.get("run_digest", ""),
+                       stats=stats_from_json(d.get("stats"), where), depth_runs=list(d.get("depth_runs", [])))  # fmt: skip
+        except (KeyError, TypeError) as exc:
+            raise StagebenchError(f"{where}: a stage record lacks {exc}") from None
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """How the stages were scored (the config's ``evaluation:`` section as the run resolved it)."""
+
+    metrics: list[str]
+    relevance_threshold: int
+    gain: Any  # a gain name or a grade -> gain table
+    baseline: str | None
+    test: str
+    alpha: float
+    permutations: int
+    bootstrap: int
+    seed: int
+
+    @classmethod
+    def from_json(cls, d: dict) -> Evaluation:
+        return cls(metrics=list(d["metrics"]), relevance_threshold=int(d["relevance_threshold"]), gain=d["gain"],
+                   baseline=d.get("baseline"), test=d.get("test", "randomization"), alpha=float(d.get("alpha", 0.05)),
+                   permutations=int(d.get("permutations", 10000)), bootstrap=int(d.get("bootstrap", 2000)),
+                   seed=int(d.get("seed", 42)))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class DatasetRecord:
+    """What the run's dataset was: its name, size, scope and the fingerprints that identify it."""
+
+    name: str
+    documents: int
+    corpus_scope: str
+    label_names: dict[int, str]  # grade -> label (E/S/C/I); empty: the dataset names none
+    fingerprint: str | None  # corpus: ids + indexed texts
+    queries_fingerprint: str | None
+    qrels_fingerprint: str | None
+
+    @classmethod
+    def from_json(cls, d: dict) -> DatasetRecord:
+        return cls(name=d["name"], documents=int(d["documents"]), corpus_scope=d["corpus_scope"],
+                   label_names={int(k): v for k, v in d.get("label_names", {}).items()},
+                   fingerprint=d.get("fingerprint"), queries_fingerprint=d.get("queries_fingerprint"),
+                   qrels_fingerprint=d.get("qrels_fingerprint"))  # fmt: skip
+
+
+@dataclass
+class Manifest:
+    """A results folder's ``manifest.json``: the JSON object as written (``raw``, kept so that it is
+    written back unchanged) and its typed views."""
+
+    raw: dict
+    path: Path | None = None
+
+    @property
+    def where(self) -> str:
+        return str(self.path or MANIFEST)
+
+    @property
+    def version(self) -> str:
+        return self.raw["stagebench_version"]
+
+    @property
+    def name(self) -> str:
+        """The config's name."""
+        return (self.raw.get("config") or {}).get("name", "")
+
+    @property
+    def config_path(self) -> str | None:
+        return self.raw.get("config_path")
+
+    @property
+    def config(self) -> dict:
+        """The config as the user wrote it."""
+        return self.raw.get("config") or {}
+
+    @property
+    def stages(self) -> list[StageRecord]:
+        return [StageRecord.from_json(s, self.where) for s in self.raw["stages"]]
+
+    @property
+    def stage_names(self) -> list[str]:
+        return [s.name for s in self.stages]
+
+    @property
+    def evaluation(self) -> Evaluation:
+        return Evaluation.from_json(self.raw["evaluation"])
+
+    @property
+    def dataset(self) -> DatasetRecord:
+        return DatasetRecord.from_json(self.raw["dataset"])
+
+    @property
+    def files(self) -> dict[str, str]:
+        """Every file the run wrote into the folder (relative path) -> its sha256."""
+        return self.raw["files"]
+
+    @property
+    def wall_seconds(self) -> float | None:
+        return self.raw.get("wall_seconds")
+
+    def with_files(self, files: dict[str, str]) -> Manifest:
+        return Manifest({**self.raw, "files": files}, self.path)
+
+    def finished(self, finished: str, wall_seconds: float, peak_rss_mb: float) -> Manifest:
+        return Manifest({**self.raw, "finished": finished, "wall_seconds": wall_seconds,
+                         "peak_rss_mb_process": peak_rss_mb}, self.path)  # fmt: skip
+
+    def dumps(self) -> str:
+        return json.dumps(self.raw, indent=2, default=str) + "\n"
+
+    @classmethod
+    def new(cls, *, version: str, config_path: str, config: dict, resolved: dict, evaluation: dict, cache: dict,
+            started: str, python: str, platform: str, machine: dict, packages: dict, dataset: dict,
+            stages: list[StageRecord]) -> Manifest:  # fmt: skip
+        """A finished run's record (``files`` and the end times are added when the folder is written)."""
+        return cls({"complete": True, "stagebench_version": version, "config_path": config_path, "config": config,
+                    "resolved": resolved, "evaluation": evaluation, "cache": cache, "started": started,
+                    "python": python, "platform": platform, "machine": machine, "packages": packages,
+                    "dataset": dataset, "stages": [s.to_json() for s in stages]})  # fmt: skip
+
+    @classmethod
+    def read(cls, folder: Path) -> Manifest:
+        """A results folder's manifest; absent, unreadable or not stagebench's is one clear error."""
+        mpath = folder / MANIFEST
+        if not mpath.is_file():
+            raise StagebenchError(f"{folder}: not a stagebench results folder (no {MANIFEST})")
+        try:
+            raw = json.loads(mpath.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise StagebenchError(f"{mpath}: not a readable stagebench manifest ({exc})") from None
+        if not isinstance(raw, dict) or "stagebench_version" not in raw or not isinstance(raw.get("stages"), list):
+            raise StagebenchError(f"{mpath}: not a stagebench manifest (no stagebench_version / stages)")
+        if not isinstance(raw.get("files"), dict):
+            raise StagebenchError(f"{mpath}: written by an older stagebench ({raw['stagebench_version']}) that recorded "
+                                  "no file digests, so nothing in the folder can be verified; run its config again into "
+                                  "a new folder")  # fmt: skip
+        missing = [k for k in MANIFEST_KEYS if k not in raw]
+        if missing:
+            raise StagebenchError(f"{mpath}: not a complete stagebench manifest (no {', '.join(missing)})")
+        m = cls(raw, mpath)
+        try:
+            m.stages, m.evaluation, m.dataset  # noqa: B018 - every record readable, or one error now
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise StagebenchError(f"{mpath}: not a readable stagebench manifest ({type(exc).__name__}: {exc})") from None
+        return m
+
+
+__all__ = ["DatasetRecord", "Evaluation", "LLMStats", "MANIFEST", "MANIFEST_KEYS", "Manifest", "Pricing", "RerankStats",
+           "StageRecord", "Stats", "depth_run_name", "stats_from_json"]

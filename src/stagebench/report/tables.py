@@ -1,0 +1,234 @@
+"""The stage table rendered: text, Markdown and CSV (one layout, :func:`tables`), the per-query
+CSV, and the cost table. Every renderer is a pure function of a
+:class:`~stagebench.table.StageTable` (scored by :mod:`stagebench.results.scoring`), so
+re-rendering from saved runs reproduces the files byte for byte. The JSON form is
+:meth:`StageTable.to_json`.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Sequence
+from dataclasses import asdict
+
+from stagebench.record import LLMStats, RerankStats, StageRecord
+from stagebench.results.check import CheckRow
+from stagebench.results.compare import Comparison
+from stagebench.table import CeilingCells, DepthCells, LLMCells, StageRow, StageTable
+
+
+def _f(x: float | None, digits: int = 4) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def format_p(p: float) -> str:
+    """p-values below double precision's resolution of 1 - cdf read as <1e-16, not 0."""
+    return "<1e-16" if p < 1e-16 else f"{p:.4g}"
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def headroom_cell(c: CeilingCells) -> str:
+    """The share of headroom captured, or - when the oracle leaves (almost) no room above the
+    input - "no room" with the nDCG@10 change, so a regression is never hidden by a blank."""
+    if c.headroom_captured is not None:
+        return _pct(c.headroom_captured)
+    return f"no room ({c.ndcg10_change:+.4f})"
+
+
+def _depth_cols(rows: Sequence[StageRow]) -> list[str]:
+    return sorted({k for r in rows for k in r.recall}, key=lambda k: int(k.split("@")[1]))
+
+
+def tables(table: StageTable) -> list[tuple[str, list[str], list[list[str]], int]]:
+    """The report's tables as (title, header, body, number of leading text columns) with cells
+    already formatted; text columns are left-aligned, the others right-aligned."""
+    rows, metrics = table.rows, table.metrics
+    main = [
+        [r.id, r.stage, r.type, ",".join(r.inputs) or "-",
+         *[_f(r.metrics[m]) + (("^" + "".join(r.better_than.get(m, []))) if r.better_than.get(m) else "") for m in metrics],
+         str(r.queries)]
+        for r in rows
+    ]  # fmt: skip
+    depth_cols = _depth_cols(rows)
+    ceil = []
+    for r in rows:
+        c = r.ceiling
+        ceil.append([r.stage, *[_f(r.recall.get(k)) for k in depth_cols], str(r.lost),
+                     *([str(c.depth), _f(c.pool_recall), _f(c.input_ndcg10), _f(c.achieved_ndcg10),
+                        _f(c.oracle_ndcg10), headroom_cell(c)] if c else ["-"] * 6)])  # fmt: skip
+    labels = list(rows[0].top10_labels) if rows else []
+    lab = [[r.stage, *[_pct(r.top10_labels[k]) for k in labels]] for r in rows]
+    ci = [[r.stage, *[f"[{r.ci95[m][0]:.4f}, {r.ci95[m][1]:.4f}]" for m in metrics]] for r in rows]
+    out = [
+        ("Stage metrics (^x: significantly better than stage x)",
+         ["id", "stage", "type", "inputs", *metrics, "queries"], main, 4),
+        ("Recall ceiling and reranking headroom",
+         ["stage", *depth_cols, "lost", "N", "pool R@N", "input nDCG@10", "achieved nDCG@10", "oracle nDCG@10",
+          "headroom captured"], ceil, 1),
+        ("Top-10 labels (share of top-10 positions)", ["stage", *[f"{k}" for k in labels]], lab, 1),
+        ("95% bootstrap confidence intervals of the means", ["stage", *metrics], ci, 1),
+    ]  # fmt: skip
+    for r in rows:
+        if r.depths:
+            out.append((f"Depth sweep: {r.stage} (one scoring pass at the largest depth; its own top {r.ceiling.depth if r.ceiling else '-'} "
+                        "is the row above)", list(DEPTH_COLUMNS), [depth_cells(c) for c in r.depths], 0))  # fmt: skip
+    llm = [(r.stage, r.llm) for r in rows if r.llm is not None]
+    if llm:
+        out.append(("LLM reranking: how each window's answer was read (ok / repaired / input order kept), tokens, cost",
+                    [*LLM_COLUMNS], [llm_cells(stage, c) for stage, c in llm], 1))  # fmt: skip
+    return out
+
+
+DEPTH_COLUMNS = ("N", "pool R@N", "input nDCG@10", "achieved nDCG@10", "change", "p (Holm)", "oracle nDCG@10",
+                 "headroom captured", "pairs")  # fmt: skip
+
+
+def depth_cells(c: DepthCells) -> list[str]:
+    """One depth: the change is marked * when significant (paired randomization test, Holm over the depths)."""
+    change = c.achieved_ndcg10 - c.input_ndcg10
+    headroom = _pct(c.headroom_captured) if c.headroom_captured is not None else f"no room ({change:+.4f})"
+    return [str(c.depth), _f(c.pool_recall), _f(c.input_ndcg10), _f(c.achieved_ndcg10),
+            f"{change:+.4f}" + ("*" if c.significant else ""), format_p(c.p_value), _f(c.oracle_ndcg10), headroom,
+            f"{c.pairs:,}"]  # fmt: skip
+
+
+LLM_COLUMNS = ("stage", "windows", "ok", "repaired", "fallback", "failed", "repairs (dup/range/missing)", "retries",
+               "prompt tokens", "completion tokens", "cost")  # fmt: skip
+
+
+def llm_cells(stage: str, c: LLMCells) -> list[str]:
+    """ok/repaired/fallback as shares of windows; failed = requests that failed after retries."""
+    n = max(c.windows, 1)
+    r = c.repairs
+    return [stage, str(c.windows), _pct(c.ok / n), _pct(c.repaired / n), _pct(c.fallback / n), str(c.failed),
+            f"{r.get('duplicate', 0)}/{r.get('out_of_range', 0)}/{r.get('missing', 0)}", str(c.retries),
+            f"{c.prompt_tokens:,}", f"{c.completion_tokens:,}", "-" if c.cost is None else f"{c.cost:.4f}"]
+
+
+def render_text(table: StageTable) -> str:
+    out = [table.title, *table.notes]
+    for sub, head, body, n_text in tables(table):
+        widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
+
+        def fmt(cells, widths=widths, n_text=n_text):
+            return "  ".join(c.ljust(w) if i < n_text else c.rjust(w)
+                             for i, (c, w) in enumerate(zip(cells, widths))).rstrip()  # fmt: skip
+
+        out += ["", sub, fmt(head), "  ".join("-" * w for w in widths), *map(fmt, body)]
+    return "\n".join(out) + "\n"
+
+
+def render_markdown(table: StageTable) -> str:
+    out = [f"## {table.title}", "", *[f"{n}  " for n in table.notes]]
+    for sub, head, body, _ in tables(table):
+        out += ["", f"### {sub}", "", "| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+        out += ["| " + " | ".join(c.replace("^", "<sup>", 1) + ("</sup>" if "^" in c else "") for c in b) + " |"
+                for b in body]  # fmt: skip
+    return "\n".join(out) + "\n"
+
+
+def render_csv(table: StageTable) -> str:
+    rows, metrics = table.rows, table.metrics
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    depth_cols = _depth_cols(rows)
+    w.writerow(["stage", "id", "type", "inputs", *metrics, *[f"{m}_ci_low" for m in metrics], *[f"{m}_ci_high" for m in metrics],
+                *[f"better_than_{m}" for m in metrics], "queries", "queries_without_results",
+                *depth_cols, "lost", "pool_depth", "pool_recall", "input_ndcg10", "achieved_ndcg10", "oracle_ndcg10",
+                "headroom_captured", "ndcg10_change"])  # fmt: skip
+    for r in rows:
+        c = {} if r.ceiling is None else asdict(r.ceiling)
+        w.writerow([r.stage, r.id, r.type, " ".join(r.inputs), *[f"{r.metrics[m]:.6f}" for m in metrics],
+                    *[f"{r.ci95[m][0]:.6f}" for m in metrics], *[f"{r.ci95[m][1]:.6f}" for m in metrics],
+                    *["".join(r.better_than.get(m, [])) for m in metrics], r.queries, r.queries_without_results,
+                    *[f"{r.recall[k]:.6f}" if k in r.recall else "" for k in depth_cols], r.lost,
+                    *[("" if c.get(k) is None else (f"{c[k]:.6f}" if isinstance(c[k], float) else c[k]))
+                      for k in ("depth", "pool_recall", "input_ndcg10", "achieved_ndcg10", "oracle_ndcg10",
+                                "headroom_captured", "ndcg10_change")]])  # fmt: skip
+    if any(r.llm for r in rows):  # the LLM stages' window outcomes, as extra rows of their own
+        w.writerow([])
+        w.writerow(["stage", "llm_windows", "llm_ok", "llm_repaired", "llm_fallback", "llm_failed", "llm_repair_duplicate",
+                    "llm_repair_out_of_range", "llm_repair_missing", "llm_retries", "llm_prompt_tokens",
+                    "llm_completion_tokens", "llm_cost"])  # fmt: skip
+        for r in rows:
+            if r.llm is not None:
+                c = r.llm
+                w.writerow([r.stage, c.windows, c.ok, c.repaired, c.fallback, c.failed, c.repairs.get("duplicate", 0),
+                            c.repairs.get("out_of_range", 0), c.repairs.get("missing", 0), c.retries, c.prompt_tokens,
+                            c.completion_tokens, "" if c.cost is None else f"{c.cost:.6f}"])  # fmt: skip
+    return buf.getvalue()
+
+
+def per_query_csv(stage_order: Sequence[str], per_query: dict[str, dict[str, dict[str, float]]], queries: Sequence[str]) -> str:
+    """per_query: stage -> measure -> qid -> value."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    names = list(per_query[stage_order[0]])
+    w.writerow(["stage", "qid", *names])
+    for s in stage_order:
+        for q in queries:
+            w.writerow([s, q, *[f"{per_query[s][n][q]:.6f}" for n in names]])
+    return buf.getvalue()
+
+
+def cost_table(stages: Sequence[StageRecord]) -> tuple[list[str], list[list[str]]]:
+    """Per stage: cached or computed in this run, wall time now, compute time and peak RSS when computed.
+    Machine-dependent, so it is kept out of the stage table files (which are deterministic)."""
+    head = ["stage", "this run", "time (s)", "compute time (s)", "peak RSS when computed (MB)", "LLM s/query",
+            "depth sweep: scoring s per depth"]  # fmt: skip
+    body = []
+    for s in stages:
+        comp, peak, st = s.computed_seconds, s.computed_peak_rss_mb, s.stats
+        llm = st if isinstance(st, LLMStats) else None
+        per_depth = st.seconds if s.depth_runs and isinstance(st, (LLMStats, RerankStats)) else None
+        body.append([s.name, s.status, f"{s.seconds:.2f}", "-" if comp is None else f"{comp:.1f}",
+                     "-" if peak is None else f"{peak:.0f}", "-" if llm is None else f"{llm.seconds_per_query:.2f}",
+                     "-" if not per_depth else ", ".join(f"{n}: {v:.1f}" for n, v in sorted(per_depth.items()))])  # fmt: skip
+    return head, body
+
+
+def check_text(rows: Sequence[CheckRow], folder: str, expected_path: str, source: str) -> str:
+    def cell(v) -> str:
+        if v is None:
+            return "missing"
+        if isinstance(v, float):
+            return f"{v:.6f}"
+        return str(v)[:16] + ("..." if len(str(v)) > 16 else "")
+
+    head = ["stage", "metric", "expected", "got", "diff", "tolerance", "status"]
+    body = [[r.stage, r.metric, cell(r.expected), cell(r.got), "-" if r.diff is None else f"{r.diff:+.6f}",
+             "-" if r.tolerance is None else f"{r.tolerance:g}", r.status] for r in rows]  # fmt: skip
+    widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
+    lines = [f"check {folder} against {expected_path} (metrics {source})",
+             "  ".join(h.ljust(w) for h, w in zip(head, widths)).rstrip(), "  ".join("-" * w for w in widths)]  # fmt: skip
+    lines += ["  ".join(c.ljust(w) for c, w in zip(b, widths)).rstrip() for b in body]
+    counts = {s: sum(r.status == s for r in rows) for s in ("OK", "OK-within-tolerance", "FAIL")}
+    verdict = "FAIL" if counts["FAIL"] else "OK"
+    lines.append(f"{verdict}: {len(rows)} values: {counts['OK']} OK, {counts['OK-within-tolerance']} OK-within-tolerance, "
+                 f"{counts['FAIL']} FAIL")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def comparison_text(c: Comparison) -> str:
+    """``stagebench compare``'s output: the folders, what was compared, one row per stage and measure."""
+    lines = [f"A = {c.a}", f"B = {c.b}"]
+    if not c.same_query_sets:
+        lines.append(f"different query sets: A scored {c.queries_a}, B scored {c.queries_b}; only the {c.queries} common "
+                     "queries are compared (means below are over those)")  # fmt: skip
+    lines.append(f"paired tests on the {c.queries} queries both scored; p-values Holm-corrected across the "
+                 f"{len(c.stages)} matching stages of each measure; * = randomization p < {c.alpha}")  # fmt: skip
+    if c.only_measures:
+        lines.append(f"measures in only one folder (not compared): {', '.join(c.only_measures)}")
+    if c.only_stages:
+        lines.append(f"stages in only one folder (not compared): {', '.join(c.only_stages)}")
+    rows = [[r.stage, r.measure, f"{r.mean_a:.4f}", f"{r.mean_b:.4f}", f"{r.delta:+.4f}", format_p(r.p_rand),
+             format_p(r.p_t), f"{r.wins}/{r.ties}/{r.losses}", "*" if r.significant else ""] for r in c.rows]  # fmt: skip
+    head = ["stage", "measure", "A", "B", "B-A", "p rand (Holm)", "p t (Holm)", "B win/tie/loss", ""]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
+    fmt = lambda cells: "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()  # noqa: E731
+    lines += ["", fmt(head), "  ".join("-" * w for w in widths), *map(fmt, rows)]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,128 @@
+"""Score and render a finished run folder - the one code path behind ``run`` and ``table``.
+
+A run folder holds ``runs/<stage>.trec``, ``qrels.trec``, ``texts.json`` and ``manifest.json``.
+:func:`render` reads only those (verified against the manifest's digests), scores every stage
+(:mod:`stagebench.results.scoring`), and writes ``stage_table.{txt,md,csv,json}``,
+``significance.json``, ``per_query.csv``, ``plots/*.png`` and ``report.html``. Nothing in it runs a
+stage, so ``stagebench table RUN_DIR`` reproduces the files of ``stagebench run`` byte for byte.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from stagebench.errors import StagebenchError
+from stagebench.files import atomic_write
+from stagebench.metrics import evaluate, parse_measure
+from stagebench.record import Manifest
+from stagebench.report import plots
+from stagebench.report.explorer import explorer_json, query_text
+from stagebench.report.html import render_html
+from stagebench.report.tables import per_query_csv, render_csv, render_markdown, render_text
+from stagebench.results import ceilings
+from stagebench.results.cost import quality_cost
+from stagebench.results.folder import RunFolder, write_manifest
+from stagebench.results.queries import build, primary_measure, wins_and_losses
+from stagebench.results.scoring import Scored, label_names_of, score_folder
+from stagebench.runs import Run
+from stagebench.table import StageTable
+
+
+@dataclass
+class Rendered:
+    """What :func:`render` scored (:class:`~stagebench.results.scoring.Scored`), the table's text,
+    and the files it wrote."""
+
+    scored: Scored
+    text: str
+    written: list[str] = field(default_factory=list)  # files render() wrote, relative to the folder
+
+    @property
+    def table(self) -> StageTable:
+        return self.scored.table
+
+    @property
+    def per_query(self) -> dict[str, dict[str, dict[str, float]]]:
+        return self.scored.per_query
+
+
+def render(folder: str | Path, rf: RunFolder | None = None) -> Rendered:
+    """Score, analyse and write every table, plot and the report of a run folder (its runs,
+    qrels and texts verified against the manifest first)."""
+    folder = Path(folder)
+    rf = rf or RunFolder.open(folder)
+    manifest, qrels, runs, texts = rf.manifest, rf.qrels(), rf.runs(), rf.texts()
+    scored = score_folder(manifest, qrels, runs)
+    table = scored.table
+    rendered = Rendered(scored, render_text(table))
+    stages = manifest.stages
+
+    def write(rel: str, data) -> None:
+        atomic_write(folder / rel, data)
+        rendered.written.append(rel)
+
+    write("stage_table.txt", rendered.text)
+    write("stage_table.md", render_markdown(table))
+    write("stage_table.csv", render_csv(table))
+    write("stage_table.json", table.to_json())
+    write("significance.json", json.dumps(scored.comparisons, indent=2) + "\n")
+    write("per_query.csv", per_query_csv([s.name for s in stages], scored.per_query, scored.queries))
+
+    rel = manifest.evaluation.relevance_threshold
+    retrieval = [s for s in stages if not s.reorders_input]
+    max_k = max((max((len(v) for v in runs[s.name].values()), default=1) for s in retrieval), default=1)
+    curves = {s.name: ceilings.recall_curve(runs[s.name], qrels, scored.queries, rel, max_k) for s in retrieval}
+    marks = {s.name: int(s.candidate_depth or 0) for s in stages if s.reorders_input}
+    images = [("metrics.png", plots.metric_bars(table.rows, table.metrics)),
+              ("recall_at_k.png", plots.recall_curves(curves, marks)), ("top10_labels.png", plots.label_distribution(table.rows))]  # fmt: skip
+    if any(r.ceiling for r in table.rows):
+        images.insert(2, ("ceiling.png", plots.ceiling_chart(table.rows)))
+    images += [(f"depth_{r.stage}.png", plots.depth_curve(r)) for r in table.rows if r.depths]
+    if len(table.rows) > 1:
+        points = quality_cost(table, stages)
+        if all(p.seconds_per_query > 0 for p in points):
+            images.append(("quality_cost.png", plots.quality_cost_chart(points)))
+    for name, png in images:
+        write(f"plots/{name}", png)
+    write("report.html", render_html(table, scored.comparisons, images, stages,
+                                     explorer_data(manifest, qrels, runs, scored, texts)))  # fmt: skip
+    return rendered
+
+
+def rerender(folder: str | Path) -> Rendered:
+    """``stagebench table``: render a finished folder again and record the new files' digests."""
+    rf = RunFolder.open(folder)
+    rendered = render(rf.path, rf)
+    write_manifest(rf.path, rf.manifest, rendered.written)
+    return rendered
+
+
+def explorer_data(manifest: Manifest, qrels: dict, runs: dict[str, Run], scored: Scored, texts: dict) -> tuple[dict, dict]:
+    """The per-query explorer's data for report.html and each stage's biggest wins and losses."""
+    metric = primary_measure(scored.table.metrics)
+    views = build(manifest.stages, runs, qrels, scored.per_query, metric, scored.queries,
+                  manifest.evaluation.relevance_threshold, texts)  # fmt: skip
+    return explorer_json(views, manifest.stages, metric, label_names_of(manifest, qrels), texts), wins_and_losses(views)
+
+
+def show_query(folder: str | Path, qid: str) -> str:
+    """``stagebench show``: one query's view in text - each stage's top 10 with grades and moves,
+    and what each reranker never saw - from a finished run folder (only the primary measure is scored)."""
+    rf = RunFolder.open(folder)
+    manifest, qrels, runs = rf.manifest, rf.qrels(), rf.runs()
+    ev = manifest.evaluation
+    metric = primary_measure([parse_measure(m).name for m in ev.metrics])
+    names = manifest.stage_names
+    per_query = {n: evaluate(qrels, runs[n], [metric], relevance_threshold=ev.relevance_threshold,
+                             gain=ev.gain).per_query for n in names}  # fmt: skip
+    scored = per_query[names[0]][metric]
+    if qid not in scored:
+        near = sorted(scored)[:5]
+        why = "is judged but has no relevant document" if qid in qrels else "is not in the qrels"
+        raise StagebenchError(f"{folder}: query {qid!r} {why}, so it is not scored (scored: {len(scored)} queries, "
+                              f"e.g. {', '.join(near)})")  # fmt: skip
+    texts = rf.texts()
+    view = build(manifest.stages, runs, qrels, per_query, metric, [qid], ev.relevance_threshold, texts)[0]
+    return query_text(view, metric, label_names_of(manifest, qrels), texts.get("docs", {}))

@@ -1,0 +1,257 @@
+"""Pointwise reranking: a reranker scores (query, document) pairs; the built-in cross-encoder
+and user plug-ins go through the same code.
+
+Both take one input run, rerank the top ``top_n`` documents of every query with a
+:class:`stagebench.rerank.plugins.Reranker`, and return **every** candidate of the input:
+
+* the reranked head, ordered by the reranker's scores (optionally passed through a
+  sigmoid), then
+* the unreranked tail in its original order, with scores strictly below the lowest head
+  score whatever the sign of the scores (``tail_j = min(head) - 1 - j``).
+
+A reranker with ``score_pairs`` scores each query's candidates in **rank bands on a fixed grid**
+(:data:`BAND_EDGES`: ranks 1-10, 11-20, 21-50, 51-100, 101-200, 201-500, ...; a band longer than
+``pairs_per_call`` is cut in pieces of that size), one call per band. A pair's score thus never
+depends on how deep the stage reranks: the pairs scored for depth 200 include, with the same
+scores, those for 10, 20, 50 and 100. It matters in practice: the bundled INT8 cross-encoder
+quantizes activations per batch, and one pair's logit moved by up to 0.41 when its batch mates
+changed. With ``depths: [10, 20, 50, 100, 200]`` the stage scores the largest depth once and
+derives the run at each depth by reordering only the top N (the tail kept below), exactly the run
+``top_n: N`` gives; its own ``top_n`` run is the stage's output. A reranker with only
+``score(query, docs)`` (or ``per_query: true``) is called once per query with its whole head, and
+once per depth: its scores may depend on the list it is shown.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from stagebench.devices import Placement, place
+from stagebench.encoders import load_cross_encoder
+from stagebench.errors import StagebenchError
+from stagebench.models import ResolvedModel, on_this_machine, resolve_model
+from stagebench.params import PositiveFloat, PositiveInt, param
+from stagebench.rerank.merge import band_edges, merge_head_tail, sigmoid_keeping_order, split_head
+from stagebench.runs import Run
+from stagebench.stages.base import StageContext
+
+log = logging.getLogger("stagebench")
+
+
+@dataclass
+class RerankCommon:
+    top_n: PositiveInt = param(50, "candidates reranked per query; the rest keep their order below")
+    activation: Literal["none", "sigmoid"] = param("none", "sigmoid maps scores to (0, 1); the order stays the logits'")
+    pairs_per_call: PositiveInt = param(512, "most pairs per score_pairs call (a query's rank bands 1-10, 11-20, 21-50, "
+                                        "...; longer bands are cut in pieces of this size)")  # fmt: skip
+    per_query: bool = param(False, "call score(query, docs) once per query with its whole head (slower; for comparison)")
+    depths: list[PositiveInt] | None = param(None, "also derive the run at each of these depths from one scoring pass "
+                                             "at the largest (the depth table; docs/report.md)")  # fmt: skip
+    tail: Literal["below", "scaled_input"] = param("below", "below: the candidates past top_n stay strictly below the "
+                                                   "head; scaled_input: they keep their input score x tail_scale, as "
+                                                   "search-ranking-stack does (they can rise above negative head "
+                                                   "scores; docs/reproductions.md)")  # fmt: skip
+    tail_scale: PositiveFloat = param(0.01, "tail: scaled_input: the factor")
+
+    def validate(self) -> list[tuple[str, str]]:
+        if self.depths is not None:
+            if not self.depths:
+                return [("depths", "give at least one depth, or leave it out")]
+            if len(set(self.depths)) != len(self.depths):
+                return [("depths", f"{self.depths}: a depth is listed twice")]
+        if self.tail == "below" and self.tail_scale != 0.01:
+            return [("tail_scale", "applies to tail: scaled_input")]
+        return []
+
+
+class CrossEncoderReranker:
+    """A cross-encoder (sentence-transformers or ONNX) behind the plug-in protocol."""
+
+    def __init__(self, model: str = "cross-encoder/ms-marco-MiniLM-L-12-v2", source: str = "auto",
+                 max_length: int = 256, batch_size: int = 32, device: str = "auto",
+                 precision: str = "auto") -> None:  # fmt: skip
+        resolved = resolve_model(model, source)
+        placement = place(device, precision, "onnx" if resolved.backend == "onnx" else "torch", f"cross-encoder {model}")
+        self._load(resolved, placement, max_length, batch_size)
+
+    @classmethod
+    def placed(cls, resolved: ResolvedModel, source: str, placement: Placement, max_length: int,
+               batch_size: int) -> CrossEncoderReranker:  # fmt: skip
+        """The model a run resolved and placed where it started, loaded here (a Ray worker finds it
+        again with :func:`stagebench.models.on_this_machine`)."""
+        self = cls.__new__(cls)
+        self._load(on_this_machine(resolved, source), placement, max_length, batch_size)
+        return self
+
+    def _load(self, resolved: ResolvedModel, placement: Placement, max_length: int, batch_size: int) -> None:
+        self.resolved = resolved
+        self.placement = placement
+        self.model = load_cross_encoder(resolved, placement, max_length)
+        self.batch_size = batch_size
+
+    def score(self, query: str, docs: Sequence[str]) -> list[float]:
+        return self.score_pairs([(query, d) for d in docs])
+
+    def score_pairs(self, pairs: Sequence[tuple[str, str]]) -> list[float]:
+        return np.asarray(self.model.predict(pairs, self.batch_size), dtype=np.float64).tolist()
+
+
+class ScoreTask:
+    """An engine task (:mod:`stagebench.engine`): one unit of a reranking stage -> its raw scores.
+
+    A unit is ``(qids, query_texts, doc_inputs)`` of one ``score_pairs`` call (``batched``) or of
+    one query's ``score(query, docs)`` call. ``factory`` builds the reranker, once per process, on
+    first use; it must be picklable for the Ray engine (a class and its arguments, a partial)."""
+
+    def __init__(self, factory: Callable[[], Any], batched: bool, stage: str, label: str, loaded: Any = None,
+                 wants_fields: bool = False) -> None:  # fmt: skip
+        self.factory, self.batched, self.stage, self.label = factory, batched, stage, label
+        self.wants_fields = wants_fields
+        self._reranker: Any = loaded  # already built here (the local engine), or None
+
+    @classmethod
+    def of(cls, reranker: Any, per_query: bool, stage: str, label: str, factory: Callable[[], Any] | None = None,
+           kind: Any = None) -> ScoreTask:  # fmt: skip
+        """The task of a reranker object (``kind``: the class, when only the class is at hand): batched
+        when it has ``score_pairs``, unless ``per_query`` or it ``wants_fields``."""
+        kind = reranker if kind is None else kind
+        wants_fields = bool(getattr(kind, "wants_fields", False))
+        batched = callable(getattr(kind, "score_pairs", None)) and not per_query and not wants_fields
+        return cls(factory or (lambda: reranker), batched, stage, label, reranker, wants_fields)
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_reranker": None}
+
+    @property
+    def reranker(self) -> Any:
+        if self._reranker is None:
+            self._reranker = self.factory()
+        return self._reranker
+
+    def __call__(self, unit: tuple[list[str], list[str], list[Any]]) -> Any:
+        qids, queries, docs = unit
+        method = "score_pairs" if self.batched else "score"
+        try:
+            if self.batched:
+                return self.reranker.score_pairs(list(zip(queries, docs)))
+            return self.reranker.score(queries[0], docs)
+        except (StagebenchError, MemoryError):  # out of memory is the machine's, not the plug-in's: said as such
+            raise
+        except Exception as exc:
+            raise _failed(self.stage, self.label, method, list(dict.fromkeys(qids)), exc) from exc
+
+
+@dataclass
+class Reranked:
+    """A reranking stage's output: its ``top_n`` run, and the run at each extra depth with the pairs
+    each needed and the seconds they took (measured, or pro-rated by pairs from one pass)."""
+
+    run: Run
+    depths: dict[int, Run]
+    pairs: dict[int, int]
+    seconds: dict[int, float]
+
+
+def rerank_run(run: Run, reranker: Any, ctx: StageContext, p: RerankCommon, stage: str, label: str) -> Run:
+    """Rerank each query's top ``p.top_n`` of ``run`` with ``reranker`` (a :class:`ScoreTask`, whose
+    units run on ``ctx.engine``, or a reranker object, run here)."""
+    return rerank_depths(run, reranker, ctx, p, stage, label).run
+
+
+def rerank_depths(run: Run, reranker: Any, ctx: StageContext, p: RerankCommon, stage: str, label: str) -> Reranked:
+    """:func:`rerank_run` at ``p.top_n`` and at every depth of ``p.depths`` (see the module docstring)."""
+    ds = ctx.dataset
+    task = reranker if isinstance(reranker, ScoreTask) else ScoreTask.of(reranker, p.per_query, stage, label)
+    wants_fields = task.wants_fields
+
+    def doc_input(d: str):
+        text = ds.doc_text.get(d, "")
+        return {"id": d, "text": text, **ds.corpus.get(d, {})} if wants_fields else text
+
+    depths = sorted({p.top_n, *(p.depths or ())})
+    deepest = depths[-1]
+    heads, tails = split_head(run, deepest)
+    qids = [q for q in run if heads[q]]
+
+    def unit(chunk: list[tuple[str, str]]):
+        return [q for q, _ in chunk], [ds.queries[q] for q, _ in chunk], [doc_input(d) for _, d in chunk]
+
+    def score(chunks: list[list[tuple[str, str]]], what: str) -> dict[tuple[str, str], float]:
+        got = ctx.engine.map(task, [unit(c) for c in chunks], desc=f"{stage}: {what}", unit="pair",
+                             sizes=[len(c) for c in chunks])  # fmt: skip
+        out: dict[tuple[str, str], float] = {}
+        for g, c in zip(got, chunks):
+            out.update(zip(c, _check_scores(g, c, stage, label).tolist()))
+        return out
+
+    pairs = {n: sum(min(n, len(heads[q])) for q in qids) for n in depths}
+    seconds: dict[int, float] = {}
+    per_depth: dict[int, dict[tuple[str, str], float]] = {}
+    t0 = time.perf_counter()
+    if task.batched:  # one pass at the deepest depth, in rank bands
+        chunks = []
+        for q in qids:
+            for lo, hi in band_edges(len(heads[q])):
+                band = [(q, d) for d in heads[q][lo:hi]]
+                chunks += [band[i : i + p.pairs_per_call] for i in range(0, len(band), p.pairs_per_call)]
+        scores = score(chunks, "rerank" if len(depths) == 1 else f"rerank (depths {', '.join(map(str, depths))})")
+        dt = time.perf_counter() - t0
+        for n in depths:
+            per_depth[n] = scores
+            seconds[n] = dt * pairs[n] / max(pairs[deepest], 1)
+    else:  # the whole head shown at once: its scores may depend on it, so one call per query and depth
+        for n in depths:
+            t1 = time.perf_counter()
+            per_depth[n] = score([[(q, d) for d in heads[q][:n]] for q in qids], f"rerank top {n}")
+            seconds[n] = time.perf_counter() - t1
+        dt = time.perf_counter() - t0
+    scored = pairs[deepest] if task.batched else sum(pairs.values())
+    sweep = "" if len(depths) == 1 else f"; depths {', '.join(map(str, depths))}" + (" from one pass" if task.batched else "")
+    log.info("stage %s: reranked %d pairs (%d queries, top %d%s) in %.1fs: %.0f pairs/s (%s%s)", stage, scored,
+             len(qids), p.top_n, sweep, dt, scored / max(dt, 1e-9),
+             "rank bands of each query" if task.batched else "one query at a time",
+             "; on Ray" if ctx.engine.remote else "")  # fmt: skip
+    runs: dict[int, Run] = {}
+    for n in depths:
+        result: Run = {}
+        for qid, docs in run.items():
+            order = heads[qid] + tails[qid]  # split_head covers every query of the run
+            head, tail = order[:n], order[n:]
+            s = np.asarray([per_depth[n][(qid, d)] for d in head], dtype=np.float64)
+            if p.activation == "sigmoid":
+                s = sigmoid_keeping_order(s)
+            if p.tail == "scaled_input":  # the published setup some pipelines use (not order-safe)
+                result[qid] = {**dict(zip(head, s.tolist())), **{d: docs[d] * p.tail_scale for d in tail}}
+            else:
+                result[qid] = merge_head_tail(dict(zip(head, s.tolist())), tail)
+        runs[n] = result
+    return Reranked(runs[p.top_n], {n: r for n, r in runs.items() if p.depths and n in p.depths}, pairs, seconds)
+
+
+def _failed(stage: str, label: str, method: str, queries: list[str], exc: Exception) -> StagebenchError:
+    """A reranker that raised: one line naming the stage, the call and the query (or queries)."""
+    which = f"query {queries[0]!r}" if len(queries) == 1 else \
+        f"a batch of {len(queries)} queries ({queries[0]!r} ... {queries[-1]!r})"  # fmt: skip
+    return StagebenchError(f"stage {stage}: {label} raised in {method}() on {which}: {type(exc).__name__}: {exc}")
+
+
+def _check_scores(got: Any, chunk: list[tuple[str, str]], stage: str, label: str) -> np.ndarray:
+    try:
+        arr = np.asarray(got, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError) as exc:
+        raise StagebenchError(f"stage {stage}: {label} returned scores that are not numbers ({exc})") from exc
+    if arr.shape[0] != len(chunk):
+        raise StagebenchError(
+            f"stage {stage}: {label} returned {arr.shape[0]} scores for {len(chunk)} documents (query {chunk[0][0]!r})"
+        )
+    bad = np.flatnonzero(~np.isfinite(arr))
+    if bad.size:
+        q, d = chunk[int(bad[0])]
+        raise StagebenchError(f"stage {stage}: {label} returned {arr[bad[0]]} for query {q!r} document {d!r}")
+    return arr

@@ -1,0 +1,134 @@
+"""Listwise reranking of one query, a sliding window at a time: the engine task of the LLM
+stage (:mod:`stagebench.stages.llm_rerank`), and the count of what its windows did.
+
+A query's windows run in order (each sees the order the previous one left); every window's
+request -> answer goes through the content-addressed cache (kind ``llm``), so a killed run
+resumes at the next window and a rerun asks the model nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from stagebench.cache import Cache, memo
+from stagebench.record import LLMStats
+from stagebench.rerank.chat import ChatRequest, Completion, OpenAIBackend, RequestFailed, TransformersBackend
+from stagebench.rerank.listwise import FAILED, OUTCOMES, REPAIRS, parse_permutation, render_prompt
+
+
+@dataclass
+class WindowStats:
+    """What the stage's windows did, recorded with its run (manifest ``stats``)."""
+
+    queries: int = 0
+    windows: int = 0
+    outcomes: dict[str, int] = field(default_factory=lambda: dict.fromkeys(OUTCOMES, 0))
+    repairs: dict[str, int] = field(default_factory=lambda: dict.fromkeys(REPAIRS, 0))
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    retries: int = 0
+    model_seconds: float = 0.0  # the answers' compute time, whether computed now or read from the cache
+    cached_windows: int = 0
+
+    def record(self, status: str, repairs: tuple[str, ...] = (), answer: Completion | None = None, retries: int = 0,
+               cached: bool = False) -> None:  # fmt: skip
+        """One window's outcome (``answer`` None: the request failed after ``retries`` retries)."""
+        self.windows += 1
+        self.outcomes[status] += 1
+        for r in repairs:
+            self.repairs[r] += 1
+        if answer is not None:
+            self.prompt_tokens += answer.prompt_tokens
+            self.completion_tokens += answer.completion_tokens
+            self.model_seconds += answer.seconds
+            retries = answer.retries
+        self.retries += retries
+        self.cached_windows += cached
+
+    def typed(self, candidates: int, reproducibility: str) -> LLMStats:
+        return LLMStats(queries=self.queries, windows=self.windows, outcomes=dict(self.outcomes),
+                        repairs=dict(self.repairs), prompt_tokens=self.prompt_tokens,
+                        completion_tokens=self.completion_tokens, retries=self.retries,
+                        model_seconds=round(self.model_seconds, 3),
+                        seconds_per_query=round(self.model_seconds / max(self.queries, 1), 3),
+                        windows_from_cache=self.cached_windows, candidates=candidates,
+                        reproducibility=reproducibility)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class WindowAnswer:
+    """One window of one query: its outcome, and the answer (None: the request failed)."""
+
+    start: int
+    end: int
+    status: str
+    repairs: tuple[str, ...] = ()
+    answer: Completion | None = None
+    retries: int = 0
+    cached: bool = False
+    error: str = ""
+
+
+class QueryTask:
+    """An engine task: one query's windows, in order -> the reordered head and each window's
+    :class:`WindowAnswer`. Every answer goes through the content-addressed cache (a Ray worker
+    writes to the same cache folder, which must then be shared: docs/scale.md). Picklable: the
+    backend's loaded model and connections are not pickled."""
+
+    def __init__(self, backend: OpenAIBackend | TransformersBackend, identity: dict, cache: Cache | None,
+                 template: str, p: Any, stage: str) -> None:  # fmt: skip
+        self.backend, self.identity, self.cache, self.template, self.stage = backend, identity, cache, template, stage
+        self.system = (("system", p.system_prompt),) if p.system_prompt else ()
+        self.max_doc_words, self.max_new_tokens = p.max_doc_words, p.max_new_tokens
+        self.temperature, self.seed, self.model = p.temperature, p.seed, p.model
+        self._stop = threading.Event()
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "_stop"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._stop = threading.Event()
+
+    def cancel(self) -> None:
+        """Stop at the next window (the engine calls it when another query's task failed)."""
+        self._stop.set()
+
+    def answer(self, req: ChatRequest) -> tuple[Completion, bool]:
+        m = memo(self.cache, "llm", {"model": self.identity, "request": req.as_json()}, lambda: self.backend.complete(req),
+                 save=lambda c, folder: (folder / "response.json").write_text(json.dumps(c.as_json(), sort_keys=True)),
+                 load=lambda entry: Completion.from_json(json.loads(entry.file("response.json").read_text())),
+                 meta=lambda c: {"model": self.model, "stage": self.stage}, label=f"stage {self.stage}",
+                 what="window", quiet=True)  # fmt: skip
+        return m.value, m.status == "cached"
+
+    def __call__(self, unit: tuple) -> tuple[list[str], list[WindowAnswer]]:
+        _qid, query, doc_ids, texts, plan = unit
+        order = list(range(len(doc_ids)))
+        windows: list[WindowAnswer] = []
+        for start, end in plan:
+            if self._stop.is_set():
+                raise _Stopped()
+            shown = order[start:end]
+            user = render_prompt(self.template, query, [texts[i] for i in shown], self.max_doc_words)
+            req = ChatRequest((*self.system, ("user", user)), self.max_new_tokens or 8 * len(shown) + 16,
+                              self.temperature, self.seed)  # fmt: skip
+            try:
+                comp, cached = self.answer(req)
+            except RequestFailed as exc:
+                windows.append(WindowAnswer(start, end, FAILED, retries=exc.attempts - 1, error=str(exc)))
+                continue
+            outcome = parse_permutation(comp.text, len(shown))
+            order[start:end] = [shown[k] for k in outcome.order]
+            windows.append(WindowAnswer(start, end, outcome.status, outcome.repairs, comp, cached=cached))
+        return [doc_ids[i] for i in order], windows
+
+
+class _Stopped(Exception):
+    """Another query's failure stopped this one."""
+
+
+__all__ = ["QueryTask", "WindowAnswer", "WindowStats"]

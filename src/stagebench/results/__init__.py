@@ -1,0 +1,1 @@
+"""Reading and computing on finished runs: the results folder, scoring, ceilings, depth sweeps, quality against cost, the per-query views, expected values (``check``) and comparisons. Rendering is :mod:`stagebench.report`."""

@@ -1,0 +1,153 @@
+"""Scoring a finished run: every stage's measures, significance against its inputs and the
+baseline, ceilings, lost queries and label shares, as one typed :class:`~stagebench.table.StageTable`
+(rendered by :mod:`stagebench.report`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from string import ascii_lowercase
+from typing import Any
+
+from stagebench import stats
+from stagebench.metrics import evaluate
+from stagebench.metrics.compute import gain_map
+from stagebench.record import LLMStats, Manifest, StageRecord
+from stagebench.results import ceilings
+from stagebench.results.depth import depth_sweep
+from stagebench.runs import Run
+from stagebench.table import CeilingCells, LLMCells, StageRow, StageTable
+
+
+@dataclass
+class Scored:
+    """A scored run: its stage table, every significance comparison, the per-query values and the
+    scored queries (the one query set every measure averages over)."""
+
+    table: StageTable
+    comparisons: list[dict]
+    per_query: dict[str, dict[str, dict[str, float]]]  # stage -> measure -> qid -> value
+    queries: list[str]
+
+
+def conventions_line(relevance_threshold: int, gain: Any) -> str:
+    """The evaluation's conventions, for every table: the gain map, the relevance threshold, ties."""
+    return (f"nDCG: {gain_map(gain).describe()}; nDCG_Burges: exponential gain; binary measures: relevant = grade >= "
+            f"{relevance_threshold}; ties: score desc, docid desc")  # fmt: skip
+
+
+def stage_letter(i: int) -> str:
+    return ascii_lowercase[i] if i < 26 else f"s{i}"
+
+
+def comparisons_for(stages: list[StageRecord], baseline: str) -> list[tuple[str, str]]:
+    """Each stage vs the stage(s) before it in the cascade - its inputs, or for a stage
+    without inputs the one listed before it - and vs the baseline; no pair twice."""
+    names = [s.name for s in stages]
+    pairs: list[tuple[str, str]] = []
+    for i, s in enumerate(stages[1:], start=1):
+        for other in [*(s.inputs or [names[i - 1]]), baseline]:
+            if other != s.name and (s.name, other) not in pairs and (other, s.name) not in pairs:
+                pairs.append((s.name, other))
+    return pairs
+
+
+def llm_cells(s: LLMStats) -> LLMCells:
+    """An LLM stage's counts for the stage table (its timings stay in the manifest)."""
+    return LLMCells(windows=s.windows, ok=s.ok, repaired=s.repaired, fallback=s.fallback, failed=s.failed,
+                    repairs=dict(s.repairs),
+                    retries=s.retries, prompt_tokens=s.prompt_tokens, completion_tokens=s.completion_tokens,
+                    cost=s.pricing.cost if s.pricing else None)  # fmt: skip
+
+
+def score_folder(manifest: Manifest, qrels: dict, runs: dict[str, Run]) -> Scored:
+    """Score every stage of a folder: measures, significance, ceilings, labels; the stage table."""
+    ev = manifest.evaluation
+    rel, gain = ev.relevance_threshold, ev.gain
+    stages = manifest.stages
+    names = [s.name for s in stages]
+    letters = {n: stage_letter(i) for i, n in enumerate(names)}
+    evals = {n: evaluate(qrels, runs[n], ev.metrics, relevance_threshold=rel, gain=gain) for n in names}
+    metric_names = [m.name for m in evals[names[0]].measures]
+    queries = evals[names[0]].scored_queries
+    label_names = label_names_of(manifest, qrels, unnamed="grade {}")
+
+    # significance: each stage vs the one before it and vs the baseline; Holm per metric
+    baseline = ev.baseline or names[0]
+    pairs = comparisons_for(stages, baseline)
+    comps: list[stats.Comparison] = []
+    for m in metric_names:
+        family = [stats.compare(a, b, m, [evals[a].per_query[m][q] for q in queries],
+                                [evals[b].per_query[m][q] for q in queries], ev.permutations, ev.seed)
+                  for a, b in pairs]  # fmt: skip
+        for c, pt, pr in zip(family, stats.holm([c.p_t for c in family]), stats.holm([c.p_rand for c in family])):
+            c.p_t_holm, c.p_rand_holm = pt, pr
+        comps += family
+    key = "p_rand_holm" if ev.test == "randomization" else "p_t_holm"
+    better: dict[str, dict[str, list[str]]] = {n: {} for n in names}
+    for c in comps:
+        if getattr(c, key) < ev.alpha and c.mean_a != c.mean_b:
+            win, lose = (c.a, c.b) if c.mean_a > c.mean_b else (c.b, c.a)
+            better[win].setdefault(c.metric, []).append(letters[lose])
+
+    rows: list[StageRow] = []
+    for s in stages:
+        n = s.name
+        e = evals[n]
+        ceiling = None
+        if s.is_reranker:
+            depth = int(s.candidate_depth or 0)
+            c = ceilings.ceiling(runs[s.inputs[0]], runs[n], qrels, queries, depth, rel, gain)
+            ceiling = CeilingCells(depth=depth, pool_recall=round(c.pool_recall, 6), input_ndcg10=round(c.input, 6),
+                                   achieved_ndcg10=round(c.achieved, 6), oracle_ndcg10=round(c.oracle, 6),
+                                   ndcg10_change=round(c.achieved - c.input, 6),
+                                   headroom_captured=None if c.headroom_captured is None else round(c.headroom_captured, 6))  # fmt: skip
+            lost = ceilings.lost(runs[s.inputs[0]], qrels, queries, rel, depth)
+        else:
+            lost = ceilings.lost(runs[n], qrels, queries, rel)
+        rows.append(StageRow(
+            stage=n, id=letters[n], type=s.type, inputs=list(s.inputs),
+            metrics={m: round(v, 6) for m, v in e.means.items()},
+            ci95={m: [round(x, 6) for x in stats.bootstrap_ci([e.per_query[m][q] for q in queries], ev.bootstrap,
+                                                              ev.seed)] for m in metric_names},
+            better_than={m: sorted(v) for m, v in better[n].items()}, queries=len(queries),
+            queries_without_results=len(e.missing_queries), queries_excluded=e.excluded,
+            recall={k: round(v, 6) for k, v in ceilings.recall_at(runs[n], qrels, queries, rel).items()},
+            ceiling=ceiling, lost=lost,
+            top10_labels={k: round(v, 6) for k, v in ceilings.top_labels(runs[n], qrels, queries, label_names).items()},
+            llm=llm_cells(s.stats) if isinstance(s.stats, LLMStats) else None,
+            depths=depth_sweep(s, runs, qrels, queries, rel, gain, ev) if s.depth_runs else None,
+        ))  # fmt: skip
+
+    title = f"Stage table: {manifest.name}"
+    ds = manifest.dataset
+    first = evals[names[0]]
+    scope = ds.corpus_scope + (" - only judged documents are indexed, which inflates recall"
+                                  if ds.corpus_scope == "judged" else "")  # fmt: skip
+    notes = [
+        f"dataset: {ds.name} ({ds.documents:,} documents, corpus scope: {scope})",
+        f"queries: {len(queries)} scored = every judged query with a positive grade, for every measure and threshold; "
+        f"left out: {first.judged_without_positive} judged with no positive grade, "
+        f"{first.unjudged_run_queries} in the runs but not judged",
+        conventions_line(rel, gain),
+        f"significance: ^x = significantly better than stage x ({'paired randomization test, ' + str(ev.permutations) + ' permutations' if ev.test == 'randomization' else 'paired t-test'}, "
+        f"seed {ev.seed}, Holm-Bonferroni over the {len(pairs)} comparisons of each metric, alpha {ev.alpha}); "
+        f"each stage is compared with its inputs (a retriever: with the stage listed before it) and with the baseline ({baseline})",
+        "ceiling: for rerankers, N = candidate depth, pool R@N = recall of the candidates it received, oracle = nDCG@10 of "
+        "their ideal order; lost = queries with no relevant document among the stage's candidates",
+    ]  # fmt: skip
+    if any(r.llm for r in rows):
+        notes.append("LLM reranking: windows are model calls; ok = a complete permutation, repaired = duplicates or "
+                     "unknown ids dropped / missing ones appended, fallback and failed = the window kept its input "
+                     "order (docs/llm.md)")  # fmt: skip
+    g = gain_map(gain)
+    table = StageTable(rows, metric_names, title, notes, {"gain": g.as_json(), "gain_map": g.describe(),
+                                                          "relevance_threshold": rel})  # fmt: skip
+    per_query = {n: evals[n].per_query for n in names}
+    return Scored(table, [c.as_dict() for c in comps], per_query, queries)
+
+
+def label_names_of(manifest: Manifest, qrels: dict, unnamed: str = "{}") -> dict[int, str]:
+    """grade -> display label (E/S/C/I for ESCI); a dataset without names (e.g. BEIR): each grade
+    formatted with ``unnamed``, highest first."""
+    names = manifest.dataset.label_names
+    return names or {g: unnamed.format(g) for g in sorted({g for docs in qrels.values() for g in docs.values()}, reverse=True)}
