@@ -66,3 +66,39 @@ def test_no_import_cycle_and_every_module_imports_in_dependency_order():
     code = "import importlib\nfor m in %r:\n    importlib.import_module(m)\nprint('ok')" % order
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.stdout.strip() == "ok", r.stderr[-2000:]
+
+
+#: what a manifest holds (top level, a stage's record, its stats, the evaluation and dataset records)
+MANIFEST_JSON_KEYS = {
+    "complete", "stagebench_version", "config_path", "resolved", "evaluation", "started", "finished", "wall_seconds",
+    "peak_rss_mb_process", "files", "stages", "reorders_input", "candidate_depth", "computed_seconds", "peak_rss_mb",
+    "computed_peak_rss_mb", "run_digest", "depth_runs", "stats", "relevance_threshold", "baseline", "fingerprint",
+    "queries_fingerprint", "qrels_fingerprint", "label_names", "corpus_scope", "prompt_tokens", "completion_tokens",
+    "windows", "windows_from_cache", "seconds_per_query", "model_seconds", "price_per_1k_tokens",
+}  # fmt: skip
+#: modules that read a config (or another JSON object) whose keys share these names, not a manifest
+NOT_MANIFEST_READERS = {
+    "stagebench.config", "stagebench.params", "stagebench.cache", "stagebench.engine",
+    "stagebench.files", "stagebench.training",  # the model and dataset records (their own "files")
+    "stagebench.rerank.chat",  # a server's answer and its "usage" (prompt_tokens, completion_tokens)
+}  # fmt: skip
+
+
+def test_no_module_but_the_record_reads_manifest_keys_by_string():
+    """stagebench.record is the one module that knows the manifest's keys; everyone else reads
+    its typed records (a subscript or .get() with one of those keys, anywhere else, is a finding)."""
+    found = []
+    for path in SRC.rglob("*.py"):
+        mod = module_name(path)
+        if mod in {"stagebench.record", *NOT_MANIFEST_READERS}:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            key = None
+            if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and isinstance(node.slice, ast.Constant):
+                key = node.slice.value
+            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+                  and node.args and isinstance(node.args[0], ast.Constant)):  # fmt: skip
+                key = node.args[0].value
+            if isinstance(key, str) and key in MANIFEST_JSON_KEYS:
+                found.append(f"{path.relative_to(SRC)}:{node.lineno}: {key!r}")
+    assert not found, "manifest keys read outside stagebench.record:\n" + "\n".join(found)

@@ -4,6 +4,11 @@ every declared parameter has a description."""
 from __future__ import annotations
 
 import dataclasses
+import doctest
+import re
+from pathlib import Path
+
+import pytest
 
 from stagebench import docgen
 from stagebench.config import EvaluationConfig, NegativesConfig, TrainingConfig
@@ -25,3 +30,25 @@ def test_every_declared_parameter_has_a_description():
         assert dataclasses.is_dataclass(cls)
         for name, _, _, doc in describe(cls):
             assert doc, f"{cls.__name__}.{name} has no description (declare it with stagebench.params.param)"
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_the_notebook_session_in_docs_python_md_runs(embedded_dataset, tmp_path, monkeypatch):
+    """docs/python.md's session, as written (the dataset and the output folder moved to where this
+    test has them): opens the committed folders, compares them, and composes a cascade whose table
+    equals its YAML twin's."""
+    text = (REPO / "docs" / "python.md").read_text(encoding="utf-8")
+    code = "\n".join(re.findall(r"```pycon\n(.*?)```", text, re.S))
+    code = code.replace('DATA, OUT = "data/synthetic-esci", Path("build/notebook")',
+                        f'DATA, OUT = {str(embedded_dataset)!r}, Path({str(tmp_path / "notebook")!r})')
+    assert str(embedded_dataset) in code, "the session no longer sets DATA and OUT as this test expects"
+    monkeypatch.chdir(REPO)
+    (tmp_path / "notebook").mkdir()
+    test = doctest.DocTestParser().get_doctest(code, {}, "docs/python.md", "docs/python.md", 0)
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+    runner.run(test)
+    assert runner.summarize(verbose=False).failed == 0
+    assert len(test.examples) >= 18

@@ -5,22 +5,28 @@ The Python API (see docs/python.md)::
     import stagebench
     result = stagebench.run("configs/default.yaml")   # or a dict, or a Config
     result.table, result.per_query, result.runs, result.save("dir")
+    done = stagebench.open("results/default")           # a finished results folder
+    stagebench.compare("results/default", "results/default-trained")
+    (stagebench.stage("bm25") >> stagebench.stage("cross_encoder", top_n=50)).run(dataset={...})
     stagebench.evaluate(qrels, run, ["nDCG@10", "RR@10"]).means
 
 Importing stagebench loads no model library: torch, sentence-transformers, faiss and
 onnxruntime are imported only by the stages that use them, when they run.
 """
 
-from stagebench.api import Result, config_from, evaluate, run
+from stagebench.api import Cascade, Result, StageSpec, compare, config_from, evaluate, open, run, stage
 from stagebench.config import Config, load_config
 from stagebench.data.model import Dataset
 from stagebench.errors import StagebenchError
 from stagebench.metrics import Evaluation
+from stagebench.report.tables import comparison_text
+from stagebench.results.compare import Comparison, MeasureDelta
 from stagebench.rerank.plugins import Reranker
 from stagebench.runs import read_trec_qrels, read_trec_run, write_trec_run
 from stagebench.version import __version__
 
 __all__ = [
-    "Config", "Dataset", "Evaluation", "Reranker", "Result", "StagebenchError", "config_from", "evaluate",
-    "load_config", "read_trec_qrels", "read_trec_run", "run", "write_trec_run", "__version__",
+    "Cascade", "Comparison", "Config", "Dataset", "Evaluation", "MeasureDelta", "Reranker", "Result", "StageSpec",
+    "StagebenchError", "compare", "comparison_text", "config_from", "evaluate", "load_config", "open", "read_trec_qrels",
+    "read_trec_run", "run", "stage", "write_trec_run", "__version__",
 ]  # fmt: skip

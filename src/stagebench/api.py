@@ -8,6 +8,12 @@
     result.runs["bm25"]            # {qid: {docid: score}}
     result.save("elsewhere/")      # a copy of the results folder
 
+    done = stagebench.open("results/default")                  # any results folder a run wrote
+    stagebench.compare("results/default", "results/default-trained").row("ce_finetuned", "nDCG@10")
+
+    cascade = stagebench.stage("bm25", k1=0.9) >> stagebench.stage("cross_encoder", top_n=50)
+    cascade.run(dataset={"loader": "esci", "path": "data/synthetic-esci"})   # the same run as its YAML
+
     stagebench.evaluate(qrels, run, ["nDCG@10", "RR@10"]).means
 
 A config is a YAML path, a mapping (validated exactly as a file is) or a loaded
@@ -30,6 +36,8 @@ from stagebench.metrics import Evaluation, Measure
 from stagebench.metrics import evaluate as _evaluate
 from stagebench.files import check_apart, check_destination, remove_staging, staging, swap_in
 from stagebench.pipeline import RunResult, run_config
+from stagebench.report.write import render
+from stagebench.results.compare import Comparison, compare_folders
 from stagebench.results.folder import RESULTS, RunFolder
 from stagebench.runs import Run, checked_qrels, checked_run
 from stagebench.table import StageTable
@@ -106,6 +114,11 @@ class Result:
             raise
         return dest
 
+    def rerender(self) -> Result:
+        """Score and render the folder again from its verified runs (``stagebench table``)."""
+        rendered = render(self.output)
+        return Result(self.output, rendered.table, self.runs, rendered.per_query, rendered.text)
+
     def __repr__(self) -> str:
         return f"Result({self.output}, stages={[r.stage for r in self.stage_table.rows]})"
 
@@ -117,6 +130,102 @@ def run(config: Config | Mapping[str, Any] | str | Path, output: str | Path | No
     res: RunResult = run_config(config_from(config, engine), output, cache_dir=cache_dir, recompute=recompute)
     return Result(output=res.output, stage_table=res.table, runs=res.runs, per_query_values=res.per_query,
                   table_text=res.table_text)  # fmt: skip
+
+
+def open(folder: str | Path) -> Result:  # noqa: A001 - stagebench.open, as a notebook reads it
+    """A results folder a run wrote (a committed one included) as a :class:`Result`. The stage
+    table is read from ``stage_table.json``; per-query values from ``per_query.csv``; the runs from
+    ``runs/`` when the folder holds them (a committed folder holds its tables only) - every file
+    verified against the manifest's digests first."""
+    rf = RunFolder.open(folder)
+    table = rf.table()
+    runs = rf.runs() if all(rf.holds(f"runs/{s.name}.trec") for s in rf.stages) else {}
+    text = rf.verified("stage_table.txt").read_text(encoding="utf-8")
+    return Result(output=rf.path, stage_table=table, runs=runs, per_query_values=rf.per_query(), table_text=text)
+
+
+def compare(a: Result | str | Path, b: Result | str | Path, *, permutations: int = 10000, seed: int = 42,
+            alpha: float = 0.05) -> Comparison:  # fmt: skip
+    """Two results folders (or Results) stage by matching stage, as ``stagebench compare`` computes
+    it: per stage and measure the means over the common queries, B - A, the paired randomization
+    and t-tests Holm-corrected across the matching stages, and win/tie/loss counts. Folders scored
+    differently (gain, threshold, corpus, judgments) are refused.
+    :func:`stagebench.comparison_text` renders it as the CLI prints it."""
+    pa = a.output if isinstance(a, Result) else a
+    pb = b.output if isinstance(b, Result) else b
+    return compare_folders(pa, pb, permutations=permutations, seed=seed, alpha=alpha)
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    """A stage written in Python: its type, params and (optionally) name, plug-in target and inputs.
+    ``a >> b`` composes a :class:`Cascade` in which ``b`` reads ``a``'s run; the config it stands for
+    is validated exactly as a YAML file's when it runs."""
+
+    type: str
+    params: dict
+    name: str | None = None
+    target: str | None = None
+    inputs: tuple[str, ...] | None = None
+
+    def __rshift__(self, other: StageSpec | Cascade) -> Cascade:
+        return Cascade([self]) >> other
+
+    def as_config(self, name: str, inputs: list[str]) -> dict:
+        out: dict[str, Any] = {"name": name, "type": self.type}
+        if self.target is not None:
+            out["target"] = self.target
+        if inputs:
+            out["inputs"] = list(inputs)
+        if self.params:
+            out["params"] = dict(self.params)
+        return out
+
+
+def stage(type: str, *, name: str | None = None, target: str | None = None,  # noqa: A002 - the config's key
+          inputs: Iterable[str | StageSpec] | None = None, **params: Any) -> StageSpec:
+    """A stage for a :class:`Cascade`: ``stage("bm25", k1=0.9)``, ``stage("cross_encoder", top_n=50)``,
+    ``stage("plugin", target="pkg.mod:Class", top_n=20)``; ``inputs`` (names or stages) for a fusion,
+    otherwise each stage reads the one before it."""
+    ins = None if inputs is None else tuple(i.name or i.type if isinstance(i, StageSpec) else i for i in inputs)
+    return StageSpec(type, params, name, target, ins)
+
+
+@dataclass(frozen=True)
+class Cascade:
+    """Stages in order, each reading the stage before it unless it names its inputs."""
+
+    stages: list[StageSpec]
+
+    def __rshift__(self, other: StageSpec | Cascade) -> Cascade:
+        return Cascade([*self.stages, *(other.stages if isinstance(other, Cascade) else [other])])
+
+    def config(self, dataset: Mapping[str, Any], *, name: str = "cascade", metrics: list[str] | None = None,
+               evaluation: Mapping[str, Any] | None = None, output: str | Path | None = None) -> dict:  # fmt: skip
+        """The config this cascade stands for (what its YAML file would hold)."""
+        stages, names = [], []
+        for i, s in enumerate(self.stages):
+            base = s.name or s.type
+            sname = base if base not in names else f"{base}_{sum(n.startswith(base) for n in names) + 1}"
+            inputs = list(s.inputs) if s.inputs is not None else names[-1:] if i else []
+            stages.append(s.as_config(sname, inputs))
+            names.append(sname)
+        ev = dict(evaluation or {})
+        if metrics is not None:
+            ev["metrics"] = list(metrics)
+        out: dict[str, Any] = {"name": name, "dataset": dict(dataset), "stages": stages}
+        if output is not None:
+            out["output"] = str(output)
+        if ev:
+            out["evaluation"] = ev
+        return out
+
+    def run(self, dataset: Mapping[str, Any], *, name: str = "cascade", metrics: list[str] | None = None,
+            evaluation: Mapping[str, Any] | None = None, output: str | Path | None = None, cache_dir: str | None = None,
+            recompute: bool = False) -> Result:  # fmt: skip
+        """Run it as :func:`run` runs its config: the same validation, cache and results folder."""
+        return run(self.config(dataset, name=name, metrics=metrics, evaluation=evaluation, output=output),
+                   cache_dir=cache_dir, recompute=recompute)  # fmt: skip
 
 
 def evaluate(qrels: Mapping[Any, Mapping[Any, Any]], run: Mapping[Any, Mapping[Any, Any]],

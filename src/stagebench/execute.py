@@ -134,7 +134,7 @@ def run_stage(sc: StageConfig, stage: Stage, ctx: StageContext, inputs: list[Run
         m: dict = {"stage": sc.name, "type": sc.type, "queries": len(out.run), "run_digest": value[1]}
         if out.depth_runs:
             m["depths"] = sorted(out.depth_runs)
-        return {**m, "stats": out.stats.to_json()} if out.stats is not None else m
+        return {**m, "stage_stats": out.stats.to_json()} if out.stats is not None else m
 
     def save(value: Value, folder: Path) -> None:
         write_trec_run(value[0].run, folder / "run.trec", tag=f"stagebench.{sc.type}")
@@ -144,7 +144,7 @@ def run_stage(sc: StageConfig, stage: Stage, ctx: StageContext, inputs: list[Run
     def load(entry) -> Value:
         run = read_trec_run(entry.file("run.trec"))
         depths = {int(n): read_trec_run(entry.file(f"depth-{int(n)}.trec")) for n in entry.meta.get("depths", [])}
-        stats = stats_from_json(entry.meta.get("stats"), f"cache entry {entry.path}")
+        stats = stats_from_json(entry.meta.get("stage_stats"), f"cache entry {entry.path}")
         return StageOutput(run, depths, stats), run_digest(run)
 
     m = memo(cache if sc.cache else None, "runs", parts, compute, save=save, load=load,

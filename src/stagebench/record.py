@@ -309,6 +309,11 @@ class Manifest:
     def wall_seconds(self) -> float | None:
         return self.raw.get("wall_seconds")
 
+    @property
+    def recorded_files(self) -> dict[str, str]:
+        """The files recorded so far (none in a manifest not yet written)."""
+        return self.raw.get("files", {})
+
     def with_files(self, files: dict[str, str]) -> Manifest:
         return Manifest({**self.raw, "files": files}, self.path)
 

@@ -61,12 +61,6 @@ class LLMCells:
     completion_tokens: int
     cost: float | None  # tokens / 1000 * price_per_1k_tokens; None: no price given
 
-    @classmethod
-    def from_stats(cls, s: dict) -> LLMCells:
-        return cls(windows=s["windows"], ok=s["ok"], repaired=s["repaired"], fallback=s["fallback"], failed=s["failed"],
-                   repairs=dict(s.get("repairs", {})), retries=s.get("retries", 0), prompt_tokens=s["prompt_tokens"],
-                   completion_tokens=s["completion_tokens"], cost=s.get("cost"))  # fmt: skip
-
 
 @dataclass
 class StageRow:

@@ -67,17 +67,17 @@ window.addEventListener('hashchange',route);document.getElementById('qx-controls
 })();"""
 
 
-def explorer_html(data: dict, wins: dict) -> list[str]:
+def explorer_html(data: dict, wins: dict, stages: Sequence[StageRecord]) -> list[str]:
     """The per-query explorer: a sortable, filterable, paged query table and the chosen query's
     top 10 per stage (an inline script over inline JSON); the biggest wins and losses are plain
     links, readable without scripts."""
     e = html.escape
-    stages, metric = data["stages"], data["metric"]
+    metric = data["metric"]
     texts = {q["id"]: q["text"] for q in data["queries"]}
     head = ["<th data-k=\"id\">query</th>", "<th data-k=\"text\">text</th>", "<th data-k=\"judged\">judged</th>",
             "<th data-k=\"relevant\">relevant</th>"]  # fmt: skip
-    head += [f"<th data-k=\"v{i}\">{e(s['name'])} {e(metric)}</th>" for i, s in enumerate(stages)]
-    head += [f"<th data-k=\"c{i}\">\u0394 {e(s['name'])}</th>" for i, s in enumerate(stages) if s["inputs"]]
+    head += [f"<th data-k=\"v{i}\">{e(s.name)} {e(metric)}</th>" for i, s in enumerate(stages)]
+    head += [f"<th data-k=\"c{i}\">\u0394 {e(s.name)}</th>" for i, s in enumerate(stages) if s.inputs]
     parts = [f"<h2 id=\"explorer\">Per-query explorer ({len(data['queries'])} queries)</h2>",
              f"<p>Pick a query to see each stage's top 10 side by side: grades as badges, arrows for where a stage "
              f"moved a document from (its rank in the stage's input), and the relevant documents a reranker never saw. "
@@ -160,6 +160,6 @@ def render_html(table: StageTable, significance: Sequence[dict], images: Sequenc
         b64 = base64.b64encode(png).decode("ascii")
         parts.append(f'<figure><img alt="{e(name)}" src="data:image/png;base64,{b64}"><figcaption>{e(name)}</figcaption></figure>')
     if explorer is not None:
-        parts += explorer_html(*explorer)
+        parts += explorer_html(*explorer, stages)
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"

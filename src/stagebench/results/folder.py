@@ -43,7 +43,7 @@ def write_manifest(folder: Path, manifest: Manifest, written: Iterable[str] | No
     if written is None:
         files = inventory(folder, leave_out={MANIFEST, STAGING_MARK, *KEPT_FILES})
     else:
-        rels = sorted({*manifest.raw.get("files", {}), *written} - {MANIFEST, *KEPT_FILES})
+        rels = sorted({*manifest.recorded_files, *written} - {MANIFEST, *KEPT_FILES})
         files = {r: file_digest(folder / r) for r in rels if (folder / r).is_file()}
     manifest = manifest.with_files(files)
     atomic_write(folder / MANIFEST, manifest.dumps())
