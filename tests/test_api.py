@@ -61,3 +61,91 @@ def test_importing_stagebench_loads_no_model_library():
             "'onnxruntime', 'datasets') if m in sys.modules]; print(heavy)")  # fmt: skip
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_open_reads_back_what_run_returned(tmp_path, small_synthetic):
+    done = stagebench.run(pipeline(tmp_path, small_synthetic))
+    opened = stagebench.open(tmp_path / "out")
+    assert opened.table_text == done.table_text
+    assert opened.table.equals(done.table)
+    assert opened.runs == done.runs and set(opened.runs) == {"bm25", "stem", "rrf"}
+    assert opened.per_query.equals(done.per_query)
+    # a file changed behind the manifest's back is refused, not read
+    run_file = tmp_path / "out" / "runs" / "bm25.trec"
+    run_file.write_text(run_file.read_text().replace(" 1 ", " 2 ", 1))
+    with pytest.raises(stagebench.StagebenchError, match="bm25.trec"):
+        stagebench.open(tmp_path / "out")
+
+
+def test_compare_returns_the_numbers_the_cli_prints(tmp_path, small_synthetic, capsys):
+    from stagebench.cli import main
+
+    cfg = pipeline(tmp_path, small_synthetic)
+    stagebench.run(cfg)
+    cfg["output"] = str(tmp_path / "other")
+    cfg["stages"][0]["params"]["k1"] = 0.5
+    other = stagebench.run(cfg)
+    c = stagebench.compare(tmp_path / "out", other, permutations=500)
+    assert c.stages == ["bm25", "stem", "rrf"] and c.same_query_sets and c.queries == other.stage_table.rows[0].queries
+    row = c.row("bm25", "nDCG@10")
+    # the means are the two folders' per-query means over the common queries (compare reads the
+    # per_query.csv each folder wrote: six decimals)
+    a = stagebench.open(tmp_path / "out").per_query.query("stage == 'bm25'")["nDCG@10"].mean()
+    b = other.per_query.query("stage == 'bm25'")["nDCG@10"].mean()
+    assert row.mean_a == pytest.approx(a, abs=1e-6) and row.mean_b == pytest.approx(b, abs=1e-6)
+    assert row.delta == pytest.approx(b - a, abs=2e-6) and row.wins + row.ties + row.losses == c.queries
+    # stem is untouched by k1 of the first stage: no difference at all
+    assert c.row("stem", "nDCG@10").delta == 0 and c.row("stem", "nDCG@10").wins == 0
+    assert main(["compare", str(tmp_path / "out"), str(tmp_path / "other"), "--permutations", "500"]) == 0
+    assert capsys.readouterr().out == stagebench.comparison_text(c)
+
+
+def test_a_stage_applied_from_python_shares_the_cache_with_a_yaml_run(tmp_path, small_synthetic):
+    cache = tmp_path / "cache"
+    spec = {"loader": "esci", "path": str(small_synthetic), "split": "test"}
+    ds = stagebench.load_dataset(spec)
+    bm25 = stagebench.stage("bm25", top_k=100, k1=0.9).apply(ds, cache=cache)
+    assert bm25.record.status == "computed" and 0 < len(bm25.run) <= len(ds.queries)
+    stem = stagebench.stage("bm25", name="stem", top_k=100, stemmer="english").apply(ds, cache=cache)
+    fused = stagebench.stage("rrf").apply(ds, bm25.run, stem.run, cache=cache)
+    # the same stages as a YAML run (names differ, keys do not): everything is read from the cache
+    cfg = pipeline(tmp_path, small_synthetic)
+    cfg["stages"][0]["params"]["k1"] = 0.9
+    done = stagebench.run(cfg)
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert [s["status"] for s in manifest["stages"]] == ["cached", "cached", "cached"]
+    assert done.runs == {"bm25": bm25.run, "stem": stem.run, "rrf": fused.run}
+    # and the other way round; without a cache it computes the same run again
+    again = stagebench.stage("rrf").apply(ds, done.runs["bm25"], done.runs["stem"], cache=cache)
+    assert again.record.status == "cached" and again.run == fused.run
+    fresh = stagebench.stage("bm25", top_k=100, k1=0.9).apply(spec, cache=False)
+    assert fresh.record.status == "computed" and fresh.run == bm25.run
+
+
+def test_a_stage_applied_from_python_is_validated_as_a_config_is(small_synthetic):
+    ds = stagebench.load_dataset({"loader": "esci", "path": str(small_synthetic), "split": "test"})
+    with pytest.raises(stagebench.StagebenchError, match=r"stagebench.stage \(bm25\).params.k1: must be >= 0"):
+        stagebench.stage("bm25", k1=-1).apply(ds, cache=False)
+    with pytest.raises(stagebench.StagebenchError, match=r"\(bm25\).params.k_1: unknown key"):
+        stagebench.stage("bm25", k_1=1).apply(ds, cache=False)
+    with pytest.raises(stagebench.StagebenchError, match=r"a cross_encoder stage takes exactly 1 input\(s\), got 0"):
+        stagebench.stage("cross_encoder", top_n=5).apply(ds, cache=False)
+    with pytest.raises(stagebench.StagebenchError, match=r"input input1: query 'nope' is not a query of dataset"):
+        stagebench.stage("cross_encoder", top_n=5).apply(ds, {"nope": {"d1": 1.0}}, cache=False)
+    with pytest.raises(stagebench.StagebenchError, match=r"score .* not a finite number|finite"):
+        stagebench.stage("rrf").apply(ds, {ds.query_ids[0]: {"d1": float("nan")}}, {}, cache=False)
+    with pytest.raises(stagebench.StagebenchError, match=r"dataset.loader: unknown loader 'nope'"):
+        stagebench.load_dataset({"loader": "nope"})
+
+
+@pytest.mark.slow
+def test_a_model_stage_applied_from_python_equals_its_yaml_run(tmp_path, small_synthetic):
+    spec = {"loader": "esci", "path": str(small_synthetic), "split": "test", "max_queries": 8}
+    cascade = stagebench.stage("bm25", top_k=50) >> stagebench.stage("cross_encoder", top_n=10)
+    done = cascade.run(spec, output=tmp_path / "out", cache_dir=tmp_path / "cache", metrics=["nDCG@10"])
+    ds = stagebench.load_dataset(spec)
+    first = stagebench.stage("bm25", top_k=50).apply(ds, cache=False)
+    ce = stagebench.stage("cross_encoder", top_n=10).apply(ds, first.run, cache=False)
+    assert first.run == done.runs["bm25"] and ce.run == done.runs["cross_encoder"]
+    assert ce.stats.pairs == {10: sum(min(10, len(v)) for v in first.run.values())}
+    assert ce.record.status == "computed" and ce.record.candidate_depth == 10

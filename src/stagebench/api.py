@@ -14,6 +14,11 @@
     cascade = stagebench.stage("bm25", k1=0.9) >> stagebench.stage("cross_encoder", top_n=50)
     cascade.run(dataset={"loader": "esci", "path": "data/synthetic-esci"})   # the same run as its YAML
 
+    ds = stagebench.load_dataset({"loader": "esci", "path": "data/synthetic-esci"})
+    first = stagebench.stage("bm25", k1=0.9).apply(ds)                        # one stage, through the cache
+    reranked = stagebench.stage("cross_encoder", top_n=50).apply(ds, first.run)
+    stagebench.cross_encoder("cross-encoder/ms-marco-MiniLM-L-12-v2").predict(pairs, 32)   # a model alone
+
     stagebench.evaluate(qrels, run, ["nDCG@10", "RR@10"]).means
 
 A config is a YAML path, a mapping (validated exactly as a file is) or a loaded
@@ -30,16 +35,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from stagebench.config import Config, load_config, parse_config
-from stagebench.errors import ConfigError
+from stagebench.cache import Cache, cache_root
+from stagebench.config import Config, DatasetConfig, load_config, parse_config, parse_dataset, parse_stage
+from stagebench.data.model import Dataset
+from stagebench.devices import place
+from stagebench.encoders import BiEncoder, CrossEncoderModel, load_bi_encoder, load_cross_encoder
+from stagebench.engine import EngineParams, make_engine
+from stagebench.errors import ConfigError, DataError
+from stagebench.execute import StageRun, canonical, run_stage, stage_key
 from stagebench.metrics import Evaluation, Measure
 from stagebench.metrics import evaluate as _evaluate
 from stagebench.files import check_apart, check_destination, remove_staging, staging, swap_in
-from stagebench.pipeline import RunResult, run_config
+from stagebench.models import resolve_model
+from stagebench.pipeline import RunResult, read_dataset, run_config
 from stagebench.report.write import render
 from stagebench.results.compare import Comparison, compare_folders
 from stagebench.results.folder import RESULTS, RunFolder
-from stagebench.runs import Run, checked_qrels, checked_run
+from stagebench.results.scoring import score_folder
+from stagebench.runs import Run, checked_qrels, checked_run, run_digest
+from stagebench.stages import StageContext, stage_class
 from stagebench.table import StageTable
 
 
@@ -133,15 +147,19 @@ def run(config: Config | Mapping[str, Any] | str | Path, output: str | Path | No
 
 
 def open(folder: str | Path) -> Result:  # noqa: A001 - stagebench.open, as a notebook reads it
-    """A results folder a run wrote (a committed one included) as a :class:`Result`. The stage
-    table is read from ``stage_table.json``; per-query values from ``per_query.csv``; the runs from
-    ``runs/`` when the folder holds them (a committed folder holds its tables only) - every file
-    verified against the manifest's digests first."""
+    """A results folder a run wrote (a committed one included) as a :class:`Result`, every file
+    verified against the manifest's digests first. The stage table is read from
+    ``stage_table.json``. Where the folder holds its runs, they are read and the per-query values
+    recomputed from them (exactly :func:`run`'s); a committed folder holds its tables only, and its
+    per-query values are ``per_query.csv``'s (six decimals)."""
     rf = RunFolder.open(folder)
     table = rf.table()
-    runs = rf.runs() if all(rf.holds(f"runs/{s.name}.trec") for s in rf.stages) else {}
     text = rf.verified("stage_table.txt").read_text(encoding="utf-8")
-    return Result(output=rf.path, stage_table=table, runs=runs, per_query_values=rf.per_query(), table_text=text)
+    if not all(rf.holds(f"runs/{s.name}.trec") for s in rf.stages):
+        return Result(output=rf.path, stage_table=table, runs={}, per_query_values=rf.per_query(), table_text=text)
+    runs = rf.runs()
+    scored = score_folder(rf.manifest, rf.qrels(), runs)
+    return Result(output=rf.path, stage_table=table, runs=runs, per_query_values=scored.per_query, table_text=text)
 
 
 def compare(a: Result | str | Path, b: Result | str | Path, *, permutations: int = 10000, seed: int = 42,
@@ -170,6 +188,34 @@ class StageSpec:
 
     def __rshift__(self, other: StageSpec | Cascade) -> Cascade:
         return Cascade([self]) >> other
+
+    def apply(self, dataset: Dataset | Mapping[str, Any], *inputs: Mapping[str, Mapping[str, float]],
+              cache: bool | str | Path = True, recompute: bool = False) -> StageRun:  # fmt: skip
+        """Run this one stage over ``dataset`` (a :class:`Dataset`, or a config's ``dataset:``
+        mapping), reading ``inputs`` (runs, as many as the stage type takes; a reranker takes one).
+        Its params are validated as a config file's; it runs through the stage cache the CLI uses
+        (``cache``: True for the default root, a folder, or False for none; ``recompute``: ignore
+        what is cached), under the same key, so a stage a YAML run computed is read back here and
+        the other way round. Returns a :class:`~stagebench.execute.StageRun`: ``.run``,
+        ``.depth_runs``, ``.stats`` and ``.record`` (cached or computed, seconds, key)."""
+        ds = dataset if isinstance(dataset, Dataset) else load_dataset(dataset)
+        names = list(self.inputs) if self.inputs is not None and len(self.inputs) == len(inputs) else [
+            f"input{i + 1}" for i in range(len(inputs))]  # fmt: skip
+        where = "stagebench.stage"
+        sc = parse_stage(self.as_config(self.name or self.type, names), where, set(names), EngineParams())
+        runs = []
+        for name, r in zip(names, inputs):
+            run = canonical(checked_run(r, f"{where}: input {name}"))
+            unknown = sorted(set(run) - set(ds.queries))
+            if unknown:
+                raise DataError(f"{where} ({sc.name}): input {name}: query {unknown[0]!r} is not a query of dataset {ds.name} "
+                                f"({len(unknown)} unknown)")  # fmt: skip
+            runs.append(run)
+        stage = stage_class(sc.type, sc.target, f"{where}.target")(sc.name, sc.params, sc.engine)
+        stage.preflight()
+        store = None if cache is False else Cache(cache_root(None if cache is True else str(cache)), read=not recompute)
+        _, parts = stage_key(sc, stage, ds, [run_digest(r) for r in runs])
+        return run_stage(sc, stage, StageContext(ds, store, make_engine(sc.engine)), runs, parts, store)
 
     def as_config(self, name: str, inputs: list[str]) -> dict:
         out: dict[str, Any] = {"name": name, "type": self.type}
@@ -226,6 +272,34 @@ class Cascade:
         """Run it as :func:`run` runs its config: the same validation, cache and results folder."""
         return run(self.config(dataset, name=name, metrics=metrics, evaluation=evaluation, output=output),
                    cache_dir=cache_dir, recompute=recompute)  # fmt: skip
+
+
+def load_dataset(dataset: Mapping[str, Any] | DatasetConfig) -> Dataset:
+    """The dataset a config's ``dataset:`` section names (``{"loader": "esci", "path": ...}``),
+    validated as a config file's and loaded as ``stagebench run`` loads it."""
+    if isinstance(dataset, DatasetConfig):
+        return read_dataset(dataset)
+    if not isinstance(dataset, Mapping):
+        raise ConfigError(f"dataset: expected a mapping (loader: ..., path: ...), got {type(dataset).__name__}")
+    return read_dataset(parse_dataset(dict(dataset)))
+
+
+def cross_encoder(model: str = "cross-encoder/ms-marco-MiniLM-L-12-v2", *, source: str = "auto", device: str = "auto",
+                  precision: str = "auto", max_length: int = 512) -> CrossEncoderModel:  # fmt: skip
+    """A cross-encoder as the ``cross_encoder`` stage loads it (resolved name, device and precision
+    chosen the same way): ``.predict([(query, text), ...], batch_size)`` -> one logit per pair."""
+    resolved = resolve_model(model, source)
+    backend = "onnx" if resolved.backend == "onnx" else "torch"
+    return load_cross_encoder(resolved, place(device, precision, backend, f"cross_encoder({model!r})"), max_length)
+
+
+def bi_encoder(model: str = "sentence-transformers/all-MiniLM-L6-v2", *, source: str = "auto", device: str = "auto",
+               precision: str = "auto", max_length: int | None = None) -> BiEncoder:  # fmt: skip
+    """A bi-encoder as the ``dense`` stage loads it: ``.encode(texts, batch_size)`` -> unit-length
+    float32 vectors, one row per text."""
+    resolved = resolve_model(model, source)
+    backend = "onnx" if resolved.backend == "onnx" else "torch"
+    return load_bi_encoder(resolved, place(device, precision, backend, f"bi_encoder({model!r})"), max_length)
 
 
 def evaluate(qrels: Mapping[Any, Mapping[Any, Any]], run: Mapping[Any, Mapping[Any, Any]],

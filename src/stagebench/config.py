@@ -260,14 +260,7 @@ def parse_config(raw: Any, path: str = "<config>", engine: str | None = None) ->
     output = coerce(raw.get("output", f"results/{name}"), str, "output")
     cache_dir = coerce(raw.get("cache_dir"), str | None, "cache_dir")
 
-    ds_raw = raw["dataset"]
-    if not isinstance(ds_raw, dict):
-        raise ConfigError("dataset: expected a mapping")
-    loader = ds_raw.get("loader")
-    if loader not in LOADERS:
-        raise ConfigError(f"dataset.loader: unknown loader {loader!r} (known: {', '.join(LOADERS)})")
-    options = build(LOADERS[loader].options, {k: v for k, v in ds_raw.items() if k != "loader"}, "dataset")
-    dataset = DatasetConfig(loader=loader, options=options)
+    dataset = parse_dataset(raw["dataset"])
 
     stages_raw = raw["stages"]
     if not isinstance(stages_raw, list) or not stages_raw:
@@ -276,49 +269,9 @@ def parse_config(raw: Any, path: str = "<config>", engine: str | None = None) ->
     stages: list[StageConfig] = []
     seen: set[str] = set()
     for i, s in enumerate(stages_raw):
-        where = f"stages[{i}]"
-        if not isinstance(s, dict):
-            raise ConfigError(f"{where}: expected a mapping")
-        for key in s:
-            if key not in _STAGE_KEYS:
-                raise ConfigError(f"{where}.{key}: unknown key (known: {', '.join(_STAGE_KEYS)})")
-        for key in ("name", "type"):
-            if key not in s:
-                raise ConfigError(f"{where}.{key}: required key is missing")
-        sname = _name(s["name"], f"{where}.name")
-        where = f"stages[{i}] ({sname})"
-        if sname in seen:
-            raise ConfigError(f"{where}.name: duplicate stage name {sname!r}")
-        stype = coerce(s["type"], str, f"{where}.type")
-        if stype not in STAGE_TYPES:
-            raise ConfigError(f"{where}.type: unknown stage type {stype!r} (known: {', '.join(STAGE_TYPES)})")
-        inputs = coerce(s.get("inputs", []), list[str], f"{where}.inputs")
-        for j, inp in enumerate(inputs):
-            if inp not in seen:
-                hint = "it comes later; stages run in order" if any(
-                    isinstance(o, dict) and o.get("name") == inp for o in stages_raw
-                ) else f"known so far: {', '.join(sorted(seen)) or 'none'}"
-                raise ConfigError(f"{where}.inputs[{j}]: unknown stage {inp!r} ({hint})")
-        target = coerce(s.get("target"), str | None, f"{where}.target")
-        cls = stage_class(stype, target, f"{where}.target")
-        lo, hi = cls.min_inputs, cls.max_inputs
-        if len(inputs) < lo or (hi is not None and len(inputs) > hi):
-            want = f"exactly {lo}" if lo == hi else f"at least {lo}" if hi is None else f"{lo} to {hi}"
-            raise ConfigError(f"{where}.inputs: a {stype} stage takes {want} input(s), got {len(inputs)}")
-        if hasattr(cls, "build_params"):
-            params = cls.build_params(s.get("params", {}), f"{where}.params", target)
-        else:
-            params = build(cls.Params, s.get("params", {}), f"{where}.params")
-        for key, msg in cls.check_params(params, inputs):
-            raise ConfigError(f"{where}.params.{key}: {msg}")
-        check_stage_model(params, f"{where}.params", training)
-        if "engine" in s and not cls.uses_engine:
-            raise ConfigError(f"{where}.engine: a {stype} stage runs in the driver process whatever the engine (only "
-                              "model stages - dense, cross_encoder, plugin, llm_rerank - run on an engine); remove it")  # fmt: skip
-        use_cache = coerce(s.get("cache", True), bool, f"{where}.cache")
-        stages.append(StageConfig(name=sname, type=stype, inputs=inputs, params=params, target=target, cache=use_cache,
-                                  engine=stage_engines[i]))  # fmt: skip
-        seen.add(sname)
+        sc = parse_stage(s, f"stages[{i}]", seen, stage_engines[i], training, stages_raw)
+        stages.append(sc)
+        seen.add(sc.name)
 
     evaluation = build(EvaluationConfig, raw.get("evaluation", {}), "evaluation")
     measures = []
@@ -337,6 +290,65 @@ def parse_config(raw: Any, path: str = "<config>", engine: str | None = None) ->
         name=name, dataset=dataset, stages=stages, evaluation=evaluation, measures=measures,
         output=output, cache_dir=cache_dir, path=path, raw=raw, training=training, engine=top_engine,
     )  # fmt: skip
+
+
+def parse_dataset(raw: Any) -> DatasetConfig:
+    """The ``dataset:`` section: a known loader and its options, validated."""
+    if not isinstance(raw, dict):
+        raise ConfigError("dataset: expected a mapping")
+    loader = raw.get("loader")
+    if loader not in LOADERS:
+        raise ConfigError(f"dataset.loader: unknown loader {loader!r} (known: {', '.join(LOADERS)})")
+    options = build(LOADERS[loader].options, {k: v for k, v in raw.items() if k != "loader"}, "dataset")
+    return DatasetConfig(loader=loader, options=options)
+
+
+def parse_stage(s: Any, where: str, seen: set[str], engine: EngineParams, training: Any = None,
+                siblings: list | tuple = ()) -> StageConfig:  # fmt: skip
+    """One entry of ``stages:`` (at ``where``, e.g. ``stages[2]``), validated: its keys, name, type,
+    inputs among the ``seen`` stage names, plug-in target and params. ``siblings``: the whole list,
+    to say when an input names a stage that comes later."""
+    if not isinstance(s, dict):
+        raise ConfigError(f"{where}: expected a mapping")
+    for key in s:
+        if key not in _STAGE_KEYS:
+            raise ConfigError(f"{where}.{key}: unknown key (known: {', '.join(_STAGE_KEYS)})")
+    for key in ("name", "type"):
+        if key not in s:
+            raise ConfigError(f"{where}.{key}: required key is missing")
+    sname = _name(s["name"], f"{where}.name")
+    where = f"{where} ({sname})"
+    if sname in seen:
+        raise ConfigError(f"{where}.name: duplicate stage name {sname!r}")
+    stype = coerce(s["type"], str, f"{where}.type")
+    if stype not in STAGE_TYPES:
+        raise ConfigError(f"{where}.type: unknown stage type {stype!r} (known: {', '.join(STAGE_TYPES)})")
+    inputs = coerce(s.get("inputs", []), list[str], f"{where}.inputs")
+    for j, inp in enumerate(inputs):
+        if inp not in seen:
+            hint = "it comes later; stages run in order" if any(
+                isinstance(o, dict) and o.get("name") == inp for o in siblings
+            ) else f"known so far: {', '.join(sorted(seen)) or 'none'}"
+            raise ConfigError(f"{where}.inputs[{j}]: unknown stage {inp!r} ({hint})")
+    target = coerce(s.get("target"), str | None, f"{where}.target")
+    cls = stage_class(stype, target, f"{where}.target")
+    lo, hi = cls.min_inputs, cls.max_inputs
+    if len(inputs) < lo or (hi is not None and len(inputs) > hi):
+        want = f"exactly {lo}" if lo == hi else f"at least {lo}" if hi is None else f"{lo} to {hi}"
+        raise ConfigError(f"{where}.inputs: a {stype} stage takes {want} input(s), got {len(inputs)}")
+    if hasattr(cls, "build_params"):
+        params = cls.build_params(s.get("params", {}), f"{where}.params", target)
+    else:
+        params = build(cls.Params, s.get("params", {}), f"{where}.params")
+    for key, msg in cls.check_params(params, inputs):
+        raise ConfigError(f"{where}.params.{key}: {msg}")
+    check_stage_model(params, f"{where}.params", training)
+    if "engine" in s and not cls.uses_engine:
+        raise ConfigError(f"{where}.engine: a {stype} stage runs in the driver process whatever the engine (only "
+                          "model stages - dense, cross_encoder, plugin, llm_rerank - run on an engine); remove it")  # fmt: skip
+    use_cache = coerce(s.get("cache", True), bool, f"{where}.cache")
+    return StageConfig(name=sname, type=stype, inputs=inputs, params=params, target=target, cache=use_cache,
+                       engine=engine)  # fmt: skip
 
 
 def _name(value: Any, where: str) -> str:

@@ -21,7 +21,7 @@ from stagebench.config import StageConfig
 from stagebench.data import Dataset
 from stagebench.errors import StagebenchError
 from stagebench.runs import Run, ranked, read_trec_run, run_digest, write_trec_run
-from stagebench.record import StageRecord, depth_run_name, stats_from_json
+from stagebench.record import StageRecord, Stats, depth_run_name, stats_from_json
 from stagebench.stages import Stage, StageContext, StageOutput
 
 log = logging.getLogger("stagebench")
@@ -104,6 +104,14 @@ class StageRun:
     @property
     def run(self) -> Run:
         return self.output.run
+
+    @property
+    def depth_runs(self) -> dict[int, Run]:
+        return self.output.depth_runs
+
+    @property
+    def stats(self) -> Stats | None:
+        return self.output.stats
 
 
 def run_stage(sc: StageConfig, stage: Stage, ctx: StageContext, inputs: list[Run], parts: dict,

@@ -29,7 +29,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from stagebench.cache import Cache, cache_root
-from stagebench.config import Config, check_trained_models
+from stagebench.config import Config, DatasetConfig, check_trained_models
 from stagebench.data import LOADERS, Dataset
 from stagebench.engine import make_engine, ray_session
 from stagebench.errors import ConfigError, DataError
@@ -61,10 +61,11 @@ class RunResult:
     per_query: dict[str, dict[str, dict[str, float]]]  # stage -> measure -> qid -> value
 
 
-def load_dataset(config: Config) -> Dataset:
-    loader = LOADERS[config.dataset.loader]
+def read_dataset(dc: DatasetConfig) -> Dataset:
+    """The dataset a config's ``dataset:`` section names, its warnings and size logged."""
+    loader = LOADERS[dc.loader]
     t0 = time.perf_counter()
-    ds = loader.load(config.dataset.options)
+    ds = loader.load(dc.options)
     for w in ds.warnings:
         log.warning(w)
     log.info(
@@ -128,7 +129,7 @@ def _run(config: Config, stages: list[Stage], out: Path, cache: Cache) -> RunRes
     for stage in stages:  # servers answer, keys are accepted: before anything is loaded or computed
         stage.preflight()
     t_start = time.perf_counter()
-    ds = load_dataset(config)
+    ds = read_dataset(config.dataset)
     check_scorable(config, ds)
     partial = staging(out)
     (partial / "runs").mkdir()
