@@ -21,6 +21,13 @@ Sections (timings are the median of ``--repeats`` runs unless noted):
    encoding time, faiss build/search and peak RSS.
 
 Run ``python benchmarks/run_perf.py --help`` for the knobs (sizes, repeats).
+
+Written on the public API (``import stagebench``: load_config, load_dataset, stage(...).apply,
+cross_encoder, bi_encoder, evaluate; catalogs by ``stagebench generate-data``). What it imports
+below the API are the kernels it measures, by design: the BM25 scoring kernel and analyzer (against
+rank-bm25's loop), the faiss index and search of the dense stage (latency per catalog size), the
+fp32 reference built from the INT8 weights (onnx_weights), and the process's RSS and machine
+facts (system, devices, execute.package_versions).
 """
 
 from __future__ import annotations
@@ -35,6 +42,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+import stagebench
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -58,23 +67,19 @@ def percentiles(latencies_s: list[float]) -> dict:
             "p99_ms": round(float(np.percentile(a, 99)), 3)}  # fmt: skip
 
 
-def load(path: str | Path, max_queries: int | None = None):
-    from stagebench.config import load_config
-    from stagebench.data.esci import load_esci
-
-    opts = load_config(REPO / "configs/default.yaml").dataset.options  # the default benchmark's text template
-    opts.path = str(path)
-    opts.max_queries = max_queries
-    return load_esci(opts)
+def load(path: str | Path, max_queries: int | None = None) -> stagebench.Dataset:
+    """A catalog read as the default benchmark reads its own (its loader options and text template)."""
+    spec = stagebench.load_config(REPO / "configs/default.yaml").raw["dataset"]
+    return stagebench.load_dataset({**spec, "path": str(path), "max_queries": max_queries})
 
 
 def ensure_catalog(n_products: int, root: Path, test_queries: int = 200) -> Path:
     out = root / f"catalog-{n_products}"
     if not (out / "shopping_queries_dataset_examples.parquet").is_file():
-        from stagebench.data.synthetic import SyntheticSpec, generate
-
         print(f"generating a {n_products:,}-product catalog in {out}", flush=True)
-        generate(out, SyntheticSpec(seed=101, n_products=n_products, n_test_queries=test_queries, n_train_queries=0))
+        cmd = [sys.executable, "-m", "stagebench", "generate-data", "--output", str(out), "--seed", "101",
+               "--products", str(n_products), "--test-queries", str(test_queries), "--train-queries", "0"]  # fmt: skip
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(REPO / "src")})
     return out
 
 
@@ -88,8 +93,8 @@ def log(section: str, figures: dict) -> None:
 def bm25_section(ds, repeats: int, ref_queries: int) -> dict:
     from rank_bm25 import BM25Okapi
 
-    from stagebench.stages.bm25 import BM25Params, SparseBM25, query_batch_size, search, top_k_run
     from stagebench.analyzer import Tokenizer
+    from stagebench.stages.bm25 import BM25Params, SparseBM25, query_batch_size, search, top_k_run
 
     p = BM25Params(k1=1.2, b=0.75, top_k=1000)
     tok = Tokenizer()
@@ -99,8 +104,11 @@ def bm25_section(ds, repeats: int, ref_queries: int) -> dict:
     index, t_build, _ = median_time(lambda: SparseBM25.build(doc_tokens, p.k1, p.b, p.epsilon), repeats)
     # batched search as the stage runs it (query batches in threads, top-k with the tie rule): queries/s
     bs, threads = query_batch_size(p, len(ds.doc_ids)), os.cpu_count() or 1
-    run, t_search, _ = median_time(lambda: search(index.score_batch, qids, q_tokens, ds.doc_ids, 1000, bs, threads), repeats)
+    _, t_search, _ = median_time(lambda: search(index.score_batch, qids, q_tokens, ds.doc_ids, 1000, bs, threads), repeats)
     qps = len(qids) / t_search
+    # parity is checked on what users get: the bm25 stage's own run
+    stage = stagebench.stage("bm25", k1=p.k1, b=p.b, top_k=1000).apply(ds, cache=False)
+    run = stage.run
     lat = []
     for qt, q in zip(q_tokens, qids):
         t0 = time.perf_counter()
@@ -117,7 +125,7 @@ def bm25_section(ds, repeats: int, ref_queries: int) -> dict:
         scores = ref.get_scores(q_tokens[i])
         ref_top = top_k_run([qids[i]], ds.doc_ids, scores[None, :], 1000, keep_zero=False)[qids[i]]
         ref_lat.append(time.perf_counter() - t0)
-        ours = run[qids[i]]
+        ours = run.get(qids[i], {})
         identical += list(ref_top)[:100] == list(ours)[:100]
         common = set(ref_top) & set(ours)
         max_diff = max([max_diff, *(abs(ref_top[d] - ours[d]) for d in common)])
@@ -125,7 +133,8 @@ def bm25_section(ds, repeats: int, ref_queries: int) -> dict:
     out = {
         "documents": len(ds.doc_ids), "queries": len(qids), "postings": int(index.weights.nnz),
         "sparse": {"index_build_s": round(t_build, 3), "queries_per_s": round(qps, 1),
-                   "single_query_latency": percentiles(lat), "threads": os.cpu_count()},
+                   "single_query_latency": percentiles(lat), "threads": os.cpu_count(),
+                   "stage_s": round(stage.record.seconds, 3)},
         "rank_bm25": {"index_build_s": round(t_ref_build, 3), "queries_per_s": round(ref_qps, 2),
                       "single_query_latency": percentiles(ref_lat), "queries_measured": len(sub)},
         "speedup_queries_per_s": round(qps / ref_qps, 1),
@@ -146,25 +155,21 @@ def cross_encoder_section(ds, repeats: int, n_queries: int, top_n: int, ref_dir:
 
     from stagebench.models import resolve_model
     from stagebench.onnx_weights import build_reference_folder
-    from stagebench.rerank.pointwise import CrossEncoderReranker
-    from stagebench.stages.base import StageContext
-    from stagebench.stages.bm25 import BM25Params, BM25Stage
-    from stagebench.rerank.pointwise import RerankCommon, rerank_run
 
-    run = BM25Stage("bm25", BM25Params(k1=1.2, b=0.75, top_k=top_n))(StageContext(ds), [])
+    run = stagebench.stage("bm25", k1=1.2, b=0.75, top_k=top_n).apply(ds, cache=False).run
     qids = [q for q in ds.query_ids if run.get(q)][:n_queries]
     head = {q: run[q] for q in qids}
     pairs = [(q, d) for q in qids for d in head[q]]
     text = ds.doc_text
-    ctx = StageContext(ds)
-    fast = CrossEncoderReranker("cross-encoder/ms-marco-MiniLM-L-12-v2", max_length=256, batch_size=32)
-    common = RerankCommon(top_n=top_n, pairs_per_call=512)
-    _, t_fast, _ = median_time(lambda: rerank_run(head, fast, ctx, common, "ce", "ce"), repeats)
-    fast_scores = np.asarray(fast.score_pairs([(ds.queries[q], text[d]) for q, d in pairs]))
+    # the stage as a run applies it; its scoring seconds (RerankStats, model load excluded) timed
+    ce = stagebench.stage("cross_encoder", top_n=top_n, max_length=256, batch_size=32, pairs_per_call=512)
+    t_fast = statistics.median(ce.apply(ds, head, cache=False).stats.seconds[top_n] for _ in range(repeats))
+    fast = stagebench.cross_encoder("cross-encoder/ms-marco-MiniLM-L-12-v2", max_length=256)
+    fast_scores = np.asarray(fast.predict([(ds.queries[q], text[d]) for q, d in pairs], 32), dtype=np.float64)
     fast_lat = []
     for q in qids:
         t0 = time.perf_counter()
-        fast.score(ds.queries[q], [text[d] for d in head[q]])
+        fast.predict([(ds.queries[q], text[d]) for d in head[q]], 32)
         fast_lat.append(time.perf_counter() - t0)
 
     onnx_dir = resolve_model("cross-encoder/ms-marco-MiniLM-L-12-v2").path
@@ -204,17 +209,14 @@ def cross_encoder_section(ds, repeats: int, n_queries: int, top_n: int, ref_dir:
 
 def quality_datasets(embedded) -> dict:
     """The embedded test queries, and the real collections beside the repo when present."""
-    from stagebench.data import LOADERS
-    from stagebench.params import build
-
     out = {"embedded (20K synthetic)": embedded}
     shared = REPO.parent / "shared" / "data"
-    for name, loader, opts in (("Cranfield", "beir", {"path": str(shared / "cranfield")}),
-                               ("ESCI real rows", "esci", {"path": str(shared / "esci-real-rows"), "split": None})):  # fmt: skip
-        if Path(opts["path"]).exists():
-            out[name] = LOADERS[loader].load(build(LOADERS[loader].options, opts, name))
+    for name, spec in (("Cranfield", {"loader": "beir", "path": str(shared / "cranfield")}),
+                       ("ESCI real rows", {"loader": "esci", "path": str(shared / "esci-real-rows"), "split": None})):  # fmt: skip
+        if Path(spec["path"]).exists():
+            out[name] = stagebench.load_dataset(spec)
         else:
-            print(f"precision: {opts['path']} is absent; {name} left out", flush=True)
+            print(f"precision: {spec['path']} is absent; {name} left out", flush=True)
     return out
 
 
@@ -270,22 +272,17 @@ def precision_section(embedded, work: Path, parts: tuple[str, ...] = ("dense", "
 
 
 def dense_precision(sets: dict, work: Path) -> dict:
-    from stagebench.devices import place
-    from stagebench.encoders import load_bi_encoder
-    from stagebench.metrics import evaluate
-    from stagebench.models import ResolvedModel, resolve_model
+    from stagebench.models import resolve_model
     from stagebench.stages.dense import DenseParams, build_index, search_top_k
 
-    bi = resolve_model("sentence-transformers/all-MiniLM-L6-v2")
-    ort = export_onnx(bi.path, work / "minilm-l6-onnx")
+    name = "sentence-transformers/all-MiniLM-L6-v2"
+    ort = export_onnx(resolve_model(name).path, work / "minilm-l6-onnx")
     dense_paths = {
-        "torch fp32": load_bi_encoder(bi, place("cpu", "fp32", "torch", "perf"), 256),
-        "torch bf16 autocast": load_bi_encoder(bi, place("cpu", "bf16", "torch", "perf"), 256),
-        "torch dynamic INT8": load_bi_encoder(bi, place("cpu", "int8", "torch", "perf"), 256),
-        "onnxruntime fp32 (exported)": load_bi_encoder(
-            ResolvedModel("minilm-ort-fp32", "onnx", str(ort["fp32"]), "export", "export"), place("cpu", "auto", "onnx", "perf"), 256),
-        "onnxruntime per-channel INT8 (exported)": load_bi_encoder(
-            ResolvedModel("minilm-ort-int8", "onnx", str(ort["int8"]), "export", "export"), place("cpu", "auto", "onnx", "perf"), 256),
+        "torch fp32": stagebench.bi_encoder(name, device="cpu", precision="fp32", max_length=256),
+        "torch bf16 autocast": stagebench.bi_encoder(name, device="cpu", precision="bf16", max_length=256),
+        "torch dynamic INT8": stagebench.bi_encoder(name, device="cpu", precision="int8", max_length=256),
+        "onnxruntime fp32 (exported)": stagebench.bi_encoder(str(ort["fp32"]), device="cpu", max_length=256),
+        "onnxruntime per-channel INT8 (exported)": stagebench.bi_encoder(str(ort["int8"]), device="cpu", max_length=256),
     }  # fmt: skip
     dense: dict = {}
     for path, enc in dense_paths.items():
@@ -297,7 +294,7 @@ def dense_precision(sets: dict, work: Path) -> dict:
             dt = time.perf_counter() - t0
             qe = enc.encode([ds.queries[q] for q in ds.query_ids], 128)
             run = search_top_k(build_index(emb, DenseParams()), qe, ds.query_ids, ds.doc_ids, min(1000, len(ds.doc_ids)))
-            ev = evaluate(ds.qrels, run, ["nDCG@10", "R@100"]).means
+            ev = stagebench.evaluate(ds.qrels, run, ["nDCG@10", "R@100"]).means
             row[name] = {"docs_per_s": round(len(ds.doc_ids) / dt, 1), "ndcg10": round(ev["nDCG@10"], 4),
                          "r100": round(ev["R@100"], 4)}  # fmt: skip
             if path != "torch fp32":
@@ -309,28 +306,22 @@ def dense_precision(sets: dict, work: Path) -> dict:
 
 
 def cross_encoder_precision(sets: dict, work: Path) -> dict:
-    from stagebench.devices import place
-    from stagebench.encoders import load_cross_encoder
-    from stagebench.metrics import evaluate
-    from stagebench.models import ResolvedModel, resolve_model
+    from stagebench.models import resolve_model
     from stagebench.onnx_weights import build_reference_folder
-    from stagebench.stages.base import StageContext
-    from stagebench.stages.bm25 import BM25Params, BM25Stage
 
-    ce_model = resolve_model("cross-encoder/ms-marco-MiniLM-L-12-v2")
-    ref_folder = build_reference_folder(ce_model.path, work / "ce-fp32-reference")
-    ref_model = ResolvedModel("ce-fp32", "sentence_transformers", str(ref_folder), "dequantized", "dequantized")
+    name = "cross-encoder/ms-marco-MiniLM-L-12-v2"
+    ref = str(build_reference_folder(resolve_model(name).path, work / "ce-fp32-reference"))
     ce_paths = {
-        "torch fp32 (dequantized weights)": load_cross_encoder(ref_model, place("cpu", "fp32", "torch", "perf"), 256),
-        "torch bf16 autocast (dequantized weights)": load_cross_encoder(ref_model, place("cpu", "bf16", "torch", "perf"), 256),
-        "INT8 ONNX carrier (the default)": load_cross_encoder(ce_model, place("cpu", "auto", "onnx", "perf"), 256),
+        "torch fp32 (dequantized weights)": stagebench.cross_encoder(ref, device="cpu", precision="fp32", max_length=256),
+        "torch bf16 autocast (dequantized weights)": stagebench.cross_encoder(ref, device="cpu", precision="bf16", max_length=256),
+        "INT8 ONNX carrier (the default)": stagebench.cross_encoder(name, device="cpu", max_length=256),
     }  # fmt: skip
     depth, max_q = 20, 100
     ce: dict = {"depth": depth, "max_queries": max_q}
     for name, ds in sets.items():
         qids = ds.query_ids[:max_q]
         qrels = {q: ds.qrels[q] for q in qids if q in ds.qrels}  # scored over these queries only
-        first = BM25Stage("bm25", BM25Params(top_k=depth))(StageContext(ds.subset(qids)), [])
+        first = stagebench.stage("bm25", top_k=depth).apply(ds.subset(qids), cache=False).run
         text = ds.doc_text
         pairs = [(q, d) for q in qids for d in first.get(q, {})]
         for path, model in ce_paths.items():
@@ -340,7 +331,7 @@ def cross_encoder_precision(sets: dict, work: Path) -> dict:
             run: dict = {}
             for (q, d), sc in zip(pairs, scores):
                 run.setdefault(q, {})[d] = float(sc)
-            ev = evaluate(qrels, run, ["nDCG@10"]).means
+            ev = stagebench.evaluate(qrels, run, ["nDCG@10"]).means
             row = ce.setdefault(path, {})[name] = {"pairs_per_s": round(len(pairs) / dt, 1), "ndcg10": round(ev["nDCG@10"], 4)}
             ref = ce.get("torch fp32 (dequantized weights)", {}).get(name)
             if ref is not None and ref is not row:
@@ -372,8 +363,8 @@ def scale_one(path: Path, what: str, queries: int, encode_docs: int | None) -> d
            "rss_before_load_mb": round(before, 1), "rss_after_load_mb": round(base, 1),
            "corpus_arrow_mb": round((ds.corpus.nbytes + texts.nbytes) / 2**20, 1)}  # fmt: skip
     if what == "bm25":
-        from stagebench.stages.bm25 import SparseBM25, top_k_run
         from stagebench.analyzer import Tokenizer
+        from stagebench.stages.bm25 import SparseBM25, top_k_run
 
         tok = Tokenizer()
         t0 = time.perf_counter()
@@ -392,13 +383,9 @@ def scale_one(path: Path, what: str, queries: int, encode_docs: int | None) -> d
         out["single_query_latency"] = percentiles(lat)
         out["queries_per_s_single"] = round(len(lat) / sum(lat), 1)
     else:
-        from stagebench.encoders import load_bi_encoder
-        from stagebench.models import resolve_model
         from stagebench.stages.dense import DenseParams, build_index
 
-        from stagebench.devices import place
-
-        enc = load_bi_encoder(resolve_model("sentence-transformers/all-MiniLM-L6-v2"), place("cpu", "int8", "torch", "perf"), 256)
+        enc = stagebench.bi_encoder("sentence-transformers/all-MiniLM-L6-v2", device="cpu", precision="int8", max_length=256)
         n = len(texts) if encode_docs is None else min(encode_docs, len(texts))
         t0 = time.perf_counter()
         emb = enc.encode(texts[:n], 128, progress=True, desc=f"encode {n}")
@@ -628,6 +615,7 @@ def main() -> None:
     ap.add_argument("--data", default="data/synthetic-esci")
     ap.add_argument("--scale-root", default="data/perf-scale", help="where generated catalogs are kept")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--bm25-big", type=int, default=100000, help="the generated catalog of the BM25 section")
     ap.add_argument("--bm25-sizes", default="10000,100000,1000000")
     ap.add_argument("--dense-sizes", default="10000,100000")
     ap.add_argument("--ce-queries", type=int, default=20)
@@ -663,9 +651,9 @@ def main() -> None:
     if "bm25" in sections:
         figures["bm25"] = {"embedded": bm25_section(ds, args.repeats, 50)}
         log("bm25 embedded", figures["bm25"]["embedded"])
-        big = load(ensure_catalog(100000, root), max_queries=200)
-        figures["bm25"]["generated_100k"] = bm25_section(big, args.repeats, 20)
-        log("bm25 100k", figures["bm25"]["generated_100k"])
+        big = load(ensure_catalog(args.bm25_big, root), max_queries=200)
+        figures["bm25"][f"generated_{args.bm25_big // 1000}k"] = bm25_section(big, args.repeats, 20)
+        log(f"bm25 {args.bm25_big // 1000}k", figures["bm25"][f"generated_{args.bm25_big // 1000}k"])
         del big
     if "cross_encoder" in sections:
         figures["cross_encoder"] = cross_encoder_section(ds, args.repeats, args.ce_queries, 50, root / "ce-fp32-reference")
