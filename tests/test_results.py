@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -132,6 +135,34 @@ def test_table_reproduces_every_file_byte_for_byte_without_running_stages(finish
     assert r.stdout == stdout
     for n in names:
         assert (copy / n).read_bytes() == before[n], n
+
+
+def test_cumulative_cost_is_exact_whatever_the_hash_seed(finished):
+    """Each stage's seconds per query is the exactly rounded sum of its own and its upstream
+    stages' computed seconds (each once): computed here with fractions, and in processes with
+    different hash seeds (a sum over a set in hash order once moved the last digit of report.html)."""
+    from fractions import Fraction
+
+    from stagebench.results.cost import quality_cost
+    from stagebench.results.folder import RunFolder
+
+    tmp, _ = finished
+    rf = RunFolder.open(tmp / "one")
+    stages = {s.name: s for s in rf.stages}
+    table = rf.table()
+    n_q = table.rows[0].queries
+    ups = {"bm25": ["bm25"], "bm25_stem": ["bm25_stem"], "rrf": ["bm25", "bm25_stem", "rrf"],
+           "title": ["bm25", "bm25_stem", "rrf", "title"], "reverse": ["bm25", "bm25_stem", "rrf", "reverse"]}  # the graph
+    points = {p.stage: p for p in quality_cost(table, rf.stages)}
+    assert set(points) == set(ups)
+    for name, names in ups.items():
+        exact = sum(Fraction(stages[x].computed_seconds or 0.0) for x in names)
+        assert points[name].seconds_per_query == float(exact) / n_q, name
+    code = ("import sys; from stagebench.results.folder import RunFolder; from stagebench.results.cost import quality_cost; "
+            "rf = RunFolder.open(sys.argv[1]); print([p.seconds_per_query.hex() for p in quality_cost(rf.table(), rf.stages)])")  # fmt: skip
+    outs = {subprocess.run([sys.executable, "-c", code, str(tmp / "one")], capture_output=True, text=True, check=True,
+                           env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout for seed in range(8)}  # fmt: skip
+    assert len(outs) == 1, outs
 
 
 def test_compare_two_runs(finished, tmp_path, small_synthetic):

@@ -4,6 +4,7 @@ tabled in report.html)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -40,7 +41,8 @@ def quality_cost(table: StageTable, stages: Sequence[StageRecord]) -> list[CostP
 
     pts = []
     for r in table.rows:
-        secs = sum(by[x].computed_seconds or 0.0 for x in upstream(r.stage)) / n_q
+        # fsum: exactly rounded whatever the order, so the set's (hash-seeded) order cannot move a digit
+        secs = math.fsum(by[x].computed_seconds or 0.0 for x in upstream(r.stage)) / n_q
         st = by[r.stage].stats
         work = None
         if isinstance(st, LLMStats):
