@@ -38,7 +38,7 @@ from typing import Any
 from stagebench.cache import Cache, cache_root
 from stagebench.config import Config, DatasetConfig, load_config, parse_config, parse_dataset, parse_stage
 from stagebench.data.model import Dataset
-from stagebench.devices import place
+from stagebench.devices import Placement, place
 from stagebench.encoders import BiEncoder, CrossEncoderModel, load_bi_encoder, load_cross_encoder
 from stagebench.engine import EngineParams, make_engine
 from stagebench.errors import ConfigError, DataError
@@ -46,7 +46,7 @@ from stagebench.execute import StageRun, canonical, run_stage, stage_key
 from stagebench.metrics import Evaluation, Measure
 from stagebench.metrics import evaluate as _evaluate
 from stagebench.files import check_apart, check_destination, remove_staging, staging, swap_in
-from stagebench.models import resolve_model
+from stagebench.models import ResolvedModel, resolve_model
 from stagebench.pipeline import RunResult, read_dataset, run_config
 from stagebench.report.write import render
 from stagebench.results.compare import Comparison, compare_folders
@@ -284,22 +284,25 @@ def load_dataset(dataset: Mapping[str, Any] | DatasetConfig) -> Dataset:
     return read_dataset(parse_dataset(dict(dataset)))
 
 
+def _placed(model: str, source: str, device: str, precision: str, what: str) -> tuple[ResolvedModel, Placement]:
+    """A model resolved and placed as a model stage resolves and places its own."""
+    resolved = resolve_model(model, source)
+    backend = "onnx" if resolved.backend == "onnx" else "torch"
+    return resolved, place(device, precision, backend, f"{what}({model!r})")
+
+
 def cross_encoder(model: str = "cross-encoder/ms-marco-MiniLM-L-12-v2", *, source: str = "auto", device: str = "auto",
                   precision: str = "auto", max_length: int = 512) -> CrossEncoderModel:  # fmt: skip
     """A cross-encoder as the ``cross_encoder`` stage loads it (resolved name, device and precision
     chosen the same way): ``.predict([(query, text), ...], batch_size)`` -> one logit per pair."""
-    resolved = resolve_model(model, source)
-    backend = "onnx" if resolved.backend == "onnx" else "torch"
-    return load_cross_encoder(resolved, place(device, precision, backend, f"cross_encoder({model!r})"), max_length)
+    return load_cross_encoder(*_placed(model, source, device, precision, "cross_encoder"), max_length)
 
 
 def bi_encoder(model: str = "sentence-transformers/all-MiniLM-L6-v2", *, source: str = "auto", device: str = "auto",
                precision: str = "auto", max_length: int | None = None) -> BiEncoder:  # fmt: skip
     """A bi-encoder as the ``dense`` stage loads it: ``.encode(texts, batch_size)`` -> unit-length
     float32 vectors, one row per text."""
-    resolved = resolve_model(model, source)
-    backend = "onnx" if resolved.backend == "onnx" else "torch"
-    return load_bi_encoder(resolved, place(device, precision, backend, f"bi_encoder({model!r})"), max_length)
+    return load_bi_encoder(*_placed(model, source, device, precision, "bi_encoder"), max_length)
 
 
 def evaluate(qrels: Mapping[Any, Mapping[Any, Any]], run: Mapping[Any, Mapping[Any, Any]],
