@@ -15,7 +15,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "stagebench"
 LAYERS = {
     0: ["errors", "version", "optional", "files", "textfile", "params", "system", "ui", "analyzer", "metrics.compute", "stats",
         "table", "data.text", "data.corpus", "rerank", "rerank.listwise", "devices", "engine"],
-    1: ["runs", "metrics.names", "metrics", "cache", "models", "record", "data.model", "data.esci", "data.jsonl", "data.trec",
+    1: ["runs", "metrics.names", "metrics.value", "metrics.holes", "metrics", "cache", "models", "record", "data.model", "data.esci", "data.jsonl", "data.trec",
         "data.synthetic", "data", "rerank.merge"],
     2: ["encoders", "onnx_weights", "finetune", "stages.base", "rerank.chat", "rerank.plugins", "rerank.pointwise",
         "rerank.windows", "stages.bm25", "stages.dense", "stages.fusion", "stages.rerank", "stages.run_file",

@@ -17,7 +17,7 @@ from stagebench.cache import Cache, cache_root, human_bytes
 from stagebench.config import load_config
 from stagebench.data.synthetic import SyntheticSpec, generate
 from stagebench.errors import StagebenchError
-from stagebench.metrics import evaluate, parse_measure
+from stagebench.metrics import evaluate, holes, parse_measure
 from stagebench.pipeline import run_config
 from stagebench.report.tables import check_text, comparison_text
 from stagebench.report.write import rerender, show_query
@@ -134,12 +134,19 @@ def _cmd_eval(args: argparse.Namespace) -> int:
             raise StagebenchError(f"-m {m}: {exc}") from None
     qrels = read_trec_qrels(args.qrels)
     run = read_trec_run(args.run)
-    ev = evaluate(qrels, run, measures, relevance_threshold=args.rel, gain=args.gain)
+    kw = {"relevance_threshold": args.rel, "gain": args.gain}
+    ev = evaluate(qrels, run, measures, **kw, holes="judged_only" if args.view == "judged-only" else "irrelevant")
     means = ev.means
     excluded = ", ".join(f"{n} {why}" for why, n in ev.excluded.items())
-    print(f"# {conventions_line(args.rel, args.gain)}; {len(ev.scored_queries)} scored queries (every judged query "
-          f"with a positive grade), {len(ev.missing_queries)} of them without results (scored 0); left out: "
+    view = {"irrelevant": "unjudged documents count as irrelevant",
+            "judged-only": "unjudged documents removed before the cut at k (trec_eval -J)",
+            "bounds": "bounds: every unjudged document irrelevant .. every one at the top grade",
+            "all": "unjudged documents: as irrelevant, judged only (trec_eval -J), and the bounds"}[args.view]  # fmt: skip
+    print(f"# {conventions_line(args.rel, args.gain)}; {view}; {len(ev.scored_queries)} scored queries (every judged "
+          f"query with a positive grade), {len(ev.missing_queries)} of them without results (scored 0); left out: "
           f"{excluded}", file=sys.stderr)  # fmt: skip
+    if args.view in ("bounds", "all"):
+        return _eval_views(args, qrels, run, measures, ev, kw)
     if args.json:
         print(json.dumps({k: round(v, 6) for k, v in means.items()}))
         return 0
@@ -149,6 +156,38 @@ def _cmd_eval(args: argparse.Namespace) -> int:
                 print(f"{name}\t{q}\t{ev.per_query[name][q]:.4f}")
     for name, v in means.items():
         print(f"{name}\tall\t{v:.4f}")
+    return 0
+
+
+def _eval_views(args: argparse.Namespace, qrels: dict, run: dict, measures: list, low, kw: dict) -> int:
+    """``eval --view bounds|all``: per measure the bounds (and with ``all`` the main and judged-only
+    values beside them); a measure the holes cannot move (Judged@k) has the same value everywhere."""
+    high = evaluate(qrels, run, measures, **kw, holes="top_grade")
+    judged = evaluate(qrels, run, measures, **kw, holes="judged_only")
+    qs = low.scored_queries
+    rows: dict[str, dict] = {}
+    per_query: dict[str, dict[str, tuple[float, float]]] = {}
+    for name in low.per_query:
+        lo, hi = holes.bounds(low.per_query[name], high.per_query[name])
+        per_query[name] = {q: (lo[q], hi[q]) for q in qs}
+        rows[name] = {"irrelevant": low.means[name], "judged_only": judged.means[name],
+                      "low": sum(lo.values()) / len(qs), "high": sum(hi.values()) / len(qs)}  # fmt: skip
+    if args.json:
+        out = {n: ([round(r["low"], 6), round(r["high"], 6)] if args.view == "bounds" else
+                   {k: round(v, 6) for k, v in r.items()}) for n, r in rows.items()}  # fmt: skip
+        print(json.dumps(out))
+        return 0
+    if args.per_query:
+        for q in qs:
+            for name in rows:
+                lo, hi = per_query[name][q]
+                extra = "" if args.view == "bounds" else f"\t{low.per_query[name][q]:.4f}\t{judged.per_query[name][q]:.4f}"
+                print(f"{name}\t{q}{extra}\t{lo:.4f}\t{hi:.4f}")
+    if args.view == "all":
+        print("# measure\tqueries\tirrelevant\tjudged_only\tlow\thigh")
+    for name, r in rows.items():
+        extra = "" if args.view == "bounds" else f"\t{r['irrelevant']:.4f}\t{r['judged_only']:.4f}"
+        print(f"{name}\tall{extra}\t{r['low']:.4f}\t{r['high']:.4f}")
     return 0
 
 
@@ -242,7 +281,13 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--rel", type=int, default=1, help="relevance threshold for binary measures (default 1)")
     e.add_argument("--gain", choices=("linear", "exponential", "exp", "esci"), default="linear",
                    help="nDCG gain map (default linear; esci: the official task-1 gains, docs/metrics.md)")
-    e.add_argument("--json", action="store_true", help="print one JSON object: measure -> mean")
+    e.add_argument("--view", choices=("irrelevant", "judged-only", "bounds", "all"), default="irrelevant",
+                   help="what an unjudged document counts as: irrelevant (default, as trec_eval), judged-only (removed "
+                        "before the cut, as trec_eval -J), bounds (low: every one irrelevant, high: every one at the "
+                        "top grade), all (the three side by side); docs/metrics.md")  # fmt: skip
+    e.add_argument("-J", dest="view", action="store_const", const="judged-only", help="the same as --view judged-only")
+    e.add_argument("--json", action="store_true", help="print one JSON object: measure -> mean (bounds: [low, high]; "
+                   "all: measure -> view -> mean)")  # fmt: skip
     e.add_argument("--per-query", action="store_true", help="also print per-query values")
     e.set_defaults(func=_cmd_eval)
     return p

@@ -80,6 +80,11 @@ class StageRow:
     top10_labels: dict[str, float] = field(default_factory=dict)
     llm: LLMCells | None = None
     depths: list[DepthCells] | None = None  # a reranker's depth sweep (params depths:)
+    # the other treatments of unjudged documents (stagebench.metrics.holes); ``metrics`` holds them as irrelevant
+    judged_only: dict[str, float] = field(default_factory=dict)  # measure -> mean, unjudged removed before the cut
+    judged_only_better_than: dict[str, list[str]] = field(default_factory=dict)  # significance in that view
+    bounds: dict[str, list[float]] = field(default_factory=dict)  # measure -> [low, high]: holes irrelevant / top grade
+    unsettled: dict[str, list[str]] = field(default_factory=dict)  # measure -> letters of stages whose bounds overlap
 
     def to_json(self) -> dict:
         d = {"stage": self.stage, "id": self.id, "type": self.type, "inputs": list(self.inputs), **self.metrics}
@@ -87,6 +92,8 @@ class StageRow:
                  queries_without_results=self.queries_without_results, queries_excluded=self.queries_excluded,
                  recall=self.recall, ceiling=None if self.ceiling is None else _ceiling_json(self.ceiling),
                  lost=self.lost, top10_labels=self.top10_labels)  # fmt: skip
+        d.update(judged_only=self.judged_only, judged_only_better_than=self.judged_only_better_than,
+                 bounds=self.bounds, unsettled=self.unsettled)  # fmt: skip
         if self.llm is not None:
             d["llm"] = asdict(self.llm)
         if self.depths is not None:
@@ -108,7 +115,9 @@ class StageRow:
                        headroom_captured=c["headroom_captured"]),
                    lost=d.get("lost", 0), top10_labels=d.get("top10_labels", {}),
                    llm=LLMCells(**d["llm"]) if d.get("llm") else None,
-                   depths=[DepthCells(**c) for c in d["depths"]] if d.get("depths") else None)  # fmt: skip
+                   depths=[DepthCells(**c) for c in d["depths"]] if d.get("depths") else None,
+                   judged_only=d.get("judged_only", {}), judged_only_better_than=d.get("judged_only_better_than", {}),
+                   bounds=d.get("bounds", {}), unsettled=d.get("unsettled", {}))  # fmt: skip
 
 
 def _ceiling_json(c: CeilingCells) -> dict:

@@ -28,10 +28,14 @@ from dataclasses import dataclass, field
 
 from stagebench.errors import StagebenchError
 from stagebench.metrics import compute
+from stagebench.metrics import holes as _holes
 from stagebench.metrics.names import Measure, parse_measure
+from stagebench.metrics.value import per_query_value
 from stagebench.runs import ranked_ids
 
-__all__ = ["Measure", "parse_measure", "evaluate", "Evaluation", "per_query_value"]
+__all__ = ["Measure", "parse_measure", "evaluate", "Evaluation", "per_query_value", "HOLES"]
+
+HOLES = _holes.HOLES
 
 
 @dataclass
@@ -46,6 +50,7 @@ class Evaluation:
     missing_queries: list[str] = field(default_factory=list)  # scored but absent from the run
     unjudged_run_queries: int = 0  # run queries absent from the qrels (not scored)
     judged_without_positive: int = 0  # qrels queries whose every grade is <= 0 (not scored)
+    holes: str = "irrelevant"  # how unjudged documents were treated (stagebench.metrics.holes)
 
     @property
     def excluded(self) -> dict[str, int]:
@@ -57,37 +62,6 @@ class Evaluation:
     def means(self) -> dict[str, float]:
         n = len(self.scored_queries)
         return {name: (sum(v.values()) / n if n else 0.0) for name, v in self.per_query.items()}
-
-
-def per_query_value(
-    measure: Measure, ranking: list[str], judgments: Mapping[str, int], relevance_threshold: int, gain: Any
-) -> float:
-    rel = measure.rel if measure.rel is not None else relevance_threshold
-    k = measure.cutoff
-    f = measure.family
-    if f == "nDCG":
-        return compute.ndcg(ranking, judgments, k, measure.gain or gain)
-    if f == "nDCG_Burges":
-        return compute.ndcg(ranking, judgments, k, "exponential")
-    if f == "F1":
-        return compute.f1(ranking, judgments, k, rel)
-    if f == "Hits":
-        return compute.hits(ranking, judgments, k, rel)
-    if f == "RR":
-        return compute.reciprocal_rank(ranking, judgments, k, rel)
-    if f == "R":
-        return compute.recall(ranking, judgments, k, rel)
-    if f == "P":
-        return compute.precision(ranking, judgments, k, rel)
-    if f == "AP":
-        return compute.average_precision(ranking, judgments, k, rel)
-    if f == "Hit":
-        return compute.hit(ranking, judgments, k, rel)
-    if f == "Rprec":
-        return compute.r_precision(ranking, judgments, rel)
-    if f == "Judged":
-        return compute.judged(ranking, judgments, k)
-    raise AssertionError(f"unhandled family {f}")
 
 
 #: a query is scored when it has a judgment at this grade or above (a positive gain)
@@ -106,9 +80,15 @@ def evaluate(
     *,
     relevance_threshold: int = 1,
     gain: Any = "linear",
+    holes: str = "irrelevant",
 ) -> Evaluation:
     """Score ``run`` against ``qrels`` on every measure, per query and on average; ``gain``: a
-    name (linear, exponential, esci) or a table grade -> gain (:func:`compute.gain_map`)."""
+    name (linear, exponential, esci) or a table grade -> gain (:func:`compute.gain_map`);
+    ``holes``: what an unjudged document counts as - ``irrelevant`` (trec_eval's default),
+    ``judged_only`` (removed before the cut, trec_eval ``-J``) or ``top_grade``
+    (:mod:`stagebench.metrics.holes`)."""
+    if holes not in HOLES:
+        raise StagebenchError(f"holes {holes!r}: one of {', '.join(HOLES)}")
     try:
         gain = compute.gain_map(gain)
     except ValueError as exc:
@@ -127,6 +107,7 @@ def evaluate(
     if not scored:
         raise StagebenchError(f"no query in the qrels has a positive grade ({len(qrels)} queries judged): "
                               "nothing can be scored")  # fmt: skip
+    top = _holes.top_grade(qrels, gain)
     per_query: dict[str, dict[str, float]] = {n: {} for n in names}
     missing = []
     for qid in scored:
@@ -135,7 +116,7 @@ def evaluate(
             missing.append(qid)
         ranking = ranked_ids(docs) if docs else []
         for m, n in zip(ms, names):
-            per_query[n][qid] = per_query_value(m, ranking, qrels[qid], relevance_threshold, gain)
+            per_query[n][qid] = _holes.value(m, ranking, qrels[qid], holes, top, relevance_threshold, gain)
     return Evaluation(
         measures=ms,
         per_query=per_query,
@@ -145,4 +126,5 @@ def evaluate(
         missing_queries=missing,
         unjudged_run_queries=sum(1 for q in run if q not in qrels),
         judged_without_positive=len(qrels) - len(scored),
+        holes=holes,
     )

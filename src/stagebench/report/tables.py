@@ -47,12 +47,8 @@ def tables(table: StageTable) -> list[tuple[str, list[str], list[list[str]], int
     """The report's tables as (title, header, body, number of leading text columns) with cells
     already formatted; text columns are left-aligned, the others right-aligned."""
     rows, metrics = table.rows, table.metrics
-    main = [
-        [r.id, r.stage, r.type, ",".join(r.inputs) or "-",
-         *[_f(r.metrics[m]) + (("^" + "".join(r.better_than.get(m, []))) if r.better_than.get(m) else "") for m in metrics],
-         str(r.queries)]
-        for r in rows
-    ]  # fmt: skip
+    main = [[r.id, r.stage, r.type, ",".join(r.inputs) or "-", *[main_cell(r, m) for m in metrics], str(r.queries)]
+            for r in rows]  # fmt: skip
     depth_cols = _depth_cols(rows)
     ceil = []
     for r in rows:
@@ -63,15 +59,27 @@ def tables(table: StageTable) -> list[tuple[str, list[str], list[list[str]], int
     labels = list(rows[0].top10_labels) if rows else []
     lab = [[r.stage, *[_pct(r.top10_labels[k]) for k in labels]] for r in rows]
     ci = [[r.stage, *[f"[{r.ci95[m][0]:.4f}, {r.ci95[m][1]:.4f}]" for m in metrics]] for r in rows]
+    viewed = [m for m in metrics if all(m in r.bounds for r in rows)]  # measures the holes can move (not Judged@k)
     out = [
-        ("Stage metrics (^x: significantly better than stage x)",
-         ["id", "stage", "type", "inputs", *metrics, "queries"], main, 4),
+        ("Stage metrics, unjudged documents as irrelevant (^x: significantly better than stage x; x?: significant, "
+         "but the bounds leave the order open)", ["id", "stage", "type", "inputs", *metrics, "queries"], main, 4),
         ("Recall ceiling and reranking headroom",
          ["stage", *depth_cols, "lost", "N", "pool R@N", "input nDCG@10", "achieved nDCG@10", "oracle nDCG@10",
           "headroom captured"], ceil, 1),
         ("Top-10 labels (share of top-10 positions)", ["stage", *[f"{k}" for k in labels]], lab, 1),
         ("95% bootstrap confidence intervals of the means", ["stage", *metrics], ci, 1),
     ]  # fmt: skip
+    if viewed:
+        grade = table.evaluation.get("top_grade")
+        out[1:1] = [
+            ("Judged only: unjudged documents removed before the cut at k, as trec_eval -J (^x: significantly better "
+             "than stage x in this view)", ["id", "stage", *viewed],
+             [[r.id, r.stage, *[_f(r.judged_only[m]) + _marks(r.judged_only_better_than.get(m, [])) for m in viewed]]
+              for r in rows], 2),
+            (f"Bounds: every hole irrelevant .. every hole at the top grade{'' if grade is None else f' ({grade})'} "
+             "(~x: the bounds overlap stage x's, so the judgments do not settle their order)", ["id", "stage", *viewed],
+             [[r.id, r.stage, *[bounds_cell(r, m) for m in viewed]] for r in rows], 2),
+        ]  # fmt: skip
     for r in rows:
         if r.depths:
             out.append((f"Depth sweep: {r.stage} (one scoring pass at the largest depth; its own top {r.ceiling.depth if r.ceiling else '-'} "
@@ -81,6 +89,22 @@ def tables(table: StageTable) -> list[tuple[str, list[str], list[list[str]], int
         out.append(("LLM reranking: how each window's answer was read (ok / repaired / input order kept), tokens, cost",
                     [*LLM_COLUMNS], [llm_cells(stage, c) for stage, c in llm], 1))  # fmt: skip
     return out
+
+
+def _marks(letters: Sequence[str]) -> str:
+    return "^" + "".join(letters) if letters else ""
+
+
+def main_cell(r: StageRow, m: str) -> str:
+    """A mean with its significance marks; a mark whose order the bounds leave open carries a "?"."""
+    open_ = set(r.unsettled.get(m, []))
+    marks = "".join(x + ("?" if x in open_ else "") for x in r.better_than.get(m, []))
+    return _f(r.metrics[m]) + ("^" + marks if marks else "")
+
+
+def bounds_cell(r: StageRow, m: str) -> str:
+    lo, hi = r.bounds[m]
+    return f"[{lo:.4f}, {hi:.4f}]" + ("~" + "".join(r.unsettled[m]) if r.unsettled.get(m) else "")
 
 
 DEPTH_COLUMNS = ("N", "pool R@N", "input nDCG@10", "achieved nDCG@10", "change", "p (Holm)", "oracle nDCG@10",
@@ -136,10 +160,13 @@ def render_csv(table: StageTable) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     depth_cols = _depth_cols(rows)
+    viewed = [m for m in metrics if rows and all(m in r.bounds for r in rows)]
     w.writerow(["stage", "id", "type", "inputs", *metrics, *[f"{m}_ci_low" for m in metrics], *[f"{m}_ci_high" for m in metrics],
                 *[f"better_than_{m}" for m in metrics], "queries", "queries_without_results",
                 *depth_cols, "lost", "pool_depth", "pool_recall", "input_ndcg10", "achieved_ndcg10", "oracle_ndcg10",
-                "headroom_captured", "ndcg10_change"])  # fmt: skip
+                "headroom_captured", "ndcg10_change", *[f"{m}_judged_only" for m in viewed],
+                *[f"judged_only_better_than_{m}" for m in viewed], *[f"{m}_low" for m in viewed],
+                *[f"{m}_high" for m in viewed], *[f"unsettled_{m}" for m in viewed]])  # fmt: skip
     for r in rows:
         c = {} if r.ceiling is None else asdict(r.ceiling)
         w.writerow([r.stage, r.id, r.type, " ".join(r.inputs), *[f"{r.metrics[m]:.6f}" for m in metrics],
@@ -148,7 +175,11 @@ def render_csv(table: StageTable) -> str:
                     *[f"{r.recall[k]:.6f}" if k in r.recall else "" for k in depth_cols], r.lost,
                     *[("" if c.get(k) is None else (f"{c[k]:.6f}" if isinstance(c[k], float) else c[k]))
                       for k in ("depth", "pool_recall", "input_ndcg10", "achieved_ndcg10", "oracle_ndcg10",
-                                "headroom_captured", "ndcg10_change")]])  # fmt: skip
+                                "headroom_captured", "ndcg10_change")],
+                    *[f"{r.judged_only[m]:.6f}" for m in viewed],
+                    *["".join(r.judged_only_better_than.get(m, [])) for m in viewed],
+                    *[f"{r.bounds[m][0]:.6f}" for m in viewed], *[f"{r.bounds[m][1]:.6f}" for m in viewed],
+                    *["".join(r.unsettled.get(m, [])) for m in viewed]])  # fmt: skip
     if any(r.llm for r in rows):  # the LLM stages' window outcomes, as extra rows of their own
         w.writerow([])
         w.writerow(["stage", "llm_windows", "llm_ok", "llm_repaired", "llm_fallback", "llm_failed", "llm_repair_duplicate",

@@ -3,7 +3,7 @@
 A run folder holds ``runs/<stage>.trec``, ``qrels.trec``, ``texts.json`` and ``manifest.json``.
 :func:`render` reads only those (verified against the manifest's digests), scores every stage
 (:mod:`stagebench.results.scoring`), and writes ``stage_table.{txt,md,csv,json}``,
-``significance.json``, ``per_query.csv``, ``plots/*.png`` and ``report.html``. Nothing in it runs a
+``significance.json`` (and ``significance_judged_only.json``, the judged-only view's tests), ``per_query.csv``, ``plots/*.png`` and ``report.html``. Nothing in it runs a
 stage, so ``stagebench table RUN_DIR`` reproduces the files of ``stagebench run`` byte for byte.
 """
 
@@ -68,6 +68,7 @@ def render(folder: str | Path, rf: RunFolder | None = None) -> Rendered:
     write("stage_table.csv", render_csv(table))
     write("stage_table.json", table.to_json())
     write("significance.json", json.dumps(scored.comparisons, indent=2) + "\n")
+    write("significance_judged_only.json", json.dumps(scored.judged_only_comparisons, indent=2) + "\n")
     write("per_query.csv", per_query_csv([s.name for s in stages], scored.per_query, scored.queries))
 
     rel = manifest.evaluation.relevance_threshold

@@ -29,6 +29,7 @@ import http.client
 import json
 import logging
 import os
+import re
 import socket
 import threading
 import time
@@ -38,13 +39,14 @@ import urllib.request
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from importlib import metadata
-from typing import Any
+from typing import Any, Literal
 
-from stagebench.cache import module_source_hash
-from stagebench.devices import Placement, autocast
+from stagebench.cache import Cache, memo, module_source_hash
+from stagebench.devices import HardwareParams, Placement, autocast, gpu_worker_placement, place
 from stagebench.errors import StagebenchError
-from stagebench.models import ResolvedModel, on_this_machine
+from stagebench.models import ResolvedModel, on_this_machine, resolve_model
 from stagebench.optional import need
+from stagebench.params import NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, Seed, param
 
 log = logging.getLogger("stagebench")
 
@@ -52,6 +54,88 @@ RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 MAX_RETRY_AFTER = 60.0
 #: the largest answer read from a server (a chat completion is a few KB; a listing, a few hundred)
 MAX_ANSWER_BYTES = 4 << 20
+
+
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@dataclass
+class ChatParams(HardwareParams):
+    """The keys every chat-LLM user shares (the ``llm_rerank`` stage, the ``judge:`` section): which
+    model, served how, decoded how, and how its requests are sent and priced."""
+
+    model: str = param("HuggingFaceTB/SmolLM2-135M-Instruct", "transformers: a public name, local folder, .gguf file or hub "
+                       "id; openai: the model name the server knows")  # fmt: skip
+    backend: Literal["transformers", "openai"] = param("transformers", "transformers: in process; openai: any OpenAI-"
+                                                       "compatible chat-completions server (docs/llm.md)")  # fmt: skip
+    source: str = param("auto", "transformers: where the model comes from: auto | bundled | hub (docs/models.md)")
+    gguf_file: str = param("", "transformers, a hub repository of GGUF files: the file to load")
+    base_url: str = param("", "openai: the server's API root, e.g. http://localhost:11434/v1")
+    api_key_env: str = param("", "openai: the NAME of the environment variable holding the API key (never the key)")
+    temperature: NonNegativeFloat = param(0.0, "0: greedy decoding")
+    seed: Seed = param(0, "sampling seed (sent to servers; some ignore it)")
+    max_new_tokens: PositiveInt | None = param(None, "the longest answer asked for; null: as long as the answer needs "
+                                               "(a reasoning model needs more)")  # fmt: skip
+    concurrency: PositiveInt = param(4, "openai: requests in flight at once (the in-process backend runs one)")
+    timeout: PositiveFloat = param(120.0, "openai: seconds one request may take")
+    retries: NonNegativeInt = param(3, "openai: retries of a request after 429, 5xx, a timeout or a dropped connection")
+    backoff: NonNegativeFloat = param(1.0, "openai: seconds before the first retry, doubling after each")
+    price_per_1k_tokens: NonNegativeFloat | None = param(None, "price of 1,000 tokens (prompt + completion) for the "
+                                                         "cost column; null: no cost shown")  # fmt: skip
+
+    #: what never changes an answer (how requests are sent, what they cost, where the key is)
+    UNKEYED = ("concurrency", "timeout", "retries", "backoff", "price_per_1k_tokens", "api_key_env")
+
+    @property
+    def model_is_local(self) -> bool:
+        """Whether ``model`` names weights to resolve when the config loads (not a server's name)."""
+        return self.backend == "transformers"
+
+    def check(self) -> list[tuple[str, str]]:
+        """(key, problem) for every value that cannot make sense, before anything runs."""
+        errs: list[tuple[str, str]] = []
+        if self.backend == "openai":
+            if not re.fullmatch(r"https?://[^\s/]+(/\S*)?", self.base_url):
+                errs.append(("base_url", f"backend openai needs the server's URL (http://host:port/v1), got {self.base_url!r}"))
+            elif re.search(r"/(chat/)?completions/?$|/models/?$", self.base_url):
+                errs.append(("base_url", f"{self.base_url!r} names an endpoint; give the API's root (e.g. "
+                                         "http://host:port/v1): stagebench adds /chat/completions and /models itself"))  # fmt: skip
+            if self.api_key_env and not ENV_NAME.fullmatch(self.api_key_env):
+                errs.append(("api_key_env", "must be the name of an environment variable (e.g. OPENAI_API_KEY), not "
+                                            "the key itself"))  # fmt: skip
+            if self.gguf_file:
+                errs.append(("gguf_file", "applies to backend transformers"))
+            errs += [(k, "applies to backend transformers (a server decides where its model runs)")
+                     for k in ("device", "precision") if getattr(self, k) != "auto"]  # fmt: skip
+        else:
+            errs += [(k, "applies to backend openai") for k in ("base_url", "api_key_env") if getattr(self, k)]
+            if self.precision == "int8":
+                errs.append(("precision", "int8 is not offered for LLMs; use auto, fp32, bf16 or fp16 (GPU)"))
+        return errs
+
+
+def make_backend(p: ChatParams, label: str, gpu_workers: bool = False) -> OpenAIBackend | TransformersBackend:
+    """The backend ``p`` names (``gpu_workers``: the model runs on Ray workers holding a GPU each)."""
+    if p.backend == "openai":
+        return OpenAIBackend(p.base_url, p.model, p.api_key_env, p.timeout, p.retries, p.backoff, label)
+    resolved = resolve_model(p.model, p.source)
+    if p.gguf_file and resolved.backend == "hub":
+        resolved = type(resolved)(**{**resolved.__dict__, "gguf_file": p.gguf_file})
+    placement = gpu_worker_placement(p.precision, "torch", label) if gpu_workers and p.device in ("auto", "cuda") \
+        else place(p.device, p.precision, "torch", label, auto_bf16=False)  # fmt: skip
+    return TransformersBackend(resolved, placement, label)
+
+
+def cached_answer(cache: Cache | None, backend: OpenAIBackend | TransformersBackend, identity: dict, req: ChatRequest,
+                  model: str, label: str, what: str) -> tuple[Completion, bool]:  # fmt: skip
+    """``req``'s answer through the content-addressed cache (kind ``llm``, keyed by the backend's
+    identity and the exact request): (the completion, whether it came from the cache). A failed
+    request raises :class:`RequestFailed` and stores nothing."""
+    m = memo(cache, "llm", {"model": identity, "request": req.as_json()}, lambda: backend.complete(req),
+             save=lambda c, folder: (folder / "response.json").write_text(json.dumps(c.as_json(), sort_keys=True)),
+             load=lambda entry: Completion.from_json(json.loads(entry.file("response.json").read_text())),
+             meta=lambda c: {"model": model, "stage": label}, label=label, what=what, quiet=True)  # fmt: skip
+    return m.value, m.status == "cached"
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):

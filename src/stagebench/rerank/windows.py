@@ -8,14 +8,15 @@ resumes at the next window and a rerun asks the model nothing.
 
 from __future__ import annotations
 
-import json
 import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from stagebench.cache import Cache, memo
+from stagebench.cache import Cache
 from stagebench.record import LLMStats
-from stagebench.rerank.chat import ChatRequest, Completion, OpenAIBackend, RequestFailed, TransformersBackend
+from stagebench.rerank.chat import (
+    ChatRequest, Completion, OpenAIBackend, RequestFailed, TransformersBackend, cached_answer,
+)
 from stagebench.rerank.listwise import FAILED, OUTCOMES, REPAIRS, parse_permutation, render_prompt
 
 
@@ -98,12 +99,7 @@ class QueryTask:
         self._stop.set()
 
     def answer(self, req: ChatRequest) -> tuple[Completion, bool]:
-        m = memo(self.cache, "llm", {"model": self.identity, "request": req.as_json()}, lambda: self.backend.complete(req),
-                 save=lambda c, folder: (folder / "response.json").write_text(json.dumps(c.as_json(), sort_keys=True)),
-                 load=lambda entry: Completion.from_json(json.loads(entry.file("response.json").read_text())),
-                 meta=lambda c: {"model": self.model, "stage": self.stage}, label=f"stage {self.stage}",
-                 what="window", quiet=True)  # fmt: skip
-        return m.value, m.status == "cached"
+        return cached_answer(self.cache, self.backend, self.identity, req, self.model, f"stage {self.stage}", "window")
 
     def __call__(self, unit: tuple) -> tuple[list[str], list[WindowAnswer]]:
         _qid, query, doc_ids, texts, plan = unit

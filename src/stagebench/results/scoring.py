@@ -4,12 +4,12 @@ baseline, ceilings, lost queries and label shares, as one typed :class:`~stagebe
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from string import ascii_lowercase
 from typing import Any
 
 from stagebench import stats
-from stagebench.metrics import evaluate
+from stagebench.metrics import evaluate, holes
 from stagebench.metrics.compute import gain_map
 from stagebench.record import LLMStats, Manifest, StageRecord
 from stagebench.results import ceilings
@@ -27,6 +27,7 @@ class Scored:
     comparisons: list[dict]
     per_query: dict[str, dict[str, dict[str, float]]]  # stage -> measure -> qid -> value
     queries: list[str]
+    judged_only_comparisons: list[dict] = field(default_factory=list)  # the significance tests of the judged-only view
 
 
 def conventions_line(relevance_threshold: int, gain: Any) -> str:
@@ -71,23 +72,22 @@ def score_folder(manifest: Manifest, qrels: dict, runs: dict[str, Run]) -> Score
     queries = evals[names[0]].scored_queries
     label_names = label_names_of(manifest, qrels, unnamed="grade {}")
 
-    # significance: each stage vs the one before it and vs the baseline; Holm per metric
+    # significance: each stage vs the one before it and vs the baseline; Holm per metric; in the main
+    # view (holes as irrelevant) and, from its own per-query values, in the judged-only view
     baseline = ev.baseline or names[0]
     pairs = comparisons_for(stages, baseline)
-    comps: list[stats.Comparison] = []
-    for m in metric_names:
-        family = [stats.compare(a, b, m, [evals[a].per_query[m][q] for q in queries],
-                                [evals[b].per_query[m][q] for q in queries], ev.permutations, ev.seed)
-                  for a, b in pairs]  # fmt: skip
-        for c, pt, pr in zip(family, stats.holm([c.p_t for c in family]), stats.holm([c.p_rand for c in family])):
-            c.p_t_holm, c.p_rand_holm = pt, pr
-        comps += family
-    key = "p_rand_holm" if ev.test == "randomization" else "p_t_holm"
-    better: dict[str, dict[str, list[str]]] = {n: {} for n in names}
-    for c in comps:
-        if getattr(c, key) < ev.alpha and c.mean_a != c.mean_b:
-            win, lose = (c.a, c.b) if c.mean_a > c.mean_b else (c.b, c.a)
-            better[win].setdefault(c.metric, []).append(letters[lose])
+    comps, better = significance(evals, pairs, metric_names, queries, letters, ev)
+    judged = {n: evaluate(qrels, runs[n], ev.metrics, relevance_threshold=rel, gain=gain, holes="judged_only")
+              for n in names}  # fmt: skip
+    judged_comps, judged_better = significance(judged, pairs, metric_names, queries, letters, ev)
+    top = holes.top_grade(qrels, gain_map(gain))
+    high = {n: evaluate(qrels, runs[n], ev.metrics, relevance_threshold=rel, gain=gain, holes="top_grade")
+            for n in names}  # fmt: skip
+    viewed = [m.name for m in evals[names[0]].measures if m.family not in holes.UNAFFECTED]
+    bounded = {n: {m: _mean_bounds(evals[n].per_query[m], high[n].per_query[m], queries) for m in viewed}
+               for n in names}  # fmt: skip
+    unsettled = {n: {m: [letters[o] for o in names if o != n and holes.overlap(bounded[n][m], bounded[o][m])]
+                     for m in viewed} for n in names}  # fmt: skip
 
     rows: list[StageRow] = []
     for s in stages:
@@ -107,6 +107,10 @@ def score_folder(manifest: Manifest, qrels: dict, runs: dict[str, Run]) -> Score
         rows.append(StageRow(
             stage=n, id=letters[n], type=s.type, inputs=list(s.inputs),
             metrics={m: round(v, 6) for m, v in e.means.items()},
+            judged_only={m: round(judged[n].means[m], 6) for m in viewed},
+            judged_only_better_than={m: sorted(v) for m, v in judged_better[n].items() if m in viewed},
+            bounds={m: [round(x, 6) for x in bounded[n][m]] for m in viewed},
+            unsettled={m: v for m, v in unsettled[n].items() if v},
             ci95={m: [round(x, 6) for x in stats.bootstrap_ci([e.per_query[m][q] for q in queries], ev.bootstrap,
                                                               ev.seed)] for m in metric_names},
             better_than={m: sorted(v) for m, v in better[n].items()}, queries=len(queries),
@@ -135,15 +139,49 @@ def score_folder(manifest: Manifest, qrels: dict, runs: dict[str, Run]) -> Score
         "ceiling: for rerankers, N = candidate depth, pool R@N = recall of the candidates it received, oracle = nDCG@10 of "
         "their ideal order; lost = queries with no relevant document among the stage's candidates",
     ]  # fmt: skip
+    share = sum(r.top10_labels.get("unjudged", 0.0) for r in rows) / len(rows)
+    notes.append(f"unjudged documents (holes): {100 * share:.1f}% of the top-10 positions, averaged over the stages. "
+                 "The main table counts a hole as irrelevant (a lower bound; trec_eval's default); 'judged only' removes "
+                 "holes before the cut at k (trec_eval -J, the official ESCI evaluation); 'bounds' span every hole "
+                 f"irrelevant .. every hole at the top grade ({label_names.get(top, top)}), and where two stages' bounds "
+                 "overlap the judgments do not settle their order (docs/metrics.md)")  # fmt: skip
     if any(r.llm for r in rows):
         notes.append("LLM reranking: windows are model calls; ok = a complete permutation, repaired = duplicates or "
                      "unknown ids dropped / missing ones appended, fallback and failed = the window kept its input "
                      "order (docs/llm.md)")  # fmt: skip
     g = gain_map(gain)
     table = StageTable(rows, metric_names, title, notes, {"gain": g.as_json(), "gain_map": g.describe(),
-                                                          "relevance_threshold": rel})  # fmt: skip
+                                                          "relevance_threshold": rel, "top_grade": top})  # fmt: skip
     per_query = {n: evals[n].per_query for n in names}
-    return Scored(table, [c.as_dict() for c in comps], per_query, queries)
+    return Scored(table, [c.as_dict() for c in comps], per_query, queries, [c.as_dict() for c in judged_comps])
+
+
+def significance(evals: dict, pairs: list[tuple[str, str]], metric_names: list[str], queries: list[str],
+                 letters: dict[str, str], ev: Any) -> tuple[list[stats.Comparison], dict[str, dict[str, list[str]]]]:  # fmt: skip
+    """Every compared pair on every measure (Holm over the pairs of each measure), and the letters
+    each stage significantly beats under the evaluation's test."""
+    comps: list[stats.Comparison] = []
+    for m in metric_names:
+        family = [stats.compare(a, b, m, [evals[a].per_query[m][q] for q in queries],
+                                [evals[b].per_query[m][q] for q in queries], ev.permutations, ev.seed)
+                  for a, b in pairs]  # fmt: skip
+        for c, pt, pr in zip(family, stats.holm([c.p_t for c in family]), stats.holm([c.p_rand for c in family])):
+            c.p_t_holm, c.p_rand_holm = pt, pr
+        comps += family
+    key = "p_rand_holm" if ev.test == "randomization" else "p_t_holm"
+    better: dict[str, dict[str, list[str]]] = {n: {} for n in evals}
+    for c in comps:
+        if getattr(c, key) < ev.alpha and c.mean_a != c.mean_b:
+            win, lose = (c.a, c.b) if c.mean_a > c.mean_b else (c.b, c.a)
+            better[win].setdefault(c.metric, []).append(letters[lose])
+    return comps, better
+
+
+def _mean_bounds(low: dict[str, float], high: dict[str, float], queries: list[str]) -> tuple[float, float]:
+    """The bounds of a measure's mean: the means of its per-query bounds (:func:`holes.bounds`)."""
+    lo, hi = holes.bounds({q: low[q] for q in queries}, {q: high[q] for q in queries})
+    n = len(queries)
+    return sum(lo.values()) / n, sum(hi.values()) / n
 
 
 def label_names_of(manifest: Manifest, qrels: dict, unnamed: str = "{}") -> dict[int, str]:

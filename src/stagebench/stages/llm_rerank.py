@@ -21,21 +21,18 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import re
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from stagebench.devices import HardwareParams, gpu_worker_placement, place
 from stagebench.engine import EngineParams
 from stagebench.errors import ConfigError, StagebenchError
 from stagebench.record import LLMStats, Stats
-from stagebench.rerank.chat import OpenAIBackend, TransformersBackend
+from stagebench.rerank.chat import ChatParams, OpenAIBackend, TransformersBackend, make_backend
 from stagebench.rerank.listwise import DEFAULT_SYSTEM, DEFAULT_TEMPLATE, FAILED, check_template, sliding_windows
 from stagebench.rerank.windows import QueryTask, WindowStats
-from stagebench.models import resolve_model
-from stagebench.params import NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, Seed, param
+from stagebench.params import PositiveInt, param
 from stagebench.runs import Run
 from stagebench.rerank.merge import merge_head_tail, split_head
 from stagebench.stages.base import Stage, StageContext, StageOutput
@@ -43,7 +40,6 @@ from stagebench.textfile import read_text
 
 log = logging.getLogger("stagebench")
 
-ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 #: a prompt template is a few KB; the largest file read as one
 MAX_PROMPT_BYTES = 1 << 20
 
@@ -53,15 +49,7 @@ def read_prompt(path: str) -> str:
 
 
 @dataclass
-class LLMRerankParams(HardwareParams):
-    model: str = param("HuggingFaceTB/SmolLM2-135M-Instruct", "transformers: a public name, local folder, .gguf file or hub "
-                       "id; openai: the model name the server knows")  # fmt: skip
-    backend: Literal["transformers", "openai"] = param("transformers", "transformers: in process; openai: any OpenAI-"
-                                                       "compatible chat-completions server (docs/llm.md)")  # fmt: skip
-    source: str = param("auto", "transformers: where the model comes from: auto | bundled | hub (docs/models.md)")
-    gguf_file: str = param("", "transformers, a hub repository of GGUF files: the file to load")
-    base_url: str = param("", "openai: the server's API root, e.g. http://localhost:11434/v1")
-    api_key_env: str = param("", "openai: the NAME of the environment variable holding the API key (never the key)")
+class LLMRerankParams(ChatParams):
     top_n: PositiveInt = param(20, "candidates reranked per query; the rest keep their order below")
     window: PositiveInt = param(20, "candidates shown to the model at once")
     stride: PositiveInt = param(10, "how far each window moves towards the top (at most window)")
@@ -69,23 +57,11 @@ class LLMRerankParams(HardwareParams):
     max_doc_words: PositiveInt = param(60, "words of each document's text in the prompt")
     prompt: str = param("", "a file holding the user-message template ({query}, {passages}, {num}); empty: built in")
     system_prompt: str = param(DEFAULT_SYSTEM, "the system message (empty: none)")
-    temperature: NonNegativeFloat = param(0.0, "0: greedy decoding")
-    seed: Seed = param(0, "sampling seed (sent to servers; some ignore it)")
     max_new_tokens: PositiveInt | None = param(None, "the longest answer asked for; null: 8 tokens per candidate + 16 (a "
                                                "reasoning model needs more)")  # fmt: skip
     concurrency: PositiveInt = param(4, "openai: queries in flight at once (the in-process backend runs one)")
-    timeout: PositiveFloat = param(120.0, "openai: seconds one request may take")
-    retries: NonNegativeInt = param(3, "openai: retries of a request after 429, 5xx, a timeout or a dropped connection")
-    backoff: NonNegativeFloat = param(1.0, "openai: seconds before the first retry, doubling after each")
     depths: list[PositiveInt] | None = param(None, "also run at each of these depths (each its own run: the windows "
                                              "depend on N; identical windows come from the cache); the depth table")  # fmt: skip
-    price_per_1k_tokens: NonNegativeFloat | None = param(None, "price of 1,000 tokens (prompt + completion) for the "
-                                                         "cost column; null: no cost shown")  # fmt: skip
-
-    @property
-    def model_is_local(self) -> bool:
-        """Whether ``model`` names weights to resolve when the config loads (not a server's name)."""
-        return self.backend == "transformers"
 
 
 class LLMRerankStage(Stage):
@@ -98,7 +74,7 @@ class LLMRerankStage(Stage):
                     "stagebench.rerank.windows", "stagebench.rerank.chat", "stagebench.rerank.merge", "stagebench.record",
                     "stagebench.devices")  # fmt: skip
     packages = ("transformers", "torch", "gguf")
-    unkeyed_params = ("concurrency", "timeout", "retries", "backoff", "price_per_1k_tokens", "api_key_env")
+    unkeyed_params = ChatParams.UNKEYED
 
     def __init__(self, name: str, params: Any, engine: EngineParams | None = None) -> None:
         super().__init__(name, params, engine)
@@ -111,23 +87,7 @@ class LLMRerankStage(Stage):
         if p.stride > p.window:
             errs.append(("stride", f"{p.stride} is larger than window ({p.window}): candidates between windows would "
                                    "never be ranked"))  # fmt: skip
-        if p.backend == "openai":
-            if not re.fullmatch(r"https?://[^\s/]+(/\S*)?", p.base_url):
-                errs.append(("base_url", f"backend openai needs the server's URL (http://host:port/v1), got {p.base_url!r}"))
-            elif re.search(r"/(chat/)?completions/?$|/models/?$", p.base_url):
-                errs.append(("base_url", f"{p.base_url!r} names an endpoint; give the API's root (e.g. "
-                                         "http://host:port/v1): stagebench adds /chat/completions and /models itself"))  # fmt: skip
-            if p.api_key_env and not ENV_NAME.fullmatch(p.api_key_env):
-                errs.append(("api_key_env", "must be the name of an environment variable (e.g. OPENAI_API_KEY), not "
-                                            "the key itself"))  # fmt: skip
-            if p.gguf_file:
-                errs.append(("gguf_file", "applies to backend transformers"))
-            errs += [(k, "applies to backend transformers (a server decides where its model runs)")
-                     for k in ("device", "precision") if getattr(p, k) != "auto"]  # fmt: skip
-        else:
-            errs += [(k, "applies to backend openai") for k in ("base_url", "api_key_env") if getattr(p, k)]
-            if p.precision == "int8":
-                errs.append(("precision", "int8 is not offered for LLMs; use auto, fp32, bf16 or fp16 (GPU)"))
+        errs += p.check()
         if p.prompt:
             try:
                 why = check_template(read_prompt(p.prompt))
@@ -145,17 +105,7 @@ class LLMRerankStage(Stage):
 
     def backend(self) -> OpenAIBackend | TransformersBackend:
         if self._backend is None:
-            p: LLMRerankParams = self.params
-            label = f"stage {self.name}"
-            if p.backend == "openai":
-                self._backend = OpenAIBackend(p.base_url, p.model, p.api_key_env, p.timeout, p.retries, p.backoff, label)
-            else:
-                resolved = resolve_model(p.model, p.source)
-                if p.gguf_file and resolved.backend == "hub":
-                    resolved = type(resolved)(**{**resolved.__dict__, "gguf_file": p.gguf_file})
-                placement = gpu_worker_placement(p.precision, "torch", label) if self.engine.gpus and p.device in (
-                    "auto", "cuda") else place(p.device, p.precision, "torch", label, auto_bf16=False)  # fmt: skip
-                self._backend = TransformersBackend(resolved, placement, label)
+            self._backend = make_backend(self.params, f"stage {self.name}", bool(self.engine.gpus))
         return self._backend
 
     def preflight(self) -> None:
