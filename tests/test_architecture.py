@@ -14,15 +14,16 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "stagebench"
 
 LAYERS = {
     0: ["errors", "version", "optional", "files", "textfile", "params", "system", "ui", "analyzer", "metrics.compute", "stats",
-        "table", "data.text", "data.corpus", "rerank", "rerank.listwise", "devices", "engine"],
+        "table", "data.text", "data.corpus", "rerank", "rerank.listwise", "devices", "engine", "judge", "judge.scale"],
     1: ["runs", "metrics.names", "metrics.value", "metrics.holes", "metrics", "cache", "models", "record", "data.model", "data.esci", "data.jsonl", "data.trec",
         "data.synthetic", "data", "rerank.merge"],
     2: ["encoders", "onnx_weights", "finetune", "stages.base", "rerank.chat", "rerank.plugins", "rerank.pointwise",
         "rerank.windows", "stages.bm25", "stages.dense", "stages.fusion", "stages.rerank", "stages.run_file",
         "stages.llm_rerank", "stages", "results", "results.ceilings", "results.queries", "results.folder", "results.depth",
-        "results.scoring", "results.cost", "results.check", "results.compare"],
+        "results.scoring", "results.cost", "results.check", "results.compare", "results.agreement", "results.judged",
+        "judge.ask"],
     3: ["config", "report", "report.tables", "report.plots", "report.explorer", "report.html", "report.write"],
-    4: ["execute", "pipeline", "training", "reproductions"],
+    4: ["execute", "judging", "pipeline", "training", "reproductions"],
     5: ["api", "cli", "docgen", "", "__main__"],
 }  # fmt: skip
 LAYER = {f"stagebench.{m}".rstrip("."): n for n, mods in LAYERS.items() for m in mods}

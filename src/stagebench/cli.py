@@ -17,6 +17,7 @@ from stagebench.cache import Cache, cache_root, human_bytes
 from stagebench.config import load_config
 from stagebench.data.synthetic import SyntheticSpec, generate
 from stagebench.errors import StagebenchError
+from stagebench.judging import judge_folder
 from stagebench.metrics import evaluate, holes, parse_measure
 from stagebench.pipeline import run_config
 from stagebench.report.tables import check_text, comparison_text
@@ -34,7 +35,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
     config = load_config(args.config, engine=args.engine)
     result = run_config(config, args.output, cache_dir=args.cache_dir, recompute=args.recompute)
     sys.stdout.write(result.table_text)
+    if result.judge_text:
+        sys.stdout.write("\n" + result.judge_text + f"(the judge-filled stage table: {result.output / 'judge' / 'stage_table.txt'})\n")
     logging.getLogger("stagebench").info("results written to %s", result.output)
+    return 0
+
+
+def _cmd_judge(args: argparse.Namespace) -> int:
+    rendered = judge_folder(args.run_dir, args.config, args.cache_dir)
+    sys.stdout.write(rendered.judge_text + "\n" + (Path(args.run_dir) / "judge" / "stage_table.txt").read_text(encoding="utf-8"))
     return 0
 
 
@@ -273,6 +282,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--train-queries", type=int, default=2000)
     g.set_defaults(func=_cmd_generate)
 
+    j = sub.add_parser("judge", help="grade a finished run folder's unjudged top documents with an LLM judge (its "
+                       "agreement with the human labels measured) and write the judge-filled stage table")  # fmt: skip
+    j.add_argument("run_dir")
+    j.add_argument("--config", help="a config whose judge: section to use (default: the folder's own config's)")
+    j.add_argument("--cache-dir", help="cache root (default: $STAGEBENCH_CACHE, the config's cache_dir, .stagebench-cache)")
+    j.set_defaults(func=_cmd_judge)
     e = sub.add_parser("eval", help="score a TREC run file against TREC qrels")
     e.add_argument("qrels")
     e.add_argument("run")

@@ -37,6 +37,7 @@ from typing import Annotated, Any, Literal
 from stagebench.data import LOADERS
 from stagebench.engine import EngineParams
 from stagebench.errors import ConfigError, StagebenchError
+from stagebench.judge.ask import JudgeParams
 from stagebench.metrics.compute import gain_map
 from stagebench.metrics.names import Measure, parse_measure
 from stagebench.models import check_model
@@ -179,6 +180,7 @@ class Config:
     path: str
     raw: dict
     training: TrainingConfig | None = None  # for `stagebench train-reranker`
+    judge: JudgeParams | None = None  # the LLM judge of the holes (stagebench.judging)
     engine: EngineParams = field(default_factory=EngineParams)  # the top-level engine: (stages may override it)
 
     def ray_engine(self) -> EngineParams | None:
@@ -191,7 +193,7 @@ class Config:
 #: config and stage names become file and folder names: no separators, no "..", no whitespace
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
-_TOP_KEYS = ("name", "output", "cache_dir", "engine", "dataset", "stages", "evaluation", "training")
+_TOP_KEYS = ("name", "output", "cache_dir", "engine", "dataset", "stages", "evaluation", "training", "judge")
 _STAGE_KEYS = ("name", "type", "inputs", "params", "target", "cache", "engine")
 
 
@@ -286,10 +288,25 @@ def parse_config(raw: Any, path: str = "<config>", engine: str | None = None) ->
         raise ConfigError(f"evaluation.baseline: unknown stage {evaluation.baseline!r}")
     if training is not None:
         training.check_against(stages)
+    judge = None if raw.get("judge") is None else parse_judge(raw["judge"], None, [s.name for s in stages])
     return Config(
         name=name, dataset=dataset, stages=stages, evaluation=evaluation, measures=measures,
-        output=output, cache_dir=cache_dir, path=path, raw=raw, training=training, engine=top_engine,
+        output=output, cache_dir=cache_dir, path=path, raw=raw, training=training, engine=top_engine, judge=judge,
     )  # fmt: skip
+
+
+def parse_judge(raw: Any, where: str | None, stage_names: list[str]) -> JudgeParams:
+    """The ``judge:`` section, validated: its keys, its model (resolved now), and the stages it pools
+    among ``stage_names``. ``where``: the file to name in an error (None: the caller adds it)."""
+    try:
+        params = build(JudgeParams, raw, "judge")
+        for j, s in enumerate(params.stages or []):
+            if s not in stage_names:
+                raise ConfigError(f"judge.stages[{j}]: unknown stage {s!r} (known: {', '.join(stage_names)})")
+        check_stage_model(params, "judge")
+    except ConfigError as exc:
+        raise ConfigError(str(exc) if where is None else f"{where}: {exc}") from None
+    return params
 
 
 def parse_dataset(raw: Any) -> DatasetConfig:

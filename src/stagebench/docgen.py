@@ -15,6 +15,7 @@ from pathlib import Path
 from stagebench.config import EvaluationConfig, NegativesConfig, TrainingConfig
 from stagebench.data import LOADERS
 from stagebench.engine import EngineParams
+from stagebench.judge.ask import JudgeParams
 from stagebench.files import atomic_write
 from stagebench.params import describe
 from stagebench.stages import STAGE_TYPES
@@ -49,6 +50,7 @@ def reference() -> str:
             *_table(EngineParams), ""]  # fmt: skip
     out += ["### `evaluation:`", "", *_table(EvaluationConfig), ""]
     out += ["### `training:`", "", *_table(TrainingConfig), "", "#### `training.negatives:`", "", *_table(NegativesConfig), ""]
+    out += ["### `judge:` (an LLM judge for the unjudged documents; docs/metrics.md)", "", *_table(JudgeParams), ""]
     out.append(END)
     return "\n".join(out) + "\n"
 

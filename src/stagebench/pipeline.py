@@ -34,12 +34,15 @@ from stagebench.data import LOADERS, Dataset
 from stagebench.engine import make_engine, ray_session
 from stagebench.errors import ConfigError, DataError
 from stagebench.execute import package_versions, run_stage, stage_key
+from stagebench.judge.ask import Judge
+from stagebench.judging import judge_runs
 from stagebench.files import atomic_write, check_apart, check_destination, check_writable, remove_staging, staging, swap_in
 from stagebench.metrics import SCORED_MIN_GRADE
 from stagebench.metrics.compute import gain_map
 from stagebench.record import Manifest, StageRecord
 from stagebench.report.write import render
 from stagebench.results.folder import RESULTS, write_manifest
+from stagebench.results.judged import JUDGMENTS
 from stagebench.results.queries import TEXTS_FILE, texts_for
 from stagebench.runs import Run, write_trec_qrels, write_trec_run
 from stagebench.stages import Stage, StageContext, stage_class
@@ -59,6 +62,7 @@ class RunResult:
     dataset: Dataset
     table_text: str
     per_query: dict[str, dict[str, dict[str, float]]]  # stage -> measure -> qid -> value
+    judge_text: str = ""  # the LLM judge's summary (empty: no judge: section)
 
 
 def read_dataset(dc: DatasetConfig) -> Dataset:
@@ -121,20 +125,23 @@ def run_config(config: Config, output: str | Path | None = None, cache_dir: str 
     check_destinations(out, cache)
     check_trained_models(config)
     stages = [stage_class(sc.type, sc.target, sc.name)(sc.name, sc.params, sc.engine) for sc in config.stages]
+    judge = None if config.judge is None else Judge(config.judge)
     with ray_session(config.ray_engine(), f"{config.path}: engine"):  # a cluster that does not answer: before any stage
-        return _run(config, stages, out, cache)
+        return _run(config, stages, out, cache, judge)
 
 
-def _run(config: Config, stages: list[Stage], out: Path, cache: Cache) -> RunResult:
+def _run(config: Config, stages: list[Stage], out: Path, cache: Cache, judge: Judge | None = None) -> RunResult:
     for stage in stages:  # servers answer, keys are accepted: before anything is loaded or computed
         stage.preflight()
+    if judge is not None:
+        judge.preflight()
     t_start = time.perf_counter()
     ds = read_dataset(config.dataset)
     check_scorable(config, ds)
     partial = staging(out)
     (partial / "runs").mkdir()
     try:
-        result = _run_into(config, stages, ds, partial, cache, t_start)
+        result = _run_into(config, stages, ds, partial, cache, t_start, judge)
         check_destinations(out, cache)  # the folder may have changed while the stages ran
         swap_in(partial, out, kept=RESULTS.kept)  # expected values and screenshots are carried over
     except BaseException:
@@ -144,7 +151,8 @@ def _run(config: Config, stages: list[Stage], out: Path, cache: Cache) -> RunRes
     return result
 
 
-def _run_into(config: Config, stages: list[Stage], ds: Dataset, folder: Path, cache: Cache, t_start: float) -> RunResult:
+def _run_into(config: Config, stages: list[Stage], ds: Dataset, folder: Path, cache: Cache, t_start: float,
+              judge: Judge | None = None) -> RunResult:  # fmt: skip
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     runs: dict[str, Run] = {}
     digests: dict[str, str] = {}
@@ -180,6 +188,12 @@ def _run_into(config: Config, stages: list[Stage], ds: Dataset, folder: Path, ca
         started=started, python=sys.version.split()[0], platform=platform.platform(), machine=machine_info(),
         packages=package_versions(), dataset=ds.stats(), stages=records,
     )  # fmt: skip
+    if judge is not None and config.judge is not None:
+        record, tsv = judge_runs(config.judge, judge, ds, runs, [r.name for r in records], manifest.dataset.label_names,
+                                 cache)  # fmt: skip
+        (folder / "judge").mkdir()
+        atomic_write(folder / JUDGMENTS, tsv)
+        manifest = manifest.with_judge(record)
     manifest = write_manifest(folder, manifest)
     rendered = render(folder)
     wall = round(time.perf_counter() - t_start, 3)
@@ -189,4 +203,4 @@ def _run_into(config: Config, stages: list[Stage], ds: Dataset, folder: Path, ca
     log.info("scored %d queries (%d without results in the first stage); tables, plots and report.html written "
              "[wall %.1fs]", first.queries, first.queries_without_results, wall)  # fmt: skip
     return RunResult(output=folder, table=rendered.table, runs=runs, dataset=ds, table_text=rendered.text,
-                     per_query=rendered.per_query)  # fmt: skip
+                     per_query=rendered.per_query, judge_text=rendered.judge_text)  # fmt: skip

@@ -254,6 +254,42 @@ class DatasetRecord:
                    qrels_fingerprint=d.get("qrels_fingerprint"))  # fmt: skip
 
 
+@dataclass(frozen=True)
+class JudgeRecord:
+    """What the LLM judge did for a folder: who judged (its identity and settings), which pairs it
+    was asked (the holes in every stage's top ``depth``, and a sample of judged pairs to measure its
+    agreement), how its answers were read, and what it cost. Its grades are ``judgments`` (a file of
+    the folder, verified like every other)."""
+
+    params: dict  # the judge: section, resolved (an API key is never in it, only the variable's name)
+    identity: dict  # the model (a server's own description) and the prompt's digest
+    scale: dict[int, str]  # grade -> the label the judge answered with
+    depth: int
+    stages: list[str]  # the stages whose top depth was pooled
+    holes: int  # unjudged pairs asked
+    sample: int  # judged pairs asked, for the agreement (never shown the human label)
+    outcomes: dict[str, int]  # ok / repaired / unusable / failed -> pairs
+    from_cache: int
+    prompt_tokens: int
+    completion_tokens: int
+    retries: int
+    model_seconds: float  # the answers' compute time, whether computed now or read from the cache
+    seconds: float  # wall time of the judge step in this run
+    cost: float | None  # tokens / 1000 * price_per_1k_tokens; None: no price given
+    reproducibility: str = ""
+    judgments: str = "judge/judgments.tsv"
+
+    def to_json(self) -> dict:
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        d["scale"] = {str(g): v for g, v in self.scale.items()}
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> JudgeRecord:
+        return cls(**{**{k: d[k] for k in cls.__dataclass_fields__ if k in d},
+                      "scale": {int(g): v for g, v in d["scale"].items()}})  # fmt: skip
+
+
 @dataclass
 class Manifest:
     """A results folder's ``manifest.json``: the JSON object as written (``raw``, kept so that it is
@@ -299,6 +335,15 @@ class Manifest:
     @property
     def dataset(self) -> DatasetRecord:
         return DatasetRecord.from_json(self.raw["dataset"])
+
+    @property
+    def judge(self) -> JudgeRecord | None:
+        """The LLM judge's record (None: no judge was run on this folder)."""
+        j = self.raw.get("judge")
+        return None if j is None else JudgeRecord.from_json(j)
+
+    def with_judge(self, record: JudgeRecord) -> Manifest:
+        return Manifest({**self.raw, "judge": record.to_json()}, self.path)
 
     @property
     def files(self) -> dict[str, str]:
@@ -355,11 +400,11 @@ class Manifest:
             raise StagebenchError(f"{mpath}: not a complete stagebench manifest (no {', '.join(missing)})")
         m = cls(raw, mpath)
         try:
-            m.stages, m.evaluation, m.dataset  # noqa: B018 - every record readable, or one error now
+            m.stages, m.evaluation, m.dataset, m.judge  # noqa: B018 - every record readable, or one error now
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise StagebenchError(f"{mpath}: not a readable stagebench manifest ({type(exc).__name__}: {exc})") from None
         return m
 
 
-__all__ = ["DatasetRecord", "Evaluation", "LLMStats", "MANIFEST", "MANIFEST_KEYS", "Manifest", "Pricing", "RerankStats",
+__all__ = ["DatasetRecord", "Evaluation", "JudgeRecord", "LLMStats", "MANIFEST", "MANIFEST_KEYS", "Manifest", "Pricing", "RerankStats",
            "StageRecord", "Stats", "depth_run_name", "stats_from_json"]

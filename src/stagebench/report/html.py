@@ -102,8 +102,26 @@ def explorer_html(data: dict, wins: dict, stages: Sequence[StageRecord]) -> list
     return parts
 
 
+def tables_html(table: StageTable, prefix: str = "") -> list[str]:
+    """Every table of :func:`tables` as HTML, each with an id from its title's first word."""
+    e = html.escape
+    parts = []
+    for sub, head, body, _ in tables(table):
+        parts.append(f"<h2>{e(sub)}</h2><table id=\"{prefix}{e(sub.split()[0].lower())}\"><tr>"
+                     + "".join(f"<th>{e(h)}</th>" for h in head) + "</tr>")  # fmt: skip
+        for b in body:
+            cells = []
+            for c in b:
+                v, _, sup = c.partition("^")
+                cells.append(f"<td>{e(v)}" + (f"<sup>{e(sup)}</sup>" if sup else "") + "</td>")
+            parts.append("<tr>" + "".join(cells) + "</tr>")
+        parts.append("</table>")
+    return parts
+
+
 def render_html(table: StageTable, significance: Sequence[dict], images: Sequence[tuple[str, bytes]],
-                stages: Sequence[StageRecord] = (), explorer: tuple[dict, dict] | None = None) -> str:  # fmt: skip
+                stages: Sequence[StageRecord] = (), explorer: tuple[dict, dict] | None = None,
+                judge: tuple[StageTable, str] | None = None) -> str:  # fmt: skip
     """A self-contained page: tables inline, PNGs as data: URIs, no external assets; with
     ``explorer`` (its data and the wins/losses), the per-query explorer."""
     e = html.escape
@@ -116,16 +134,14 @@ def render_html(table: StageTable, significance: Sequence[dict], images: Sequenc
         "{text-align:left}img{max-width:100%;border:1px solid #ddd;margin:0.5em 0}sup{color:#0a6}" + EXPLORER_CSS + "</style>",
         "</head><body>", f"<h1>{e(title)}</h1>", *[f"<p>{e(n)}</p>" for n in notes],
     ]  # fmt: skip
-    for sub, head, body, _ in tables(table):
-        parts.append(f"<h2>{e(sub)}</h2><table id=\"{e(sub.split()[0].lower())}\"><tr>"
-                     + "".join(f"<th>{e(h)}</th>" for h in head) + "</tr>")  # fmt: skip
-        for b in body:
-            cells = []
-            for c in b:
-                v, _, sup = c.partition("^")
-                cells.append(f"<td>{e(v)}" + (f"<sup>{e(sup)}</sup>" if sup else "") + "</td>")
-            parts.append("<tr>" + "".join(cells) + "</tr>")
-        parts.append("</table>")
+    parts += tables_html(table)
+    if judge is not None:
+        jt, text = judge
+        parts.append("<section id=\"judge\" style=\"border-left:4px solid #bf8700;padding-left:1em\">"
+                     f"<h1>{e(jt.title)}</h1>" + "".join(f"<p>{e(n)}</p>" for n in jt.notes[:2])
+                     + f"<pre id=\"judge-agreement\">{e(text)}</pre>")  # fmt: skip
+        parts += tables_html(jt, "judge-")
+        parts.append("</section>")
     if significance:
         parts.append("<h2>Significance tests</h2><table id=\"significance\"><tr>"
                      + "".join(f"<th>{h}</th>" for h in ("metric", "stage", "vs", "mean", "vs mean", "t-test p",

@@ -12,7 +12,8 @@ import io
 from collections.abc import Sequence
 from dataclasses import asdict
 
-from stagebench.record import LLMStats, RerankStats, StageRecord
+from stagebench.record import JudgeRecord, LLMStats, RerankStats, StageRecord
+from stagebench.results.agreement import Agreement
 from stagebench.results.check import CheckRow
 from stagebench.results.compare import Comparison
 from stagebench.table import CeilingCells, DepthCells, LLMCells, StageRow, StageTable
@@ -262,4 +263,56 @@ def comparison_text(c: Comparison) -> str:
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
     fmt = lambda cells: "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()  # noqa: E731
     lines += ["", fmt(head), "  ".join("-" * w for w in widths), *map(fmt, rows)]
+    return "\n".join(lines) + "\n"
+
+
+def _grid(head: list[str], body: list[list[str]], n_text: int = 1) -> list[str]:
+    widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(head)]
+
+    def fmt(cells):
+        return "  ".join(c.ljust(w) if i < n_text else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+    return [fmt(head), "  ".join("-" * w for w in widths), *map(fmt, body)]
+
+
+def judge_text(record: JudgeRecord, agreement: Agreement) -> str:
+    """The judge: who, which pairs, how its answers were read, what it cost, and its agreement with
+    the human labels (``judge/agreement.txt``, and report.html's judge section)."""
+    p, o = record.params, record.outcomes
+    n = max(sum(o.values()), 1)
+    llm = record.identity.get("llm", {})
+    where = llm.get("base_url") or f"in process, {llm.get('precision', '?')} on {llm.get('device', '?')}"
+    cost = "-" if record.cost is None else f"{record.cost:.4f}"
+    lines = [
+        f"LLM judge: {p.get('model')} ({p.get('backend')}, {where}); prompt template {record.identity.get('prompt_template')}"
+        f"{' (from ' + str(p.get('prompt')) + ')' if p.get('prompt') else ' (built in)'}; temperature {p.get('temperature')}",
+        f"pairs: {record.holes:,} unjudged (the top {record.depth} of {', '.join(record.stages)}, pooled) + {record.sample:,} "
+        f"judged (the agreement sample, seed {p.get('sample_seed')}); {record.from_cache:,} answers from the cache",
+        f"parse health: ok {_pct(o.get('ok', 0) / n)}, repaired {_pct(o.get('repaired', 0) / n)}, unusable "
+        f"{_pct(o.get('unusable', 0) / n)}, failed {o.get('failed', 0)} (failed and unusable pairs stay holes)",
+        f"cost: {record.prompt_tokens:,} prompt + {record.completion_tokens:,} completion tokens, {record.retries} retries, "
+        f"model {record.model_seconds:.1f} s, wall {record.seconds:.1f} s this run, price {cost}",
+        f"reproducibility: {record.reproducibility or '-'}",
+        "",
+        f"Agreement with the human labels on {agreement.pairs} judged pairs graded blind "
+        f"({agreement.unusable} without a usable grade, left out)",
+    ]  # fmt: skip
+    names = [record.scale.get(g, str(g)) for g in agreement.grades]
+    body = [[f"{names[i]} (human)", *map(str, row), str(sum(row))] for i, row in enumerate(agreement.confusion)]
+    body.append(["total", *[str(sum(r[j] for r in agreement.confusion)) for j in range(len(names))],
+                 str(agreement.pairs)])  # fmt: skip
+    lines += _grid(["human \\ judge", *names, "total"], body)
+    f3 = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+    ci = "" if not agreement.weighted_kappa_ci else f" [{agreement.weighted_kappa_ci[0]:.3f}, {agreement.weighted_kappa_ci[1]:.3f}]"
+    lines.append(f"exact agreement {'-' if agreement.exact is None else _pct(agreement.exact)}; Cohen's kappa "
+                 f"{f3(agreement.kappa)}; linear-weighted {f3(agreement.weighted_kappa)}{ci} (95% bootstrap, "
+                 f"{agreement.bootstrap} resamples, seed {agreement.seed}); quadratic-weighted {f3(agreement.quadratic_kappa)}")  # fmt: skip
+    if agreement.orders:
+        lines += ["", "Stage order on the sample (each stage scored on the sampled pairs alone, judged only): human "
+                      "grades against the judge's"]  # fmt: skip
+        body = []
+        for od in agreement.orders:
+            order = lambda means: " > ".join(sorted(means, key=lambda s: -means[s]))  # noqa: E731
+            body.append([od.measure, order(od.human), order(od.judge), f3(od.tau)])
+        lines += _grid(["measure", "human order", "judge order", "Kendall tau-b"], body, 3)
     return "\n".join(lines) + "\n"

@@ -20,13 +20,14 @@ from stagebench.record import Manifest
 from stagebench.report import plots
 from stagebench.report.explorer import explorer_json, query_text
 from stagebench.report.html import render_html
-from stagebench.report.tables import per_query_csv, render_csv, render_markdown, render_text
+from stagebench.report.tables import judge_text, per_query_csv, render_csv, render_markdown, render_text
 from stagebench.results import ceilings
 from stagebench.results.cost import quality_cost
 from stagebench.results.folder import RunFolder, write_manifest
+from stagebench.results.judged import FILLED_FLAGS, FILLED_QRELS, JUDGMENTS, judge_results, read_judgments, sources_tsv
 from stagebench.results.queries import build, primary_measure, wins_and_losses
 from stagebench.results.scoring import Scored, label_names_of, score_folder
-from stagebench.runs import Run
+from stagebench.runs import Run, write_trec_qrels
 from stagebench.table import StageTable
 
 
@@ -38,6 +39,7 @@ class Rendered:
     scored: Scored
     text: str
     written: list[str] = field(default_factory=list)  # files render() wrote, relative to the folder
+    judge_text: str = ""  # the LLM judge's summary and agreement (empty: no judge on this folder)
 
     @property
     def table(self) -> StageTable:
@@ -70,6 +72,23 @@ def render(folder: str | Path, rf: RunFolder | None = None) -> Rendered:
     write("significance.json", json.dumps(scored.comparisons, indent=2) + "\n")
     write("significance_judged_only.json", json.dumps(scored.judged_only_comparisons, indent=2) + "\n")
     write("per_query.csv", per_query_csv([s.name for s in stages], scored.per_query, scored.queries))
+    judge = None
+    if manifest.judge is not None:
+        judgments = read_judgments(rf.verified(JUDGMENTS).read_text(encoding="utf-8"), str(folder / JUDGMENTS))
+        judged = judge_results(manifest, qrels, runs, judgments)
+        jt = judged.table
+        rendered.judge_text = judge_text(judged.record, judged.agreement)
+        write("judge/stage_table.txt", render_text(jt))
+        write("judge/stage_table.md", render_markdown(jt))
+        write("judge/stage_table.csv", render_csv(jt))
+        write("judge/stage_table.json", jt.to_json())
+        write("judge/agreement.txt", rendered.judge_text)
+        write("judge/agreement.json", json.dumps({"judge": judged.record.to_json(), "agreement": judged.agreement.to_json()},
+                                                 indent=2) + "\n")  # fmt: skip
+        write_trec_qrels(judged.filled, folder / FILLED_QRELS)
+        rendered.written.append(FILLED_QRELS)
+        write(FILLED_FLAGS, sources_tsv(judged.filled, judged.added))
+        judge = (jt, rendered.judge_text)
 
     rel = manifest.evaluation.relevance_threshold
     retrieval = [s for s in stages if not s.reorders_input]
@@ -88,7 +107,7 @@ def render(folder: str | Path, rf: RunFolder | None = None) -> Rendered:
     for name, png in images:
         write(f"plots/{name}", png)
     write("report.html", render_html(table, scored.comparisons, images, stages,
-                                     explorer_data(manifest, qrels, runs, scored, texts)))  # fmt: skip
+                                     explorer_data(manifest, qrels, runs, scored, texts), judge))  # fmt: skip
     return rendered
 
 
