@@ -120,6 +120,46 @@ def test_stage_table_has_ceiling_significance_and_labels(finished):
         assert (out / "plots" / f).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_the_three_views_of_unjudged_documents_against_independent_computations(finished):
+    """judged only = pytrec_eval's judged_docs_only_flag on the folder's runs; the bounds' low end is
+    the main value for monotone measures and never above it; unsettled pairs are exactly the
+    overlapping intervals, both ways; the judged-only marks are Holm-consistent in their own view; a
+    main-table mark whose order the bounds leave open is printed with a "?"."""
+    import pytrec_eval
+
+    from stagebench.runs import read_trec_qrels, read_trec_run
+
+    tmp, _ = finished
+    out = tmp / "one"
+    rows = json.loads((out / "stage_table.json").read_text())
+    qrels = read_trec_qrels(out / "qrels.trec")
+    scored = [q for q, docs in qrels.items() if any(g >= 1 for g in docs.values())]
+    ref = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10", "recall.100"}, judged_docs_only_flag=True)
+    for r in rows:
+        got = ref.evaluate(read_trec_run(out / "runs" / f"{r['stage']}.trec"))
+        for m, key in (("nDCG@10", "ndcg_cut_10"), ("R@100", "recall_100")):
+            want = sum(got.get(q, {}).get(key, 0.0) for q in scored) / len(scored)
+            assert r["judged_only"][m] == pytest.approx(want, abs=2e-6), (r["stage"], m)
+        assert r["bounds"]["RR@10"][0] == r["RR@10"] and r["bounds"]["R@100"][0] == r["R@100"]
+        assert r["bounds"]["nDCG@10"][0] <= r["nDCG@10"] <= r["bounds"]["nDCG@10"][1]
+    letters = {r["id"]: r for r in rows}
+    for r in rows:
+        for m, (lo, hi) in r["bounds"].items():
+            overlapping = sorted(o["id"] for o in rows if o is not r and lo <= o["bounds"][m][1] and o["bounds"][m][0] <= hi)
+            assert sorted(r["unsettled"].get(m, [])) == overlapping, (r["stage"], m)
+            assert all(r["id"] in letters[x]["unsettled"][m] for x in overlapping)
+    sig = json.loads((out / "significance_judged_only.json").read_text())
+    check_holm_and_marks(sig, [{**r, "better_than": r["judged_only_better_than"]} for r in rows], 0.05)
+    text = (out / "stage_table.txt").read_text()
+    assert "Judged only: unjudged documents removed" in text and "Bounds: every hole irrelevant" in text
+    for r in rows:
+        for m, won in r["better_than"].items():
+            for x in won:
+                mark = x + ("?" if x in r["unsettled"].get(m, []) else "")
+                line = next(x for x in text.splitlines() if x.split()[:2] == [r["id"], r["stage"]])  # the main table's row
+                assert mark in line, (r["stage"], m, mark)
+
+
 def test_table_reproduces_every_file_byte_for_byte_without_running_stages(finished, tmp_path):
     tmp, stdout = finished
     copy = tmp_path / "copy"

@@ -92,3 +92,15 @@ def test_every_grading_of_the_holes_lies_within_the_bounds_of_monotone_measures(
                 assert lo["q"] - 1e-12 <= values[n]["q"] <= hi["q"] + 1e-12, (n, grades)
         checked += 1
     assert checked >= 20
+
+
+def test_ndcg_is_not_monotone_in_a_holes_grade_so_the_bounds_are_the_two_scenarios_ordered():
+    """A grade-1 document at rank 1 and nine holes: scored irrelevant, the ranking is ideal (1.0); at
+    the top grade, the holes raise the ideal more than the ranking, so the value drops."""
+    qrels = {"q": {"rel": 1}, "other": {"best": 3}}  # the qrels' top grade is 3
+    run = {"q": {"rel": 10.0, **{f"h{i}": float(9 - i) for i in range(9)}}}
+    low = evaluate(qrels, run, ["nDCG@10"]).per_query["nDCG@10"]
+    high = evaluate(qrels, run, ["nDCG@10"], holes="top_grade").per_query["nDCG@10"]
+    assert low["q"] == 1.0 and high["q"] < 1.0
+    lo, hi = bounds(low, high)
+    assert (lo["q"], hi["q"]) == (high["q"], 1.0)

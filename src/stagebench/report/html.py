@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import html
 import json
+import re
 from collections.abc import Sequence
 
 from stagebench.record import StageRecord
@@ -107,7 +108,8 @@ def tables_html(table: StageTable, prefix: str = "") -> list[str]:
     e = html.escape
     parts = []
     for sub, head, body, _ in tables(table):
-        parts.append(f"<h2>{e(sub)}</h2><table id=\"{prefix}{e(sub.split()[0].lower())}\"><tr>"
+        ident = re.sub(r"[^a-z0-9-]", "", sub.split()[0].lower())
+        parts.append(f"<h2>{e(sub)}</h2><table id=\"{prefix}{ident}\"><tr>"
                      + "".join(f"<th>{e(h)}</th>" for h in head) + "</tr>")  # fmt: skip
         for b in body:
             cells = []
