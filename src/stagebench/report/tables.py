@@ -275,6 +275,15 @@ def _grid(head: list[str], body: list[list[str]], n_text: int = 1) -> list[str]:
     return [fmt(head), "  ".join("-" * w for w in widths), *map(fmt, body)]
 
 
+def _order(means: dict[str, float]) -> str:
+    """Stages best first with their means, "=" between tied ones."""
+    ranked = sorted(means, key=lambda s: -means[s])
+    out = f"{ranked[0]} {means[ranked[0]]:.3f}"
+    for prev, s in zip(ranked, ranked[1:]):
+        out += (" = " if means[s] == means[prev] else " > ") + f"{s} {means[s]:.3f}"
+    return out
+
+
 def judge_text(record: JudgeRecord, agreement: Agreement) -> str:
     """The judge: who, which pairs, how its answers were read, what it cost, and its agreement with
     the human labels (``judge/agreement.txt``, and report.html's judge section)."""
@@ -302,17 +311,14 @@ def judge_text(record: JudgeRecord, agreement: Agreement) -> str:
     body.append(["total", *[str(sum(r[j] for r in agreement.confusion)) for j in range(len(names))],
                  str(agreement.pairs)])  # fmt: skip
     lines += _grid(["human \\ judge", *names, "total"], body)
-    f3 = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
-    ci = "" if not agreement.weighted_kappa_ci else f" [{agreement.weighted_kappa_ci[0]:.3f}, {agreement.weighted_kappa_ci[1]:.3f}]"
+    f3 = lambda v: "-" if v is None else f"{v + 0.0:.3f}".replace("-0.000", "0.000")  # noqa: E731
+    ci = "" if not agreement.weighted_kappa_ci else f" [{f3(agreement.weighted_kappa_ci[0])}, {f3(agreement.weighted_kappa_ci[1])}]"
     lines.append(f"exact agreement {'-' if agreement.exact is None else _pct(agreement.exact)}; Cohen's kappa "
                  f"{f3(agreement.kappa)}; linear-weighted {f3(agreement.weighted_kappa)}{ci} (95% bootstrap, "
                  f"{agreement.bootstrap} resamples, seed {agreement.seed}); quadratic-weighted {f3(agreement.quadratic_kappa)}")  # fmt: skip
     if agreement.orders:
-        lines += ["", "Stage order on the sample (each stage scored on the sampled pairs alone, judged only): human "
-                      "grades against the judge's"]  # fmt: skip
-        body = []
-        for od in agreement.orders:
-            order = lambda means: " > ".join(sorted(means, key=lambda s: -means[s]))  # noqa: E731
-            body.append([od.measure, order(od.human), order(od.judge), f3(od.tau)])
+        lines += ["", "Stage order on the sample (each stage scored against the sampled pairs' labels alone): human "
+                      "grades against the judge's (tau -: undefined, every stage tied on one side)"]  # fmt: skip
+        body = [[od.measure, _order(od.human), _order(od.judge), f3(od.tau)] for od in agreement.orders]
         lines += _grid(["measure", "human order", "judge order", "Kendall tau-b"], body, 3)
     return "\n".join(lines) + "\n"

@@ -118,9 +118,10 @@ def agreement(pairs: Sequence[tuple[str, str]], judge_grades: Sequence[int | Non
 def stage_orders(usable: Sequence[tuple[tuple[str, str], int]], qrels: Mapping[str, Mapping[str, int]],
                  runs: Mapping[str, Run], stages: Sequence[str], measures: Sequence[str], relevance_threshold: int,
                  gain) -> list[StageOrder]:  # fmt: skip
-    """Each stage scored on the sample pairs alone (judged only: the rest of its ranking is left out),
-    once with the human grades and once with the judge's; the means over the queries the human sample
-    scores, and Kendall's tau-b of the two stage orders."""
+    """Each stage scored against the sample's labels alone (every other document of its ranking
+    counts as unjudged, i.e. irrelevant, so where a stage ranks the sampled documents is what
+    counts), once with the human grades and once with the judge's; the means over the queries the
+    human sample scores, and Kendall's tau-b of the two stage orders."""
     human: dict[str, dict[str, int]] = {}
     judge: dict[str, dict[str, int]] = {}
     for (q, d), g in usable:
@@ -130,14 +131,12 @@ def stage_orders(usable: Sequence[tuple[tuple[str, str], int]], qrels: Mapping[s
         return []
     ms = [m for m in measures if parse_measure(m).family not in holes.UNAFFECTED]
     out = []
-    hm = {s: evaluate(human, runs[s], ms, relevance_threshold=relevance_threshold, gain=gain, holes="judged_only")
-          for s in stages}  # fmt: skip
+    hm = {s: evaluate(human, runs[s], ms, relevance_threshold=relevance_threshold, gain=gain) for s in stages}
     queries = hm[stages[0]].scored_queries
     jm = {}
     for s in stages:
         if any(g >= 1 for docs in judge.values() for g in docs.values()):
-            jm[s] = evaluate(judge, runs[s], ms, relevance_threshold=relevance_threshold, gain=gain,
-                             holes="judged_only").per_query  # fmt: skip
+            jm[s] = evaluate(judge, runs[s], ms, relevance_threshold=relevance_threshold, gain=gain).per_query
     for m in ms:
         hmeans = {s: round(hm[s].means[m], 6) for s in stages}
         jmeans = {s: round(sum(jm[s][m].get(q, 0.0) for q in queries) / len(queries), 6) if jm else 0.0 for s in stages}

@@ -136,7 +136,7 @@ def judge_results(manifest: Manifest, qrels: dict, runs: dict[str, Run], judgmen
     t = scored.table
     model = record.params.get("model", "?")
     k = "-" if agr.weighted_kappa is None else f"{agr.weighted_kappa:.3f}"
-    ci = "" if not agr.weighted_kappa_ci else f" [{agr.weighted_kappa_ci[0]:.3f}, {agr.weighted_kappa_ci[1]:.3f}]"
+    ci = "" if not agr.weighted_kappa_ci else f" [{agr.weighted_kappa_ci[0] + 0.0:.3f}, {agr.weighted_kappa_ci[1] + 0.0:.3f}]"
     holes_left = record.holes - len(added)
     t.title = f"Judge-filled stage table: {manifest.name} - NOT human judgments"
     t.notes = [f"labels: the human qrels plus {len(added):,} grades by the LLM judge {model} for unjudged documents in the "
