@@ -55,7 +55,7 @@ def judge_runs(params: JudgeParams, judge: Judge, ds: Dataset, runs: dict[str, R
     backend = judge.backend()
     tokens = asked.prompt_tokens + asked.completion_tokens
     record = JudgeRecord(
-        params={k: v for k, v in asdict(params).items()}, identity=judge.identity(),
+        params=asdict(params), identity=judge.identity(),
         scale={g: label for g, label, _ in scale.labels}, depth=params.depth, stages=list(chosen), holes=len(holes),
         sample=len(picked), outcomes=dict(o), from_cache=asked.from_cache, prompt_tokens=asked.prompt_tokens,
         completion_tokens=asked.completion_tokens, retries=asked.retries, model_seconds=round(asked.model_seconds, 3),

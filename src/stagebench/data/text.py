@@ -62,6 +62,25 @@ def _srs_product(fields: Mapping[str, str | None]) -> str:
 NAMED_TEMPLATES = {"srs": (("title", "brand", "bullet_points", "description"), _srs_product)}
 
 
+def template_problem(template: str, known: tuple[str, ...], required: tuple[str, ...]) -> str | None:
+    """Why a ``str.format`` prompt template cannot be used - not parseable, a positional field, a
+    field outside ``known``, a ``required`` one missing - or None."""
+    names = ", ".join("{" + f + "}" for f in known)
+    try:
+        used = set(template_fields(template))
+        if any(f == "" for _, f, _, _ in string.Formatter().parse(template)):
+            return f"a positional field {{}} is not allowed; name it ({names})"
+    except ValueError as exc:
+        return f"not a valid template ({exc}); write literal braces as {{{{ and }}}}"
+    unknown = sorted(used - set(known))
+    if unknown:
+        return f"unknown field(s) {', '.join('{' + u + '}' for u in unknown)} (known: {', '.join(known)})"
+    missing = [f for f in required if f not in used]
+    if missing:
+        return f"the template must use {', '.join('{' + m + '}' for m in missing)}"
+    return None
+
+
 def template_fields(template: str) -> list[str]:
     """The field names a template uses (``"{title} {brand}"`` -> [title, brand]; a named one's fields)."""
     if template in NAMED_TEMPLATES:

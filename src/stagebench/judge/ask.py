@@ -11,21 +11,17 @@ import hashlib
 import logging
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Annotated, Any
 
 from stagebench.cache import Cache
 from stagebench.engine import Engine
-from stagebench.errors import ConfigError, StagebenchError
 from stagebench.judge.scale import DEFAULT_SYSTEM, DEFAULT_TEMPLATE, FAILED, OUTCOMES, Scale, check_template, parse_grade, render_prompt
 from stagebench.params import NonNegativeInt, PositiveInt, Range, Seed, param
-from stagebench.rerank.chat import ChatParams, ChatRequest, Completion, RequestFailed, cached_answer, make_backend
-from stagebench.textfile import read_text
+from stagebench.rerank.chat import (
+    ChatParams, ChatRequest, Completion, RequestFailed, cached_answer, make_backend, prompt_problems, read_prompt,
+)
 
 log = logging.getLogger("stagebench")
-
-#: a prompt template is a few KB; the largest file read as one
-MAX_PROMPT_BYTES = 1 << 20
 
 
 @dataclass
@@ -48,20 +44,7 @@ class JudgeParams(ChatParams):
         return self.check()
 
     def check(self) -> list[tuple[str, str]]:
-        errs = super().check()
-        if self.prompt:
-            try:
-                why = check_template(read_prompt(self.prompt))
-            except StagebenchError as exc:
-                errs.append(("prompt", str(exc)))
-            else:
-                if why:
-                    errs.append(("prompt", f"{self.prompt}: {why}"))
-        return errs
-
-
-def read_prompt(path: str) -> str:
-    return read_text(Path(path).expanduser(), "prompt file", ConfigError, MAX_PROMPT_BYTES)
+        return super().check() + prompt_problems(self.prompt, check_template)
 
 
 def _digest(text: str) -> str:

@@ -14,9 +14,9 @@ numbers 0..top with graded descriptions. An answer is read as:
 from __future__ import annotations
 
 import re
-import string
 from dataclasses import dataclass
 
+from stagebench.data.text import template_problem
 from stagebench.rerank.listwise import shorten
 
 OK, REPAIRED, UNUSABLE, FAILED = "ok", "repaired", "unusable", "failed"
@@ -80,19 +80,7 @@ def scale_for(label_names: dict[int, str], grades: set[int]) -> Scale:
 
 def check_template(template: str) -> str | None:
     """Why a judge prompt template cannot be used, or None."""
-    try:
-        fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
-    except ValueError as exc:
-        return f"not a valid template ({exc}); write literal braces as {{{{ and }}}}"
-    if "" in fields:
-        return "a positional field {} is not allowed; name it ({query}, {document}, {scale})"
-    unknown = sorted(set(fields) - set(TEMPLATE_FIELDS))
-    if unknown:
-        return f"unknown field(s) {', '.join('{' + u + '}' for u in unknown)} (known: {', '.join(TEMPLATE_FIELDS)})"
-    missing = [f for f in ("query", "document") if f not in fields]
-    if missing:
-        return f"the template must use {', '.join('{' + m + '}' for m in missing)}"
-    return None
+    return template_problem(template, TEMPLATE_FIELDS, ("query", "document"))
 
 
 def render_prompt(template: str, query: str, document: str, scale: Scale, max_words: int) -> str:

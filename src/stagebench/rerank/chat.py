@@ -39,14 +39,17 @@ import urllib.request
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from importlib import metadata
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Literal
 
 from stagebench.cache import Cache, memo, module_source_hash
 from stagebench.devices import HardwareParams, Placement, autocast, gpu_worker_placement, place
-from stagebench.errors import StagebenchError
+from stagebench.errors import ConfigError, StagebenchError
 from stagebench.models import ResolvedModel, on_this_machine, resolve_model
 from stagebench.optional import need
 from stagebench.params import NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, Seed, param
+from stagebench.textfile import read_text
 
 log = logging.getLogger("stagebench")
 
@@ -57,6 +60,24 @@ MAX_ANSWER_BYTES = 4 << 20
 
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: a prompt template is a few KB; the largest file read as one
+MAX_PROMPT_BYTES = 1 << 20
+
+
+def read_prompt(path: str) -> str:
+    """A prompt template file (``prompt:`` of the LLM stage and of the judge)."""
+    return read_text(Path(path).expanduser(), "prompt file", ConfigError, MAX_PROMPT_BYTES)
+
+
+def prompt_problems(path: str, check: Callable[[str], str | None]) -> list[tuple[str, str]]:
+    """``[("prompt", why)]`` when the template file at ``path`` cannot be read or ``check`` refuses it."""
+    if not path:
+        return []
+    try:
+        why = check(read_prompt(path))
+    except StagebenchError as exc:
+        return [("prompt", str(exc))]
+    return [("prompt", f"{path}: {why}")] if why else []
 
 
 @dataclass

@@ -20,10 +20,9 @@ Every window gets one :class:`Outcome` - ``ok``, ``repaired`` (with the repairs 
 from __future__ import annotations
 
 import re
-import string
 from dataclasses import dataclass
 
-from stagebench.data.text import template_fields
+from stagebench.data.text import template_problem
 
 OK, REPAIRED, FALLBACK, FAILED = "ok", "repaired", "fallback", "failed"
 OUTCOMES = (OK, REPAIRED, FALLBACK, FAILED)
@@ -85,19 +84,7 @@ def sliding_windows(n: int, window: int, stride: int) -> list[tuple[int, int]]:
 
 def check_template(template: str) -> str | None:
     """Why a prompt template cannot be used, or None."""
-    try:
-        used = set(template_fields(template))
-        if any(f == "" for _, f, _, _ in string.Formatter().parse(template)):
-            return "a positional field {} is not allowed; name it ({query}, {passages}, {num})"
-    except ValueError as exc:
-        return f"not a valid template ({exc}); write literal braces as {{{{ and }}}}"
-    unknown = sorted(used - set(TEMPLATE_FIELDS))
-    if unknown:
-        return f"unknown field(s) {', '.join('{' + u + '}' for u in unknown)} (known: {', '.join(TEMPLATE_FIELDS)})"
-    missing = [f for f in ("query", "passages") if f not in used]
-    if missing:
-        return f"the template must use {', '.join('{' + m + '}' for m in missing)}"
-    return None
+    return template_problem(template, TEMPLATE_FIELDS, ("query", "passages"))
 
 
 def shorten(text: str, max_words: int) -> str:

@@ -23,29 +23,19 @@ import hashlib
 import logging
 import time
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 from stagebench.engine import EngineParams
-from stagebench.errors import ConfigError, StagebenchError
 from stagebench.record import LLMStats, Stats
-from stagebench.rerank.chat import ChatParams, OpenAIBackend, TransformersBackend, make_backend
+from stagebench.rerank.chat import ChatParams, OpenAIBackend, TransformersBackend, make_backend, prompt_problems, read_prompt
 from stagebench.rerank.listwise import DEFAULT_SYSTEM, DEFAULT_TEMPLATE, FAILED, check_template, sliding_windows
 from stagebench.rerank.windows import QueryTask, WindowStats
 from stagebench.params import PositiveInt, param
 from stagebench.runs import Run
 from stagebench.rerank.merge import merge_head_tail, split_head
 from stagebench.stages.base import Stage, StageContext, StageOutput
-from stagebench.textfile import read_text
 
 log = logging.getLogger("stagebench")
-
-#: a prompt template is a few KB; the largest file read as one
-MAX_PROMPT_BYTES = 1 << 20
-
-
-def read_prompt(path: str) -> str:
-    return read_text(Path(path).expanduser(), "prompt file", ConfigError, MAX_PROMPT_BYTES)
 
 
 @dataclass
@@ -87,16 +77,7 @@ class LLMRerankStage(Stage):
         if p.stride > p.window:
             errs.append(("stride", f"{p.stride} is larger than window ({p.window}): candidates between windows would "
                                    "never be ranked"))  # fmt: skip
-        errs += p.check()
-        if p.prompt:
-            try:
-                why = check_template(read_prompt(p.prompt))
-            except StagebenchError as exc:
-                errs.append(("prompt", str(exc)))
-            else:
-                if why:
-                    errs.append(("prompt", f"{p.prompt}: {why}"))
-        return errs
+        return errs + p.check() + prompt_problems(p.prompt, check_template)
 
     # ------------------------------------------------------------------ backend
     def template(self) -> str:
