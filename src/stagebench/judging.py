@@ -76,7 +76,7 @@ def judge_folder(folder: str | Path, config: str | None = None, cache_dir: str |
     where = config or f"{rf.path / 'manifest.json'} (its config)"
     section = raw.get("judge") if isinstance(raw, dict) else None
     if section is None:
-        raise StagebenchError(f"{where}: no judge: section; give a config with one (--config FILE, docs/judge.md)")
+        raise StagebenchError(f"{where}: no judge: section; give a config with one (--config FILE; docs/metrics.md#an-llm-judge-for-the-holes)")
     params = parse_judge(section, where, rf.manifest.stage_names)
     dc = parse_dataset(rf.manifest.config.get("dataset"))
     ds = LOADERS[dc.loader].load(dc.options)
