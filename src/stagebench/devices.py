@@ -10,10 +10,14 @@ table, docs/models.md):
   2.5x the fp32 speed for MiniLM-L6 here, nDCG@10 within the 0.002 the precision table checks;
 * on other CPUs, fp32;
 * on a GPU, fp32 (fp16 and bf16 are there to ask for; they were not measured on a GPU here);
-* ONNX models run as they were exported (the bundled carriers are INT8).
+* ONNX models run as they were exported (the bundled carriers: their own dynamic INT8).
 
-``int8`` (dynamic INT8 of the Linear layers, CPU only) is explicit: it costs nDCG (see
-``make perf``). CPU features are read once from ``/proc/cpuinfo`` (Linux);
+``int8`` is explicit and **batch-dependent**: torch's dynamic INT8 of the Linear layers, or an
+ONNX graph's own dynamic INT8, both take one activation scale for the whole batch (padding
+included), so an input's output moves with what it is batched with; it also costs nDCG for
+torch models (see ``make perf``). ``int8-token`` (CPU, onnxruntime) is the batch-invariant
+INT8: one activation scale per token (a torch model is exported to ONNX for it); ``fp32`` of an
+INT8 ONNX graph runs its weights dequantized (:mod:`stagebench.variants`). CPU features are read once from ``/proc/cpuinfo`` (Linux);
 ``STAGEBENCH_CPU_FEATURES`` replaces them (``""``: none, e.g. to see the fp32 default on a
 bf16 machine).
 """
@@ -33,7 +37,9 @@ from stagebench.params import DeviceSpec, param
 
 log = logging.getLogger("stagebench")
 
-PRECISIONS = ("auto", "fp32", "bf16", "fp16", "int8")
+PRECISIONS = ("auto", "fp32", "bf16", "fp16", "int8", "int8-token")
+#: how place() sees a model: torch, an ONNX graph, or an ONNX graph with dynamic (per batch) INT8
+BACKENDS = ("torch", "onnx", "onnx-dynamic-int8")
 #: CPU flags that mean native bf16 matrix arithmetic
 BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
 FEATURES_ENV = "STAGEBENCH_CPU_FEATURES"
@@ -44,8 +50,10 @@ class HardwareParams:
     """The ``device`` and ``precision`` keys of every neural stage (and of ``training:``)."""
 
     device: DeviceSpec = param("auto", "where the model runs: auto (CUDA, else MPS, else CPU) | cpu | cuda | cuda:N | mps")
-    precision: Literal["auto", "fp32", "bf16", "fp16", "int8"] = param(
-        "auto", "auto: bf16 autocast on CPUs with native bf16, else fp32 (docs/models.md#precision); int8 costs nDCG")
+    precision: Literal["auto", "fp32", "bf16", "fp16", "int8", "int8-token"] = param(
+        "auto", "auto: torch models bf16 autocast on CPUs with native bf16, else fp32; ONNX models as exported "
+        "(docs/models.md#precision); int8: one activation scale per batch (batch-dependent); int8-token: per token "
+        "(batch-invariant, CPU); fp32 of an INT8 ONNX model: its weights dequantized")
 
 
 @lru_cache(maxsize=1)
@@ -131,11 +139,16 @@ def place(device: str, precision: str, backend: str, what: str, auto_bf16: bool 
         raise StagebenchError(f"{what}: precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     dev = resolve_device(device)
     kind = dev.split(":")[0]
-    if backend == "onnx":
-        if precision not in ("auto", "int8"):
-            raise StagebenchError(f"{what}: this ONNX model runs at its exported precision (INT8 for the bundled "
-                                  f"carriers); precision {precision} needs a torch model (a local folder or source: hub)")  # fmt: skip
-        return Placement(dev, "int8", "the ONNX model's own precision (INT8)")
+    if backend not in BACKENDS:
+        raise StagebenchError(f"{what}: unknown model backend {backend!r}")
+    if precision == "int8-token":
+        if kind != "cpu":
+            raise StagebenchError(f"{what}: precision int8-token runs on the CPU (onnxruntime); on {dev} use fp32, bf16 or fp16")
+        if not auto_bf16:
+            raise StagebenchError(f"{what}: precision int8-token is for the encoders (dense, cross_encoder)")
+        return Placement(dev, "int8-token", "as configured: INT8 with per-token activation scales (batch-invariant)")
+    if backend != "torch":
+        return _place_onnx(dev, kind, precision, backend == "onnx-dynamic-int8", what)
     if precision == "auto":
         if kind == "cpu" and cpu_has_bf16() and auto_bf16:
             return Placement(dev, "bf16", "auto: the CPU has native bf16 (avx512_bf16/amx_bf16): bf16 autocast, "
@@ -152,17 +165,36 @@ def place(device: str, precision: str, backend: str, what: str, auto_bf16: bool 
     return Placement(dev, precision, "as configured")
 
 
+def _place_onnx(dev: str, kind: str, precision: str, dynamic: bool, what: str) -> Placement:
+    if precision in ("bf16", "fp16"):
+        raise StagebenchError(f"{what}: an ONNX model runs at fp32, int8 (its own dynamic INT8) or int8-token; "
+                              f"precision {precision} needs a torch model (a local folder or source: hub)")  # fmt: skip
+    if precision == "auto":
+        if dynamic:
+            return Placement(dev, "int8", "auto: the ONNX model's own dynamic INT8 (one activation scale per batch: "
+                                          "batch-dependent; int8-token and fp32 are batch-invariant)")  # fmt: skip
+        return Placement(dev, "fp32", "auto: the ONNX model's own precision (fp32)")
+    if precision == "int8":
+        if not dynamic:
+            raise StagebenchError(f"{what}: precision int8 runs an ONNX graph's own dynamic INT8, and this graph has none; "
+                                  "int8-token quantizes it (per-channel weights, per-token activations)")  # fmt: skip
+        return Placement(dev, "int8", "as configured: the ONNX graph's dynamic INT8, one activation scale per batch "
+                                      "(batch-dependent)")  # fmt: skip
+    return Placement(dev, "fp32", "as configured" + (": the INT8 graph's weights dequantized" if dynamic else ""))
+
+
 def gpu_worker_placement(precision: str, backend: str, what: str) -> Placement:
     """The placement of a model that runs on Ray workers holding a GPU each (``num_gpus_per_worker``
     > 0): ``cuda:0`` is the GPU Ray gave the worker, whatever the driver has. ``auto`` precision
     is what it is for a local GPU (fp32; ONNX models: their own)."""
     if precision not in PRECISIONS:
         raise StagebenchError(f"{what}: precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
-    if backend == "onnx":
-        if precision not in ("auto", "int8"):
-            raise StagebenchError(f"{what}: this ONNX model runs at its exported precision (INT8 for the bundled "
-                                  f"carriers); precision {precision} needs a torch model")  # fmt: skip
-        return Placement("cuda:0", "int8", "the ONNX model's own precision (INT8), on the Ray workers' GPUs")
+    if precision == "int8-token":
+        raise StagebenchError(f"{what}: precision int8-token runs on the CPU (onnxruntime); the Ray workers have GPUs "
+                              "(num_gpus_per_worker > 0)")  # fmt: skip
+    if backend != "torch":
+        pl = _place_onnx("cuda:0", "cuda", precision, backend == "onnx-dynamic-int8", what)
+        return Placement("cuda:0", pl.precision, f"{pl.why}, on the Ray workers' GPUs")
     if precision == "int8":
         raise StagebenchError(f"{what}: precision int8 (dynamic INT8 quantization) runs on the CPU only; "
                               "the Ray workers have GPUs (num_gpus_per_worker > 0)")  # fmt: skip

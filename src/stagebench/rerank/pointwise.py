@@ -13,10 +13,11 @@ A reranker with ``score_pairs`` scores each query's candidates in **rank bands o
 (:data:`BAND_EDGES`: ranks 1-10, 11-20, 21-50, 51-100, 101-200, 201-500, ...; a band longer than
 ``pairs_per_call`` is cut in pieces of that size), one call per band. A pair's score thus never
 depends on how deep the stage reranks: the pairs scored for depth 200 include, with the same
-scores, those for 10, 20, 50 and 100. It matters in practice: the bundled INT8 cross-encoder
-quantizes activations per batch, and one pair's logit moved by up to 0.41 when its batch mates
-changed. With ``depths: [10, 20, 50, 100, 200]`` the stage scores the largest depth once and
-derives the run at each depth by reordering only the top N (the tail kept below), exactly the run
+scores, those for 10, 20, 50 and 100. It matters in practice: the bundled INT8 cross-encoder at
+its own dynamic INT8 (``precision: int8``, today's ``auto``) quantizes activations per batch, and
+one pair's logit moved by up to 0.41 when its batch mates changed (``int8-token`` and ``fp32`` are
+batch-invariant: tests/test_batch_invariance.py). With ``depths: [10, 20, 50, 100, 200]`` the
+stage scores the largest depth once and derives the run at each depth by reordering only the top N (the tail kept below), exactly the run
 ``top_n: N`` gives; its own ``top_n`` run is the stage's output. A reranker with only
 ``score(query, docs)`` (or ``per_query: true``) is called once per query with its whole head, and
 once per depth: its scores may depend on the list it is shown.
@@ -40,6 +41,7 @@ from stagebench.params import PositiveFloat, PositiveInt, param
 from stagebench.rerank.merge import band_edges, merge_head_tail, sigmoid_keeping_order, split_head
 from stagebench.runs import Run
 from stagebench.stages.base import StageContext
+from stagebench.variants import for_placement, onnx_kind
 
 log = logging.getLogger("stagebench")
 
@@ -77,8 +79,9 @@ class CrossEncoderReranker:
                  max_length: int = 256, batch_size: int = 32, device: str = "auto",
                  precision: str = "auto") -> None:  # fmt: skip
         resolved = resolve_model(model, source)
-        placement = place(device, precision, "onnx" if resolved.backend == "onnx" else "torch", f"cross-encoder {model}")
-        self._load(resolved, placement, max_length, batch_size)
+        kind = onnx_kind(resolved)
+        placement = place(device, precision, kind, f"cross-encoder {model}")
+        self._load(for_placement(resolved, placement, kind, None, f"cross-encoder {model}"), placement, max_length, batch_size)
 
     @classmethod
     def placed(cls, resolved: ResolvedModel, source: str, placement: Placement, max_length: int,

@@ -22,7 +22,6 @@ import numpy as np
 from stagebench.cache import code_identity, memo
 from stagebench.devices import HardwareParams, Placement
 from stagebench.encoders import EncodeTask, encode_with
-from stagebench.models import resolve_model
 from stagebench.optional import need
 from stagebench.params import PositiveInt, Range, param
 from stagebench.runs import Run, ranked
@@ -141,9 +140,9 @@ class DenseStage(ModelStage):
 
     def __call__(self, ctx: StageContext, inputs: list[Run]) -> Run:
         p: DenseParams = self.params
-        model = resolve_model(p.model, p.source)
+        model, placement = self.model_to_run(ctx)
         log.info("stage %s: model %s resolved to %s", self.name, p.model, model.origin)
-        task = EncodeTask(model, p.source, self.placement(), p.max_length)
+        task = EncodeTask(model, p.source, placement, p.max_length)
         emb = corpus_embeddings(task, ctx, p, self.name)
         ds = ctx.dataset
         qids = ds.query_ids

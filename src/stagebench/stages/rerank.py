@@ -16,7 +16,6 @@ from stagebench.cache import module_source_hash
 from stagebench.devices import HardwareParams
 from stagebench.errors import ConfigError
 from stagebench.finetune import Fitted, TrainingData, fine_tune
-from stagebench.models import resolve_model
 from stagebench.params import PositiveInt, build, param
 from stagebench.rerank.plugins import build_plugin, check_kwargs, import_target
 from stagebench.rerank.pointwise import CrossEncoderReranker, RerankCommon, Reranked, ScoreTask, rerank_depths
@@ -59,8 +58,7 @@ class CrossEncoderStage(ModelStage):
 
     def apply(self, ctx: StageContext, inputs: list[Run]) -> StageOutput:
         p: CrossEncoderParams = self.params
-        placement = self.placement()
-        resolved = resolve_model(p.model, p.source)
+        resolved, placement = self.model_to_run(ctx)
         task = ScoreTask(partial(CrossEncoderReranker.placed, resolved, p.source, placement, p.max_length, p.batch_size),
                          not p.per_query, self.name, f"cross-encoder {p.model}")  # fmt: skip
         where = "Ray workers" if ctx.engine.remote else task.reranker.model.runs_on

@@ -1,0 +1,228 @@
+"""Rewrites of dynamically quantized ONNX graphs, and the export of torch encoders to ONNX.
+
+onnxruntime's dynamic INT8 (``DynamicQuantizeLinear`` before every ``MatMulInteger``, what
+the bundled carriers and ``onnxruntime.quantization.quantize_dynamic`` produce) takes **one
+activation scale for the whole input tensor**: every pair of a batch, padding included. A
+pair's score then depends on its batch mates; the bundled cross-encoder's logits moved by up
+to 0.7 between a pair scored alone and in a batch (``make perf``). Two rewrites make a graph's
+output a function of its input:
+
+* :func:`per_token_int8`: each ``DynamicQuantizeLinear`` becomes a symmetric quantization with
+  **one scale per token** (``max |x|`` over the hidden axis / 127, zero point 128 on uint8), so a
+  token's integer activations depend on that token alone; the weights and the integer matrix
+  products are the graph's own. Padding tokens get their own scales and are masked out by
+  attention as before. Measured on this project's collections in ``make perf``.
+* :func:`dequantized_fp32`: every ``MatMulInteger`` and the scaling around it becomes one fp32
+  ``MatMul`` on the dequantized weights (``w = scale * (q - zero_point)``): the graph's weights
+  with fp32 activations, the reference the INT8 paths are measured against.
+
+:func:`export_encoder` writes a sentence-transformers model's transformer to ONNX (fp32) and a
+per-channel dynamic INT8 copy of it, for the ``int8-token`` precision of torch models.
+Each function writes one file; caching them is :mod:`stagebench.variants`' job.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from stagebench.errors import StagebenchError
+from stagebench.optional import need
+
+#: files of a tokenizer that a derived model folder carries over from its source
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
+
+
+def _load(path: Path):
+    onnx = need("onnx", "rewriting an ONNX graph")
+    return onnx, onnx.load(str(path))
+
+
+def has_dynamic_quantization(path: str | Path) -> bool:
+    """Whether the graph quantizes activations at run time (``DynamicQuantizeLinear``)."""
+    _, model = _load(Path(path))
+    return any(n.op_type == "DynamicQuantizeLinear" for n in model.graph.node)
+
+
+def per_token_int8(src: str | Path, dst: str | Path) -> int:
+    """Write ``src`` with every ``DynamicQuantizeLinear`` replaced by per-token symmetric
+    quantization (see the module docstring); returns how many were replaced."""
+    onnx, model = _load(Path(src))
+    helper, numpy_helper = onnx.helper, onnx.numpy_helper
+    g = model.graph
+    consts = {"sb_127": np.array(127.0, np.float32), "sb_eps": np.array(1e-12, np.float32),
+              "sb_zp": np.array(128, np.uint8), "sb_m1": np.array([-1], np.int64), "sb_one": np.array([1], np.int64),
+              "sb_zero": np.array([0], np.int64), "sb_end": np.array([np.iinfo(np.int64).max], np.int64),
+              "sb_unit": np.array(1.0, np.float32)}  # fmt: skip
+    if any(i.name in consts for i in g.initializer):
+        raise StagebenchError(f"{src}: already rewritten per token")
+    g.initializer.extend(numpy_helper.from_array(v, k) for k, v in consts.items())
+    consumers: dict[str, list] = {}
+    for n in g.node:
+        for i in n.input:
+            consumers.setdefault(i, []).append(n)
+    row_scale: dict[str, str] = {}  # quantized tensor -> its per-token scales, shaped [..., 1]
+    nodes, replaced = [], 0
+    for n in g.node:
+        if n.op_type != "DynamicQuantizeLinear":
+            nodes.append(n)
+            continue
+        replaced += 1
+        x, (q, scale, zero) = n.input[0], n.output
+        p = f"{n.name or n.output[0]}/per_token"
+
+        def node(op: str, inputs: list[str], out: str, **attrs):
+            nodes.append(helper.make_node(op, inputs, [out], name=f"{p}/{op}/{len(nodes)}", **attrs))
+            return out
+
+        shape = node("Shape", [x], f"{p}/shape")
+        hidden = node("Slice", [shape, "sb_m1", "sb_end"], f"{p}/hidden")
+        rows = node("Slice", [shape, "sb_zero", "sb_m1"], f"{p}/rows")
+        flat = node("Reshape", [x, node("Concat", ["sb_m1", hidden], f"{p}/2d", axis=0)], f"{p}/flat")
+        peak = node("ReduceMax", [node("Abs", [flat], f"{p}/abs")], f"{p}/peak", axes=[1], keepdims=0)
+        s = node("Div", [node("Max", [peak, "sb_eps"], f"{p}/peak_eps"), "sb_127"], f"{p}/scale")
+        zps = node("Expand", ["sb_zp", node("Shape", [s], f"{p}/n")], f"{p}/zps")
+        node("Reshape", [node("QuantizeLinear", [flat, s, zps], f"{p}/q", axis=0), shape], q)
+        row_scale[q] = node("Reshape", [s, node("Concat", [rows, "sb_one"], f"{p}/scale_shape", axis=0)], f"{p}/rows_scale")
+        # the graph's own scaling after each integer product sees a scale of 1 (a scalar, as
+        # onnxruntime's MatMulIntegerToFloat fusion requires); the per-token scales are applied after it
+        node("Identity", ["sb_unit"], scale)
+        node("Identity", ["sb_zp"], zero)
+    for n in list(nodes):
+        if n.op_type != "MatMulInteger" or n.input[0] not in row_scale:
+            continue
+        end = _scaled_output(n, consumers, src)
+        unscaled = f"{end.output[0]}/before_per_token_scale"
+        nodes.append(helper.make_node("Mul", [unscaled, row_scale[n.input[0]]], [end.output[0]], name=f"{end.name}/per_token"))
+        end.output[0] = unscaled
+    if not replaced:
+        raise StagebenchError(f"{src}: no DynamicQuantizeLinear to rewrite (the graph is not dynamically quantized)")
+    del g.node[:]
+    g.node.extend(_topological(nodes, {i.name for i in g.input} | {i.name for i in g.initializer}))
+    onnx.checker.check_model(model)
+    onnx.save(model, str(dst))
+    return replaced
+
+
+def _scaled_output(matmul, consumers: dict[str, list], src) -> object:
+    """The ``Mul`` that scales a ``MatMulInteger``'s result to float (after its ``Cast``)."""
+    after = consumers.get(matmul.output[0], [])
+    if len(after) == 1 and after[0].op_type == "Cast":
+        muls = consumers.get(after[0].output[0], [])
+        if len(muls) == 1 and muls[0].op_type == "Mul":
+            return muls[0]
+    raise StagebenchError(f"{src}: {matmul.name}: not the dynamic INT8 pattern this rewrite knows "
+                          "(MatMulInteger -> Cast -> Mul)")
+
+
+def dequantized_fp32(src: str | Path, dst: str | Path) -> int:
+    """Write ``src`` with each ``MatMulInteger -> Cast -> Mul(scale)`` chain replaced by an fp32
+    ``MatMul`` on dequantized weights; returns how many were replaced."""
+    onnx, model = _load(Path(src))
+    numpy_helper = onnx.numpy_helper
+    g = model.graph
+    values = {i.name: numpy_helper.to_array(i) for i in g.initializer}
+    values.update({n.output[0]: numpy_helper.to_array(n.attribute[0].t) for n in g.node
+                   if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value"})  # fmt: skip
+    producer = {o: n for n in g.node for o in n.output}
+    consumers: dict[str, list] = {}
+    for n in g.node:
+        for i in n.input:
+            consumers.setdefault(i, []).append(n)
+    drop, add, replaced = set(), {}, 0
+    for n in g.node:
+        if n.op_type != "MatMulInteger":
+            continue
+        quant = producer.get(n.input[0])
+        if quant is None or quant.op_type != "DynamicQuantizeLinear" or n.input[1] not in values:
+            raise StagebenchError(f"{src}: {n.name}: not the dynamic INT8 pattern this rewrite knows "
+                                  "(DynamicQuantizeLinear -> MatMulInteger on constant weights)")
+        mul = _scaled_output(n, consumers, src)
+        cast = producer[next(i for i in mul.input if producer.get(i) is not None and producer[i].op_type == "Cast")]
+        scale_mul = producer[mul.input[1] if mul.input[0] == cast.output[0] else mul.input[0]]
+        w_scale = values[next(i for i in scale_mul.input if i in values)]
+        w_zero = values[n.input[3]] if len(n.input) > 3 and n.input[3] else np.zeros((), np.int8)
+        w = (values[n.input[1]].astype(np.float32) - w_zero.astype(np.float32)) * w_scale.astype(np.float32)
+        name = f"{n.input[1]}/fp32"
+        add[name] = w
+        g.node.append(onnx.helper.make_node("MatMul", [quant.input[0], name], [mul.output[0]], name=f"{n.name}/fp32"))
+        drop |= {id(n), id(cast), id(mul)}
+        replaced += 1
+    if not replaced:
+        raise StagebenchError(f"{src}: no MatMulInteger to dequantize")
+    g.initializer.extend(numpy_helper.from_array(v, k) for k, v in add.items())
+    kept = [n for n in g.node if id(n) not in drop]
+    kept = _reachable(kept, {o.name for o in g.output})
+    del g.node[:]
+    g.node.extend(_topological(kept, {i.name for i in g.input} | {i.name for i in g.initializer}))
+    used = {i for n in g.node for i in n.input}
+    for init in [i for i in g.initializer if i.name not in used]:
+        g.initializer.remove(init)
+    onnx.checker.check_model(model)
+    onnx.save(model, str(dst))
+    return replaced
+
+
+def _reachable(nodes: list, outputs: set[str]) -> list:
+    """The nodes that the graph's outputs depend on."""
+    producer = {o: n for n in nodes for o in n.output}
+    keep, todo = set(), list(outputs)
+    while todo:
+        n = producer.get(todo.pop())
+        if n is not None and id(n) not in keep:
+            keep.add(id(n))
+            todo.extend(n.input)
+    return [n for n in nodes if id(n) in keep]
+
+
+def _topological(nodes: list, available: set[str]) -> list:
+    done, out, pending = set(available) | {""}, [], list(nodes)
+    while pending:
+        ready = [n for n in pending if all(i in done for i in n.input)]
+        if not ready:
+            raise StagebenchError("the rewritten ONNX graph has a cycle or a missing input")
+        for n in ready:
+            out.append(n)
+            done.update(n.output)
+        pending = [n for n in pending if all(id(n) != id(r) for r in ready)]
+    return out
+
+
+def copy_tokenizer(src: str | Path, dst: str | Path) -> None:
+    for f in TOKENIZER_FILES:
+        if (Path(src) / f).is_file():
+            shutil.copy(Path(src) / f, Path(dst) / f)
+
+
+def export_encoder(model_folder: str | Path, dst: str | Path, kind: str) -> None:
+    """Export a transformers model folder to ``dst/model.onnx`` (fp32): ``kind`` ``bi`` gives the
+    last hidden state (pooled by :class:`stagebench.encoders.OnnxBiEncoder`), ``cross`` the logits."""
+    torch = need("torch", "exporting a model to ONNX")
+    transformers = need("transformers", "exporting a model to ONNX")
+    folder = Path(model_folder)
+    auto = transformers.AutoModel if kind == "bi" else transformers.AutoModelForSequenceClassification
+    base = auto.from_pretrained(str(folder), attn_implementation="eager").eval()
+
+    class Wrapped(torch.nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, ids, mask, types):
+            out = self.m(input_ids=ids, attention_mask=mask, token_type_ids=types)
+            return out.last_hidden_state if kind == "bi" else out.logits
+
+    ids = torch.tensor([[101, 2000, 102, 2001, 102], [101, 2000, 102, 0, 0]])
+    names = ["input_ids", "attention_mask", "token_type_ids"]
+    output = "last_hidden_state" if kind == "bi" else "logits"
+    axes = {k: {0: "batch", 1: "tokens"} for k in names} | {output: {0: "batch", 1: "tokens"} if kind == "bi" else {0: "batch"}}
+    torch.onnx.export(Wrapped(base), (ids, (ids > 0).long(), torch.zeros_like(ids)), str(Path(dst) / "model.onnx"),
+                      input_names=names, output_names=[output], opset_version=17, dynamo=False, dynamic_axes=axes)  # fmt: skip
+
+
+def quantize_dynamic_per_channel(src: str | Path, dst: str | Path) -> None:
+    """onnxruntime's dynamic INT8 with per-channel int8 weights (its activations still per batch)."""
+    q = need("onnxruntime.quantization", "quantizing an ONNX model")
+    q.quantize_dynamic(str(src), str(dst), per_channel=True, weight_type=q.QuantType.QInt8)

@@ -1,0 +1,162 @@
+"""The model a placement runs: the resolved model itself, or a variant derived from it.
+
+Two precisions run a model other than the one resolved (:mod:`stagebench.onnx_graphs` does
+the rewriting):
+
+* ``int8-token``: dynamic INT8 with one activation scale per token - a score or an embedding
+  is a function of its own input, whatever it is batched with. From a dynamically quantized
+  ONNX graph (the bundled carriers) by rewriting it; from an fp32 ONNX graph by quantizing its
+  weights per channel first; from a sentence-transformers model by exporting it to ONNX first.
+* ``fp32`` of a dynamically quantized ONNX graph: its weights dequantized, fp32 activations.
+
+A variant is built once and kept in the cache (kind ``models``), keyed by the source model's
+identity, the recipe, the code that builds it and the versions of the libraries it uses; its
+identity (which keys everything computed with it) names the source and that key.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import tempfile
+from importlib import metadata
+from pathlib import Path
+
+from stagebench.cache import Cache, cache_root, code_identity, memo
+from stagebench.devices import Placement
+from stagebench.errors import StagebenchError
+from stagebench.models import ResolvedModel
+from stagebench.onnx_graphs import (copy_tokenizer, dequantized_fp32, export_encoder, has_dynamic_quantization,
+                                    per_token_int8, quantize_dynamic_per_channel)  # fmt: skip
+from stagebench.optional import need
+
+log = logging.getLogger("stagebench")
+
+#: the code a variant's bits depend on (besides the libraries' versions)
+VARIANT_CODE = ("stagebench.onnx_graphs", "stagebench.variants")
+
+
+def onnx_kind(model: ResolvedModel) -> str:
+    """How :func:`stagebench.devices.place` sees a model: ``onnx-dynamic-int8`` (a graph that
+    quantizes activations per batch), ``onnx`` (any other ONNX graph) or ``torch``."""
+    if model.backend != "onnx":
+        return "torch"
+    return "onnx-dynamic-int8" if has_dynamic_quantization(Path(model.path) / "model.onnx") else "onnx"
+
+
+def _versions(*dists: str) -> dict[str, str]:
+    out = {}
+    for d in dists:
+        try:
+            out[d] = metadata.version(d)
+        except metadata.PackageNotFoundError:
+            out[d] = "absent"
+    return out
+
+
+def for_placement(model: ResolvedModel, placement: Placement, kind: str, cache: Cache | None, label: str) -> ResolvedModel:
+    """``model`` itself, or the variant ``placement.precision`` runs (built now, or read from
+    ``cache``; without one, from the default cache root: a variant is a file, not a result)."""
+    recipe = variant_recipe(kind, placement.precision)
+    if recipe is None:
+        return model
+    parts = {"source": model.identity, "recipe": recipe, "code": code_identity(VARIANT_CODE),
+             "packages": _versions("onnx", "onnxruntime", *(("torch", "transformers") if kind == "torch" else ()))}  # fmt: skip
+    store = cache if cache is not None else Cache(cache_root())
+    m = memo(store, "models", parts, lambda: _build(model, recipe), save=_save, load=lambda entry: entry.path,
+             label=label, what=f"{recipe} variant of {model.name}", meta=lambda _: {"model": model.identity, "recipe": recipe})
+    folder = Path(m.value) if m.status == "cached" else store.root / "models" / m.key  # built, then moved into the cache
+    return ResolvedModel(model.name, "onnx", str(folder), f"{model.origin}, {_DESCRIBE[recipe]} (derived: {folder})",
+                         f"{model.identity}+{recipe}#{m.key[:16]}", pooling=_pooling(model, folder))  # fmt: skip
+
+
+_DESCRIBE = {
+    "per-token": "INT8 with per-token activation scales",
+    "per-channel+per-token": "per-channel INT8 weights, per-token activation scales",
+    "export+per-channel+per-token": "exported to ONNX, per-channel INT8 weights, per-token activation scales",
+    "dequantized": "INT8 weights dequantized, fp32 activations",
+}
+
+
+def variant_recipe(kind: str, precision: str) -> str | None:
+    """The recipe of the variant a precision runs for a model of ``kind`` (:func:`onnx_kind`), or None."""
+    if precision == "int8-token":
+        return {"onnx-dynamic-int8": "per-token", "onnx": "per-channel+per-token", "torch": "export+per-channel+per-token"}[kind]
+    if precision == "fp32" and kind == "onnx-dynamic-int8":
+        return "dequantized"
+    return None
+
+
+def _build(model: ResolvedModel, recipe: str) -> Path:
+    tmp = Path(tempfile.mkdtemp(prefix="stagebench-variant-"))
+    src = Path(model.path)
+    if recipe == "dequantized":
+        dequantized_fp32(src / "model.onnx", tmp / "model.onnx")
+    elif recipe == "per-token":
+        per_token_int8(src / "model.onnx", tmp / "model.onnx")
+    else:
+        if recipe.startswith("export"):
+            src = _local_folder(model)
+            _check_exportable(src, model)
+            export_encoder(src, tmp, "bi" if (src / "modules.json").is_file() and _is_bi(src) else "cross")
+            fp32 = tmp / "model.onnx"
+        else:
+            fp32 = src / "model.onnx"
+        quantize_dynamic_per_channel(fp32, tmp / "per-channel.onnx")
+        per_token_int8(tmp / "per-channel.onnx", tmp / "model.onnx")  # replaces the fp32 export
+        (tmp / "per-channel.onnx").unlink()
+    copy_tokenizer(src, tmp)
+    if not (tmp / "tokenizer.json").is_file():
+        raise StagebenchError(f"model {model.name!r}: no tokenizer.json in {src}; an ONNX variant needs one")
+    pooling = _pooling(model, src)
+    (tmp / "variant.json").write_text(json.dumps({"source": model.identity, "recipe": recipe, "pooling": pooling}) + "\n")
+    return tmp
+
+
+def _save(folder_built: Path, folder: Path) -> None:
+    for p in sorted(Path(folder_built).iterdir()):
+        p.replace(folder / p.name)
+    Path(folder_built).rmdir()
+
+
+def _local_folder(model: ResolvedModel) -> Path:
+    if model.backend == "hub":
+        hub = need("huggingface_hub", f"exporting model {model.name!r}")
+        return Path(hub.snapshot_download(model.path))
+    return Path(model.path)
+
+
+def _is_bi(folder: Path) -> bool:
+    modules = json.loads((folder / "modules.json").read_text(encoding="utf-8"))
+    return any(m.get("type", "").endswith("Pooling") for m in modules)
+
+
+def _check_exportable(folder: Path, model: ResolvedModel) -> None:
+    """A sentence-transformers bi-encoder exports when it is a transformer, a mean or CLS pooling and
+    an optional normalisation (what :class:`stagebench.encoders.OnnxBiEncoder` computes)."""
+    if not (folder / "modules.json").is_file():
+        return  # a transformers cross-encoder folder: exported with its classification head
+    modules = [m.get("type", "") for m in json.loads((folder / "modules.json").read_text(encoding="utf-8"))]
+    known = ("sentence_transformers.models.Transformer", "sentence_transformers.models.Pooling",
+             "sentence_transformers.models.Normalize")  # fmt: skip
+    odd = [m for m in modules if m not in known]
+    if odd:
+        raise StagebenchError(f"model {model.name!r}: precision int8-token exports Transformer + Pooling (+ Normalize) "
+                              f"models to ONNX; this one also has {', '.join(odd)}")  # fmt: skip
+    if _pooling(model, folder) not in ("mean", "cls"):
+        raise StagebenchError(f"model {model.name!r}: precision int8-token supports mean or CLS pooling")
+
+
+def _pooling(model: ResolvedModel, folder: Path) -> str:
+    """The pooling of a variant: recorded in it, or read from a sentence-transformers folder."""
+    for f in (folder / "variant.json", *sorted(folder.glob("*Pooling/config.json"))):
+        if f.is_file():
+            cfg = json.loads(f.read_text(encoding="utf-8"))
+            if "pooling" in cfg:
+                return cfg["pooling"]
+            if cfg.get("pooling_mode_cls_token"):
+                return "cls"
+            if cfg.get("pooling_mode_mean_tokens"):
+                return "mean"
+            return "other"
+    return model.pooling

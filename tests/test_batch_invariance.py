@@ -1,0 +1,98 @@
+"""A pair's score (and a text's embedding) is a function of its input: every path offered as
+batch-invariant gives the same output for an input scored alone, with its query's other
+candidates, and in mixed cross-query batches of other sizes and paddings, within TOLERANCE; the
+batch-dependent path (the carrier's own per-batch dynamic INT8) is shown to be what its name says.
+Real bundled models, real onnxruntime/torch."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+import stagebench
+
+pytestmark = pytest.mark.slow
+
+#: the most an output may move with its batch mates and padding (logits; embedding components)
+TOLERANCE = 1e-3
+CE = "cross-encoder/ms-marco-MiniLM-L-12-v2"
+BI = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+@pytest.fixture(scope="module")
+def pairs(small_synthetic):
+    ds = stagebench.load_dataset({"loader": "esci", "path": str(small_synthetic), "split": "test"})
+    qids = ds.query_ids[:8]
+    run = stagebench.stage("bm25", top_k=6).apply(ds.subset(qids), cache=False).run
+    out = [[(ds.queries[q], ds.doc_text[d]) for d in run[q]] for q in qids]
+    long_doc = " ".join(ds.doc_text[d] for d in list(run[qids[0]])[:4])  # a batch mate that forces padding
+    return out, (ds.queries[qids[1]], long_doc)
+
+
+def three_ways(score, groups, long_pair):
+    """Each pair's output alone, with its own query's candidates, and in shuffled cross-query batches
+    (with a long pair) of 7 and of 32."""
+    flat = [p for g in groups for p in g]
+    alone = np.array([score([p])[0] for p in flat])
+    per_query = np.concatenate([score(g) for g in groups])
+    order = list(range(len(flat)))
+    random.Random(3).shuffle(order)
+    mixed = {}
+    for size in (7, 32):
+        out = np.zeros(len(flat))
+        for i in range(0, len(order), size):
+            idx = order[i : i + size]
+            out[idx] = score([flat[j] for j in idx] + [long_pair])[: len(idx)]
+        mixed[size] = out
+    return alone, per_query, mixed
+
+
+def largest_move(alone, per_query, mixed) -> float:
+    return max(float(np.abs(alone - per_query).max()), *(float(np.abs(alone - m).max()) for m in mixed.values()))
+
+
+@pytest.mark.parametrize("precision", ["int8-token", "fp32"])
+def test_cross_encoder_paths_offered_as_invariant_are(pairs, precision, tmp_path, monkeypatch):
+    monkeypatch.setenv("STAGEBENCH_CACHE", str(tmp_path / "cache"))
+    groups, long_pair = pairs
+    model = stagebench.cross_encoder(CE, device="cpu", precision=precision, max_length=256)
+    alone, per_query, mixed = three_ways(lambda ps: model.predict(ps, 32), groups, long_pair)
+    assert largest_move(alone, per_query, mixed) <= TOLERANCE
+    assert np.ptp(alone) > 1.0  # real scores, not a constant
+
+
+def test_the_int8_token_rewrite_keeps_the_model(pairs, tmp_path, monkeypatch):
+    """Per-token INT8 stays close to the fp32 weights (a wrong rewrite or fusion, e.g. onnxruntime
+    applying one scale to every row, moved logits by over 2) and ranks each query's pairs alike."""
+    monkeypatch.setenv("STAGEBENCH_CACHE", str(tmp_path / "cache"))
+    groups, _ = pairs
+    fp32 = stagebench.cross_encoder(CE, device="cpu", precision="fp32", max_length=256)
+    tok = stagebench.cross_encoder(CE, device="cpu", precision="int8-token", max_length=256)
+    assert tok.placement.precision == "int8-token" and "per-token" in tok.model.origin
+    for g in groups:
+        a, b = fp32.predict(g, 32), tok.predict(g, 32)
+        assert np.abs(a - b).max() < 0.75
+        assert np.corrcoef(np.argsort(np.argsort(a)), np.argsort(np.argsort(b)))[0, 1] > 0.8
+
+
+@pytest.mark.parametrize("precision", ["auto", "int8"])
+def test_the_carriers_own_int8_is_batch_dependent_as_documented(pairs, precision):
+    groups, long_pair = pairs
+    model = stagebench.cross_encoder(CE, device="cpu", precision=precision, max_length=256)
+    assert largest_move(*three_ways(lambda ps: model.predict(ps, 32), groups, long_pair)) > 10 * TOLERANCE
+
+
+@pytest.mark.parametrize("precision", ["fp32", "int8-token"])
+def test_bi_encoder_paths_offered_as_invariant_are(pairs, precision, tmp_path, monkeypatch):
+    monkeypatch.setenv("STAGEBENCH_CACHE", str(tmp_path / "cache"))
+    groups, long_pair = pairs
+    enc = stagebench.bi_encoder(BI, device="cpu", precision=precision, max_length=256)
+    texts = [[d for _, d in g] for g in groups]
+    alone = np.concatenate([enc.encode([t], 1) for g in texts for t in g])
+    batched = enc.encode([t for g in texts for t in g] + [long_pair[1]], 64)[:-1]
+    assert float(np.abs(alone - batched).max()) <= TOLERANCE
+    if precision == "int8-token":
+        fp32 = stagebench.bi_encoder(BI, device="cpu", precision="fp32", max_length=256).encode([t for g in texts for t in g], 64)
+        assert float((fp32 * batched).sum(1).min()) > 0.98  # the quantized model is the same model
