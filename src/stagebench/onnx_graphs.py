@@ -24,6 +24,7 @@ Each function writes one file; caching them is :mod:`stagebench.variants`' job.
 from __future__ import annotations
 
 import shutil
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -41,7 +42,15 @@ def _load(path: Path):
 
 
 def has_dynamic_quantization(path: str | Path) -> bool:
-    """Whether the graph quantizes activations at run time (``DynamicQuantizeLinear``)."""
+    """Whether the graph quantizes activations at run time (``DynamicQuantizeLinear``); read once
+    per file (a stage asks for its placement several times before it runs)."""
+    p = Path(path).resolve()
+    stat = p.stat()
+    return _has_dynamic_quantization(str(p), stat.st_size, stat.st_mtime_ns)
+
+
+@lru_cache(maxsize=64)
+def _has_dynamic_quantization(path: str, size: int, mtime_ns: int) -> bool:
     _, model = _load(Path(path))
     return any(n.op_type == "DynamicQuantizeLinear" for n in model.graph.node)
 
