@@ -16,7 +16,10 @@ Sections (timings are the median of ``--repeats`` runs unless noted):
    ONNX carrier, its dequantized weights in torch fp32 and bf16): docs/s or pairs/s, and the
    nDCG@10 change against fp32 on the embedded test queries, Cranfield and the real ESCI rows
    (../shared/data), all measured in the same run. ``precision: auto`` follows this table.
-4. Scaling: generated catalogs of 10K, 100K and 1M products; per size, in a fresh
+4. Latency of the default cascade (configs/default.yaml, through the stage cache): each stage's
+   batch seconds per query beside its latency serving one query at a time (p50 / p95 / p99 over
+   ``--latency-queries`` queries, warm), and the cascade's cumulative latency up to each stage.
+5. Scaling: generated catalogs of 10K, 100K and 1M products; per size, in a fresh
    process: BM25 index time, postings, query latency and peak RSS; dense (10K, 100K):
    encoding time, faiss build/search and peak RSS.
 
@@ -356,7 +359,50 @@ def cross_encoder_precision(sets: dict, work: Path) -> dict:
     return ce
 
 
-# --------------------------------------------------------------------------- 4. scaling (one size per process)
+# --------------------------------------------------------------------------- 4. latency of the default cascade
+
+
+def latency_section(config: Path, work: Path, queries: int) -> dict:
+    """The default cascade run through the stage cache (cached stages are read back; latency is
+    measured again for this sample), and the figures the report's cost tables show."""
+    from stagebench.results.cost import quality_cost
+    from stagebench.results.folder import RunFolder
+    from stagebench.stats import latency_percentiles
+
+    conf = stagebench.load_config(config).raw
+    conf["evaluation"] = {**conf.get("evaluation", {}), "latency_queries": queries}
+    res = stagebench.run(conf, output=work / "latency-default")
+    rf = RunFolder.open(res.output)
+    n_q = rf.table().rows[0].queries
+    cum = {p.stage: p for p in quality_cost(rf.table(), rf.stages)}
+    out = {"config": str(config), "queries_served": queries, "queries_scored": n_q, "stages": {}}
+    for s in rf.stages:
+        own = latency_percentiles(list(s.latency_ms.values())) if s.latency_ms else None
+        c = cum[s.name].latency_ms
+        out["stages"][s.name] = {
+            "batch_s_per_query": round((s.computed_seconds or 0.0) / n_q, 5),
+            "own_ms": None if own is None else dict(zip(("p50", "p95", "p99"), (round(v, 2) for v in own))),
+            "cascade_ms": None if c is None else dict(zip(("p50", "p95", "p99"), (round(v, 2) for v in c))),
+            "nDCG@10": round(cum[s.name].quality, 4)}  # fmt: skip
+    log("latency", out)
+    return out
+
+
+def latency_markdown(lat: dict) -> list[str]:
+    lines = ["", "## Latency of the default cascade: one query at a time", "",
+             f"`{lat['config']}` through the stage cache; {lat['queries_served']} of its {lat['queries_scored']} queries "
+             "served one at a time by each stage, warm (models, index and embeddings loaded once, one untimed query "
+             "first). Batch s/query: the stage's compute seconds over all queries when it was computed. Cascade: each "
+             "query's milliseconds summed over the stages up to this one, then the percentiles.", "",
+             "| stage | nDCG@10 | batch s/query | own p50 / p95 / p99 (ms) | cascade p50 / p95 / p99 (ms) |",
+             "|---|---|---|---|---|"]  # fmt: skip
+    cell = lambda d: "-" if d is None else f"{d['p50']:.1f} / {d['p95']:.1f} / {d['p99']:.1f}"  # noqa: E731
+    for name, s in lat["stages"].items():
+        lines.append(f"| {name} | {s['nDCG@10']:.4f} | {s['batch_s_per_query']:.4f} | {cell(s['own_ms'])} | {cell(s['cascade_ms'])} |")
+    return lines
+
+
+# --------------------------------------------------------------------------- 5. scaling (one size per process)
 
 
 def scale_one(path: Path, what: str, queries: int, encode_docs: int | None) -> dict:
@@ -595,6 +641,8 @@ def markdown(f: dict) -> str:
               f"{c['spearman_within_query_mean']} within a query (mean)."]  # fmt: skip
     if "precision" in f:
         lines += precision_markdown(f["precision"])
+    if "latency" in f:
+        lines += latency_markdown(f["latency"])
     if "catalog" in f:
         lines += catalog_markdown(f["catalog"])
     s = f["scaling"]
@@ -637,7 +685,9 @@ def main() -> None:
     ap.add_argument("--dense-sizes", default="10000,100000")
     ap.add_argument("--ce-queries", type=int, default=20)
     ap.add_argument("--encode-docs", type=int, default=2000)
-    ap.add_argument("--sections", default="bm25,cross_encoder,precision,scaling,catalog")
+    ap.add_argument("--sections", default="bm25,cross_encoder,precision,latency,scaling,catalog")
+    ap.add_argument("--latency-config", default="configs/default.yaml")
+    ap.add_argument("--latency-queries", type=int, default=100)
     ap.add_argument("--catalog-sizes", default="1000000,2000000")
     ap.add_argument("--render-only", action="store_true", help="rewrite perf.md and the plot from perf.json")
     ap.add_argument("--scale-one", help=argparse.SUPPRESS)
@@ -678,6 +728,8 @@ def main() -> None:
     if "precision" in sections or "precision-ce" in sections:
         parts = ("cross_encoder",) if "precision" not in sections else ("dense", "cross_encoder")
         figures["precision"] = precision_section(ds, root, parts, figures.get("precision"))
+    if "latency" in sections:
+        figures["latency"] = latency_section(Path(args.latency_config), root, args.latency_queries)
     if "scaling" in sections:
         sizes = [int(x) for x in args.bm25_sizes.split(",") if x]
         dsz = [int(x) for x in args.dense_sizes.split(",") if x]

@@ -57,7 +57,7 @@ evaluation: {{metrics: [nDCG@10, RR@10, R@100], permutations: 500, bootstrap: 20
 def statuses(caplog) -> dict[str, str]:
     out = {}
     for rec in caplog.records:
-        m = re.match(r"stage (\S+): (cached|computed)\b", rec.getMessage())
+        m = re.match(r"stage (\S+): (cached|computed) run\b", rec.getMessage())
         if m:
             out[m.group(1)] = m.group(2)
     caplog.clear()

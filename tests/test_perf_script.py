@@ -30,3 +30,28 @@ def test_run_perf_measures_on_the_public_api(tmp_path, small_synthetic):
     ce = f["cross_encoder"]
     assert ce["queries"] == 2 and ce["fast"]["pairs_per_s"] > 0 and ce["reference"]["pairs_per_s"] > 0
     assert ce["spearman_all_pairs"] > 0.95  # the INT8 carrier and its dequantized fp32 weights agree
+
+
+def test_run_perf_latency_section_reports_each_stage_and_the_cascade(tmp_path, small_synthetic):
+    cfg = tmp_path / "lat.yaml"
+    cfg.write_text(f"name: lat\noutput: {tmp_path / 'unused'}\ncache_dir: {tmp_path / 'cache'}\n"
+                   f"dataset: {{loader: esci, path: {small_synthetic}, split: test}}\nstages:\n"
+                   "  - {name: bm25, type: bm25, params: {top_k: 100}}\n"
+                   "  - {name: stem, type: bm25, params: {top_k: 100, stemmer: english}}\n"
+                   "  - {name: rrf, type: rrf, inputs: [bm25, stem]}\n"
+                   "evaluation: {metrics: [nDCG@10], permutations: 200, bootstrap: 200}\n")  # fmt: skip
+    out = tmp_path / "perf"
+    cmd = [sys.executable, str(REPO / "benchmarks" / "run_perf.py"), "--output", str(out), "--data", str(small_synthetic),
+           "--scale-root", str(tmp_path / "scale"), "--sections", "latency", "--latency-config", str(cfg),
+           "--latency-queries", "7"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    lat = json.loads((out / "perf.json").read_text())["latency"]
+    assert lat["queries_served"] == 7 and list(lat["stages"]) == ["bm25", "stem", "rrf"]
+    for name, s in lat["stages"].items():
+        assert 0 < s["own_ms"]["p50"] <= s["own_ms"]["p95"] <= s["own_ms"]["p99"], name
+    st = lat["stages"]
+    # the cascade up to rrf is at least as slow as its slowest input, per percentile of the sums
+    assert st["rrf"]["cascade_ms"]["p50"] >= max(st["bm25"]["own_ms"]["p50"], st["stem"]["own_ms"]["p50"])
+    assert st["bm25"]["cascade_ms"] == st["bm25"]["own_ms"]

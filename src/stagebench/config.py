@@ -88,6 +88,8 @@ class EvaluationConfig:
     permutations: Annotated[int, Range(ge=100)] = param(10000, "randomization-test permutations")
     bootstrap: Annotated[int, Range(ge=100)] = param(2000, "bootstrap resamples for the 95% confidence intervals")
     seed: Seed = param(42, "seed of both, so the numbers are reproducible")
+    latency_queries: NonNegativeInt = param(20, "queries each stage serves one at a time, warm, for its p50/p95/p99 "
+                                                "latency in the cost table (drawn with seed; 0: not measured)")  # fmt: skip
 
     def validate(self) -> list[tuple[str, str]]:
         try:

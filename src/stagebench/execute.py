@@ -5,13 +5,18 @@ hard negatives with a first stage - without either importing the other.
 
 * :func:`stage_key` - the content address of a stage's run: everything it depends on;
 * :func:`run_stage` - the run from the cache (checksum-verified), or computed, checked
-  (:func:`check_run`), made canonical and stored - only if it reads back identically.
+  (:func:`check_run`), made canonical and stored - only if it reads back identically;
+* :func:`measure_latency` - each sampled query served alone by the warm stage
+  (:meth:`stagebench.stages.Stage.server`), timed: the per-query latency of the cost table.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
+import random
+import time
 from dataclasses import asdict, dataclass, is_dataclass, replace
 from importlib import metadata
 from pathlib import Path
@@ -20,6 +25,7 @@ from stagebench.cache import Cache, code_identity, make_key, memo
 from stagebench.config import StageConfig
 from stagebench.data import Dataset
 from stagebench.errors import StagebenchError
+from stagebench.stats import latency_percentiles
 from stagebench.runs import Run, ranked, read_trec_run, run_digest, write_trec_run
 from stagebench.record import StageRecord, Stats, depth_run_name, stats_from_json
 from stagebench.stages import Stage, StageContext, StageOutput
@@ -174,3 +180,48 @@ def _reads_back(path: Path, digest: str, stage: str) -> None:
     """A cache entry is stored only if it reads back as the run that was computed."""
     if run_digest(read_trec_run(path)) != digest:
         raise StagebenchError(f"stage {stage}: its run does not read back identically from a TREC file; not cached")
+
+
+def latency_sample(query_ids: list[str], n: int, seed: int) -> list[str]:
+    """The queries whose latency is measured: ``n`` of them (all if fewer), drawn with ``seed``, in
+    id order; the same for every stage of a run, so that a cascade's latency adds up per query."""
+    ids = sorted(query_ids)
+    return ids if n >= len(ids) else sorted(random.Random(seed).sample(ids, n))
+
+
+def measure_latency(sc: StageConfig, stage: Stage, ctx: StageContext, inputs: list[Run], run: Run, run_key: str,
+                    sample: list[str], cache: Cache | None) -> dict[str, float] | None:  # fmt: skip
+    """Milliseconds to serve each query of ``sample`` alone with the stage warm (its model, index and
+    embeddings loaded once, one untimed query first): what one request costs a search service,
+    beside the batch throughput of the run. Kept in the cache under the stage run's key and the
+    sample, like the run's compute seconds (measured when computed, on the machine that computed
+    them). ``None``: not measured - the stage has no :meth:`~stagebench.stages.Stage.server`, the
+    sample is empty, or the stage runs on Ray (serving is measured in this process). Logs how many
+    served queries rank exactly as the batch run did (a batch-dependent model changes some)."""
+    if not sample or type(stage).server is Stage.server or ctx.engine.remote:
+        if sample and ctx.engine.remote:
+            log.info("stage %s: per-query latency not measured (it runs on Ray; latency is measured in-process)", sc.name)
+        return None
+
+    def compute() -> dict[str, float]:
+        serve = stage.server(ctx)
+        assert serve is not None  # the class overrides server()
+        one = {q: [{q: r[q]} if q in r else {} for r in inputs] for q in sample}
+        serve(sample[0], one[sample[0]])  # warm-up: first-call allocations, lazy loads
+        out, same = {}, 0
+        for q in sample:
+            t0 = time.perf_counter()
+            got = serve(q, one[q])
+            out[q] = (time.perf_counter() - t0) * 1000
+            same += ranked(got.get(q, {})) == ranked(run.get(q, {}))
+        log.info("stage %s: %d queries served one at a time, %d ranked exactly as in the batch run", sc.name,
+                 len(sample), same)  # fmt: skip
+        return out
+
+    m = memo(cache if sc.cache else None, "latency", {"run": run_key, "queries": sample}, compute,
+             save=lambda v, folder: (folder / "latency.json").write_text(json.dumps(v, sort_keys=True) + "\n"),
+             load=lambda entry: {q: float(v) for q, v in json.loads(entry.file("latency.json").read_text()).items()},
+             label=f"stage {sc.name}", what=f"per-query latency ({len(sample)} queries served one at a time)",
+             describe=lambda v: "p50 {:.1f} / p95 {:.1f} / p99 {:.1f} ms".format(*latency_percentiles(list(v.values()))))  # fmt: skip
+    return m.value
+

@@ -24,7 +24,7 @@ import platform
 import resource
 import sys
 import time
-from dataclasses import asdict, dataclass, is_dataclass
+from dataclasses import asdict, dataclass, is_dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -33,7 +33,7 @@ from stagebench.config import Config, DatasetConfig, check_trained_models
 from stagebench.data import LOADERS, Dataset
 from stagebench.engine import make_engine, ray_session
 from stagebench.errors import ConfigError, DataError
-from stagebench.execute import package_versions, run_stage, stage_key
+from stagebench.execute import latency_sample, measure_latency, package_versions, run_stage, stage_key
 from stagebench.judge.ask import Judge
 from stagebench.judging import judge_runs
 from stagebench.files import atomic_write, check_apart, check_destination, check_writable, remove_staging, staging, swap_in
@@ -158,18 +158,20 @@ def _run_into(config: Config, stages: list[Stage], ds: Dataset, folder: Path, ca
     digests: dict[str, str] = {}
     records: list[StageRecord] = []
     resolved = []
+    sample = latency_sample(ds.query_ids, config.evaluation.latency_queries, config.evaluation.seed)
     for sc, stage in zip(config.stages, stages):
         key, parts = stage_key(sc, stage, ds, [digests[i] for i in sc.inputs])
         ctx = StageContext(dataset=ds, cache=cache, engine=make_engine(sc.engine))
         if sc.engine.type != "local" and stage.uses_engine:
             log.info("stage %s: engine %s", sc.name, sc.engine.describe())
         ran = run_stage(sc, stage, ctx, [runs[i] for i in sc.inputs], parts, cache)
+        latency = measure_latency(sc, stage, ctx, [runs[i] for i in sc.inputs], ran.run, key, sample, cache)
         runs[sc.name] = ran.run
         digests[sc.name] = ran.record.run_digest
         write_trec_run(ran.run, folder / "runs" / f"{sc.name}.trec", tag=f"{config.name}.{sc.name}")
         for name, r in zip(ran.record.depth_runs, ran.output.depth_runs.values()):  # a reranker's runs at other depths
             write_trec_run(r, folder / "runs" / f"{name}.trec", tag=f"{config.name}.{name}")
-        records.append(ran.record)
+        records.append(replace(ran.record, latency_ms=latency))
         resolved.append({"name": sc.name, "type": sc.type, "inputs": sc.inputs, "target": sc.target, "cache": sc.cache,
                          "engine": asdict(sc.engine),
                          "params": asdict(sc.params) if is_dataclass(sc.params) else sc.params, "key": key,

@@ -13,6 +13,7 @@ never a key by name. Written records read back as they were written (``to_json``
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
@@ -177,6 +178,9 @@ class StageRecord:
     run_digest: str
     stats: Stats | None = None
     depth_runs: list[str] = field(default_factory=list)  # its runs at other depths, by name
+    #: milliseconds to serve each sampled query alone, warm (``None``: not measured); see
+    #: :func:`stagebench.execute.measure_latency`
+    latency_ms: dict[str, float] | None = None
 
     @property
     def is_reranker(self) -> bool:
@@ -197,6 +201,8 @@ class StageRecord:
             out["stats"] = self.stats.to_json()
         if self.depth_runs:
             out["depth_runs"] = list(self.depth_runs)
+        if self.latency_ms is not None:
+            out["latency_ms"] = {q: round(v, 3) for q, v in self.latency_ms.items()}
         return out
 
     @classmethod
@@ -207,7 +213,8 @@ class StageRecord:
                        status=d.get("status", "computed"), seconds=d.get("seconds", 0.0),
                        computed_seconds=d.get("computed_seconds", d.get("seconds", 0.0)), peak_rss_mb=d.get("peak_rss_mb"),
                        computed_peak_rss_mb=d.get("computed_peak_rss_mb"), run_digest=d.get("run_digest", ""),
-                       stats=stats_from_json(d.get("stats"), where), depth_runs=list(d.get("depth_runs", [])))  # fmt: skip
+                       stats=stats_from_json(d.get("stats"), where), depth_runs=list(d.get("depth_runs", [])),
+                       latency_ms=_latency(d.get("latency_ms"), where))  # fmt: skip
         except (KeyError, TypeError) as exc:
             raise StagebenchError(f"{where}: a stage record lacks {exc}") from None
 
@@ -288,6 +295,15 @@ class JudgeRecord:
     def from_json(cls, d: dict) -> JudgeRecord:
         return cls(**{**{k: d[k] for k in cls.__dataclass_fields__ if k in d},
                       "scale": {int(g): v for g, v in d["scale"].items()}})  # fmt: skip
+
+
+def _latency(raw: Any, where: str) -> dict[str, float] | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or not all(isinstance(v, (int, float)) and math.isfinite(v) and v >= 0
+                                            for v in raw.values()):  # fmt: skip
+        raise StagebenchError(f"{where}: a stage's latency_ms is not a map of query ids to milliseconds")
+    return {str(q): float(v) for q, v in raw.items()}
 
 
 @dataclass

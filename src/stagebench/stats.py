@@ -1,4 +1,5 @@
-"""Paired significance tests, multiple-comparison correction and bootstrap intervals.
+"""Paired significance tests, multiple-comparison correction and bootstrap intervals (and the
+percentiles of latencies).
 
 All functions take per-query values of two systems on the same queries (same order).
 
@@ -124,3 +125,10 @@ def compare(a_name: str, b_name: str, metric: str, a: Sequence[float], b: Sequen
         p_rand=randomization_test(av, bv, permutations, seed),
         wins=int(np.sum(diff > eps)), ties=int(np.sum(np.abs(diff) <= eps)), losses=int(np.sum(diff < -eps)),
     )  # fmt: skip
+
+
+def latency_percentiles(values_ms: Sequence[float]) -> tuple[float, float, float]:
+    """p50, p95 and p99 of latencies (linear interpolation between order statistics, numpy's
+    default; with 20 values p99 lies between the two slowest)."""
+    a = np.asarray(values_ms, dtype=np.float64)
+    return float(np.percentile(a, 50)), float(np.percentile(a, 95)), float(np.percentile(a, 99))

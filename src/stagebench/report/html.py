@@ -158,14 +158,22 @@ def render_html(table: StageTable, significance: Sequence[dict], images: Sequenc
     if stages and table.rows:
         parts.append("<h2>Quality against cost (this run; machine-dependent)</h2><p>Each stage's nDCG@10 against what "
                      "it costs per query, counting every stage upstream of it once: compute seconds (when computed, "
-                     "as the cache recorded them) and the model's work (pairs scored by a reranker, tokens of an LLM "
-                     "stage). <b>Pareto front</b>: no other stage is at least as good for at most its cost.</p>"
+                     "as the cache recorded them), the model's work (pairs scored by a reranker, tokens of an LLM "
+                     "stage), and the <b>latency of serving one query at a time</b> through the cascade up to the "
+                     "stage (warm models; each sampled query's milliseconds summed over the stages, which run one "
+                     "after the other, then the percentiles; - where a stage was not measured). Batch throughput "
+                     "and per-request latency rank cascades differently: a latency budget is read from the p95 "
+                     "column. <b>Pareto front</b>: no other stage is at least as good for at most its cost "
+                     "(seconds), or its p95 latency.</p>"
                      "<table id=\"quality-cost\"><tr><th>stage</th><th>nDCG@10</th><th>cumulative s/query</th>"
-                     "<th>pairs or tokens /query</th><th>Pareto front</th></tr>")  # fmt: skip
+                     "<th>pairs or tokens /query</th><th>cumulative latency p50 / p95 / p99 (ms)</th>"
+                     "<th>Pareto front (s)</th><th>Pareto front (p95)</th></tr>")  # fmt: skip
         for pt in quality_cost(table, stages):
-            w = pt.work_per_query
+            w, lat = pt.work_per_query, pt.latency_ms
             parts.append(f"<tr><td>{e(pt.stage)}</td><td>{pt.quality:.4f}</td><td>{pt.seconds_per_query:.4f}</td>"
-                         f"<td>{'-' if w is None else f'{w:,.1f}'}</td><td>{'yes' if pt.pareto else ''}</td></tr>")  # fmt: skip
+                         f"<td>{'-' if w is None else f'{w:,.1f}'}</td>"
+                         f"<td>{'-' if lat is None else ' / '.join(f'{v:.1f}' for v in lat)}</td>"
+                         f"<td>{'yes' if pt.pareto else ''}</td><td>{'yes' if pt.pareto_latency else ''}</td></tr>")  # fmt: skip
         parts.append("</table>")
     if stages:
         head, body = cost_table(stages)

@@ -132,18 +132,28 @@ def depth_curve(row: StageRow) -> bytes:
 
 
 def quality_cost_chart(points: Sequence[CostPoint]) -> bytes:
-    """Each stage's nDCG@10 against its cumulative seconds per query (log x); the Pareto front joined."""
+    """Each stage's nDCG@10 against its cumulative seconds per query (batch compute) and, where
+    measured, against the p95 latency of serving one query through the cascade (log x); each
+    panel's Pareto front joined."""
     plt = _fig()
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for p in points:
-        ax.plot(p.seconds_per_query, p.quality, "o", color="tab:red" if p.pareto else "tab:grey")
-        ax.annotate(p.stage, (p.seconds_per_query, p.quality), textcoords="offset points", xytext=(5, 4), fontsize=8)
-    front = sorted((p.seconds_per_query, p.quality) for p in points if p.pareto)
-    if len(front) > 1:
-        ax.plot([c for c, _ in front], [q for _, q in front], "-", color="tab:red", linewidth=1, label="Pareto front")
-        ax.legend(fontsize=8)
-    ax.set_xscale("log")
-    ax.set_xlabel("cumulative compute seconds per query (log scale; this machine)")
-    ax.set_ylabel("nDCG@10")
-    ax.set_title("Quality against cost")
+    timed = [p for p in points if p.latency_ms is not None]
+    fig, axes = plt.subplots(1, 2 if timed else 1, figsize=(12 if timed else 7, 4), squeeze=False)
+    panels = [(axes[0][0], points, lambda p: p.seconds_per_query, lambda p: p.pareto,
+               "cumulative compute seconds per query (log scale; batch; this machine)", "Quality against batch cost")]
+    if timed:
+        panels.append((axes[0][1], timed, lambda p: p.latency_ms[1], lambda p: p.pareto_latency,
+                       "p95 ms to serve one query through the cascade (log scale; this machine)",
+                       "Quality against per-query latency"))  # fmt: skip
+    for ax, pts, x, front_of, xlabel, title in panels:
+        for p in pts:
+            ax.plot(x(p), p.quality, "o", color="tab:red" if front_of(p) else "tab:grey")
+            ax.annotate(p.stage, (x(p), p.quality), textcoords="offset points", xytext=(5, 4), fontsize=8)
+        front = sorted((x(p), p.quality) for p in pts if front_of(p))
+        if len(front) > 1:
+            ax.plot([c for c, _ in front], [q for _, q in front], "-", color="tab:red", linewidth=1, label="Pareto front")
+            ax.legend(fontsize=8)
+        ax.set_xscale("log")
+        ax.set_xlabel(xlabel, fontsize=8)
+        ax.set_ylabel("nDCG@10")
+        ax.set_title(title)
     return _png(fig)

@@ -17,6 +17,7 @@ from stagebench.results.agreement import Agreement
 from stagebench.results.check import CheckRow
 from stagebench.results.compare import Comparison
 from stagebench.table import CeilingCells, DepthCells, LLMCells, StageRow, StageTable
+from stagebench.stats import latency_percentiles
 
 
 def _f(x: float | None, digits: int = 4) -> str:
@@ -208,17 +209,21 @@ def per_query_csv(stage_order: Sequence[str], per_query: dict[str, dict[str, dic
 
 
 def cost_table(stages: Sequence[StageRecord]) -> tuple[list[str], list[list[str]]]:
-    """Per stage: cached or computed in this run, wall time now, compute time and peak RSS when computed.
+    """Per stage: cached or computed in this run, wall time now, compute time and peak RSS when computed,
+    and the stage's own latency serving one query at a time (p50 / p95 / p99 over the sampled queries).
     Machine-dependent, so it is kept out of the stage table files (which are deterministic)."""
-    head = ["stage", "this run", "time (s)", "compute time (s)", "peak RSS when computed (MB)", "LLM s/query",
-            "depth sweep: scoring s per depth"]  # fmt: skip
+    measured = [len(s.latency_ms) for s in stages if s.latency_ms]
+    over = f" ({max(measured)} queries)" if measured and min(measured) == max(measured) else ""
+    head = ["stage", "this run", "time (s)", "compute time (s)", "peak RSS when computed (MB)",
+            f"one query at a time p50 / p95 / p99 (ms){over}", "LLM s/query", "depth sweep: scoring s per depth"]  # fmt: skip
     body = []
     for s in stages:
         comp, peak, st = s.computed_seconds, s.computed_peak_rss_mb, s.stats
         llm = st if isinstance(st, LLMStats) else None
         per_depth = st.seconds if s.depth_runs and isinstance(st, (LLMStats, RerankStats)) else None
+        lat = "-" if not s.latency_ms else " / ".join(f"{v:.1f}" for v in latency_percentiles(list(s.latency_ms.values())))
         body.append([s.name, s.status, f"{s.seconds:.2f}", "-" if comp is None else f"{comp:.1f}",
-                     "-" if peak is None else f"{peak:.0f}", "-" if llm is None else f"{llm.seconds_per_query:.2f}",
+                     "-" if peak is None else f"{peak:.0f}", lat, "-" if llm is None else f"{llm.seconds_per_query:.2f}",
                      "-" if not per_depth else ", ".join(f"{n}: {v:.1f}" for n, v in sorted(per_depth.items()))])  # fmt: skip
     return head, body
 

@@ -167,8 +167,10 @@ def rerank_run(run: Run, reranker: Any, ctx: StageContext, p: RerankCommon, stag
     return rerank_depths(run, reranker, ctx, p, stage, label).run
 
 
-def rerank_depths(run: Run, reranker: Any, ctx: StageContext, p: RerankCommon, stage: str, label: str) -> Reranked:
-    """:func:`rerank_run` at ``p.top_n`` and at every depth of ``p.depths`` (see the module docstring)."""
+def rerank_depths(run: Run, reranker: Any, ctx: StageContext, p: RerankCommon, stage: str, label: str,
+                  quiet: bool = False) -> Reranked:  # fmt: skip
+    """:func:`rerank_run` at ``p.top_n`` and at every depth of ``p.depths`` (see the module docstring);
+    ``quiet``: its summary logged at debug level (one query served at a time, many calls)."""
     ds = ctx.dataset
     task = reranker if isinstance(reranker, ScoreTask) else ScoreTask.of(reranker, p.per_query, stage, label)
     wants_fields = task.wants_fields
@@ -216,7 +218,7 @@ def rerank_depths(run: Run, reranker: Any, ctx: StageContext, p: RerankCommon, s
         dt = time.perf_counter() - t0
     scored = pairs[deepest] if task.batched else sum(pairs.values())
     sweep = "" if len(depths) == 1 else f"; depths {', '.join(map(str, depths))}" + (" from one pass" if task.batched else "")
-    log.info("stage %s: reranked %d pairs (%d queries, top %d%s) in %.1fs: %.0f pairs/s (%s%s)", stage, scored,
+    (log.debug if quiet else log.info)("stage %s: reranked %d pairs (%d queries, top %d%s) in %.1fs: %.0f pairs/s (%s%s)", stage, scored,
              len(qids), p.top_n, sweep, dt, scored / max(dt, 1e-9),
              "rank bands of each query" if task.batched else "one query at a time",
              "; on Ray" if ctx.engine.remote else "")  # fmt: skip

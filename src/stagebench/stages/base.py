@@ -8,6 +8,7 @@ the config loader validates (unknown keys, wrong types) before anything runs.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -32,6 +33,11 @@ class StageContext:
     dataset: Dataset
     cache: Cache | None = None
     engine: Engine = field(default_factory=LocalEngine)
+
+
+#: one query served with everything loaded once (model, index): ``(qid, that query's input runs) ->
+#: its run``; what the per-query latency times (:meth:`Stage.server`)
+Server = Callable[[str, "list[Run]"], "Run"]
 
 
 @dataclass
@@ -101,6 +107,13 @@ class Stage:
         """The stage's run and what it did besides; a stage with nothing besides its run only
         implements ``__call__``."""
         return StageOutput(self(ctx, inputs))
+
+    def server(self, ctx: StageContext) -> Server | None:
+        """How this stage serves one query at a time, warm: everything it needs (a model, an index,
+        corpus embeddings) loaded here, once, and a function that answers one query - what a search
+        service would run per request. Timed for the per-query latency in the cost table
+        (:func:`stagebench.execute.measure_latency`). ``None`` (the default): not measured."""
+        return None
 
     def __call__(self, ctx: StageContext, inputs: list[Run]) -> Run:
         """The run (a stage that implements ``apply`` gets this for free)."""

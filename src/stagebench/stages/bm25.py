@@ -36,7 +36,7 @@ from scipy import sparse
 from stagebench.cache import code_identity, memo
 from stagebench.params import Fraction, NonNegativeFloat, PositiveInt, param
 from stagebench.runs import Run, ranked
-from stagebench.stages.base import Stage, StageContext
+from stagebench.stages.base import Server, Stage, StageContext
 from stagebench.analyzer import Tokenizer
 from stagebench.ui import progress
 
@@ -220,28 +220,41 @@ class BM25Stage(Stage):
     packages = ("numpy", "scipy", "rank-bm25", "PyStemmer")
     unkeyed_params = ("query_batch", "threads")
 
-    def __call__(self, ctx: StageContext, inputs: list[Run]) -> Run:
+    def _scorer(self, ctx: StageContext) -> tuple[Tokenizer, Callable[[list[list[str]]], np.ndarray], int]:
+        """The query tokenizer, the scorer of a batch of tokenized queries (-> batch x docs), and
+        the threads to search with."""
         p: BM25Params = self.params
         tok = Tokenizer(lowercase=p.lowercase, stopwords=p.stopwords, stemmer=p.stemmer, split=p.tokens)
-        ds = ctx.dataset
-        doc_ids = ds.doc_ids
-        qids = ds.query_ids
-        q_tokens = [tok(ds.queries[q]) for q in qids]
         if p.backend == "rank_bm25":
-            index = BM25Okapi([tok(t) for t in ds.doc_texts], k1=p.k1, b=p.b, epsilon=p.epsilon)
+            index = BM25Okapi([tok(t) for t in ctx.dataset.doc_texts], k1=p.k1, b=p.b, epsilon=p.epsilon)
 
             def score(batch: list[list[str]]) -> np.ndarray:
                 return np.vstack([index.get_scores(t) for t in batch])
 
-            threads = 1  # rank-bm25 is pure Python/numpy per query: the reference, not the fast path
-        else:
-            sp = sparse_index(ctx, p, tok, self.name)
-            score = sp.score_batch
-            threads = p.threads or os.cpu_count() or 1
+            return tok, score, 1  # rank-bm25 is pure Python/numpy per query: the reference, not the fast path
+        return tok, sparse_index(ctx, p, tok, self.name).score_batch, p.threads or os.cpu_count() or 1
+
+    def __call__(self, ctx: StageContext, inputs: list[Run]) -> Run:
+        p: BM25Params = self.params
+        tok, score, threads = self._scorer(ctx)
+        ds = ctx.dataset
+        qids = ds.query_ids
+        q_tokens = [tok(ds.queries[q]) for q in qids]
         t0 = time.perf_counter()
-        run = search(score, qids, q_tokens, doc_ids, p.top_k, query_batch_size(p, len(doc_ids)), threads,
+        run = search(score, qids, q_tokens, ds.doc_ids, p.top_k, query_batch_size(p, len(ds.doc_ids)), threads,
                      desc=f"{self.name}: queries")  # fmt: skip
         dt = time.perf_counter() - t0
         log.info("stage %s: %s backend, %d queries in %.2fs (%.0f queries/s, %d thread(s))",
                  self.name, p.backend, len(qids), dt, len(qids) / max(dt, 1e-9), threads)  # fmt: skip
         return run
+
+    def server(self, ctx: StageContext) -> Server:
+        """The index loaded once; a query tokenized, scored against every document, cut at ``top_k``."""
+        p: BM25Params = self.params
+        tok, score, _ = self._scorer(ctx)
+        ds = ctx.dataset
+
+        def one(qid: str, inputs: list[Run]) -> Run:
+            return top_k_run([qid], ds.doc_ids, score([tok(ds.queries[qid])]), p.top_k, keep_zero=False)
+
+        return one

@@ -25,7 +25,7 @@ from stagebench.encoders import EncodeTask, encode_with
 from stagebench.optional import need
 from stagebench.params import PositiveInt, Range, param
 from stagebench.runs import Run, ranked
-from stagebench.stages.base import ModelStage, Stage, StageContext
+from stagebench.stages.base import ModelStage, Server, Stage, StageContext
 
 log = logging.getLogger("stagebench")
 
@@ -138,18 +138,22 @@ class DenseStage(ModelStage):
     packages = ("faiss-cpu", "numpy", *("onnxruntime", "tokenizers", "sentence-transformers", "transformers", "torch"))
     unkeyed_params = ("cache",)  # device/precision: keyed as written and, in identity(), as resolved
 
-    def __call__(self, ctx: StageContext, inputs: list[Run]) -> Run:
+    def _prepared(self, ctx: StageContext) -> tuple[EncodeTask, object]:
+        """The query encoder and the index of the corpus embeddings (from the cache when computed)."""
         p: DenseParams = self.params
         model, placement = self.model_to_run(ctx)
         log.info("stage %s: model %s resolved to %s", self.name, p.model, model.origin)
         task = EncodeTask(model, p.source, placement, p.max_length)
-        emb = corpus_embeddings(task, ctx, p, self.name)
+        return task, build_index(corpus_embeddings(task, ctx, p, self.name), p)
+
+    def __call__(self, ctx: StageContext, inputs: list[Run]) -> Run:
+        p: DenseParams = self.params
+        task, index = self._prepared(ctx)
         ds = ctx.dataset
         qids = ds.query_ids
         qemb = encode_with(ctx.engine, task, [p.query_prefix + ds.queries[q] for q in qids], p.batch_size,
                            f"{self.name}: queries")  # fmt: skip
         log.info("stage %s: runs on %s", self.name, runs_on(task, ctx))
-        index = build_index(emb, p)
         k = min(p.top_k, len(ds.doc_ids))
         t0 = time.perf_counter()
         run = search_top_k(index, qemb, qids, ds.doc_ids, k)
@@ -157,3 +161,15 @@ class DenseStage(ModelStage):
         log.info("stage %s: faiss %s search, %d queries, k=%d (ties at the cut by docid): %.2f ms/query",
                  self.name, p.index, len(qids), k, 1000 * dt / max(len(qids), 1))  # fmt: skip
         return run
+
+    def server(self, ctx: StageContext) -> Server:
+        """The model and the index loaded once; a query encoded alone and searched."""
+        p: DenseParams = self.params
+        task, index = self._prepared(ctx)
+        ds = ctx.dataset
+        k = min(p.top_k, len(ds.doc_ids))
+
+        def one(qid: str, inputs: list[Run]) -> Run:
+            return search_top_k(index, task([p.query_prefix + ds.queries[qid]]), [qid], ds.doc_ids, k)
+
+        return one

@@ -22,7 +22,7 @@ import numpy as np
 
 from stagebench.params import NonNegativeFloat, PositiveInt, param
 from stagebench.runs import Run, ranked, truncate
-from stagebench.stages.base import Stage, StageContext
+from stagebench.stages.base import Server, Stage, StageContext
 
 
 @dataclass
@@ -115,6 +115,10 @@ class _FusionStage(Stage):
     @classmethod
     def check_params(cls, params: RRFParams | ScoreFusionParams, inputs: list[str]) -> list[tuple[str, str]]:
         return check_weights(params.weights, inputs)
+
+    def server(self, ctx: StageContext) -> Server:
+        """Fusion is per query: serving one query is fusing that query's input lists."""
+        return lambda qid, inputs: self(ctx, inputs)
 
 
 class RRFStage(_FusionStage):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import inspect
 import logging
 import os
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,7 @@ from stagebench.rerank.plugins import build_plugin, check_kwargs, import_target
 from stagebench.rerank.pointwise import CrossEncoderReranker, RerankCommon, Reranked, ScoreTask, rerank_depths
 from stagebench.runs import Run
 from stagebench.record import RerankStats
-from stagebench.stages.base import ModelStage, Stage, StageContext, StageOutput
+from stagebench.stages.base import ModelStage, Server, Stage, StageContext, StageOutput
 
 log = logging.getLogger("stagebench")
 
@@ -56,7 +56,7 @@ class CrossEncoderStage(ModelStage):
         config's ``training:`` section; see :mod:`stagebench.finetune`."""
         return fine_tune(self.params.model, self.params.source, data, recipe, work)
 
-    def apply(self, ctx: StageContext, inputs: list[Run]) -> StageOutput:
+    def _task(self, ctx: StageContext) -> ScoreTask:
         p: CrossEncoderParams = self.params
         resolved, placement = self.model_to_run(ctx)
         task = ScoreTask(partial(CrossEncoderReranker.placed, resolved, p.source, placement, p.max_length, p.batch_size),
@@ -64,7 +64,21 @@ class CrossEncoderStage(ModelStage):
         where = "Ray workers" if ctx.engine.remote else task.reranker.model.runs_on
         log.info("stage %s: model %s resolved to %s; runs on %s (%s, %s)", self.name, p.model, resolved.origin, where,
                  placement.device, placement.precision)  # fmt: skip
-        return reranked_output(rerank_depths(inputs[0], task, ctx, p, self.name, task.label))
+        return task
+
+    def apply(self, ctx: StageContext, inputs: list[Run]) -> StageOutput:
+        task = self._task(ctx)
+        return reranked_output(rerank_depths(inputs[0], task, ctx, self.params, self.name, task.label))
+
+    def server(self, ctx: StageContext) -> Server:
+        return serve_reranking(self._task(ctx), ctx, self.params, self.name)
+
+
+def serve_reranking(task: ScoreTask, ctx: StageContext, p: RerankCommon, stage: str) -> Server:
+    """One query's ``top_n`` candidates scored (one call when the reranker is batched) and merged;
+    the depth sweep's other depths are not served."""
+    one_depth = replace(p, depths=None)
+    return lambda qid, inputs: rerank_depths(inputs[0], task, ctx, one_depth, stage, task.label, quiet=True).run
 
 
 @dataclass
@@ -109,16 +123,22 @@ class PluginStage(Stage):
         base = build(RerankCommon, stage_keys, where)
         return PluginParams(**{f.name: getattr(base, f.name) for f in fields(RerankCommon)}, target=target, kwargs=raw)
 
-    def apply(self, ctx: StageContext, inputs: list[Run]) -> StageOutput:
+    def _task(self, ctx: StageContext) -> ScoreTask:
         p: PluginParams = self.params
         factory = import_target(p.target, f"stage {self.name}.target")
         build_it = partial(build_plugin, p.target, p.kwargs or {}, self.name, os.getcwd())
         # what the reranker offers (score_pairs, wants_fields) is read from the instance built here;
         # on Ray, from the class, so that the driver does not load a model its workers will load
         loaded = None if ctx.engine.remote and inspect.isclass(factory) else build_it()
-        task = ScoreTask.of(loaded, p.per_query, self.name, f"plug-in {p.target}", build_it,
+        return ScoreTask.of(loaded, p.per_query, self.name, f"plug-in {p.target}", build_it,
                             kind=factory if loaded is None else None)  # fmt: skip
-        return reranked_output(rerank_depths(inputs[0], task, ctx, p, self.name, task.label))
+
+    def apply(self, ctx: StageContext, inputs: list[Run]) -> StageOutput:
+        task = self._task(ctx)
+        return reranked_output(rerank_depths(inputs[0], task, ctx, self.params, self.name, task.label))
+
+    def server(self, ctx: StageContext) -> Server:
+        return serve_reranking(self._task(ctx), ctx, self.params, self.name)
 
 
 __all__ = ["CrossEncoderParams", "CrossEncoderStage", "PluginParams", "PluginStage"]
