@@ -164,8 +164,9 @@ def _run_into(config: Config, stages: list[Stage], ds: Dataset, folder: Path, ca
         ctx = StageContext(dataset=ds, cache=cache, engine=make_engine(sc.engine))
         if sc.engine.type != "local" and stage.uses_engine:
             log.info("stage %s: engine %s", sc.name, sc.engine.describe())
-        ran = run_stage(sc, stage, ctx, [runs[i] for i in sc.inputs], parts, cache)
-        latency = measure_latency(sc, stage, ctx, [runs[i] for i in sc.inputs], ran.run, key, sample, cache)
+        inputs = [runs[i] for i in sc.inputs]
+        ran = run_stage(sc, stage, ctx, inputs, parts, cache)
+        latency = measure_latency(sc, stage, ctx, inputs, ran.run, key, sample, cache)
         runs[sc.name] = ran.run
         digests[sc.name] = ran.record.run_digest
         write_trec_run(ran.run, folder / "runs" / f"{sc.name}.trec", tag=f"{config.name}.{sc.name}")
