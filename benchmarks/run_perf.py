@@ -359,6 +359,59 @@ def cross_encoder_precision(sets: dict, work: Path) -> dict:
     return ce
 
 
+#: the cross-encoder paths the default's rule weighs (docs/models.md#precision): reference, candidates
+RULE_PATHS = ("fp32", "int8-token", "int8")
+
+
+def precision_rule_section(embedded, depth: int = 20, only: tuple[str, ...] = ()) -> dict:
+    """The rule that picks the default cross-encoder path, on whole collections: every query,
+    BM25's top ``depth`` reranked by the stage itself (cross-query batches, no cache) at each path
+    of :data:`RULE_PATHS`; nDCG@10, its change against fp32 with a paired randomization test."""
+    from stagebench.stats import randomization_test
+
+    out: dict = {"depth": depth, "paths": list(RULE_PATHS), "collections": {}}
+    for name, ds in quality_datasets(embedded).items():
+        if only and name not in only:
+            continue
+        first = stagebench.stage("bm25", top_k=depth).apply(ds, cache=False).run
+        qids = sorted(q for q in first if q in ds.qrels)
+        col = out["collections"][name] = {"queries": len(qids), "pairs": sum(len(first[q]) for q in first)}
+        per_query = {}
+        for prec in RULE_PATHS:
+            t0 = time.perf_counter()
+            run = stagebench.stage("cross_encoder", top_n=depth, precision=prec).apply(ds, first, cache=False).run
+            dt = time.perf_counter() - t0
+            ev = stagebench.evaluate(ds.qrels, run, ["nDCG@10"])
+            per_query[prec] = [ev.per_query["nDCG@10"].get(q, 0.0) for q in qids]
+            row = col[prec] = {"pairs_per_s": round(col["pairs"] / dt, 1), "ndcg10": round(ev.means["nDCG@10"], 4)}
+            if prec != RULE_PATHS[0]:
+                ref = per_query[RULE_PATHS[0]]
+                row["ndcg10_change"] = round(float(np.mean(per_query[prec]) - np.mean(ref)), 4)
+                row["p"] = round(randomization_test(ref, per_query[prec]), 4)
+                row["queries_changed"] = sum(abs(a - b) > 1e-12 for a, b in zip(ref, per_query[prec]))
+            log(f"precision rule {name} {prec}", row)
+    return out
+
+
+def precision_rule_markdown(r: dict) -> list[str]:
+    names = list(r["collections"])
+    lines = ["", "## The default cross-encoder path: the 0.002 rule on whole collections", "",
+             f"Every query of each collection, BM25's top {r['depth']} reranked by the cross_encoder stage "
+             "(pairs of every query in length-sorted calls); each cell: pairs/s, nDCG@10 (change against fp32, "
+             "paired randomization p, queries whose nDCG@10 changed). `precision: auto` on a CPU is the fastest "
+             "batch-invariant path within 0.002 of fp32 on all three (docs/models.md#precision).", "",
+             "| path | " + " | ".join(f"{n} ({r['collections'][n]['queries']} queries, {r['collections'][n]['pairs']:,} pairs)"
+                                      for n in names) + " |", "|---|" + "---|" * len(names)]  # fmt: skip
+    for prec in r["paths"]:
+        cells = []
+        for n in names:
+            c = r["collections"][n][prec]
+            extra = "" if "ndcg10_change" not in c else f" ({c['ndcg10_change']:+.4f}, p={c['p']:.2f}, {c['queries_changed']} changed)"
+            cells.append(f"{c['pairs_per_s']:,.1f} pairs/s, {c['ndcg10']:.4f}{extra}")
+        lines.append(f"| `{prec}` | " + " | ".join(cells) + " |")
+    return lines
+
+
 # --------------------------------------------------------------------------- 4. latency of the default cascade
 
 
@@ -641,6 +694,8 @@ def markdown(f: dict) -> str:
               f"{c['spearman_within_query_mean']} within a query (mean)."]  # fmt: skip
     if "precision" in f:
         lines += precision_markdown(f["precision"])
+    if "precision_rule" in f:
+        lines += precision_rule_markdown(f["precision_rule"])
     if "latency" in f:
         lines += latency_markdown(f["latency"])
     if "catalog" in f:
@@ -685,7 +740,8 @@ def main() -> None:
     ap.add_argument("--dense-sizes", default="10000,100000")
     ap.add_argument("--ce-queries", type=int, default=20)
     ap.add_argument("--encode-docs", type=int, default=2000)
-    ap.add_argument("--sections", default="bm25,cross_encoder,precision,latency,scaling,catalog")
+    ap.add_argument("--sections", default="bm25,cross_encoder,precision,precision-rule,latency,scaling,catalog")
+    ap.add_argument("--rule-collections", default="", help="precision-rule: only these collections (comma-separated)")
     ap.add_argument("--latency-config", default="configs/default.yaml")
     ap.add_argument("--latency-queries", type=int, default=100)
     ap.add_argument("--catalog-sizes", default="1000000,2000000")
@@ -728,6 +784,8 @@ def main() -> None:
     if "precision" in sections or "precision-ce" in sections:
         parts = ("cross_encoder",) if "precision" not in sections else ("dense", "cross_encoder")
         figures["precision"] = precision_section(ds, root, parts, figures.get("precision"))
+    if "precision-rule" in sections:
+        figures["precision_rule"] = precision_rule_section(ds, only=tuple(x for x in args.rule_collections.split(",") if x))
     if "latency" in sections:
         figures["latency"] = latency_section(Path(args.latency_config), root, args.latency_queries)
     if "scaling" in sections:

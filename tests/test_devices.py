@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from stagebench.devices import cpu_features, cpu_has_bf16, place, resolve_device
+from stagebench.devices import cpu_features, cpu_has_bf16, gpu_worker_placement, place, resolve_device
 from stagebench.errors import ConfigError, StagebenchError
 from stagebench.params import build
 from stagebench.stages.dense import DenseParams
@@ -29,9 +29,12 @@ def test_amx_counts_as_native_bf16(monkeypatch):
 
 
 def test_onnx_precisions():
-    # a dynamically quantized graph (the carriers): its own INT8 by default, said to be batch-dependent
+    # a dynamically quantized graph (the carriers): on a CPU, per-token INT8 by default (batch-invariant);
+    # its own per-batch INT8 only when asked for, said to be batch-dependent; on GPUs, its weights dequantized
     auto = place("cpu", "auto", "onnx-dynamic-int8", "t")
-    assert auto.precision == "int8" and "batch-dependent" in auto.why
+    assert auto.precision == "int8-token" and "batch-invariant" in auto.why
+    on_gpu = gpu_worker_placement("auto", "onnx-dynamic-int8", "t")
+    assert on_gpu.precision == "fp32" and "dequantized" in on_gpu.why
     assert place("cpu", "int8", "onnx-dynamic-int8", "t").why.endswith("(batch-dependent)")
     assert place("cpu", "int8-token", "onnx-dynamic-int8", "t").precision == "int8-token"
     assert place("cpu", "fp32", "onnx-dynamic-int8", "t").precision == "fp32"
@@ -110,7 +113,7 @@ def test_a_precision_an_onnx_carrier_cannot_run_fails_in_preflight():
         st.preflight()
     ok = CrossEncoderStage("ce", build(CrossEncoderParams, {}, "p"))
     ok.preflight()
-    assert ok.identity()["precision"] == "int8" and ok.identity()["device"] == "cpu"
+    assert ok.identity()["precision"] == "int8-token" and ok.identity()["device"] == "cpu"
 
 
 def test_llm_device_and_precision_belong_to_the_in_process_backend(tmp_path):

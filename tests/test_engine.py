@@ -109,7 +109,7 @@ def test_models_on_ray_workers_with_gpus_are_placed_on_their_gpu_whatever_the_dr
     with pytest.raises(StagebenchError, match="int8 .* runs on the CPU only"):
         DenseStage("d", DenseParams(precision="int8"), ray_gpu).placement()
     ce = CrossEncoderStage("c", CrossEncoderParams(), ray_gpu)  # the bundled INT8 ONNX cross-encoder
-    assert (ce.placement().device, ce.placement().precision) == ("cuda:0", "int8")
+    assert (ce.placement().device, ce.placement().precision) == ("cuda:0", "fp32")  # its weights dequantized on GPUs
     # an explicit cpu device stays on the CPU; so does every stage without GPU workers
     assert DenseStage("d", DenseParams(device="cpu"), ray_gpu).placement().device == "cpu"
     assert DenseStage("d", DenseParams(), EngineParams(type="ray")).placement().device == "cpu"

@@ -156,8 +156,7 @@ def test_latency_queries_zero_measures_nothing_and_a_negative_count_is_refused_a
 def test_model_stages_serve_one_query_as_their_batch_run_ranked_it(tmp_path, small_synthetic, monkeypatch):
     """Dense (fp32: a query's embedding alone equals its embedding in a batch up to float rounding,
     so scores within 1e-5 and ranks that differ only among such ties) and the cross-encoder,
-    exactly (its default path scores a query's candidates in the same rank bands alone as in the
-    batch run); the ranks of RRF over the dense run then stay the same."""
+    exactly (its default path, int8-token, scores a pair the same whatever its batch mates); the ranks of RRF over the dense run then stay the same."""
     monkeypatch.chdir(tmp_path)
     stages = """  - {name: bm25, type: bm25, params: {top_k: 100}}
   - {name: dense, type: dense, params: {top_k: 100, precision: fp32}}

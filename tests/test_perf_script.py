@@ -55,3 +55,25 @@ def test_run_perf_latency_section_reports_each_stage_and_the_cascade(tmp_path, s
     # the cascade up to rrf is at least as slow as its slowest input, per percentile of the sums
     assert st["rrf"]["cascade_ms"]["p50"] >= max(st["bm25"]["own_ms"]["p50"], st["stem"]["own_ms"]["p50"])
     assert st["bm25"]["cascade_ms"] == st["bm25"]["own_ms"]
+
+
+@pytest.mark.slow
+def test_run_perf_precision_rule_section_weighs_each_path_against_fp32(tmp_path, small_synthetic):
+    out = tmp_path / "perf"
+    cmd = [sys.executable, str(REPO / "benchmarks" / "run_perf.py"), "--output", str(out), "--data", str(small_synthetic),
+           "--scale-root", str(tmp_path / "scale"), "--sections", "precision-rule",
+           "--rule-collections", "embedded (20K synthetic)"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+           "STAGEBENCH_CACHE": str(tmp_path / "cache")}  # fmt: skip
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    rule = json.loads((out / "perf.json").read_text())["precision_rule"]
+    assert rule["paths"] == ["fp32", "int8-token", "int8"] and list(rule["collections"]) == ["embedded (20K synthetic)"]
+    col = rule["collections"]["embedded (20K synthetic)"]
+    assert col["queries"] > 0 and col["pairs"] > col["queries"]
+    for prec in ("int8-token", "int8"):
+        row = col[prec]
+        assert row["ndcg10_change"] == pytest.approx(row["ndcg10"] - col["fp32"]["ndcg10"], abs=2e-4)
+        assert 0 <= row["p"] <= 1 and 0 <= row["queries_changed"] <= col["queries"]
+        assert abs(row["ndcg10_change"]) < 0.05  # the same model, quantized
+    assert not (tmp_path / "cache" / "runs").exists()  # measured, never read from the stage cache

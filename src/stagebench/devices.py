@@ -10,7 +10,12 @@ table, docs/models.md):
   2.5x the fp32 speed for MiniLM-L6 here, nDCG@10 within the 0.002 the precision table checks;
 * on other CPUs, fp32;
 * on a GPU, fp32 (fp16 and bf16 are there to ask for; they were not measured on a GPU here);
-* ONNX models run as they were exported (the bundled carriers: their own dynamic INT8).
+* ONNX graphs quantized dynamically (the bundled carriers) run on a CPU at ``int8-token``:
+  their INT8 weights with one activation scale per token, so that a pair's score or a text's
+  embedding does not depend on its batch mates (:mod:`stagebench.variants`); measured within
+  0.002 nDCG@10 of fp32 on the three collections (docs/models.md#precision); on a GPU, their
+  weights dequantized (``fp32``, batch-invariant too; not measured on a GPU here). Other ONNX
+  graphs run as they were exported.
 
 ``int8`` is explicit and **batch-dependent**: torch's dynamic INT8 of the Linear layers, or an
 ONNX graph's own dynamic INT8, both take one activation scale for the whole batch (padding
@@ -51,7 +56,8 @@ class HardwareParams:
 
     device: DeviceSpec = param("auto", "where the model runs: auto (CUDA, else MPS, else CPU) | cpu | cuda | cuda:N | mps")
     precision: Literal["auto", "fp32", "bf16", "fp16", "int8", "int8-token"] = param(
-        "auto", "auto: torch models bf16 autocast on CPUs with native bf16, else fp32; ONNX models as exported "
+        "auto", "auto: torch models bf16 autocast on CPUs with native bf16, else fp32; INT8 ONNX carriers int8-token on a CPU, "
+        "dequantized fp32 on a GPU "
         "(docs/models.md#precision); int8: one activation scale per batch (batch-dependent); int8-token: per token "
         "(batch-invariant, CPU); fp32 of an INT8 ONNX model: its weights dequantized")
 
@@ -170,9 +176,12 @@ def _place_onnx(dev: str, kind: str, precision: str, dynamic: bool, what: str) -
         raise StagebenchError(f"{what}: an ONNX model runs at fp32, int8 (its own dynamic INT8) or int8-token; "
                               f"precision {precision} needs a torch model (a local folder or source: hub)")  # fmt: skip
     if precision == "auto":
+        if dynamic and kind == "cpu":
+            return Placement(dev, "int8-token", "auto: the dynamic INT8 ONNX graph with one activation scale per token "
+                                                "(batch-invariant; within 0.002 nDCG@10 of fp32, docs/models.md)")  # fmt: skip
         if dynamic:
-            return Placement(dev, "int8", "auto: the ONNX model's own dynamic INT8 (one activation scale per batch: "
-                                          "batch-dependent; int8-token and fp32 are batch-invariant)")  # fmt: skip
+            return Placement(dev, "fp32", f"auto: on {kind}, the INT8 graph's weights dequantized (batch-invariant; "
+                                          "int8-token runs on the CPU only)")  # fmt: skip
         return Placement(dev, "fp32", "auto: the ONNX model's own precision (fp32)")
     if precision == "int8":
         if not dynamic:

@@ -1,6 +1,7 @@
-"""The depth sweep on the real bundled cross-encoder (INT8 ONNX, whose scores depend on a pair's
-batch mates): the run derived at each depth from one scoring pass is, score for score, the run a
-separate stage with top_n = that depth gives; the depth table, its plot, and the files."""
+"""The depth sweep on the real bundled cross-encoder (INT8 ONNX at its default, int8-token, scored in
+length-sorted batches across queries): the run derived at each depth from one scoring pass is,
+score for score, the run a separate stage with top_n = that depth gives; the depth table, its
+plot, and the files."""
 
 from __future__ import annotations
 

@@ -65,14 +65,31 @@ def test_merge_head_tail_precision_fallback():
     assert ranked_ids(out) == ["a", "c", "d"] and out["c"] < out["a"]
 
 
-def test_batched_rerankers_score_rank_bands_and_equal_per_query():
+class Recording(Batched):
+    """Keeps every score_pairs call's pairs."""
+
+    def __init__(self):
+        super().__init__()
+        self.units = []
+
+    def score_pairs(self, pairs):
+        self.units.append(list(pairs))
+        return super().score_pairs(pairs)
+
+
+def test_batched_rerankers_score_every_query_together_by_length_and_equal_per_query():
     ds = dataset(n_docs=30)
     run = {q: {f"d{i}": 100.0 + i for i in range(30)} for q in ds.queries}
     ctx = StageContext(ds)
-    b = Batched()
+    b = Recording()
     batched = rerank_run(run, b, ctx, RerankCommon(top_n=25, pairs_per_call=7), "s", "t")
-    # each query's ranks 1-10, 11-20, 21-25 (the grid's bands), cut at 7 pairs a call
-    assert b.calls == [7, 3, 7, 3, 5] * 3
+    assert b.calls == [7] * 10 + [5]  # 3 queries x 25 pairs, across queries, at most 7 a call
+    sizes = [len(q) + len(d) for unit in b.units for q, d in unit]
+    assert sizes == sorted(sizes, reverse=True)  # the longest first
+    assert len({q for q, _ in b.units[0]}) == 3  # a call holds pairs of several queries
+    # each query's top 25 (d29 .. d5) scored exactly once, nothing else
+    assert sorted((q, d) for unit in b.units for q, d in unit) == sorted(
+        (ds.queries[q], ds.doc_text[f"d{i}"]) for q in run for i in range(5, 30))
     per_query = rerank_run(run, Batched(), ctx, RerankCommon(top_n=25, per_query=True), "s", "t")
     assert batched == per_query
 

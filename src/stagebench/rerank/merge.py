@@ -1,10 +1,8 @@
-"""The head/tail merge every reranker shares, and the rank-band grid of pointwise scoring.
+"""The head/tail merge every reranker shares.
 
 A reranker reorders the top ``top_n`` of each query (the head) and returns **every** candidate
 of its input: the head in the reranker's order, then the tail in its input order with scores
 strictly below the lowest head score whatever their sign (``tail_j = min(head) - 1 - j``).
-Pointwise scoring cuts a query's head in rank bands on a fixed grid (:data:`BAND_EDGES`), so a
-pair's score never depends on how deep the stage reranks (see :mod:`stagebench.rerank.pointwise`).
 """
 
 from __future__ import annotations
@@ -12,25 +10,6 @@ from __future__ import annotations
 import numpy as np
 
 from stagebench.runs import Run, ranked, ranked_ids
-
-
-#: rank-band edges of the scoring grid; beyond the last edge the bands go on growing x2, x2.5, x2
-BAND_EDGES = (10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
-
-
-def band_edges(n: int) -> list[tuple[int, int]]:
-    """The grid's bands ``[lo, hi)`` covering ranks ``[0, n)``."""
-    edges, k = list(BAND_EDGES), 0
-    while edges[-1] < n:
-        edges.append(edges[-1] * (2 if k % 3 != 1 else 5) // (1 if k % 3 != 1 else 2))
-        k += 1
-    out, lo = [], 0
-    for e in edges:
-        if lo >= n:
-            break
-        out.append((lo, min(e, n)))
-        lo = e
-    return out
 
 
 def merge_head_tail(head: dict[str, float], tail: list[str]) -> dict[str, float]:

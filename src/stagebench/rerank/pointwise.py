@@ -9,18 +9,18 @@ Both take one input run, rerank the top ``top_n`` documents of every query with 
 * the unreranked tail in its original order, with scores strictly below the lowest head
   score whatever the sign of the scores (``tail_j = min(head) - 1 - j``).
 
-A reranker with ``score_pairs`` scores each query's candidates in **rank bands on a fixed grid**
-(:data:`BAND_EDGES`: ranks 1-10, 11-20, 21-50, 51-100, 101-200, 201-500, ...; a band longer than
-``pairs_per_call`` is cut in pieces of that size), one call per band. A pair's score thus never
-depends on how deep the stage reranks: the pairs scored for depth 200 include, with the same
-scores, those for 10, 20, 50 and 100. It matters in practice: the bundled INT8 cross-encoder at
-its own dynamic INT8 (``precision: int8``, today's ``auto``) quantizes activations per batch, and
-one pair's logit moved by up to 0.41 when its batch mates changed (``int8-token`` and ``fp32`` are
-batch-invariant: tests/test_batch_invariance.py). With ``depths: [10, 20, 50, 100, 200]`` the
-stage scores the largest depth once and derives the run at each depth by reordering only the top N (the tail kept below), exactly the run
-``top_n: N`` gives; its own ``top_n`` run is the stage's output. A reranker with only
-``score(query, docs)`` (or ``per_query: true``) is called once per query with its whole head, and
-once per depth: its scores may depend on the list it is shown.
+A reranker with ``score_pairs`` is given the candidates of **every query at once, in units of
+``pairs_per_call`` pairs of similar length** (the longest first, ties in run order): the least
+padding, and full model batches whatever the depth. That is sound because a pair's score is a
+function of the pair: the plug-in protocol asks it of ``score_pairs``, and the built-in
+cross-encoder's paths keep it (``int8-token`` and ``fp32`` exactly: tests/test_batch_invariance.py),
+except ``precision: int8``, the carrier's own dynamic INT8, which takes one activation scale per
+batch and is documented as batch-dependent. With ``depths: [10, 20, 50, 100, 200]`` the stage
+scores the largest depth once and derives the run at each depth by reordering only the top N
+(the tail kept below): for a batch-invariant reranker exactly the run ``top_n: N`` gives
+(tests/stages/test_depth_sweep.py); its own ``top_n`` run is the stage's output. A reranker with
+only ``score(query, docs)`` (or ``per_query: true``) is called once per query with its whole
+head, and once per depth: its scores may depend on the list it is shown.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from stagebench.encoders import load_cross_encoder
 from stagebench.errors import StagebenchError
 from stagebench.models import ResolvedModel, on_this_machine, resolve_model
 from stagebench.params import PositiveFloat, PositiveInt, param
-from stagebench.rerank.merge import band_edges, merge_head_tail, sigmoid_keeping_order, split_head
+from stagebench.rerank.merge import merge_head_tail, sigmoid_keeping_order, split_head
 from stagebench.runs import Run
 from stagebench.stages.base import StageContext
 from stagebench.variants import for_placement, onnx_kind
@@ -50,8 +50,7 @@ log = logging.getLogger("stagebench")
 class RerankCommon:
     top_n: PositiveInt = param(50, "candidates reranked per query; the rest keep their order below")
     activation: Literal["none", "sigmoid"] = param("none", "sigmoid maps scores to (0, 1); the order stays the logits'")
-    pairs_per_call: PositiveInt = param(512, "most pairs per score_pairs call (a query's rank bands 1-10, 11-20, 21-50, "
-                                        "...; longer bands are cut in pieces of this size)")  # fmt: skip
+    pairs_per_call: PositiveInt = param(512, "most pairs per score_pairs call (the pairs of every query, by length)")
     per_query: bool = param(False, "call score(query, docs) once per query with its whole head (slower; for comparison)")
     depths: list[PositiveInt] | None = param(None, "also derive the run at each of these depths from one scoring pass "
                                              "at the largest (the depth table; docs/report.md)")  # fmt: skip
@@ -199,12 +198,9 @@ def rerank_depths(run: Run, reranker: Any, ctx: StageContext, p: RerankCommon, s
     seconds: dict[int, float] = {}
     per_depth: dict[int, dict[tuple[str, str], float]] = {}
     t0 = time.perf_counter()
-    if task.batched:  # one pass at the deepest depth, in rank bands
-        chunks = []
-        for q in qids:
-            for lo, hi in band_edges(len(heads[q])):
-                band = [(q, d) for d in heads[q][lo:hi]]
-                chunks += [band[i : i + p.pairs_per_call] for i in range(0, len(band), p.pairs_per_call)]
+    if task.batched:  # one pass at the deepest depth, every query's pairs by length
+        chunks = length_units([(q, d) for q in qids for d in heads[q]],
+                              lambda pair: len(ds.queries[pair[0]]) + len(ds.doc_text.get(pair[1], "")), p.pairs_per_call)
         scores = score(chunks, "rerank" if len(depths) == 1 else f"rerank (depths {', '.join(map(str, depths))})")
         dt = time.perf_counter() - t0
         for n in depths:
@@ -220,7 +216,7 @@ def rerank_depths(run: Run, reranker: Any, ctx: StageContext, p: RerankCommon, s
     sweep = "" if len(depths) == 1 else f"; depths {', '.join(map(str, depths))}" + (" from one pass" if task.batched else "")
     (log.debug if quiet else log.info)("stage %s: reranked %d pairs (%d queries, top %d%s) in %.1fs: %.0f pairs/s (%s%s)", stage, scored,
              len(qids), p.top_n, sweep, dt, scored / max(dt, 1e-9),
-             "rank bands of each query" if task.batched else "one query at a time",
+             "every query's pairs by length" if task.batched else "one query at a time",
              "; on Ray" if ctx.engine.remote else "")  # fmt: skip
     runs: dict[int, Run] = {}
     for n in depths:
@@ -237,6 +233,13 @@ def rerank_depths(run: Run, reranker: Any, ctx: StageContext, p: RerankCommon, s
                 result[qid] = merge_head_tail(dict(zip(head, s.tolist())), tail)
         runs[n] = result
     return Reranked(runs[p.top_n], {n: r for n, r in runs.items() if p.depths and n in p.depths}, pairs, seconds)
+
+
+def length_units(pairs: list[tuple[str, str]], size: Callable[[tuple[str, str]], int], most: int) -> list[list[tuple[str, str]]]:
+    """``pairs`` in units of at most ``most``, the longest first (``size``), ties in their given order."""
+    order = sorted(range(len(pairs)), key=lambda i: -size(pairs[i]))  # sorted() is stable
+    todo = [pairs[i] for i in order]
+    return [todo[i : i + most] for i in range(0, len(todo), most)]
 
 
 def _failed(stage: str, label: str, method: str, queries: list[str], exc: Exception) -> StagebenchError:
