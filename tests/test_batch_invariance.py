@@ -95,3 +95,18 @@ def test_bi_encoder_paths_offered_as_invariant_are(pairs, precision, tmp_path, m
     if precision == "int8-token":
         fp32 = stagebench.bi_encoder(BI, device="cpu", precision="fp32", max_length=256).encode([t for g in texts for t in g], 64)
         assert float((fp32 * batched).sum(1).min()) > 0.98  # the quantized model is the same model
+
+
+def test_an_opset_11_int8_carrier_runs_per_token_too(pairs, tmp_path, monkeypatch):
+    """bge-small's carrier is an opset-11 graph, whose QuantizeLinear takes one scale only: the
+    per-token rewrite spells the quantization out there, and stays invariant and close to fp32."""
+    monkeypatch.setenv("STAGEBENCH_CACHE", str(tmp_path / "cache"))
+    groups, long_pair = pairs
+    texts = [d for g in groups for _, d in g]
+    enc = stagebench.bi_encoder("BAAI/bge-small-en-v1.5", device="cpu", max_length=256)
+    assert enc.placement.precision == "int8-token"  # auto on a CPU
+    alone = np.concatenate([enc.encode([t], 1) for t in texts])
+    batched = enc.encode(texts + [long_pair[1]], 64)[:-1]
+    assert float(np.abs(alone - batched).max()) <= TOLERANCE
+    fp32 = stagebench.bi_encoder("BAAI/bge-small-en-v1.5", device="cpu", precision="fp32", max_length=256).encode(texts, 64)
+    assert float((fp32 * batched).sum(1).min()) > 0.98

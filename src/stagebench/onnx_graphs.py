@@ -11,7 +11,9 @@ output a function of its input:
   **one scale per token** (``max |x|`` over the hidden axis / 127, zero point 128 on uint8), so a
   token's integer activations depend on that token alone; the weights and the integer matrix
   products are the graph's own. Padding tokens get their own scales and are masked out by
-  attention as before. Measured on this project's collections in ``make perf``.
+  attention as before (``QuantizeLinear`` with one scale per row from opset 13; in older graphs,
+  such as bge-small's opset-11 carrier, its formula spelled out with Div, Round, Add, Clip and
+  Cast). Measured on this project's collections in ``make perf``.
 * :func:`dequantized_fp32`: every ``MatMulInteger`` and the scaling around it becomes one fp32
   ``MatMul`` on the dequantized weights (``w = scale * (q - zero_point)``): the graph's weights
   with fp32 activations, the reference the INT8 paths are measured against.
@@ -64,7 +66,9 @@ def per_token_int8(src: str | Path, dst: str | Path) -> int:
     consts = {"sb_127": np.array(127.0, np.float32), "sb_eps": np.array(1e-12, np.float32),
               "sb_zp": np.array(128, np.uint8), "sb_m1": np.array([-1], np.int64), "sb_one": np.array([1], np.int64),
               "sb_zero": np.array([0], np.int64), "sb_end": np.array([np.iinfo(np.int64).max], np.int64),
-              "sb_unit": np.array(1.0, np.float32)}  # fmt: skip
+              "sb_unit": np.array(1.0, np.float32), "sb_128f": np.array(128.0, np.float32),
+              "sb_0f": np.array(0.0, np.float32), "sb_255f": np.array(255.0, np.float32)}  # fmt: skip
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
     if any(i.name in consts for i in g.initializer):
         raise StagebenchError(f"{src}: already rewritten per token")
     g.initializer.extend(numpy_helper.from_array(v, k) for k, v in consts.items())
@@ -92,8 +96,15 @@ def per_token_int8(src: str | Path, dst: str | Path) -> int:
         flat = node("Reshape", [x, node("Concat", ["sb_m1", hidden], f"{p}/2d", axis=0)], f"{p}/flat")
         peak = node("ReduceMax", [node("Abs", [flat], f"{p}/abs")], f"{p}/peak", axes=[1], keepdims=0)
         s = node("Div", [node("Max", [peak, "sb_eps"], f"{p}/peak_eps"), "sb_127"], f"{p}/scale")
-        zps = node("Expand", ["sb_zp", node("Shape", [s], f"{p}/n")], f"{p}/zps")
-        node("Reshape", [node("QuantizeLinear", [flat, s, zps], f"{p}/q", axis=0), shape], q)
+        if opset >= 13:  # QuantizeLinear with one scale per row (its axis attribute)
+            zps = node("Expand", ["sb_zp", node("Shape", [s], f"{p}/n")], f"{p}/zps")
+            quantized = node("QuantizeLinear", [flat, s, zps], f"{p}/q", axis=0)
+        else:  # before opset 13 QuantizeLinear takes one scale: its formula, saturate(round(x / s) + 128), spelled out
+            col = node("Reshape", [s, node("Concat", ["sb_m1", "sb_one"], f"{p}/col_shape", axis=0)], f"{p}/col")
+            shifted = node("Add", [node("Round", [node("Div", [flat, col], f"{p}/div")], f"{p}/round"), "sb_128f"], f"{p}/shift")
+            quantized = node("Cast", [node("Clip", [shifted, "sb_0f", "sb_255f"], f"{p}/sat")], f"{p}/q",
+                             to=onnx.TensorProto.UINT8)  # fmt: skip
+        node("Reshape", [quantized, shape], q)
         row_scale[q] = node("Reshape", [s, node("Concat", [rows, "sb_one"], f"{p}/scale_shape", axis=0)], f"{p}/rows_scale")
         # the graph's own scaling after each integer product sees a scale of 1 (a scalar, as
         # onnxruntime's MatMulIntegerToFloat fusion requires); the per-token scales are applied after it
