@@ -20,7 +20,7 @@ LAYERS = {
     2: ["encoders", "onnx_weights", "variants", "finetune", "stages.base", "rerank.chat", "rerank.plugins", "rerank.pointwise",
         "rerank.windows", "stages.bm25", "stages.dense", "stages.fusion", "stages.rerank", "stages.run_file",
         "stages.llm_rerank", "stages", "results", "results.ceilings", "results.queries", "results.folder", "results.depth",
-        "results.scoring", "results.cost", "results.check", "results.compare", "results.agreement", "results.judged",
+        "results.scoring", "results.cost", "results.check", "results.compare", "results.segments", "results.agreement", "results.judged",
         "judge.ask"],
     3: ["config", "report", "report.tables", "report.plots", "report.explorer", "report.html", "report.write"],
     4: ["execute", "judging", "pipeline", "training", "reproductions"],

@@ -20,11 +20,13 @@ from stagebench.errors import StagebenchError
 from stagebench.judging import judge_folder
 from stagebench.metrics import evaluate, holes, parse_measure
 from stagebench.pipeline import run_config
-from stagebench.report.tables import check_text, comparison_text
+from stagebench.report.tables import check_text, comparison_text, segments_csv, segments_markdown, segments_text
 from stagebench.report.write import rerender, show_query
 from stagebench.reproductions import matrix, reproduce
 from stagebench.results.check import compare_with_expected, write_expected
 from stagebench.results.compare import compare_folders
+from stagebench.results.folder import RunFolder
+from stagebench.results.segments import MIN_QUERIES, folder_segments
 from stagebench.results.scoring import conventions_line
 from stagebench.runs import read_trec_qrels, read_trec_run
 from stagebench.training import train_reranker
@@ -60,6 +62,25 @@ def _cmd_show(args: argparse.Namespace) -> int:
 def _cmd_compare(args: argparse.Namespace) -> int:
     sys.stdout.write(comparison_text(compare_folders(args.run_dir_a, args.run_dir_b, permutations=args.permutations,
                                                      seed=args.seed, alpha=args.alpha)))  # fmt: skip
+    return 0
+
+
+def _cmd_segments(args: argparse.Namespace) -> int:
+    folder = RunFolder.open(args.run_dir)
+    if args.min_queries < 2:
+        raise StagebenchError(f"--min-queries {args.min_queries}: a paired test needs at least 2 queries")
+    measure = parse_measure(args.measure).name if args.measure else folder.metrics[0]
+    if measure not in folder.metrics:
+        raise StagebenchError(f"--measure {args.measure}: {args.run_dir} was scored with {', '.join(folder.metrics)}")
+    bys = args.by or ["length", *(["judged", "relevant"] if folder.holds("qrels.trec") else [])]
+    found = [folder_segments(folder, b, args.min_queries) for b in bys]
+    if args.format == "json":
+        print(json.dumps([t.as_dict() for t in found], indent=2))
+    elif args.format == "csv":
+        sys.stdout.write(segments_csv(found[0]) + "".join(segments_csv(t).split("\n", 1)[1] for t in found[1:]))
+    else:
+        render = segments_markdown if args.format == "markdown" else segments_text
+        sys.stdout.write("\n".join(render(t, measure) for t in found))
     return 0
 
 
@@ -234,6 +255,17 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--seed", type=int, default=42)
     c.add_argument("--alpha", type=float, default=0.05)
     c.set_defaults(func=_cmd_compare)
+
+    sg = sub.add_parser("segments", help="a finished run folder's stages within query segments (length, judged or "
+                        "relevant products, or a qid<TAB>segment file), each stage's change tested per segment")  # fmt: skip
+    sg.add_argument("run_dir")
+    sg.add_argument("--by", action="append", metavar="length|judged|relevant|FILE",
+                    help="a built-in segmentation or a qid<TAB>segment file; repeat for several (default: length, and "
+                         "judged and relevant when the folder holds its qrels)")  # fmt: skip
+    sg.add_argument("--measure", help="the measure shown (default: the run's first); json and csv hold every measure")
+    sg.add_argument("--format", choices=["text", "markdown", "csv", "json"], default="text")
+    sg.add_argument("--min-queries", type=int, default=MIN_QUERIES, help="segments with fewer queries are not tested")
+    sg.set_defaults(func=_cmd_segments)
 
     tr = sub.add_parser("train-reranker", help="fine-tune a cross-encoder on the train split (the config's training: section)")
     tr.add_argument("config")

@@ -16,6 +16,7 @@ from stagebench.record import JudgeRecord, LLMStats, RerankStats, StageRecord
 from stagebench.results.agreement import Agreement
 from stagebench.results.check import CheckRow
 from stagebench.results.compare import Comparison
+from stagebench.results.segments import SegmentTable
 from stagebench.table import CeilingCells, DepthCells, LLMCells, StageRow, StageTable
 from stagebench.stats import latency_percentiles
 
@@ -327,3 +328,59 @@ def judge_text(record: JudgeRecord, agreement: Agreement) -> str:
         body = [[od.measure, _order(od.human), _order(od.judge), f3(od.tau)] for od in agreement.orders]
         lines += _grid(["measure", "human order", "judge order", "Kendall tau-b"], body, 3)
     return "\n".join(lines) + "\n"
+
+
+def _segment_grid(t: SegmentTable, measure: str) -> tuple[list[str], list[list[str]]]:
+    """The segments of ``t`` for one measure: queries, each stage's mean, each change against an input
+    (``*``: Holm-corrected p below alpha; ``n/a``: too few queries to test), the stage order."""
+    pairs = [(c.stage, c.against) for c in t.segments[0].changes[measure]] if t.segments else []
+    head = ["segment", "queries", *t.stages, *(f"{s} vs {i}" for s, i in pairs), "order"]
+    body = []
+    for seg in t.segments:
+        cells = [seg.label, str(seg.queries), *(f"{seg.means[s][measure]:.4f}" for s in t.stages)]
+        for c in seg.changes[measure]:
+            test = "(too few)" if c.p_holm is None else f"(p {c.p_holm:.2g}){'*' if c.significant(t.alpha) else ''}"
+            cells.append(f"{c.delta:+.4f} {test}")
+        cells.append(_order({s: seg.means[s][measure] for s in t.stages}))
+        body.append(cells)
+    return head, body
+
+
+def segments_caption(t: SegmentTable, measure: str) -> str:
+    tested = sum(c.p is not None for seg in t.segments for c in seg.changes[measure])
+    return (f"Segments: {t.describe} ({measure}; each stage against its input, paired randomization test, "
+            f"{t.permutations} permutations, seed {t.seed}, p Holm-corrected over the {tested} tested (segment, stage, "
+            f"input); * = p < {t.alpha}; segments of fewer than {t.min_queries} queries are not tested)")  # fmt: skip
+
+
+def segments_text(t: SegmentTable, measure: str) -> str:
+    head, body = _segment_grid(t, measure)
+    extra = [f"{t.unassigned} scored queries have no segment"] if t.unassigned else []
+    return "\n".join([segments_caption(t, measure), *extra, *t.notes, *_grid(head, body, 1)]) + "\n"
+
+
+def segments_markdown(t: SegmentTable, measure: str) -> str:
+    head, body = _segment_grid(t, measure)
+    extra = [f"{t.unassigned} scored queries have no segment  "] if t.unassigned else []
+    lines = [segments_caption(t, measure) + "  ", *extra, *(n + "  " for n in t.notes), "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head), *("| " + " | ".join(b) + " |" for b in body)]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def segments_csv(t: SegmentTable) -> str:
+    """One row per (segment, stage, measure): the mean, and the change against each input (blank
+    for a stage without inputs)."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["by", "segment", "queries", "stage", "measure", "mean", "against", "delta", "p", "p_holm"])
+    for seg in t.segments:
+        for m in t.measures:
+            changes = {c.stage: [] for c in seg.changes[m]}
+            for c in seg.changes[m]:
+                changes[c.stage].append(c)
+            for s in t.stages:
+                for c in changes.get(s) or [None]:
+                    w.writerow([t.by, seg.label, seg.queries, s, m, f"{seg.means[s][m]:.6f}",
+                                *(["", "", "", ""] if c is None else [c.against, f"{c.delta:.6f}",
+                                  "" if c.p is None else f"{c.p:.6f}", "" if c.p_holm is None else f"{c.p_holm:.6f}"])])  # fmt: skip
+    return buf.getvalue()

@@ -1,0 +1,143 @@
+"""Query segments: the built-in segmentations from their definitions, the per-segment changes and
+p-values against an independent computation (the randomization test called directly, Holm written
+here from its definition), the user file's errors, and `stagebench segments` on a real finished run."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import numpy as np
+import pytest
+
+from stagebench import stats
+from stagebench.cli import main
+from stagebench.config import load_config
+from stagebench.errors import DataError, StagebenchError
+from stagebench.pipeline import run_config
+from stagebench.results.segments import count_segments, length_segments, read_segment_file, segment_table
+
+
+def holm_by_definition(ps):
+    """Holm's step-down: the i-th smallest p times (m - i), made monotone, capped at 1."""
+    m = len(ps)
+    order = np.argsort(ps, kind="stable")
+    out, running = [0.0] * m, 0.0
+    for i, j in enumerate(order):
+        running = max(running, min(1.0, (m - i) * ps[j]))
+        out[j] = running
+    return out
+
+
+def test_length_bins():
+    texts = {"a": "dog", "b": "red dog leash", "c": "a b c d e f", "d": "one two three four five six seven eight", "e": ""}
+    assert length_segments(texts, list(texts)) == {"a": "1-2 words", "b": "3-4 words", "c": "5-6 words",
+                                                   "d": "7+ words", "e": "0 words"}  # fmt: skip
+
+
+def test_counts_in_thirds_never_straddle_a_count():
+    counts = {f"q{i}": n for i, n in enumerate([1, 1, 2, 3, 3, 3, 3, 4, 8, 9, 20, 20])}
+    seg = count_segments(counts, "judged")
+    by_count = {}
+    for q, n in counts.items():
+        by_count.setdefault(n, set()).add(seg[q])
+    assert all(len(labels) == 1 for labels in by_count.values())  # one count, one segment
+    # the edges are the counts at the 1/3 and 2/3 quantiles (lower: sorted positions 3 and 7): 3 and 4
+    assert seg["q0"] == "judged 1-3" and seg["q7"] == "judged 4" and seg["q8"] == seg["q11"] == "judged 8-20"
+    assert set(count_segments({"a": 5, "b": 5}, "relevant").values()) == {"relevant 5"}
+
+
+def fake_run(n=60, seed=0):
+    """Per-query values of three stages (c reranks b; b fuses a) whose gain differs by segment."""
+    rng = np.random.default_rng(seed)
+    qs = [f"q{i}" for i in range(n)]
+    a = rng.uniform(0, 1, n)
+    b = np.clip(a + rng.normal(0.0, 0.05, n), 0, 1)
+    c = np.clip(b + np.where(np.arange(n) % 3 == 0, 0.2, 0.0) + rng.normal(0, 0.02, n), 0, 1)  # wins on segment "x"
+    per_query = {s: {"m": dict(zip(qs, v))} for s, v in (("a", a), ("b", b), ("c", c))}
+    stages = {"a": [], "b": ["a"], "c": ["b"]}
+    seg = {q: ("x" if i % 3 == 0 else "y") for i, q in enumerate(qs)}
+    seg["q1"] = "tiny"  # one query: too few to test
+    seg.pop("q2")  # a scored query without a segment
+    seg["elsewhere"] = "x"  # not a scored query
+    return qs, per_query, stages, seg
+
+
+def test_segment_changes_and_p_values_equal_an_independent_computation():
+    qs, per_query, stages, seg = fake_run()
+    t = segment_table("f", "test", seg, per_query, stages, qs, ["m"], permutations=500, seed=7, alpha=0.05, min_queries=5)
+    assert [s.label for s in t.segments] == ["tiny", "x", "y"] and t.unassigned == 1
+    assert "1 queries of the segmentation are not scored queries" in t.notes[0]
+    raw = []
+    for s in t.segments:
+        members = [q for q in qs if seg.get(q) == s.label]
+        assert s.queries == len(members)
+        for st in "abc":
+            assert s.means[st]["m"] == pytest.approx(np.mean([per_query[st]["m"][q] for q in members]))
+        assert [(c.stage, c.against) for c in s.changes["m"]] == [("b", "a"), ("c", "b")]
+        for c in s.changes["m"]:
+            x = [per_query[c.stage]["m"][q] for q in members]
+            y = [per_query[c.against]["m"][q] for q in members]
+            assert c.delta == pytest.approx(np.mean(x) - np.mean(y))
+            if s.label == "tiny":
+                assert c.p is None and c.p_holm is None and s.too_few
+            else:
+                assert c.p == stats.randomization_test(x, y, 500, 7)
+                raw.append(c)
+    # Holm over every tested (segment, stage, input) of the measure, written from its definition
+    assert [c.p_holm for c in raw] == pytest.approx(holm_by_definition([c.p for c in raw]))
+    x = t.segments[1]
+    assert x.order["m"] == ["c", "b", "a"] or x.order["m"] == ["c", "a", "b"]
+    assert x.changes["m"][1].significant(0.05) and x.changes["m"][1].delta > 0.15
+
+
+def test_segment_file_errors_name_the_file_and_line(tmp_path):
+    good = tmp_path / "seg.tsv"
+    good.write_text("# qid\tsegment\n1\tnegation\n2\tplain\n\n3\tplain\n", encoding="utf-8")
+    assert read_segment_file(good) == {"1": "negation", "2": "plain", "3": "plain"}
+    cases = {"1 negation\n": r"seg\.tsv, line 1: expected 'qid<TAB>segment'",
+             "1\tneg\n1\tplain\n": r"line 2: query '1' is given segment 'plain' here and 'neg' earlier",
+             "1\t \n": r"line 1: query '1': the segment is empty",
+             "# nothing\n": r"seg\.tsv: no 'qid<TAB>segment' line"}  # fmt: skip
+    for text, msg in cases.items():
+        good.write_text(text, encoding="utf-8")
+        with pytest.raises(DataError, match=msg):
+            read_segment_file(good)
+
+
+def test_too_small_min_queries_is_refused():
+    qs, per_query, stages, seg = fake_run()
+    with pytest.raises(StagebenchError, match="min_queries 1"):
+        segment_table("f", "t", seg, per_query, stages, qs, ["m"], permutations=10, seed=1, alpha=0.05, min_queries=1)
+
+
+def test_stagebench_segments_on_a_finished_run(tmp_path, small_synthetic, capsys):
+    cfg = tmp_path / "s.yaml"
+    cfg.write_text(f"name: s\noutput: {tmp_path / 's'}\ncache_dir: {tmp_path / 'cache'}\n"
+                   f"dataset: {{loader: esci, path: {small_synthetic}, split: test}}\nstages:\n"
+                   "  - {name: bm25, type: bm25, params: {top_k: 100}}\n"
+                   "  - {name: stem, type: bm25, params: {top_k: 100, stemmer: english}}\n"
+                   "  - {name: rrf, type: rrf, inputs: [bm25, stem]}\n"
+                   "evaluation: {metrics: [nDCG@10, R@100], permutations: 300, bootstrap: 200}\n")  # fmt: skip
+    result = run_config(load_config(cfg))
+    out = result.output
+    rows = list(csv.DictReader(open(out / "per_query.csv", encoding="utf-8")))
+    qids = [r["qid"] for r in rows if r["stage"] == "rrf"]
+    seg_file = tmp_path / "mine.tsv"
+    seg_file.write_text("".join(f"{q}\t{'even' if i % 2 == 0 else 'odd'}\n" for i, q in enumerate(qids)), encoding="utf-8")
+    assert main(["segments", str(out), "--by", str(seg_file), "--format", "json"]) == 0
+    (t,) = json.loads(capsys.readouterr().out)
+    assert [s["label"] for s in t["segments"]] == ["even", "odd"]
+    value = {(r["stage"], r["qid"]): float(r["nDCG@10"]) for r in rows}
+    for s in t["segments"]:
+        members = [q for i, q in enumerate(qids) if (i % 2 == 0) == (s["label"] == "even")]
+        for stage in ("bm25", "stem", "rrf"):
+            assert s["means"][stage]["nDCG@10"] == pytest.approx(np.mean([value[(stage, q)] for q in members]), abs=1e-6)
+        assert [(c["stage"], c["against"]) for c in s["changes"]["nDCG@10"]] == [("rrf", "bm25"), ("rrf", "stem")]
+    assert main(["segments", str(out), "--measure", "R@100"]) == 0
+    text = capsys.readouterr().out
+    assert "Segments: query length in words (R@100" in text and "judged products per query" in text
+    assert "rrf vs bm25" in text and "order" in text
+    assert main(["segments", str(out), "--measure", "P@5"]) == 2
+    err = capsys.readouterr().err
+    assert "--measure P@5: " in err and "was scored with nDCG@10, R@100" in err
