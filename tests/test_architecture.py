@@ -19,7 +19,7 @@ LAYERS = {
         "data.synthetic", "data", "rerank.merge"],
     2: ["encoders", "onnx_weights", "variants", "finetune", "stages.base", "rerank.chat", "rerank.plugins", "rerank.pointwise",
         "rerank.windows", "stages.bm25", "stages.dense", "stages.fusion", "stages.rerank", "stages.run_file",
-        "stages.llm_rerank", "stages", "results", "results.ceilings", "results.queries", "results.folder", "results.depth",
+        "stages.llm_rerank", "stages.oracle", "stages", "results", "results.ceilings", "results.queries", "results.folder", "results.depth",
         "results.scoring", "results.cost", "results.check", "results.compare", "results.segments", "results.agreement", "results.judged",
         "judge.ask"],
     3: ["config", "report", "report.tables", "report.plots", "report.explorer", "report.html", "report.write"],

@@ -33,7 +33,7 @@ IDENTITY_FIELDS = {"model", "source", "target", "path"}
 # model listing, the template's digest: tests/test_llm_server.py, test_the_prompt_text_is_in_the_key)
 STAGE_IDENTITY_FIELDS = {"LLMRerankParams": {"backend", "base_url", "gguf_file", "prompt"}}
 INPUTS = {"bm25": [], "dense": [], "run_file": [], "rrf": ["a", "b"], "score_fusion": ["a", "b"],
-          "cross_encoder": ["a"], "plugin": ["a"], "llm_rerank": ["a"]}  # fmt: skip
+          "oracle_pool": ["a"], "cross_encoder": ["a"], "plugin": ["a"], "llm_rerank": ["a"]}  # fmt: skip
 RUN_FILE = Path(__file__).parent / "data" / "tiny_run.trec"
 DOCS = {"d1": "red running shoes", "d2": "blue running shoes", "d3": "garden hose", "d4": "hose nozzle",
         "d5": "water bottle", "d6": "running socks", "d7": "shoe rack", "d8": "bottle brush"}  # fmt: skip
@@ -206,7 +206,7 @@ def test_make_key_is_canonical():
 
 
 def test_the_run_key_holds_the_dataset_parts_a_stage_reads(dataset, monkeypatch):
-    """Corpus: only for stages that read texts; qrels: only for plug-ins; queries: always;
+    """Corpus: only for stages that read texts; qrels: only for plug-ins and the oracle pool; queries: always;
     packages: exactly the ones the stage declares."""
     monkeypatch.chdir(REPO)
     for stype, cls in STAGE_TYPES.items():

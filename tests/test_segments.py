@@ -118,7 +118,7 @@ def test_stagebench_segments_on_a_finished_run(tmp_path, small_synthetic, capsys
                    "  - {name: bm25, type: bm25, params: {top_k: 100}}\n"
                    "  - {name: stem, type: bm25, params: {top_k: 100, stemmer: english}}\n"
                    "  - {name: rrf, type: rrf, inputs: [bm25, stem]}\n"
-                   "evaluation: {metrics: [nDCG@10, R@100], permutations: 300, bootstrap: 200}\n")  # fmt: skip
+                   "evaluation: {metrics: [nDCG@10, R@100], permutations: 300, bootstrap: 200, segments: [length, judged]}\n")  # fmt: skip
     result = run_config(load_config(cfg))
     out = result.output
     rows = list(csv.DictReader(open(out / "per_query.csv", encoding="utf-8")))
@@ -141,3 +141,28 @@ def test_stagebench_segments_on_a_finished_run(tmp_path, small_synthetic, capsys
     assert main(["segments", str(out), "--measure", "P@5"]) == 2
     err = capsys.readouterr().err
     assert "--measure P@5: " in err and "was scored with nDCG@10, R@100" in err
+
+    # the run wrote the segments table of each segmentation it names, as the command computes it
+    written = json.loads((out / "segments.json").read_text())
+    assert [t["by"] for t in written] == ["length", "judged"]
+    for t in written:
+        assert main(["segments", str(out), "--by", t["by"], "--format", "json"]) == 0
+        assert json.loads(capsys.readouterr().out) == [t]
+    assert "Segments: query length in words (nDCG@10" in (out / "segments.txt").read_text()
+    html = (out / "report.html").read_text()
+    assert 'id="segments"' in html and 'alt="segments.png"' in html
+    assert (out / "plots" / "segments.png").stat().st_size > 5_000
+    rows = list(csv.DictReader(open(out / "segments.csv", encoding="utf-8")))
+    assert {r["by"] for r in rows} == {"length", "judged"} and {r["measure"] for r in rows} == {"nDCG@10", "R@100"}
+
+
+def test_a_segmentation_named_twice_or_unknown_is_refused_at_load(tmp_path, small_synthetic):
+    from stagebench.errors import ConfigError
+
+    for value, msg in (("[length, length]", "a segmentation is listed twice"), ("[locale]", "must be one of length, judged, relevant")):
+        cfg = tmp_path / "bad.yaml"
+        cfg.write_text(f"name: b\noutput: {tmp_path / 'b'}\ndataset: {{loader: esci, path: {small_synthetic}, split: test}}\n"
+                       "stages:\n  - {name: bm25, type: bm25}\n"
+                       f"evaluation: {{segments: {value}}}\n")  # fmt: skip
+        with pytest.raises(ConfigError, match=rf"bad\.yaml.*evaluation\.segments.*{msg}"):
+            load_config(cfg)

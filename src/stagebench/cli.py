@@ -77,7 +77,7 @@ def _cmd_segments(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps([t.as_dict() for t in found], indent=2))
     elif args.format == "csv":
-        sys.stdout.write(segments_csv(found[0]) + "".join(segments_csv(t).split("\n", 1)[1] for t in found[1:]))
+        sys.stdout.write(segments_csv(found))
     else:
         render = segments_markdown if args.format == "markdown" else segments_text
         sys.stdout.write("\n".join(render(t, measure) for t in found))

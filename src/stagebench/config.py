@@ -90,12 +90,18 @@ class EvaluationConfig:
     seed: Seed = param(42, "seed of both, so the numbers are reproducible")
     latency_queries: NonNegativeInt = param(20, "queries each stage serves one at a time, warm, for its p50/p95/p99 "
                                                 "latency in the cost table (drawn with seed; 0: not measured)")  # fmt: skip
+    segments: list[Literal["length", "judged", "relevant"]] = param(
+        doc="query segmentations of the segments table (docs/report.md#query-segments): length (words), judged or "
+            "relevant (products per query, in thirds); a user file: stagebench segments RUN_DIR --by FILE",
+        factory=list)  # fmt: skip
 
     def validate(self) -> list[tuple[str, str]]:
         try:
             gain_map(self.gain)
         except ValueError as exc:
             return [("gain", str(exc))]
+        if len(set(self.segments)) != len(self.segments):
+            return [("segments", f"{self.segments}: a segmentation is listed twice")]
         return []
 
 

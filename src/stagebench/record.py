@@ -232,13 +232,14 @@ class Evaluation:
     permutations: int
     bootstrap: int
     seed: int
+    segments: tuple[str, ...] = ()  # the segments table's built-in segmentations
 
     @classmethod
     def from_json(cls, d: dict) -> Evaluation:
         return cls(metrics=list(d["metrics"]), relevance_threshold=int(d["relevance_threshold"]), gain=d["gain"],
                    baseline=d.get("baseline"), test=d.get("test", "randomization"), alpha=float(d.get("alpha", 0.05)),
                    permutations=int(d.get("permutations", 10000)), bootstrap=int(d.get("bootstrap", 2000)),
-                   seed=int(d.get("seed", 42)))  # fmt: skip
+                   seed=int(d.get("seed", 42)), segments=tuple(d.get("segments", ())))  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,10 @@ import re
 from collections.abc import Sequence
 
 from stagebench.record import StageRecord
-from stagebench.report.tables import cost_table, format_p, tables
+from stagebench.report.tables import cost_table, format_p, segment_grid, segments_caption, tables
 from stagebench.results.cost import quality_cost
+from stagebench.results.queries import primary_measure
+from stagebench.results.segments import SegmentTable
 from stagebench.table import StageTable
 
 
@@ -123,7 +125,7 @@ def tables_html(table: StageTable, prefix: str = "") -> list[str]:
 
 def render_html(table: StageTable, significance: Sequence[dict], images: Sequence[tuple[str, bytes]],
                 stages: Sequence[StageRecord] = (), explorer: tuple[dict, dict] | None = None,
-                judge: tuple[StageTable, str] | None = None) -> str:  # fmt: skip
+                judge: tuple[StageTable, str] | None = None, segments: Sequence[SegmentTable] = ()) -> str:  # fmt: skip
     """A self-contained page: tables inline, PNGs as data: URIs, no external assets; with
     ``explorer`` (its data and the wins/losses), the per-query explorer."""
     e = html.escape
@@ -155,6 +157,16 @@ def render_html(table: StageTable, significance: Sequence[dict], images: Sequenc
                 format_p(c["p_t_holm"]), format_p(c["p_rand"]), format_p(c["p_rand_holm"]),
                 f"{c['wins']}/{c['ties']}/{c['losses']}")) + "</tr>")  # fmt: skip
         parts.append("</table>")
+    if segments:
+        measure = primary_measure(table.metrics)
+        parts.append("<h2 id=\"segments\">Query segments</h2><p>Each stage within groups of queries, and whether a "
+                     "stage's change against its input holds within each group (docs/report.md#query-segments); "
+                     "<code>stagebench segments RUN_DIR --by FILE</code> segments by your own file.</p>")  # fmt: skip
+        for t in segments:
+            head, body = segment_grid(t, measure)
+            parts.append(f"<p>{e(segments_caption(t, measure))}</p><table class=\"segments\"><tr>"
+                         + "".join(f"<th>{e(h)}</th>" for h in head) + "</tr>"
+                         + "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in b) + "</tr>" for b in body) + "</table>")  # fmt: skip
     if stages and table.rows:
         parts.append("<h2>Quality against cost (this run; machine-dependent)</h2><p>Each stage's nDCG@10 against what "
                      "it costs per query, counting every stage upstream of it once: compute seconds (when computed, "

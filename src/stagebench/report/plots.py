@@ -9,6 +9,7 @@ import numpy as np
 
 from stagebench.optional import need
 from stagebench.results.cost import CostPoint
+from stagebench.results.segments import SegmentTable
 from stagebench.table import StageRow
 
 _METADATA = {"Software": None}
@@ -156,4 +157,25 @@ def quality_cost_chart(points: Sequence[CostPoint]) -> bytes:
         ax.set_xlabel(xlabel, fontsize=8)
         ax.set_ylabel("nDCG@10")
         ax.set_title(title)
+    return _png(fig)
+
+
+def segments_chart(tables: Sequence[SegmentTable], measure: str) -> bytes:
+    """Small multiples: one panel per segmentation, each segment's mean of ``measure`` per stage
+    (bars), the segment's query count under its label."""
+    plt = _fig()
+    n = len(tables)
+    fig, axes = plt.subplots(1, n, figsize=(max(5.0, 4.2 * n), 3.8), squeeze=False, sharey=True)
+    for ax, t in zip(axes[0], tables):
+        stages = t.stages
+        width = 0.8 / max(len(stages), 1)
+        x = np.arange(len(t.segments))
+        for i, s in enumerate(stages):
+            ax.bar(x + i * width, [seg.means[s][measure] for seg in t.segments], width, label=s)
+        ax.set_xticks(x + width * (len(stages) - 1) / 2, [f"{seg.label}\n({seg.queries} q)" for seg in t.segments], fontsize=8)
+        ax.set_title(f"by {t.by}" if t.by in ("length", "judged", "relevant") else "by file", fontsize=10)
+        ax.set_ylim(0, 1)
+    axes[0][0].set_ylabel(measure)
+    axes[0][-1].legend(fontsize=7)
+    fig.suptitle(f"{measure} per query segment", fontsize=11)
     return _png(fig)

@@ -330,7 +330,7 @@ def judge_text(record: JudgeRecord, agreement: Agreement) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _segment_grid(t: SegmentTable, measure: str) -> tuple[list[str], list[list[str]]]:
+def segment_grid(t: SegmentTable, measure: str) -> tuple[list[str], list[list[str]]]:
     """The segments of ``t`` for one measure: queries, each stage's mean, each change against an input
     (``*``: Holm-corrected p below alpha; ``n/a``: too few queries to test), the stage order."""
     pairs = [(c.stage, c.against) for c in t.segments[0].changes[measure]] if t.segments else []
@@ -354,26 +354,26 @@ def segments_caption(t: SegmentTable, measure: str) -> str:
 
 
 def segments_text(t: SegmentTable, measure: str) -> str:
-    head, body = _segment_grid(t, measure)
+    head, body = segment_grid(t, measure)
     extra = [f"{t.unassigned} scored queries have no segment"] if t.unassigned else []
     return "\n".join([segments_caption(t, measure), *extra, *t.notes, *_grid(head, body, 1)]) + "\n"
 
 
 def segments_markdown(t: SegmentTable, measure: str) -> str:
-    head, body = _segment_grid(t, measure)
+    head, body = segment_grid(t, measure)
     extra = [f"{t.unassigned} scored queries have no segment  "] if t.unassigned else []
     lines = [segments_caption(t, measure) + "  ", *extra, *(n + "  " for n in t.notes), "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head), *("| " + " | ".join(b) + " |" for b in body)]  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
-def segments_csv(t: SegmentTable) -> str:
-    """One row per (segment, stage, measure): the mean, and the change against each input (blank
-    for a stage without inputs)."""
+def segments_csv(found: Sequence[SegmentTable]) -> str:
+    """One row per (segmentation, segment, stage, measure): the mean, and the change against each
+    input (blank for a stage without inputs)."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["by", "segment", "queries", "stage", "measure", "mean", "against", "delta", "p", "p_holm"])
-    for seg in t.segments:
+    for t, seg in ((t, seg) for t in found for seg in t.segments):
         for m in t.measures:
             changes = {c.stage: [] for c in seg.changes[m]}
             for c in seg.changes[m]:

@@ -9,7 +9,7 @@ from string import ascii_lowercase
 from typing import Any
 
 from stagebench import stats
-from stagebench.metrics import evaluate, holes
+from stagebench.metrics import Evaluation, evaluate, holes
 from stagebench.metrics.compute import gain_map
 from stagebench.record import LLMStats, Manifest, StageRecord
 from stagebench.results import ceilings
@@ -60,6 +60,13 @@ def llm_cells(s: LLMStats) -> LLMCells:
                     cost=s.pricing.cost if s.pricing else None)  # fmt: skip
 
 
+def stage_evaluations(manifest: Manifest, qrels: dict, runs: dict[str, Run]) -> dict[str, Evaluation]:
+    """Every stage's run scored as the main table scores it (unjudged documents as irrelevant)."""
+    ev = manifest.evaluation
+    return {s.name: evaluate(qrels, runs[s.name], ev.metrics, relevance_threshold=ev.relevance_threshold, gain=ev.gain)
+            for s in manifest.stages}  # fmt: skip
+
+
 def score_folder(manifest: Manifest, qrels: dict, runs: dict[str, Run]) -> Scored:
     """Score every stage of a folder: measures, significance, ceilings, labels; the stage table."""
     ev = manifest.evaluation
@@ -67,7 +74,7 @@ def score_folder(manifest: Manifest, qrels: dict, runs: dict[str, Run]) -> Score
     stages = manifest.stages
     names = [s.name for s in stages]
     letters = {n: stage_letter(i) for i, n in enumerate(names)}
-    evals = {n: evaluate(qrels, runs[n], ev.metrics, relevance_threshold=rel, gain=gain) for n in names}
+    evals = stage_evaluations(manifest, qrels, runs)
     metric_names = [m.name for m in evals[names[0]].measures]
     queries = evals[names[0]].scored_queries
     label_names = label_names_of(manifest, qrels, unnamed="grade {}")

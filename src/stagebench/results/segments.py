@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -31,6 +31,7 @@ import numpy as np
 from stagebench import stats
 from stagebench.errors import DataError, StagebenchError
 from stagebench.results.folder import RunFolder
+from stagebench.results.scoring import stage_evaluations
 from stagebench.runs import check_id
 from stagebench.textfile import text_lines
 
@@ -217,33 +218,51 @@ def _natural(label: str) -> tuple:
     return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", label))
 
 
-__all__ = ["BUILT_IN", "Change", "MIN_QUERIES", "Segment", "SegmentTable", "count_segments", "folder_segments", "judged_segments",
-           "length_segments", "read_segment_file", "relevant_segments", "segment_table"]
+def assignment_for(by: str, queries: Sequence[str], query_texts: Callable[[], Mapping[str, str]],
+                   qrels: Callable[[], Mapping[str, Mapping[str, int]]], threshold: int) -> tuple[dict[str, str], str]:
+    """The segments of ``queries`` ``by`` a built-in (:data:`BUILT_IN`) or a user file's path, and how
+    they were made in one line; ``query_texts`` and ``qrels`` are read only when needed."""
+    if by == "length":
+        return length_segments(query_texts(), queries), "query length in words"
+    if by == "judged":
+        return judged_segments(qrels(), queries), "judged products per query, in thirds of the queries"
+    if by == "relevant":
+        return (relevant_segments(qrels(), queries, threshold),
+                f"relevant products (grade >= {threshold}) per query, in thirds of the queries")  # fmt: skip
+    return read_segment_file(by), f"the segments of {by}"
 
 
 def folder_segments(folder: RunFolder, by: str, min_queries: int = MIN_QUERIES) -> SegmentTable:
     """A finished folder's scored queries segmented ``by`` a built-in (:data:`BUILT_IN`) or a user
-    file's path; the per-query values, query texts and qrels are read verified (:class:`RunFolder`)."""
+    file's path. Every file is read verified (:class:`RunFolder`): the per-query values rescored
+    from the runs and qrels where the folder holds them, else read from ``per_query.csv``."""
     ev = folder.manifest.evaluation
-    per_query = folder.per_query()
+    names = [s.name for s in folder.stages]
+    if folder.holds("qrels.trec") and all(folder.holds(f"runs/{n}.trec") for n in names):
+        # exact values, as the run's own segments table has them: rescored from the verified runs
+        evals = stage_evaluations(folder.manifest, folder.qrels(), folder.runs())
+        per_query = {n: e.per_query for n, e in evals.items()}
+        queries = list(evals[names[0]].scored_queries)
+    else:  # a committed folder: per_query.csv (verified; values to 6 decimals)
+        per_query = folder.per_query()
+        queries = list(per_query[names[0]][folder.metrics[0]]) if names and names[0] in per_query else []
     stages = [s for s in folder.stages if s.name in per_query]
-    if not stages:
-        raise StagebenchError(f"{folder.path}: per_query.csv holds no stage of the manifest")
-    queries = list(per_query[stages[0].name][folder.metrics[0]])
-    if by == "length":
-        assignment, describe = length_segments(folder.texts()["queries"], queries), "query length in words"
-    elif by in ("judged", "relevant"):
+    if not stages or not queries:
+        raise StagebenchError(f"{folder.path}: no scored query of the manifest's stages in its runs or per_query.csv")
+
+    def qrels():
         if not folder.holds("qrels.trec"):
             raise StagebenchError(f"{folder.path}: segments by {by} need the folder's qrels.trec, which it does not hold "
                                   "(a committed folder keeps its tables, not its runs and qrels): run its config again, "
                                   "or segment by length or by a file")  # fmt: skip
-        qrels = folder.qrels()
-        if by == "judged":
-            assignment, describe = judged_segments(qrels, queries), "judged products per query, in thirds of the queries"
-        else:
-            assignment = relevant_segments(qrels, queries, ev.relevance_threshold)
-            describe = f"relevant products (grade >= {ev.relevance_threshold}) per query, in thirds of the queries"
-    else:
-        assignment, describe = read_segment_file(by), f"the segments of {by}"
-    return segment_table(by, describe, assignment, per_query, {s.name: list(s.inputs or []) for s in stages}, queries, folder.metrics,
-                         permutations=ev.permutations, seed=ev.seed, alpha=ev.alpha, min_queries=min_queries)  # fmt: skip
+        return folder.qrels()
+
+    assignment, describe = assignment_for(by, queries, lambda: folder.texts()["queries"], qrels, ev.relevance_threshold)
+    return segment_table(by, describe, assignment, per_query, {s.name: list(s.inputs or []) for s in stages}, queries,
+                         folder.metrics, permutations=ev.permutations, seed=ev.seed, alpha=ev.alpha,
+                         min_queries=min_queries)  # fmt: skip
+
+
+__all__ = ["BUILT_IN", "Change", "MIN_QUERIES", "Segment", "SegmentTable", "assignment_for", "count_segments",
+           "folder_segments", "judged_segments", "length_segments", "read_segment_file", "relevant_segments",
+           "segment_table"]

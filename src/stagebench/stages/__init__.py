@@ -8,13 +8,14 @@ from stagebench.stages.bm25 import BM25Stage
 from stagebench.stages.dense import DenseStage
 from stagebench.stages.fusion import RRFStage, ScoreFusionStage
 from stagebench.stages.llm_rerank import LLMRerankStage
+from stagebench.stages.oracle import OraclePoolStage
 from stagebench.stages.rerank import CrossEncoderStage, PluginStage
 from stagebench.stages.run_file import RunFileStage
 
 STAGE_TYPES: dict[str, type[Stage]] = {
     cls.type_name: cls
-    for cls in (BM25Stage, DenseStage, RunFileStage, RRFStage, ScoreFusionStage, CrossEncoderStage, PluginStage,
-                LLMRerankStage)
+    for cls in (BM25Stage, DenseStage, RunFileStage, RRFStage, ScoreFusionStage, OraclePoolStage, CrossEncoderStage,
+                PluginStage, LLMRerankStage)
 }
 
 
