@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 DATA   := data/synthetic-esci
 
-.PHONY: bench bench-llm bench-judge bench-depth bench-trained test test-fast unit-test check-default reproduce perf report-check mutation data install clean help
+.PHONY: bench bench-llm bench-judge bench-depth bench-matrix bench-trained test test-fast unit-test check-default reproduce perf report-check mutation data install clean help
 
 help:
 	@echo "make bench   run configs/default.yaml on the embedded synthetic dataset (offline)"
@@ -14,6 +14,7 @@ help:
 	@echo "make bench-llm  the five-stage chain ending in an LLM reranker (SmolLM2 in process, 40 queries, offline)"
 	@echo "make bench-judge  the default chain on 40 queries with an LLM judge for the unjudged products (offline)"
 	@echo "make bench-depth  the cross-encoder's depth sweep (10..200 from one scoring pass) on the default chain"
+	@echo "make bench-matrix  the cross-encoder and a plug-in over BM25, dense, RRF and an oracle pool (reranker by pool)"
 	@echo "make bench-trained  fine-tune a cross-encoder on the train split, compare it with the zero-shot one"
 	@echo "make reproduce  run the published tables under reproductions/ whose inputs are here; matrix in results/reproductions.md"
 	@echo "make perf    run the speed/memory/scaling benchmarks, figures in results/perf.md"
@@ -54,6 +55,10 @@ bench-judge: $(STAMP) data
 # the cross-encoder's depth curve: one scoring pass at 200, runs derived at 10, 20, 50, 100, 200
 bench-depth: $(STAMP) data
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(VENV)/bin/stagebench run configs/depth_sweep.yaml
+
+# the reranker-by-pool matrix: the cross-encoder and a plug-in over BM25, dense, RRF and an oracle pool
+bench-matrix: $(STAMP) data
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(VENV)/bin/stagebench run configs/matrix.yaml
 
 # fine-tune a cross-encoder on the train split, then zero-shot vs fine-tuned on the test queries
 bench-trained: $(STAMP) data

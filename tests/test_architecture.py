@@ -20,7 +20,7 @@ LAYERS = {
     2: ["encoders", "onnx_weights", "variants", "finetune", "stages.base", "rerank.chat", "rerank.plugins", "rerank.pointwise",
         "rerank.windows", "stages.bm25", "stages.dense", "stages.fusion", "stages.rerank", "stages.run_file",
         "stages.llm_rerank", "stages.oracle", "stages", "results", "results.ceilings", "results.queries", "results.folder", "results.depth",
-        "results.scoring", "results.cost", "results.check", "results.compare", "results.segments", "results.agreement", "results.judged",
+        "results.scoring", "results.cost", "results.check", "results.compare", "results.segments", "results.matrix", "results.agreement", "results.judged",
         "judge.ask"],
     3: ["config", "report", "report.tables", "report.plots", "report.explorer", "report.html", "report.write"],
     4: ["execute", "judging", "pipeline", "training", "reproductions"],
@@ -75,7 +75,8 @@ MANIFEST_JSON_KEYS = {
     "peak_rss_mb_process", "files", "stages", "reorders_input", "candidate_depth", "computed_seconds", "peak_rss_mb",
     "computed_peak_rss_mb", "run_digest", "depth_runs", "stats", "relevance_threshold", "baseline", "fingerprint",
     "queries_fingerprint", "qrels_fingerprint", "label_names", "corpus_scope", "prompt_tokens", "completion_tokens",
-    "windows", "windows_from_cache", "seconds_per_query", "model_seconds", "price_per_1k_tokens",
+    "windows", "windows_from_cache", "seconds_per_query", "model_seconds", "price_per_1k_tokens", "matrix", "rerankers",
+    "pools", "cells",
 }  # fmt: skip
 #: modules that read a config (or another JSON object) whose keys share these names, not a manifest
 NOT_MANIFEST_READERS = {

@@ -15,7 +15,10 @@ from stagebench.cli import main
 from stagebench.config import load_config
 from stagebench.errors import DataError, StagebenchError
 from stagebench.pipeline import run_config
-from stagebench.results.segments import count_segments, length_segments, read_segment_file, segment_table
+from stagebench.data.esci import read_sources
+from stagebench.data.synthetic import SyntheticSpec, _make_products, _make_queries
+from stagebench.errors import ConfigError
+from stagebench.results.segments import count_segments, length_segments, negation_segments, read_segment_file, segment_table
 
 
 def holm_by_definition(ps):
@@ -157,12 +160,131 @@ def test_stagebench_segments_on_a_finished_run(tmp_path, small_synthetic, capsys
 
 
 def test_a_segmentation_named_twice_or_unknown_is_refused_at_load(tmp_path, small_synthetic):
-    from stagebench.errors import ConfigError
-
-    for value, msg in (("[length, length]", "a segmentation is listed twice"), ("[locale]", "must be one of length, judged, relevant")):
+    bad = tmp_path / "mine.tsv"
+    bad.write_text("1\tx\n2 y\n", encoding="utf-8")
+    for value, msg in (("[length, length]", "a segmentation is listed twice"),
+                       ("[lenght]", r"\[0\]: 'lenght' is neither a built-in segmentation \(length, negation, judged"),
+                       (f"[length, {bad}]", r"\[1\]: .*mine\.tsv, line 2: expected 'qid<TAB>segment'")):  # fmt: skip
         cfg = tmp_path / "bad.yaml"
         cfg.write_text(f"name: b\noutput: {tmp_path / 'b'}\ndataset: {{loader: esci, path: {small_synthetic}, split: test}}\n"
                        "stages:\n  - {name: bm25, type: bm25}\n"
                        f"evaluation: {{segments: {value}}}\n")  # fmt: skip
         with pytest.raises(ConfigError, match=rf"bad\.yaml.*evaluation\.segments.*{msg}"):
             load_config(cfg)
+
+
+def test_negation_rule():
+    texts = {"a": "running shoes without leather", "b": "phone case not red", "c": "leather-free belt", "d": "notebook sleeve",
+             "e": "no show socks", "f": "bag w/o strap", "g": "nonstick pan", "h": "any color but blue",
+             "i": "dog collar other than groyarix", "j": "other brand"}  # fmt: skip
+    got = negation_segments(texts, list(texts))
+    assert [q for q, s in got.items() if s == "negation"] == ["a", "b", "c", "e", "f", "h", "i"]
+    assert got["d"] == got["g"] == "no negation"
+
+
+def test_sources_csv_read_as_a_segment_file_and_its_errors(tmp_path):
+    f = tmp_path / "shopping_queries_dataset_sources.csv"
+    f.write_text("query_id,source\n0,negations\n1,other\n2,behavioral\n", encoding="utf-8")
+    assert read_segment_file(f) == read_sources(f) == {"0": "negations", "1": "other", "2": "behavioral"}
+    for text, msg in (("query_id,src\n0,x\n", "missing required column"), ("query_id,source\n0,a\n0,b\n", "line 3: query '0' has two sources"),
+                      ("query_id,source\n0,\n", "line 2: query '0' has an empty source")):  # fmt: skip
+        f.write_text(text, encoding="utf-8")
+        with pytest.raises(DataError, match=msg):
+            read_sources(f)
+
+
+def test_generator_plants_negation_queries_as_it_says():
+    import random
+
+    spec = SyntheticSpec(seed=3, n_products=3000, n_test_queries=300, n_train_queries=0)
+    rng = random.Random(spec.seed)
+    products = _make_products(spec, rng)
+    rows = _make_queries(spec, products, rng)
+    by_id = {p["product_id"]: p for p in products}
+    negated = {r["query_id"]: r for r in rows if r["negation"]}
+    assert 0.08 < len(negated) / 300 < 0.3  # about one query in seven
+    texts = {r["query_id"]: r["query"] for r in rows}
+    assert {q for q, s in negation_segments(texts, list(texts)).items() if s == "negation"} == set(negated)
+    planted = 0
+    for q, r in negated.items():
+        attr, value = r["excluded"]
+        assert value.lower() in r["query"]
+        judged = [(by_id[x["product_id"]], x["esci_label"]) for x in rows if x["query_id"] == q]
+        exact = [p for p, lab in judged if lab == "E"]
+        assert exact and all(p[attr] != value for p in exact)  # an E product never has the excluded value
+        for p, lab in judged:
+            if p[attr] == value and all(p[a] == v for a, v in r["constraints"].items()):
+                assert lab == "I"  # meets the constraints with the excluded value: judged irrelevant
+                planted += 1
+    assert planted > len(negated)  # the pools hold those hard negatives
+
+
+def test_dataset_segments_stored_in_the_folder_and_source_without_its_file_refused(tmp_path, small_synthetic, capsys):
+    import shutil
+
+    mine = tmp_path / "mine.tsv"
+    src = read_sources(small_synthetic / "shopping_queries_dataset_sources.csv")
+    mine.write_text("".join(f"{q}\t{'low' if int(q) < 20 else 'high'}\n" for q in src), encoding="utf-8")
+    cfg = tmp_path / "s.yaml"
+    body = ("stages:\n  - {name: bm25, type: bm25, params: {top_k: 100}}\n"
+            "  - {name: stem, type: bm25, params: {top_k: 100, stemmer: english}}\n"
+            f"evaluation: {{metrics: [nDCG@10], permutations: 200, bootstrap: 100, segments: [negation, locale, source, {mine}]}}\n")  # fmt: skip
+    cfg.write_text(f"name: s\noutput: {tmp_path / 's'}\ncache_dir: {tmp_path / 'cache'}\n"
+                   f"dataset: {{loader: esci, path: {small_synthetic}, split: test}}\n" + body)  # fmt: skip
+    out = run_config(load_config(cfg)).output
+    written = json.loads((out / "segments.json").read_text())
+    assert [t["by"] for t in written] == ["negation", "locale", "source", str(mine)]
+    seg = {t["by"]: {s["label"]: s["queries"] for s in t["segments"]} for t in written}
+    # the generator's own record of its negation queries (the sources file) and the word rule agree
+    assert seg["source"] == {"negations": seg["negation"]["negation"], "other": seg["negation"]["no negation"]}
+    assert seg["locale"] == {"us": 40} and seg[str(mine)] == {"high": 20, "low": 20}
+    stored = (out / "query_segments.tsv").read_text()
+    assert {line.split("\t")[0] for line in stored.splitlines()} == {"locale", "source", str(mine)}
+    mine.unlink()  # the folder holds what it needs: the segments render again without the user's file
+    assert main(["table", str(out)]) == 0
+    capsys.readouterr()
+    assert json.loads((out / "segments.json").read_text()) == written
+    assert main(["segments", str(out), "--by", "source", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out) == [written[2]]
+    (out / "query_segments.tsv").write_text(stored.replace("negations", "other"))  # not what the run wrote
+    assert main(["segments", str(out), "--by", "source"]) == 2
+    assert "query_segments.tsv" in capsys.readouterr().err
+    (out / "query_segments.tsv").write_text(stored)
+
+    # a file none of whose queries the run scored: one line, exit 2
+    stray = tmp_path / "stray.tsv"
+    stray.write_text("nope\tx\n", encoding="utf-8")
+    assert main(["segments", str(out), "--by", str(stray)]) == 2
+    assert "no query of it is a scored query of the run" in capsys.readouterr().err
+
+    # source named, and no sources file beside the data: refused before any stage runs
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for f in ("shopping_queries_dataset_examples.parquet", "shopping_queries_dataset_products.parquet"):
+        shutil.copy(small_synthetic / f, bare / f)
+    cfg.write_text(f"name: s\noutput: {tmp_path / 't'}\ncache_dir: {tmp_path / 'cache2'}\n"
+                   f"dataset: {{loader: esci, path: {bare}, split: test}}\n" + body.replace(f", {mine}", ""))  # fmt: skip
+    with pytest.raises(ConfigError, match=r"evaluation\.segments\[2\]: source: the dataset gives no query source"):
+        run_config(load_config(cfg))
+    assert not (tmp_path / "cache2").exists() or not any((tmp_path / "cache2").rglob("*.trec"))
+
+
+def test_esci_loader_gives_each_query_its_locale_and_source(tmp_path, small_synthetic):
+    import pandas as pd
+
+    from stagebench.data.esci import EsciOptions, load_esci
+
+    ex = pd.read_parquet(small_synthetic / "shopping_queries_dataset_examples.parquet")
+    pr = pd.read_parquet(small_synthetic / "shopping_queries_dataset_products.parquet")
+    es = ex["query_id"] % 3 == 0  # a third of the queries become Spanish ones, over Spanish copies of the products
+    ex.loc[es, "product_locale"] = "es"
+    ex.to_parquet(tmp_path / "shopping_queries_dataset_examples.parquet", index=False)
+    pd.concat([pr, pr.assign(product_locale="es")]).to_parquet(tmp_path / "shopping_queries_dataset_products.parquet", index=False)
+    (tmp_path / "shopping_queries_dataset_sources.csv").write_text(
+        "query_id,source\n" + "".join(f"{q},{'behavioral' if q % 2 else 'other'}\n" for q in sorted(set(ex["query_id"]))))
+    ds = load_esci(EsciOptions(path=str(tmp_path), locale=None, split="test"))
+    want = {str(q): "es" if q % 3 == 0 else "us" for q in set(ex[ex["split"] == "test"]["query_id"])}
+    assert ds.query_groups["locale"] == want
+    assert ds.query_groups["source"] == {q: "behavioral" if int(q) % 2 else "other" for q in want}
+    sub = ds.subset(["3", "4"])
+    assert sub.query_groups == {"locale": {"3": "es", "4": "us"}, "source": {"3": "behavioral", "4": "other"}}

@@ -20,12 +20,14 @@ from stagebench.errors import StagebenchError
 from stagebench.judging import judge_folder
 from stagebench.metrics import evaluate, holes, parse_measure
 from stagebench.pipeline import run_config
-from stagebench.report.tables import check_text, comparison_text, segments_csv, segments_markdown, segments_text
+from stagebench.report.tables import (check_text, comparison_text, matrix_csv, matrix_markdown, matrix_text, segments_csv,
+                                     segments_markdown, segments_text)  # fmt: skip
 from stagebench.report.write import rerender, show_query
 from stagebench.reproductions import matrix, reproduce
 from stagebench.results.check import compare_with_expected, write_expected
 from stagebench.results.compare import compare_folders
 from stagebench.results.folder import RunFolder
+from stagebench.results.matrix import matrix_table
 from stagebench.results.segments import MIN_QUERIES, folder_segments
 from stagebench.results.scoring import conventions_line
 from stagebench.runs import read_trec_qrels, read_trec_run
@@ -67,13 +69,12 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 def _cmd_segments(args: argparse.Namespace) -> int:
     folder = RunFolder.open(args.run_dir)
-    if args.min_queries < 2:
-        raise StagebenchError(f"--min-queries {args.min_queries}: a paired test needs at least 2 queries")
     measure = parse_measure(args.measure).name if args.measure else folder.metrics[0]
     if measure not in folder.metrics:
         raise StagebenchError(f"--measure {args.measure}: {args.run_dir} was scored with {', '.join(folder.metrics)}")
-    bys = args.by or ["length", *(["judged", "relevant"] if folder.holds("qrels.trec") else [])]
-    found = [folder_segments(folder, b, args.min_queries) for b in bys]
+    bys = args.by or list(folder.manifest.evaluation.segments) or ["length", "negation", *(
+        ["judged", "relevant"] if folder.holds("qrels.trec") else [])]
+    found = folder_segments(folder, bys, args.min_queries)
     if args.format == "json":
         print(json.dumps([t.as_dict() for t in found], indent=2))
     elif args.format == "csv":
@@ -81,6 +82,19 @@ def _cmd_segments(args: argparse.Namespace) -> int:
     else:
         render = segments_markdown if args.format == "markdown" else segments_text
         sys.stdout.write("\n".join(render(t, measure) for t in found))
+    return 0
+
+
+def _cmd_matrix(args: argparse.Namespace) -> int:
+    folder = RunFolder.open(args.run_dir)
+    record = folder.manifest.evaluation.matrix
+    if record is None:
+        raise StagebenchError(f"{args.run_dir}: the run had no matrix (its config has no matrix: section; see "
+                              "docs/report.md#the-reranker-by-pool-matrix)")  # fmt: skip
+    t = matrix_table(record, folder.table(), args.run_dir)
+    render = {"text": matrix_text, "markdown": matrix_markdown, "csv": matrix_csv,
+              "json": lambda t: json.dumps(t.as_dict(), indent=2) + "\n"}[args.format]  # fmt: skip
+    sys.stdout.write(render(t))
     return 0
 
 
@@ -256,16 +270,24 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--alpha", type=float, default=0.05)
     c.set_defaults(func=_cmd_compare)
 
-    sg = sub.add_parser("segments", help="a finished run folder's stages within query segments (length, judged or "
-                        "relevant products, or a qid<TAB>segment file), each stage's change tested per segment")  # fmt: skip
+    sg = sub.add_parser("segments", help="a finished run folder's stages within query segments (length, negation, "
+                        "judged or relevant products, locale, source, or a qid<TAB>segment file), each stage's change "
+                        "tested per segment")  # fmt: skip
     sg.add_argument("run_dir")
-    sg.add_argument("--by", action="append", metavar="length|judged|relevant|FILE",
-                    help="a built-in segmentation or a qid<TAB>segment file; repeat for several (default: length, and "
-                         "judged and relevant when the folder holds its qrels)")  # fmt: skip
+    sg.add_argument("--by", action="append", metavar="length|negation|judged|relevant|locale|source|FILE",
+                    help="a built-in segmentation or a qid<TAB>segment file (or ESCI's query_id,source CSV); repeat for "
+                         "several (default: the run's evaluation.segments, else length, negation, and judged and "
+                         "relevant when the folder holds its qrels); locale and source: as the run stored them")  # fmt: skip
     sg.add_argument("--measure", help="the measure shown (default: the run's first); json and csv hold every measure")
     sg.add_argument("--format", choices=["text", "markdown", "csv", "json"], default="text")
     sg.add_argument("--min-queries", type=int, default=MIN_QUERIES, help="segments with fewer queries are not tested")
     sg.set_defaults(func=_cmd_segments)
+
+    mx = sub.add_parser("matrix", help="a finished run's reranker-by-pool matrix (its config's matrix: section): "
+                        "each reranker's nDCG@10 and headroom captured over each candidate pool")  # fmt: skip
+    mx.add_argument("run_dir")
+    mx.add_argument("--format", choices=["text", "markdown", "csv", "json"], default="text")
+    mx.set_defaults(func=_cmd_matrix)
 
     tr = sub.add_parser("train-reranker", help="fine-tune a cross-encoder on the train split (the config's training: section)")
     tr.add_argument("config")

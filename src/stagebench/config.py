@@ -22,6 +22,9 @@ A config is one YAML file::
       metrics: [nDCG@10, RR@10, R@100]
       relevance_threshold: 1      # grade >= this is relevant for binary measures
       gain: linear                # nDCG gain: linear (trec_eval) | exp (2^g - 1)
+    matrix:                       # optional: every reranker over every pool (docs/report.md)
+      rerankers: [rerank]
+      pools: [bm25, oracle]       # stages of the config, and the oracle pool
 
 Relative paths are resolved against the working directory. Every error names the
 file and the key path (``configs/x.yaml: stages[1].inputs: unknown stage 'bm52'``).
@@ -54,6 +57,7 @@ from stagebench.params import (
     param,
     read_yaml,  # fmt: skip
 )
+from stagebench.results.segments import BUILT_IN as SEGMENTERS, read_segment_file
 from stagebench.stages import STAGE_TYPES, stage_class
 
 DEFAULT_METRICS = ("nDCG@10", "RR@10", "R@100")
@@ -90,9 +94,11 @@ class EvaluationConfig:
     seed: Seed = param(42, "seed of both, so the numbers are reproducible")
     latency_queries: NonNegativeInt = param(20, "queries each stage serves one at a time, warm, for its p50/p95/p99 "
                                                 "latency in the cost table (drawn with seed; 0: not measured)")  # fmt: skip
-    segments: list[Literal["length", "judged", "relevant"]] = param(
-        doc="query segmentations of the segments table (docs/report.md#query-segments): length (words), judged or "
-            "relevant (products per query, in thirds); a user file: stagebench segments RUN_DIR --by FILE",
+    segments: list[str] = param(
+        doc="query segmentations of the segments table (docs/report.md#query-segments): length (words), negation "
+            "(a negation word), judged or relevant (products per query, in thirds), locale or source (ESCI: the "
+            "query's locale; its source from shopping_queries_dataset_sources.csv beside the data), or the path of a "
+            "qid<TAB>segment file",
         factory=list)  # fmt: skip
 
     def validate(self) -> list[tuple[str, str]]:
@@ -102,7 +108,122 @@ class EvaluationConfig:
             return [("gain", str(exc))]
         if len(set(self.segments)) != len(self.segments):
             return [("segments", f"{self.segments}: a segmentation is listed twice")]
+        for i, by in enumerate(self.segments):
+            if by in SEGMENTERS:
+                continue
+            if not Path(by).is_file():
+                return [(f"segments[{i}]", f"{by!r} is neither a built-in segmentation ({', '.join(SEGMENTERS)}) nor a "
+                                           "file")]  # fmt: skip
+            try:
+                read_segment_file(by)
+            except StagebenchError as exc:
+                return [(f"segments[{i}]", str(exc))]
         return []
+
+
+@dataclass
+class OracleOptions:
+    of: str | None = param(None, "the stage whose candidates the oracle pool completes with every relevant product "
+                                 "(null: the first stage)")  # fmt: skip
+    min_grade: PositiveInt = param(1, "judged products of at least this grade are put in the oracle pool")
+    seed: Seed = param(42, "seed of the ranks the relevant products are given in the oracle pool")
+
+
+@dataclass
+class MatrixConfig:
+    rerankers: list[str] = param(doc="reranking stages of the config (one input each), run over every pool")
+    pools: list[str] = param(doc="stages of the config whose runs are candidate pools, and 'oracle': the first stage's "
+                                 "candidates with every relevant product put in (a stage of type oracle_pool as deep "
+                                 "as the reranker's top_n, so the reranker sees all of them)")  # fmt: skip
+    oracle: OracleOptions = param(doc="the oracle pool (below)", factory=OracleOptions)
+
+    def validate(self) -> list[tuple[str, str]]:
+        for key, names in (("rerankers", self.rerankers), ("pools", self.pools)):
+            if not names:
+                return [(key, "needs at least one")]
+            if len(set(names)) != len(names):
+                return [(key, f"{names}: a stage is listed twice")]
+        return []
+
+
+@dataclass(frozen=True)
+class Matrix:
+    """The reranker-by-pool matrix a config asked for, as its stages run it: ``cells[reranker][pool]``
+    is the stage that reranks that pool (the reranker itself over its own input; a copy of it named
+    ``<reranker>_on_<pool>`` over every other pool)."""
+
+    rerankers: list[str]
+    pools: list[str]
+    cells: dict[str, dict[str, str]]
+    oracle: str | None  # the oracle pool's name among the pools, when the matrix has one
+
+    def as_dict(self) -> dict:
+        return {"rerankers": self.rerankers, "pools": self.pools, "cells": self.cells, "oracle": self.oracle}
+
+
+#: the name of the oracle pool among a matrix's pools
+ORACLE = "oracle"
+
+
+def expand_matrix(m: MatrixConfig, stages: list[StageConfig], raw_stages: list, engines: list[EngineParams],
+                  training: Any) -> tuple[list[StageConfig], Matrix]:  # fmt: skip
+    """The stages the matrix adds (the oracle pool, then every reranker over every other pool), parsed as
+    any stage is, and the matrix's cells. The copies share their reranker's type and params, so a pool a
+    reranker already ranks in the config is not scored twice, and every cell goes through the stage cache."""
+    by_name = {sc.name: (i, sc) for i, sc in enumerate(stages)}
+    for j, r in enumerate(m.rerankers):
+        if r not in by_name:
+            raise ConfigError(f"matrix.rerankers[{j}]: unknown stage {r!r} (known: {', '.join(by_name)})")
+        sc = by_name[r][1]
+        if not (stage_class(sc.type, sc.target, r).reorders_input and len(sc.inputs) == 1):
+            raise ConfigError(f"matrix.rerankers[{j}]: {r!r} ({sc.type}) is not a reranker of one input (a stage that "
+                              "reorders the candidates of one input: cross_encoder, plugin, llm_rerank)")  # fmt: skip
+    oracle_name = None
+    for j, p in enumerate(m.pools):
+        if p == ORACLE and p not in by_name:
+            oracle_name = ORACLE
+        elif p not in by_name:
+            raise ConfigError(f"matrix.pools[{j}]: unknown stage {p!r} (known: {', '.join([*by_name, ORACLE])})")
+    depth = {r: getattr(by_name[r][1].params, "top_n", None) for r in m.rerankers}
+    if oracle_name is not None:
+        for j, r in enumerate(m.rerankers):
+            if not depth[r]:
+                raise ConfigError(f"matrix.rerankers[{j}]: {r!r} has no top_n, which the oracle pool's depth follows")
+    seen = set(by_name)
+    added: list[StageConfig] = []
+
+    def add(raw: dict, i: int) -> None:
+        where = f"matrix: the stage {raw['name']!r} it adds"
+        if raw["name"] in seen:
+            raise ConfigError(f"{where}: a stage of the config has that name already; rename it")
+        sc = parse_stage(raw, where, seen, engines[i], training, raw_stages)
+        added.append(sc)
+        seen.add(sc.name)
+
+    oracle_of: dict[int, str] = {}  # depth -> the oracle pool's stage of that depth
+    if oracle_name is not None:
+        of = m.oracle.of or stages[0].name
+        if of not in by_name:
+            raise ConfigError(f"matrix.oracle.of: unknown stage {of!r} (known: {', '.join(by_name)})")
+        depths = sorted(set(depth.values()))
+        for d in depths:  # one oracle pool per reranker depth: each reranker sees every relevant product
+            oracle_of[d] = ORACLE if len(depths) == 1 else f"{ORACLE}_{d}"
+            add({"name": oracle_of[d], "type": "oracle_pool", "inputs": [of],
+                 "params": {"depth": d, "min_grade": m.oracle.min_grade, "seed": m.oracle.seed}}, by_name[of][0])  # fmt: skip
+    cells: dict[str, dict[str, str]] = {}
+    for r in m.rerankers:
+        i, sc = by_name[r]
+        cells[r] = {}
+        for p in m.pools:
+            pool = oracle_of[depth[r]] if p == oracle_name else p
+            if sc.inputs == [pool]:
+                cells[r][p] = r
+                continue
+            raw = dict(raw_stages[i])
+            raw.update(name=f"{r}_on_{p}", inputs=[pool])
+            add(raw, i)
+            cells[r][p] = raw["name"]
+    return added, Matrix(list(m.rerankers), list(m.pools), cells, oracle_name)
 
 
 @dataclass
@@ -188,6 +309,7 @@ class Config:
     path: str
     raw: dict
     training: TrainingConfig | None = None  # for `stagebench train-reranker`
+    matrix: Matrix | None = None  # the reranker-by-pool matrix (its stages are in stages)
     judge: JudgeParams | None = None  # the LLM judge of the holes (stagebench.judging)
     engine: EngineParams = field(default_factory=EngineParams)  # the top-level engine: (stages may override it)
 
@@ -201,7 +323,7 @@ class Config:
 #: config and stage names become file and folder names: no separators, no "..", no whitespace
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
-_TOP_KEYS = ("name", "output", "cache_dir", "engine", "dataset", "stages", "evaluation", "training", "judge")
+_TOP_KEYS = ("name", "output", "cache_dir", "engine", "dataset", "stages", "evaluation", "matrix", "training", "judge")
 _STAGE_KEYS = ("name", "type", "inputs", "params", "target", "cache", "engine")
 
 
@@ -283,6 +405,13 @@ def parse_config(raw: Any, path: str = "<config>", engine: str | None = None) ->
         stages.append(sc)
         seen.add(sc.name)
 
+    matrix = None
+    if raw.get("matrix") is not None:
+        added, matrix = expand_matrix(build(MatrixConfig, raw["matrix"], "matrix"), stages, stages_raw, stage_engines,
+                                      training)  # fmt: skip
+        stages += added
+        seen |= {sc.name for sc in added}
+
     evaluation = build(EvaluationConfig, raw.get("evaluation", {}), "evaluation")
     measures = []
     for j, m in enumerate(evaluation.metrics):
@@ -300,6 +429,7 @@ def parse_config(raw: Any, path: str = "<config>", engine: str | None = None) ->
     return Config(
         name=name, dataset=dataset, stages=stages, evaluation=evaluation, measures=measures,
         output=output, cache_dir=cache_dir, path=path, raw=raw, training=training, engine=top_engine, judge=judge,
+        matrix=matrix,
     )  # fmt: skip
 
 

@@ -12,7 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from stagebench.config import EvaluationConfig, NegativesConfig, TrainingConfig
+from stagebench.config import EvaluationConfig, MatrixConfig, NegativesConfig, OracleOptions, TrainingConfig
 from stagebench.data import LOADERS
 from stagebench.engine import EngineParams
 from stagebench.judge.ask import JudgeParams
@@ -49,6 +49,9 @@ def reference() -> str:
             "A type (`engine: ray`) or a mapping; a stage's mapping of the same type is read over the top-level one.", "",
             *_table(EngineParams), ""]  # fmt: skip
     out += ["### `evaluation:`", "", *_table(EvaluationConfig), ""]
+    out += ["### `matrix:`", "", "Every listed reranker over every listed pool (docs/report.md#the-reranker-by-pool-matrix); "
+            "the stages it adds are named `<reranker>_on_<pool>`.", "", *_table(MatrixConfig), "",
+            "#### `matrix.oracle:`", "", *_table(OracleOptions), ""]  # fmt: skip
     out += ["### `training:`", "", *_table(TrainingConfig), "", "#### `training.negatives:`", "", *_table(NegativesConfig), ""]
     out += ["### `judge:` (an LLM judge for the unjudged documents; docs/metrics.md)", "", *_table(JudgeParams), ""]
     out.append(END)

@@ -31,6 +31,7 @@ from pathlib import Path
 from stagebench.cache import Cache, cache_root
 from stagebench.config import Config, DatasetConfig, check_trained_models
 from stagebench.data import LOADERS, Dataset
+from stagebench.data.esci import SOURCES_FILE
 from stagebench.engine import make_engine, ray_session
 from stagebench.errors import ConfigError, DataError
 from stagebench.execute import latency_sample, measure_latency, package_versions, run_stage, stage_key
@@ -44,6 +45,7 @@ from stagebench.report.write import render
 from stagebench.results.folder import RESULTS, write_manifest
 from stagebench.results.judged import JUDGMENTS
 from stagebench.results.queries import TEXTS_FILE, texts_for
+from stagebench.results.segments import FROM_DATASET, STORED_FILE, read_segment_file, stored_here, stored_tsv
 from stagebench.runs import Run, write_trec_qrels, write_trec_run
 from stagebench.stages import Stage, StageContext, stage_class
 from stagebench.system import machine_info
@@ -102,6 +104,11 @@ def check_scorable(config: Config, ds: Dataset) -> None:
     if missing:
         raise ConfigError(f"{config.path}: evaluation.gain: the {g.describe()} has no gain for grade "
                           f"{', '.join(map(str, missing))}, which the qrels hold (grades: {sorted(set(grades))})")  # fmt: skip
+    for j, by in enumerate(config.evaluation.segments):
+        if by in FROM_DATASET and by not in ds.query_groups:
+            raise ConfigError(f"{config.path}: evaluation.segments[{j}]: {by}: the dataset gives no query {by} (the esci "
+                              "loaders give each query's locale; the query source comes from the release's "
+                              f"{SOURCES_FILE} beside the examples file)")  # fmt: skip
     for j, m in enumerate(config.measures):
         if m.rel is not None and m.rel > top:
             raise ConfigError(f"{config.path}: evaluation.metrics[{j}]: {m.name}: rel={m.rel} is above every grade "
@@ -181,12 +188,16 @@ def _run_into(config: Config, stages: list[Stage], ds: Dataset, folder: Path, ca
     write_trec_qrels(ds.qrels, folder / "qrels.trec")
     texts = texts_for(runs, ds.qrels, ds.queries, ds.doc_text, config.evaluation.relevance_threshold)
     atomic_write(folder / TEXTS_FILE, json.dumps(texts, ensure_ascii=False, separators=(",", ":")) + "\n")
+    stored = [by for by in config.evaluation.segments if stored_here(by)]
+    if stored:  # what the folder cannot compute again from its own files: the dataset's segments, the user's files
+        atomic_write(folder / STORED_FILE, stored_tsv({by: ds.query_groups[by] if by in FROM_DATASET else
+                                                       read_segment_file(by) for by in stored}))  # fmt: skip
     log.info("stages computed: %s; from cache: %s", ", ".join(r.name for r in records if r.status == "computed") or "none",
              ", ".join(r.name for r in records if r.status == "cached") or "none")  # fmt: skip
     manifest = Manifest.new(
         version=__version__, config_path=config.path, config=config.raw,
         resolved={"dataset": {"loader": config.dataset.loader, **asdict(config.dataset.options)}, "stages": resolved},
-        evaluation=asdict(config.evaluation),
+        evaluation={**asdict(config.evaluation), "matrix": config.matrix.as_dict() if config.matrix else None},
         cache={"root": str(cache.root.resolve()), "read": cache.read, "keys": {r.name: r.key for r in records}},
         started=started, python=sys.version.split()[0], platform=platform.platform(), machine=machine_info(),
         packages=package_versions(), dataset=ds.stats(), stages=records,

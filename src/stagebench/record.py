@@ -232,14 +232,31 @@ class Evaluation:
     permutations: int
     bootstrap: int
     seed: int
-    segments: tuple[str, ...] = ()  # the segments table's built-in segmentations
+    segments: tuple[str, ...] = ()  # the segments table's segmentations (built-in names and files)
+    matrix: MatrixRecord | None = None  # the reranker-by-pool matrix the config asked for
 
     @classmethod
     def from_json(cls, d: dict) -> Evaluation:
         return cls(metrics=list(d["metrics"]), relevance_threshold=int(d["relevance_threshold"]), gain=d["gain"],
                    baseline=d.get("baseline"), test=d.get("test", "randomization"), alpha=float(d.get("alpha", 0.05)),
                    permutations=int(d.get("permutations", 10000)), bootstrap=int(d.get("bootstrap", 2000)),
-                   seed=int(d.get("seed", 42)), segments=tuple(d.get("segments", ())))  # fmt: skip
+                   seed=int(d.get("seed", 42)), segments=tuple(d.get("segments", ())),
+                   matrix=MatrixRecord.from_json(d["matrix"]) if d.get("matrix") else None)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class MatrixRecord:
+    """The reranker-by-pool matrix of a run: ``cells[reranker][pool]`` is the stage that reranked that pool."""
+
+    rerankers: list[str]
+    pools: list[str]
+    cells: dict[str, dict[str, str]]
+    oracle: str | None  # the oracle pool's stage, when one of the pools
+
+    @classmethod
+    def from_json(cls, d: dict) -> MatrixRecord:
+        return cls(rerankers=list(d["rerankers"]), pools=list(d["pools"]), cells={r: dict(c) for r, c in d["cells"].items()},
+                   oracle=d.get("oracle"))  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,10 @@ EXAMPLES_FILE = "shopping_queries_dataset_examples.parquet"
 PRODUCTS_FILE = "shopping_queries_dataset_products.parquet"
 EXAMPLE_COLUMNS = ("query", "query_id", "product_id", "product_locale", "esci_label", "small_version", "split")
 PRODUCT_COLUMNS = ("product_id", "product_locale", "product_title")
+#: the release's query-source file (``query_id,source``: negations, parse_pattern, behavioral, other),
+#: read beside the examples file when present
+SOURCES_FILE = "shopping_queries_dataset_sources.csv"
+SOURCES_HEADER = ("query_id", "source")
 # product column -> corpus field name used by text templates
 PRODUCT_FIELDS = {
     "product_title": "title",
@@ -129,7 +133,32 @@ def load_esci(opts: EsciOptions) -> Dataset:
     ex_path = root / EXAMPLES_FILE
     examples = _read_parquet(ex_path, EXAMPLE_COLUMNS)
     products = _read_products(root / PRODUCTS_FILE)
-    return build_esci(examples, products, opts, str(ex_path), str(root / PRODUCTS_FILE), name=f"esci:{root.name}")
+    ds = build_esci(examples, products, opts, str(ex_path), str(root / PRODUCTS_FILE), name=f"esci:{root.name}")
+    if (root / SOURCES_FILE).is_file():
+        sources = read_sources(root / SOURCES_FILE)
+        ds = replace(ds, query_groups={**ds.query_groups, "source": {q: sources[q] for q in ds.queries if q in sources}})
+    return ds
+
+
+def read_sources(path: str | Path) -> dict[str, str]:
+    """query id -> source from a ``query_id,source`` CSV (the release's sources file); a missing column,
+    an empty source or a query given two sources is one error naming the file and row."""
+    p = Path(path)
+    try:
+        df = pd.read_csv(p, dtype=str, keep_default_na=False)
+    except (OSError, ValueError, pd.errors.ParserError) as exc:
+        raise DataError(f"{p}: cannot read the query sources ({type(exc).__name__}: {exc})") from exc
+    _require_columns(df, SOURCES_HEADER, str(p))
+    out: dict[str, str] = {}
+    for row, (qid, source) in enumerate(zip(df["query_id"], df["source"]), start=2):
+        where = f"{p}, line {row}"
+        qid = check_id(qid.strip(), "query", where)
+        source = source.strip()
+        if not source:
+            raise DataError(f"{where}: query {qid!r} has an empty source")
+        if out.setdefault(qid, source) != source:
+            raise DataError(f"{where}: query {qid!r} has two sources ({out[qid]!r} and {source!r})")
+    return out
 
 
 def _split_from_filename(path: str) -> str | None:
@@ -220,6 +249,7 @@ def build_esci(examples, products, opts: EsciOptions, ex_source: str, prod_sourc
 
     queries: dict[str, str] = {}
     qrels: dict[str, dict[str, int]] = {}
+    locale_of: dict[str, str] = {}
     id_col = ex["example_id"] if "example_id" in ex.columns else ex.index
     for ex_id, qid, qtext, pid, loc, label in zip(id_col, ex["query_id"], ex["query"], ex["product_id"],
                                                   ex["product_locale"], ex["esci_label"]):  # fmt: skip
@@ -231,6 +261,7 @@ def build_esci(examples, products, opts: EsciOptions, ex_source: str, prod_sourc
             raise DataError(f"{where}: empty or null query text for query_id {qid} ({qtext!r})")
         pid = check_id(pid, "product", where)
         prev = queries.setdefault(qid, qtext)
+        locale_of.setdefault(qid, str(loc))
         if prev != qtext:
             raise DataError(f"{where}: query_id {qid} has two texts ({prev!r} and {qtext!r})")
         docs = qrels.setdefault(qid, {})
@@ -277,6 +308,7 @@ def build_esci(examples, products, opts: EsciOptions, ex_source: str, prod_sourc
         label_names=_label_names(opts.labels),
         splits={q: opts.split for q in queries} if opts.split else None,
         source=ex_source,
+        query_groups={"locale": locale_of},
     )
     if ds.qrels_docs_missing:
         ds = ds.with_warnings(

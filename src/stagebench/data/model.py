@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from stagebench.data.corpus import Corpus, DocTexts, TextColumn, as_corpus
@@ -31,6 +31,8 @@ class Dataset:
     * ``qrels``: query id -> doc id -> integer grade
     * ``label_names``: grade -> display label (ESCI: 3 -> "E" ...), for label analysis
     * ``corpus_scope``: ``catalog`` (all documents) or ``judged`` (only judged ones)
+    * ``query_groups``: segmentations the data itself gives, name -> query id -> segment (ESCI:
+      ``locale``, and ``source`` from the release's sources file), for the segments table
     """
 
     name: str
@@ -43,6 +45,7 @@ class Dataset:
     splits: dict[str, str] | None = None
     source: str = ""
     warnings: tuple[str, ...] = ()
+    query_groups: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "corpus", as_corpus(self.corpus))
@@ -139,7 +142,8 @@ class Dataset:
         keep = set(query_ids)
         return replace(self, queries={q: t for q, t in self.queries.items() if q in keep},
                        qrels={q: d for q, d in self.qrels.items() if q in keep},
-                       splits=None if self.splits is None else {q: s for q, s in self.splits.items() if q in keep})  # fmt: skip
+                       splits=None if self.splits is None else {q: s for q, s in self.splits.items() if q in keep},
+                       query_groups={g: {q: s for q, s in a.items() if q in keep} for g, a in self.query_groups.items()})  # fmt: skip
 
     def with_warnings(self, *messages: str) -> Dataset:
         return replace(self, warnings=(*self.warnings, *messages))

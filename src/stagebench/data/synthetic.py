@@ -15,7 +15,15 @@ Design:
 * labels follow rules: E meets every constraint, S same category with exactly one
   constraint off, C a product of a complementary category, I anything else (hard
   negatives from the same category or sharing attribute words, and random products);
-* each query is judged on a pool of 15-40 products; all other products are unjudged.
+* each query is judged on a pool of 15-40 products; all other products are unjudged;
+* about one query in seven (:data:`NEGATION_SHARE` of the draws) is a *negation* query: besides its constraints
+  it excludes one material, color or brand value that other products of its category have
+  (``running shoes without leather``, ``phone case not red``, ``backpack no kelvo``). E is a
+  product meeting the constraints without the excluded value; a product meeting the constraints
+  *with* the excluded value is I, and every such product (up to :data:`NEGATED_IN_POOL`) is
+  judged, so the pool holds the hard negatives that carry the query's own words;
+* ``shopping_queries_dataset_sources.csv`` (``query_id,source``, the layout of the release's
+  file) says ``negations`` for those queries and ``other`` for the rest.
 """
 
 from __future__ import annotations
@@ -27,7 +35,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from stagebench.data.esci import EXAMPLES_FILE, PRODUCTS_FILE
+from stagebench.data.esci import EXAMPLES_FILE, PRODUCTS_FILE, SOURCES_FILE
 from stagebench.errors import StagebenchError
 from stagebench.files import (
     STAGING_MARK, Owned, atomic_write, check_destination, inventory, json_record, remove_staging, staging, swap_in,
@@ -130,6 +138,14 @@ FILLERS = ["best", "cheap", "new", "gift", "sale", "quality", "2024", "top rated
 _SYL = ["al", "ber", "cor", "dan", "el", "fin", "gro", "hal", "iv", "jor", "kel", "lum", "mar", "nor", "ost",
         "pra", "quin", "ros", "sol", "tar", "ul", "ven", "wex", "yar", "zen"]  # fmt: skip
 ATTRS = ("brand", "color", "material", "size", "audience")
+#: the share of queries that exclude a value, and the attributes they exclude
+NEGATION_SHARE = 0.2
+NEGATED_ATTRS = ("material", "color", "brand")
+#: at most this many products with the excluded value are judged (as I) per negation query
+NEGATED_IN_POOL = 8
+NEGATION_FORMS = {"material": ["without {v}", "no {v}", "non {v}", "{v} free", "not {v}"],
+                  "color": ["not {v}", "no {v}", "any color but {v}", "without {v}"],
+                  "brand": ["not {v}", "no {v}", "non {v}", "other than {v}"]}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -267,6 +283,22 @@ def _mismatches(p: dict, cons: dict[str, str]) -> int:
     return sum(1 for a, v in cons.items() if p[a] != v)
 
 
+def _negation_text(attr: str, value: str, rng: random.Random) -> str:
+    return rng.choice(NEGATION_FORMS[attr]).format(v=value.lower())
+
+
+def _excluded(seed_p: dict, cons: dict[str, str], same: list[dict], rng: random.Random) -> tuple[str, str] | None:
+    """An (attribute, value) to exclude: not constrained, differing from the seed product's, and held by
+    some product of the category that meets the constraints (so the exclusion removes something)."""
+    options = []
+    for a in NEGATED_ATTRS:
+        if a in cons:
+            continue
+        values = sorted({p[a] for p in same if p[a] is not None and p[a] != seed_p[a] and _mismatches(p, cons) == 0})
+        options += [(a, v) for v in values]
+    return rng.choice(options) if options else None
+
+
 def _make_queries(spec: SyntheticSpec, products: list[dict], rng: random.Random) -> list[dict]:
     by_cat: dict[str, list[dict]] = {}
     for p in products:
@@ -289,17 +321,30 @@ def _make_queries(spec: SyntheticSpec, products: list[dict], rng: random.Random)
             cons[avail[i]] = seed_p[avail[i]]
             i += 1
             exact = [p for p in exact if _mismatches(p, cons) == 0]
+        negated = _excluded(seed_p, cons, same, rng) if rng.random() < NEGATION_SHARE else None
+        with_value: list[dict] = []
+        if negated is not None:
+            a, v = negated
+            with_value = [p for p in exact if p[a] == v]
+            exact = [p for p in exact if p[a] != v]
         if len(exact) > spec.max_exact:
             continue
         text = _query_text(cat, cons, rng)
+        if negated is not None:
+            text = f"{text} {_negation_text(*negated, rng)}"
         if text in texts:
             continue
         texts.add(text)
-        subst = [p for p in same if _mismatches(p, cons) == 1]
-        far = [p for p in same if _mismatches(p, cons) >= 2]
+
+        def ok(p: dict) -> bool:  # not the excluded value
+            return negated is None or p[negated[0]] != negated[1]
+
+        subst = [p for p in same if _mismatches(p, cons) == 1 and ok(p)]
+        far = [p for p in same if (_mismatches(p, cons) >= 2 or not ok(p)) and p not in with_value]
         comp = [p for c in CATEGORIES[cat][5] for p in by_cat.get(c, [])]
         pool_size = rng.randint(spec.min_pool, spec.max_pool)
         pool = [(p, "E") for p in exact]
+        pool += [(p, "I") for p in rng.sample(with_value, min(len(with_value), NEGATED_IN_POOL))]
         pool += [(p, "S") for p in rng.sample(subst, min(len(subst), rng.randint(2, 8)))]
         pool += [(p, "C") for p in rng.sample(comp, min(len(comp), rng.randint(1, 5)))]
         pool = pool[:pool_size] if len(pool) > pool_size else pool
@@ -321,7 +366,8 @@ def _make_queries(spec: SyntheticSpec, products: list[dict], rng: random.Random)
         split = "test" if qid < spec.n_test_queries else "train"
         for p, label in pool:
             rows.append({"query": text, "query_id": qid, "product_id": p["product_id"], "esci_label": label,
-                         "split": split, "category": cat, "constraints": cons})
+                         "split": split, "category": cat, "constraints": cons, "negation": negated is not None,
+                         "excluded": negated})
         qid += 1
     return rows
 
@@ -371,6 +417,8 @@ def _write(out: Path, spec: SyntheticSpec) -> dict:
     pr["product_locale"] = "us"
     atomic_write(out / EXAMPLES_FILE, ex.to_parquet(index=False))
     atomic_write(out / PRODUCTS_FILE, pr.to_parquet(index=False))
+    sources = {r["query_id"]: "negations" if r["negation"] else "other" for r in rows}
+    atomic_write(out / SOURCES_FILE, "query_id,source\n" + "".join(f"{q},{s}\n" for q, s in sources.items()))
     stats = {
         "spec": asdict(spec),
         "products": len(products),
@@ -379,6 +427,8 @@ def _write(out: Path, spec: SyntheticSpec) -> dict:
         "judgments": len(ex),
         "labels": {k: int(v) for k, v in ex.esci_label.value_counts().sort_index().items()},
         "judged_products": int(ex.product_id.nunique()),
+        "negation_queries": {s: len({r["query_id"] for r in rows if r["negation"] and r["split"] == s})
+                             for s in ("test", "train")},
     }
     atomic_write(out / "README.md", README_HEAD + "Deterministic and synthetic: numbers measured on it are not ESCI "
                  f"numbers.\n\n```json\n{json.dumps(stats, indent=2)}\n```\n")  # fmt: skip

@@ -9,9 +9,11 @@ import re
 from collections.abc import Sequence
 
 from stagebench.record import StageRecord
-from stagebench.report.tables import cost_table, format_p, segment_grid, segments_caption, tables
+from stagebench.report.tables import (cost_table, format_p, matrix_caption, matrix_grid, segment_grid, segments_caption,
+                                     tables)  # fmt: skip
 from stagebench.results.cost import quality_cost
 from stagebench.results.queries import primary_measure
+from stagebench.results.matrix import MatrixTable
 from stagebench.results.segments import SegmentTable
 from stagebench.table import StageTable
 
@@ -125,7 +127,8 @@ def tables_html(table: StageTable, prefix: str = "") -> list[str]:
 
 def render_html(table: StageTable, significance: Sequence[dict], images: Sequence[tuple[str, bytes]],
                 stages: Sequence[StageRecord] = (), explorer: tuple[dict, dict] | None = None,
-                judge: tuple[StageTable, str] | None = None, segments: Sequence[SegmentTable] = ()) -> str:  # fmt: skip
+                judge: tuple[StageTable, str] | None = None, segments: Sequence[SegmentTable] = (),
+                matrix: MatrixTable | None = None) -> str:  # fmt: skip
     """A self-contained page: tables inline, PNGs as data: URIs, no external assets; with
     ``explorer`` (its data and the wins/losses), the per-query explorer."""
     e = html.escape
@@ -167,6 +170,13 @@ def render_html(table: StageTable, significance: Sequence[dict], images: Sequenc
             parts.append(f"<p>{e(segments_caption(t, measure))}</p><table class=\"segments\"><tr>"
                          + "".join(f"<th>{e(h)}</th>" for h in head) + "</tr>"
                          + "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in b) + "</tr>" for b in body) + "</table>")  # fmt: skip
+    if matrix is not None:
+        head, body = matrix_grid(matrix)
+        parts.append("<h2 id=\"matrix\">Reranker by pool</h2><p>Each reranker over each candidate pool, so its "
+                     "ordering ability and what retrieval gave it can be told apart (docs/report.md#the-reranker-by-pool-"
+                     f"matrix).</p><p>{e(matrix_caption(matrix))}</p><table id=\"matrix-table\"><tr>"
+                     + "".join(f"<th>{e(h)}</th>" for h in head) + "</tr>"
+                     + "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in b) + "</tr>" for b in body) + "</table>")  # fmt: skip
     if stages and table.rows:
         parts.append("<h2>Quality against cost (this run; machine-dependent)</h2><p>Each stage's nDCG@10 against what "
                      "it costs per query, counting every stage upstream of it once: compute seconds (when computed, "

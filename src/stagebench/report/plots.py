@@ -9,7 +9,8 @@ import numpy as np
 
 from stagebench.optional import need
 from stagebench.results.cost import CostPoint
-from stagebench.results.segments import SegmentTable
+from stagebench.results.matrix import MatrixTable
+from stagebench.results.segments import BUILT_IN, SegmentTable
 from stagebench.table import StageRow
 
 _METADATA = {"Software": None}
@@ -173,9 +174,32 @@ def segments_chart(tables: Sequence[SegmentTable], measure: str) -> bytes:
         for i, s in enumerate(stages):
             ax.bar(x + i * width, [seg.means[s][measure] for seg in t.segments], width, label=s)
         ax.set_xticks(x + width * (len(stages) - 1) / 2, [f"{seg.label}\n({seg.queries} q)" for seg in t.segments], fontsize=8)
-        ax.set_title(f"by {t.by}" if t.by in ("length", "judged", "relevant") else "by file", fontsize=10)
+        ax.set_title(f"by {t.by}" if t.by in BUILT_IN else f"by {t.by.replace(chr(92), '/').rsplit('/', 1)[-1]}", fontsize=10)
         ax.set_ylim(0, 1)
     axes[0][0].set_ylabel(measure)
     axes[0][-1].legend(fontsize=7)
     fig.suptitle(f"{measure} per query segment", fontsize=11)
+    return _png(fig)
+
+
+def matrix_heatmaps(t: MatrixTable) -> bytes:
+    """Two heatmaps, pools by rerankers: the reranker's nDCG@10 over each pool (the pool's own level in
+    the row label), and the share of the pool's headroom it captured."""
+    plt = _fig()
+    fig, axes = plt.subplots(1, 2, figsize=(4.0 + 2.4 * len(t.rerankers), 1.4 + 0.55 * len(t.pools)), squeeze=False)
+    ndcg = np.array([[t.cell(r, p).ndcg10 for r in t.rerankers] for p in t.pools])
+    room = np.array([[np.nan if t.cell(r, p).headroom_captured is None else t.cell(r, p).headroom_captured
+                      for r in t.rerankers] for p in t.pools])  # fmt: skip
+    labels = [f"{p}\n(pool {t.cell(t.rerankers[0], p).input_ndcg10:.3f})" for p in t.pools]
+    for ax, values, title, fmt, (lo, hi) in ((axes[0][0], ndcg, "nDCG@10", "{:.3f}", (0.0, 1.0)),
+                                             (axes[0][1], room, "headroom captured", "{:.0%}", (-0.5, 1.0))):  # fmt: skip
+        ax.imshow(np.ma.masked_invalid(values), cmap="RdYlGn", vmin=lo, vmax=hi, aspect="auto")
+        ax.set_xticks(range(len(t.rerankers)), t.rerankers, fontsize=8)
+        ax.set_yticks(range(len(t.pools)), labels, fontsize=8)
+        ax.set_title(title, fontsize=10)
+        for i in range(len(t.pools)):
+            for j in range(len(t.rerankers)):
+                v = values[i, j]
+                ax.text(j, i, "no room" if np.isnan(v) else fmt.format(v), ha="center", va="center", fontsize=8)
+    fig.suptitle("Each reranker over each candidate pool", fontsize=11)
     return _png(fig)

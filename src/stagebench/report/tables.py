@@ -16,6 +16,7 @@ from stagebench.record import JudgeRecord, LLMStats, RerankStats, StageRecord
 from stagebench.results.agreement import Agreement
 from stagebench.results.check import CheckRow
 from stagebench.results.compare import Comparison
+from stagebench.results.matrix import MEASURE as MATRIX_MEASURE, MatrixTable
 from stagebench.results.segments import SegmentTable
 from stagebench.table import CeilingCells, DepthCells, LLMCells, StageRow, StageTable
 from stagebench.stats import latency_percentiles
@@ -383,4 +384,51 @@ def segments_csv(found: Sequence[SegmentTable]) -> str:
                     w.writerow([t.by, seg.label, seg.queries, s, m, f"{seg.means[s][m]:.6f}",
                                 *(["", "", "", ""] if c is None else [c.against, f"{c.delta:.6f}",
                                   "" if c.p is None else f"{c.p:.6f}", "" if c.p_holm is None else f"{c.p_holm:.6f}"])])  # fmt: skip
+    return buf.getvalue()
+
+
+def matrix_caption(t: MatrixTable) -> str:
+    oracle = (f"; {t.oracle}: a first stage's candidates with every relevant product put in at seeded ranks, as deep as "
+              "the reranker's top N (it reads the judgments: an upper bound on the pool, not a retriever)") if t.oracle else ""  # fmt: skip
+    return (f"Reranker by pool: each reranker over each candidate pool, {MATRIX_MEASURE} (change against the pool; * "
+            "significantly better, ! significantly worse, Holm over the stage table's comparisons) and headroom captured "
+            f"(of the pool's top N ideally ordered); the pool columns as the first reranker read it{oracle}")  # fmt: skip
+
+
+def matrix_grid(t: MatrixTable) -> tuple[list[str], list[list[str]]]:
+    """Rows: the pools, with their own level; columns: each reranker's nDCG@10 and headroom captured."""
+    head = ["pool", f"pool {MATRIX_MEASURE}", "pool R@N"]
+    for r in t.rerankers:
+        head += [f"{r} {MATRIX_MEASURE}", f"{r} headroom"]
+    body = []
+    for p in t.pools:
+        first = t.cell(t.rerankers[0], p)
+        row = [p, _f(first.input_ndcg10), f"{_f(first.pool_recall)} @{first.depth}"]
+        for r in t.rerankers:
+            c = t.cell(r, p)
+            mark = "*" if c.better_than_input else "!" if c.worse_than_input else ""
+            room = _pct(c.headroom_captured) if c.headroom_captured is not None else "no room"
+            row += [f"{_f(c.ndcg10)} ({c.ndcg10 - c.input_ndcg10:+.4f}){mark}", room]
+        body.append(row)
+    return head, body
+
+
+def matrix_text(t: MatrixTable) -> str:
+    head, body = matrix_grid(t)
+    return "\n".join([matrix_caption(t), *_grid(head, body, 1)]) + "\n"
+
+
+def matrix_markdown(t: MatrixTable) -> str:
+    head, body = matrix_grid(t)
+    rows = [head, ["---"] + ["---:"] * (len(head) - 1), *body]
+    return "\n".join([matrix_caption(t), "", *("| " + " | ".join(r) + " |" for r in rows)]) + "\n"
+
+
+def matrix_csv(t: MatrixTable) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    fields = list(asdict(t.cells[0])) if t.cells else []
+    w.writerow(fields)
+    for c in t.cells:
+        w.writerow(["" if v is None else f"{v:.6f}" if isinstance(v, float) else v for v in asdict(c).values()])
     return buf.getvalue()

@@ -4,7 +4,8 @@ A run folder holds ``runs/<stage>.trec``, ``qrels.trec``, ``texts.json`` and ``m
 :func:`render` reads only those (verified against the manifest's digests), scores every stage
 (:mod:`stagebench.results.scoring`), and writes ``stage_table.{txt,md,csv,json}``,
 ``significance.json`` (and ``significance_judged_only.json``, the judged-only view's tests), ``per_query.csv``,
-``segments.{txt,md,csv,json}`` (when ``evaluation.segments`` names any), ``plots/*.png`` and ``report.html``. Nothing in it runs a
+``segments.{txt,md,csv,json}`` (when ``evaluation.segments`` names any), ``matrix.{txt,md,csv,json}`` (when the
+config has a ``matrix:``), ``plots/*.png`` and ``report.html``. Nothing in it runs a
 stage, so ``stagebench table RUN_DIR`` reproduces the files of ``stagebench run`` byte for byte.
 """
 
@@ -21,15 +22,16 @@ from stagebench.record import Manifest
 from stagebench.report import plots
 from stagebench.report.explorer import explorer_json, query_text
 from stagebench.report.html import render_html
-from stagebench.report.tables import (judge_text, per_query_csv, render_csv, render_markdown, render_text, segments_csv,
-                                     segments_markdown, segments_text)  # fmt: skip
+from stagebench.report.tables import (judge_text, matrix_csv, matrix_markdown, matrix_text, per_query_csv, render_csv,
+                                     render_markdown, render_text, segments_csv, segments_markdown, segments_text)  # fmt: skip
 from stagebench.results import ceilings
 from stagebench.results.cost import quality_cost
 from stagebench.results.folder import RunFolder, write_manifest
+from stagebench.results.matrix import matrix_table
 from stagebench.results.judged import FILLED_FLAGS, FILLED_QRELS, JUDGMENTS, judge_results, read_judgments, sources_tsv
 from stagebench.results.queries import build, primary_measure, wins_and_losses
 from stagebench.results.scoring import Scored, label_names_of, score_folder
-from stagebench.results.segments import SegmentTable, assignment_for, segment_table
+from stagebench.results.segments import STORED_FILE, SegmentSources, SegmentTable, read_stored, segment_tables
 from stagebench.runs import Run, write_trec_qrels
 from stagebench.table import StageTable
 
@@ -75,13 +77,20 @@ def render(folder: str | Path, rf: RunFolder | None = None) -> Rendered:
     write("significance.json", json.dumps(scored.comparisons, indent=2) + "\n")
     write("significance_judged_only.json", json.dumps(scored.judged_only_comparisons, indent=2) + "\n")
     write("per_query.csv", per_query_csv([s.name for s in stages], scored.per_query, scored.queries))
-    segs = segment_tables(manifest, scored, qrels, texts)
+    segs = run_segments(rf, scored, qrels, texts)
     if segs:
         measure = primary_measure(table.metrics)
         write("segments.txt", "\n".join(segments_text(t, measure) for t in segs))
         write("segments.md", "\n".join(segments_markdown(t, measure) for t in segs))
         write("segments.csv", segments_csv(segs))
         write("segments.json", json.dumps([t.as_dict() for t in segs], indent=2) + "\n")
+    matrix = None
+    if manifest.evaluation.matrix is not None:
+        matrix = matrix_table(manifest.evaluation.matrix, table, str(folder))
+        write("matrix.txt", matrix_text(matrix))
+        write("matrix.md", matrix_markdown(matrix))
+        write("matrix.csv", matrix_csv(matrix))
+        write("matrix.json", json.dumps(matrix.as_dict(), indent=2) + "\n")
     judge = None
     if manifest.judge is not None:
         judgments = read_judgments(rf.verified(JUDGMENTS).read_text(encoding="utf-8"), str(folder / JUDGMENTS))
@@ -112,6 +121,8 @@ def render(folder: str | Path, rf: RunFolder | None = None) -> Rendered:
     images += [(f"depth_{r.stage}.png", plots.depth_curve(r)) for r in table.rows if r.depths]
     if segs:
         images.append(("segments.png", plots.segments_chart(segs, primary_measure(table.metrics))))
+    if matrix is not None:
+        images.append(("matrix.png", plots.matrix_heatmaps(matrix)))
     if len(table.rows) > 1:
         points = quality_cost(table, stages)
         if all(p.seconds_per_query > 0 for p in points):
@@ -119,21 +130,21 @@ def render(folder: str | Path, rf: RunFolder | None = None) -> Rendered:
     for name, png in images:
         write(f"plots/{name}", png)
     write("report.html", render_html(table, scored.comparisons, images, stages,
-                                     explorer_data(manifest, qrels, runs, scored, texts), judge, segs))  # fmt: skip
+                                     explorer_data(manifest, qrels, runs, scored, texts), judge, segs, matrix))  # fmt: skip
     return rendered
 
 
-def segment_tables(manifest: Manifest, scored: Scored, qrels: dict, texts: dict) -> list[SegmentTable]:
-    """The segments table of each segmentation the evaluation names (``evaluation.segments``)."""
-    ev = manifest.evaluation
-    inputs = {s.name: list(s.inputs or []) for s in manifest.stages}
-    out = []
-    for by in ev.segments:
-        assignment, describe = assignment_for(by, scored.queries, lambda: texts["queries"], lambda: qrels,
-                                              ev.relevance_threshold)  # fmt: skip
-        out.append(segment_table(by, describe, assignment, scored.per_query, inputs, scored.queries, scored.table.metrics,
-                                 permutations=ev.permutations, seed=ev.seed, alpha=ev.alpha))  # fmt: skip
-    return out
+def run_segments(rf: RunFolder, scored: Scored, qrels: dict, texts: dict) -> list[SegmentTable]:
+    """The segments table of each segmentation the evaluation names (``evaluation.segments``); the
+    segmentations the folder cannot compute again are read (verified) from what the run stored."""
+    ev = rf.manifest.evaluation
+
+    def stored():
+        return read_stored(rf.verified(STORED_FILE).read_text(encoding="utf-8"), str(rf.path / STORED_FILE))
+
+    src = SegmentSources(lambda: texts["queries"], lambda: qrels, stored, ev.relevance_threshold)
+    inputs = {s.name: list(s.inputs or []) for s in rf.manifest.stages}
+    return segment_tables(ev.segments, src, ev, scored.per_query, inputs, scored.queries, scored.table.metrics)
 
 
 def rerender(folder: str | Path) -> Rendered:

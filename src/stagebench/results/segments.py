@@ -8,8 +8,20 @@ A *segmentation* assigns each scored query one label. Built in (:data:`BUILT_IN`
 * ``judged``: how many products the query has judged, in thirds of the scored queries (the
   edges are the counts at the 1/3 and 2/3 quantiles, so a count never straddles two segments);
 * ``relevant``: how many judged products reach the relevance threshold, in thirds likewise;
+* ``negation``: whether the query holds a negation word (:data:`NEGATION_WORDS`: ``without``,
+  ``no``, ``not``, ``non``, ``free``, ``except``, ``excluding``, ``but``, ``w/o``; or the phrase
+  ``other than``) - a word rule, so ``no show socks`` counts and ``sugarless`` does not;
+* ``locale`` and ``source``: segmentations the dataset gives (:attr:`Dataset.query_groups`): ESCI's
+  locale of each query, and its source from the release's ``shopping_queries_dataset_sources.csv``
+  when that file lies beside the examples file (``negations``, ``parse_pattern``, ``behavioral``,
+  ``other``);
 
-and a user file (:func:`read_segment_file`): ``qid<TAB>segment`` a line, any number of segments.
+and a user file (:func:`read_segment_file`): ``qid<TAB>segment`` a line, any number of segments, or
+a ``query_id,source`` CSV in the sources file's layout.
+
+Segmentations the folder cannot compute again from its own files (``locale``, ``source``, a user
+file) are stored in it by the run (:data:`STORED_FILE`, digests in the manifest), so the folder's
+tables can be rendered again without the data.
 
 For each segment: its queries, every measure's mean per stage, each stage's change against each of
 its inputs with a paired randomization test (the run's permutations and seed), the p-values
@@ -29,14 +41,23 @@ from pathlib import Path
 import numpy as np
 
 from stagebench import stats
+from stagebench.data.esci import SOURCES_HEADER, read_sources
 from stagebench.errors import DataError, StagebenchError
 from stagebench.results.folder import RunFolder
 from stagebench.results.scoring import stage_evaluations
 from stagebench.runs import check_id
 from stagebench.textfile import text_lines
 
-#: the built-in segmentations, and what each needs from the folder
-BUILT_IN = {"length": "query texts", "judged": "qrels", "relevant": "qrels"}
+#: the built-in segmentations, and what each is made from
+BUILT_IN = {"length": "query texts", "negation": "query texts", "judged": "qrels", "relevant": "qrels",
+            "locale": "the dataset", "source": "the dataset"}  # fmt: skip
+#: the built-ins the dataset gives (:attr:`Dataset.query_groups`), stored in the folder by the run
+FROM_DATASET = ("locale", "source")
+#: the run folder's file of the segmentations it cannot compute from its own files:
+#: ``segmentation<TAB>qid<TAB>segment`` a line
+STORED_FILE = "query_segments.tsv"
+NEGATION_WORDS = frozenset({"without", "no", "not", "non", "free", "except", "excluding", "but", "w/o"})
+NEGATION_PHRASES = ("other than",)
 #: below this many queries a segment's changes are not tested
 MIN_QUERIES = 10
 _LENGTH_EDGES = ((1, 2), (3, 4), (5, 6))
@@ -143,10 +164,26 @@ def relevant_segments(qrels: Mapping[str, Mapping[str, int]], queries: Sequence[
     return count_segments({q: sum(g >= threshold for g in qrels.get(q, {}).values()) for q in queries}, "relevant")
 
 
+def negation_segments(query_texts: Mapping[str, str], queries: Sequence[str]) -> dict[str, str]:
+    """``negation`` when the query holds one of :data:`NEGATION_WORDS` (words split at whitespace and
+    at any character but letters, digits and ``/``; ``leather-free`` holds ``free``), else ``no negation``."""
+    out = {}
+    for q in queries:
+        words = [w for w in re.split(r"[^\w/]+", query_texts.get(q, "").lower()) if w]
+        joined = f" {' '.join(words)} "
+        hit = set(words) & NEGATION_WORDS or any(f" {p} " in joined for p in NEGATION_PHRASES)
+        out[q] = "negation" if hit else "no negation"
+    return out
+
+
 def read_segment_file(path: str | Path) -> dict[str, str]:
-    """``qid<TAB>segment`` a line (blank lines and ``#`` comments skipped); a query listed twice,
-    a line without a tab, or an empty segment is one error naming the file and line."""
+    """``qid<TAB>segment`` a line (blank lines and ``#`` comments skipped), or the ESCI sources file's
+    ``query_id,source`` CSV (told by its header); a query listed twice, a line without a tab, or an
+    empty segment is one error naming the file and line."""
     p = Path(path)
+    first = next((line for _, line in text_lines(p, "segment file")), "")
+    if first.strip().lstrip("\ufeff").replace(" ", "").startswith(",".join(SOURCES_HEADER)):
+        return read_sources(p)
     out: dict[str, str] = {}
     for no, line in text_lines(p, "segment file"):
         line = line.rstrip("\r\n")
@@ -218,23 +255,81 @@ def _natural(label: str) -> tuple:
     return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", label))
 
 
-def assignment_for(by: str, queries: Sequence[str], query_texts: Callable[[], Mapping[str, str]],
-                   qrels: Callable[[], Mapping[str, Mapping[str, int]]], threshold: int) -> tuple[dict[str, str], str]:
+def stored_here(by: str) -> bool:
+    """Whether a run stores segmentation ``by`` in its folder (:data:`STORED_FILE`): what the folder's
+    own files cannot give again (the dataset's segmentations and user files)."""
+    return by in FROM_DATASET or by not in BUILT_IN
+
+
+def stored_tsv(assignments: Mapping[str, Mapping[str, str]]) -> str:
+    """:data:`STORED_FILE`'s text: ``segmentation<TAB>qid<TAB>segment`` a line."""
+    return "".join(f"{by}\t{q}\t{seg}\n" for by, a in assignments.items() for q, seg in a.items())
+
+
+def read_stored(text: str, source: str) -> dict[str, dict[str, str]]:
+    out: dict[str, dict[str, str]] = {}
+    for no, line in enumerate(text.splitlines(), start=1):
+        parts = line.split("\t")
+        if len(parts) != 3:
+            raise DataError(f"{source}, line {no}: expected 'segmentation<TAB>qid<TAB>segment'")
+        out.setdefault(parts[0], {})[parts[1]] = parts[2]
+    return out
+
+
+@dataclass(frozen=True)
+class SegmentSources:
+    """Where segmentations come from, each read only when one needs it: the query texts, the qrels, and
+    the assignments stored by the run (or the dataset's ``query_groups``), segmentation -> qid -> segment."""
+
+    query_texts: Callable[[], Mapping[str, str]]
+    qrels: Callable[[], Mapping[str, Mapping[str, int]]]
+    stored: Callable[[], Mapping[str, Mapping[str, str]]]
+    threshold: int
+
+
+def assignment_for(by: str, queries: Sequence[str], src: SegmentSources) -> tuple[dict[str, str], str]:
     """The segments of ``queries`` ``by`` a built-in (:data:`BUILT_IN`) or a user file's path, and how
-    they were made in one line; ``query_texts`` and ``qrels`` are read only when needed."""
+    they were made in one line."""
     if by == "length":
-        return length_segments(query_texts(), queries), "query length in words"
+        return length_segments(src.query_texts(), queries), "query length in words"
+    if by == "negation":
+        return negation_segments(src.query_texts(), queries), "whether the query holds a negation word (without, no, not, ...)"
     if by == "judged":
-        return judged_segments(qrels(), queries), "judged products per query, in thirds of the queries"
+        return judged_segments(src.qrels(), queries), "judged products per query, in thirds of the queries"
     if by == "relevant":
-        return (relevant_segments(qrels(), queries, threshold),
-                f"relevant products (grade >= {threshold}) per query, in thirds of the queries")  # fmt: skip
-    return read_segment_file(by), f"the segments of {by}"
+        return (relevant_segments(src.qrels(), queries, src.threshold),
+                f"relevant products (grade >= {src.threshold}) per query, in thirds of the queries")  # fmt: skip
+    describe = {"locale": "the product locale of each query (the dataset's)",
+                "source": "the query source of the ESCI sources file (the dataset's)"}.get(by, f"the segments of {by}")  # fmt: skip
+    stored = src.stored()
+    if by in stored:
+        return dict(stored[by]), describe
+    if by in FROM_DATASET:
+        raise StagebenchError(f"segments by {by}: the run did not store them (its config's evaluation.segments did not "
+                              f"name {by}, or its dataset gives none); pass a file instead: --by FILE"
+                              + (" (e.g. the release's shopping_queries_dataset_sources.csv)" if by == "source" else ""))
+    return read_segment_file(by), describe
 
 
-def folder_segments(folder: RunFolder, by: str, min_queries: int = MIN_QUERIES) -> SegmentTable:
-    """A finished folder's scored queries segmented ``by`` a built-in (:data:`BUILT_IN`) or a user
-    file's path. Every file is read verified (:class:`RunFolder`): the per-query values rescored
+def segment_tables(bys: Sequence[str], src: SegmentSources, ev, per_query: Mapping[str, Mapping[str, Mapping[str, float]]],
+                   stages: Mapping[str, Sequence[str]], queries: Sequence[str], measures: Sequence[str],
+                   min_queries: int = MIN_QUERIES) -> list[SegmentTable]:  # fmt: skip
+    """One table per segmentation in ``bys``, tested with the evaluation record ``ev``'s permutations,
+    seed and alpha: the one path of a run's segments and of ``stagebench segments``."""
+    out = []
+    for by in bys:
+        assignment, describe = assignment_for(by, queries, src)
+        if not set(assignment) & set(queries):
+            raise StagebenchError(f"segments by {by}: no query of it is a scored query of the run (e.g. "
+                                  f"{next(iter(assignment), 'none')!r}; the run scored e.g. {queries[0]!r})")  # fmt: skip
+        out.append(segment_table(by, describe, assignment, per_query, stages, queries, measures,
+                                 permutations=ev.permutations, seed=ev.seed, alpha=ev.alpha, min_queries=min_queries))  # fmt: skip
+    return out
+
+
+def folder_segments(folder: RunFolder, bys: Sequence[str], min_queries: int = MIN_QUERIES) -> list[SegmentTable]:
+    """A finished folder's scored queries segmented by each of ``bys``: a built-in (:data:`BUILT_IN`)
+    or a user file's path. Every file is read verified (:class:`RunFolder`): the per-query values rescored
     from the runs and qrels where the folder holds them, else read from ``per_query.csv``."""
     ev = folder.manifest.evaluation
     names = [s.name for s in folder.stages]
@@ -252,17 +347,22 @@ def folder_segments(folder: RunFolder, by: str, min_queries: int = MIN_QUERIES) 
 
     def qrels():
         if not folder.holds("qrels.trec"):
-            raise StagebenchError(f"{folder.path}: segments by {by} need the folder's qrels.trec, which it does not hold "
-                                  "(a committed folder keeps its tables, not its runs and qrels): run its config again, "
-                                  "or segment by length or by a file")  # fmt: skip
+            raise StagebenchError(f"{folder.path}: segments by judged or relevant products need the folder's qrels.trec, "
+                                  "which it does not hold (a committed folder keeps its tables, not its runs and "
+                                  "qrels): run its config again, or segment by length, negation or a file")  # fmt: skip
         return folder.qrels()
 
-    assignment, describe = assignment_for(by, queries, lambda: folder.texts()["queries"], qrels, ev.relevance_threshold)
-    return segment_table(by, describe, assignment, per_query, {s.name: list(s.inputs or []) for s in stages}, queries,
-                         folder.metrics, permutations=ev.permutations, seed=ev.seed, alpha=ev.alpha,
-                         min_queries=min_queries)  # fmt: skip
+    def stored():
+        if not folder.holds(STORED_FILE):
+            return {}
+        return read_stored(folder.verified(STORED_FILE).read_text(encoding="utf-8"), str(folder.path / STORED_FILE))
+
+    src = SegmentSources(lambda: folder.texts()["queries"], qrels, stored, ev.relevance_threshold)
+    return segment_tables(bys, src, ev, per_query, {s.name: list(s.inputs or []) for s in stages}, queries, folder.metrics,
+                          min_queries)  # fmt: skip
 
 
-__all__ = ["BUILT_IN", "Change", "MIN_QUERIES", "Segment", "SegmentTable", "assignment_for", "count_segments",
-           "folder_segments", "judged_segments", "length_segments", "read_segment_file", "relevant_segments",
-           "segment_table"]
+__all__ = ["BUILT_IN", "Change", "FROM_DATASET", "MIN_QUERIES", "NEGATION_WORDS", "STORED_FILE", "Segment", "SegmentSources",
+           "SegmentTable", "assignment_for", "count_segments", "folder_segments", "judged_segments", "length_segments",
+           "negation_segments", "read_segment_file", "read_stored", "relevant_segments", "segment_table", "segment_tables",
+           "stored_here", "stored_tsv"]
