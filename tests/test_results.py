@@ -65,8 +65,10 @@ def check_holm_and_marks(sig: list[dict], rows: list[dict], alpha: float) -> Non
         family = [c for c in sig if c["metric"] == m]
         for key, raw in (("p_rand_holm", "p_rand"), ("p_t_holm", "p_t")):
             want = independent_holm([c[raw] for c in family])
-            # significance.json stores p-values rounded to 6 decimals: compare within that rounding
-            assert [c[key] for c in family] == pytest.approx(want, rel=2e-3, abs=2e-6), (m, key)
+            # significance.json stores p-values rounded to 6 decimals (each off by up to 5e-7): Holm multiplies a
+            # raw p by at most the family's size, and its own result is rounded once more
+            bound = (len(family) + 1) * 5e-7 + 1e-12
+            assert [c[key] for c in family] == pytest.approx(want, rel=2e-3, abs=bound), (m, key)
         for r in rows:
             expected = sorted(letters[c["b"] if c["a"] == r["stage"] else c["a"]] for c in family
                               if r["stage"] in (c["a"], c["b"]) and c["p_rand_holm"] < alpha
