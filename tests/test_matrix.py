@@ -122,3 +122,45 @@ def test_a_generated_name_that_a_stage_has_is_refused(tmp_path, small_synthetic)
     raw["stages"].insert(2, {"name": "tb_on_bm25", "type": "bm25"})
     with pytest.raises(ConfigError, match=r"matrix: the stage 'tb_on_bm25' it adds: a stage of the config has that name"):
         parse_config(raw, "m.yaml")
+
+
+COUNTING = '''
+import os
+
+
+class Counting:
+    """A batched reranker (a pair's score is a function of the pair) that appends every pair it scores to a file."""
+
+    def __init__(self, log):
+        self.log = log
+
+    def score(self, query, docs):
+        return self.score_pairs([(query, d) for d in docs])
+
+    def score_pairs(self, pairs):
+        with open(self.log, "a", encoding="utf-8") as fh:
+            fh.writelines(f"{q}\\t{d[:40]}\\n" for q, d in pairs)
+        return [float(len(set(q.split()) & set(d.split()))) + len(d) * 1e-4 for q, d in pairs]
+'''
+
+
+def test_a_pair_is_scored_once_per_run_across_the_matrix(tmp_path, small_synthetic, monkeypatch):
+    (tmp_path / "counting.py").write_text(COUNTING, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    log = tmp_path / "scored.tsv"
+    cfg = tmp_path / "m.yaml"
+    stage = f"  - {{name: cnt, type: plugin, target: 'counting:Counting', inputs: [rrf], params: {{top_n: 20, log: '{log}'}}}}\n"
+    cfg.write_text(config_text(tmp_path, small_synthetic, "matrix: {rerankers: [cnt], pools: [bm25, stem, rrf, oracle]}\n")
+                   .replace("matrix:", stage + "matrix:"))  # fmt: skip
+    result = run_config(load_config(cfg))
+    scored = log.read_text(encoding="utf-8").splitlines()
+    cells = [result.runs[n] for n in ("cnt_on_bm25", "cnt_on_stem", "cnt", "cnt_on_oracle")]
+    pools = [result.runs[n] for n in ("bm25", "stem", "rrf", "oracle")]
+    every = sum(min(20, len(r[q])) for r in pools for q in r)
+    unique = {(q, d) for r in pools for q in r for d in ranked_ids(r[q])[:20]}
+    assert len(scored) == len(unique) < every  # each (query, product) pair scored once, whatever its pools
+    # and each cell is what the reranker gives over that pool alone (no sharing, no cache)
+    for pool, cell in zip(pools, cells):
+        alone = stagebench.stage("plugin", target="counting:Counting", top_n=20, log=str(tmp_path / "x.tsv")).apply(
+            result.dataset, pool, cache=False).run  # fmt: skip
+        assert {q: ranked_ids(d) for q, d in cell.items()} == {q: ranked_ids(d) for q, d in alone.items()}

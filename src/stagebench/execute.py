@@ -78,6 +78,19 @@ def stage_key(sc: StageConfig, stage: Stage, ds: Dataset, input_digests: list[st
     return make_key(parts), parts
 
 
+#: a reranker's params that decide which candidates it scores and how their scores are merged, not
+#: the score of a pair: stages differing only in these (and their inputs) score pairs alike
+RANKING_ONLY = frozenset({"top_n", "depths", "tail", "tail_scale", "activation"})
+
+
+def scoring_key(parts: dict) -> str:
+    """What a reranker's pair scores depend on: its stage key's parts (:func:`stage_key`) less its
+    inputs and :data:`RANKING_ONLY` params. Two stages of a run with one scoring key (a matrix's copies
+    of one reranker over other pools) share their pair scores: a pair is scored once per run."""
+    params = {k: v for k, v in (parts["params"] or {}).items() if k not in RANKING_ONLY}
+    return make_key({**{k: v for k, v in parts.items() if k not in ("inputs", "params")}, "params": params})
+
+
 def check_run(run: Run, stage: str, dataset: Dataset) -> None:
     """A stage's run holds known queries, string doc ids a TREC file can hold, finite scores."""
     for qid, docs in run.items():

@@ -34,7 +34,7 @@ from stagebench.data import LOADERS, Dataset
 from stagebench.data.esci import SOURCES_FILE
 from stagebench.engine import make_engine, ray_session
 from stagebench.errors import ConfigError, DataError
-from stagebench.execute import latency_sample, measure_latency, package_versions, run_stage, stage_key
+from stagebench.execute import latency_sample, measure_latency, package_versions, run_stage, scoring_key, stage_key
 from stagebench.judge.ask import Judge
 from stagebench.judging import judge_runs
 from stagebench.files import atomic_write, check_apart, check_destination, check_writable, remove_staging, staging, swap_in
@@ -158,6 +158,15 @@ def _run(config: Config, stages: list[Stage], out: Path, cache: Cache, judge: Ju
     return result
 
 
+def shared_scores(config: Config, stages: list[Stage], ds: Dataset) -> dict[str, dict]:
+    """stage name -> the pair scores it shares, for every reranker whose scoring (:func:`scoring_key`)
+    another reranker of the run has: one dict per such scoring, so a pair is scored once per run."""
+    keys = {sc.name: scoring_key(stage_key(sc, stage, ds, [""] * len(sc.inputs))[1])
+            for sc, stage in zip(config.stages, stages) if stage.reorders_input}  # fmt: skip
+    memo: dict[str, dict] = {k: {} for k in keys.values() if list(keys.values()).count(k) > 1}
+    return {name: memo[k] for name, k in keys.items() if k in memo}
+
+
 def _run_into(config: Config, stages: list[Stage], ds: Dataset, folder: Path, cache: Cache, t_start: float,
               judge: Judge | None = None) -> RunResult:  # fmt: skip
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -166,9 +175,10 @@ def _run_into(config: Config, stages: list[Stage], ds: Dataset, folder: Path, ca
     records: list[StageRecord] = []
     resolved = []
     sample = latency_sample(ds.query_ids, config.evaluation.latency_queries, config.evaluation.seed)
+    shared = shared_scores(config, stages, ds)
     for sc, stage in zip(config.stages, stages):
         key, parts = stage_key(sc, stage, ds, [digests[i] for i in sc.inputs])
-        ctx = StageContext(dataset=ds, cache=cache, engine=make_engine(sc.engine))
+        ctx = StageContext(dataset=ds, cache=cache, engine=make_engine(sc.engine), shared_scores=shared.get(sc.name))
         if sc.engine.type != "local" and stage.uses_engine:
             log.info("stage %s: engine %s", sc.name, sc.engine.describe())
         inputs = [runs[i] for i in sc.inputs]

@@ -167,9 +167,12 @@ def rerank_run(run: Run, reranker: Any, ctx: StageContext, p: RerankCommon, stag
 
 
 def rerank_depths(run: Run, reranker: Any, ctx: StageContext, p: RerankCommon, stage: str, label: str,
-                  quiet: bool = False) -> Reranked:  # fmt: skip
+                  quiet: bool = False, shared: dict[tuple[str, str], float] | None = None) -> Reranked:  # fmt: skip
     """:func:`rerank_run` at ``p.top_n`` and at every depth of ``p.depths`` (see the module docstring);
-    ``quiet``: its summary logged at debug level (one query served at a time, many calls)."""
+    ``quiet``: its summary logged at debug level (one query served at a time, many calls). ``shared``
+    (a batched reranker only, whose pair scores are functions of the pair): scores of pairs an
+    earlier stage with the same scoring already computed, used instead of scoring them again, and
+    filled with this stage's."""
     ds = ctx.dataset
     task = reranker if isinstance(reranker, ScoreTask) else ScoreTask.of(reranker, p.per_query, stage, label)
     wants_fields = task.wants_fields
@@ -198,10 +201,16 @@ def rerank_depths(run: Run, reranker: Any, ctx: StageContext, p: RerankCommon, s
     seconds: dict[int, float] = {}
     per_depth: dict[int, dict[tuple[str, str], float]] = {}
     t0 = time.perf_counter()
+    reused = 0
     if task.batched:  # one pass at the deepest depth, every query's pairs by length
-        chunks = length_units([(q, d) for q in qids for d in heads[q]],
+        every = [(q, d) for q in qids for d in heads[q]]
+        known = {} if shared is None else {pr: shared[pr] for pr in every if pr in shared}
+        reused = len(known)
+        chunks = length_units([pr for pr in every if pr not in known],
                               lambda pair: len(ds.queries[pair[0]]) + len(ds.doc_text.get(pair[1], "")), p.pairs_per_call)
-        scores = score(chunks, "rerank" if len(depths) == 1 else f"rerank (depths {', '.join(map(str, depths))})")
+        scores = {**known, **score(chunks, "rerank" if len(depths) == 1 else f"rerank (depths {', '.join(map(str, depths))})")}
+        if shared is not None:
+            shared.update(scores)
         dt = time.perf_counter() - t0
         for n in depths:
             per_depth[n] = scores
@@ -212,7 +221,10 @@ def rerank_depths(run: Run, reranker: Any, ctx: StageContext, p: RerankCommon, s
             per_depth[n] = score([[(q, d) for d in heads[q][:n]] for q in qids], f"rerank top {n}")
             seconds[n] = time.perf_counter() - t1
         dt = time.perf_counter() - t0
-    scored = pairs[deepest] if task.batched else sum(pairs.values())
+    scored = pairs[deepest] - reused if task.batched else sum(pairs.values())
+    if reused:
+        log.info("stage %s: %d of its %d pairs were scored by an earlier stage of this run with the same model and "
+                 "settings: their scores reused, not scored again", stage, reused, pairs[deepest])  # fmt: skip
     sweep = "" if len(depths) == 1 else f"; depths {', '.join(map(str, depths))}" + (" from one pass" if task.batched else "")
     (log.debug if quiet else log.info)("stage %s: reranked %d pairs (%d queries, top %d%s) in %.1fs: %.0f pairs/s (%s%s)", stage, scored,
              len(qids), p.top_n, sweep, dt, scored / max(dt, 1e-9),

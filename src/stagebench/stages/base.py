@@ -28,11 +28,16 @@ if TYPE_CHECKING:
 @dataclass
 class StageContext:
     """What a stage may use besides its inputs: the dataset, the artefact cache (``None``:
-    nothing is cached, e.g. in unit tests) and the engine its units run on (:mod:`stagebench.engine`)."""
+    nothing is cached, e.g. in unit tests), the engine its units run on (:mod:`stagebench.engine`)
+    and the pair scores it shares with like stages of the run."""
 
     dataset: Dataset
     cache: Cache | None = None
     engine: Engine = field(default_factory=LocalEngine)
+    #: pair scores this stage shares with the other stages of the run that score pairs exactly as it does
+    #: (same model, settings, data and code; only their candidates differ, e.g. a matrix's copies of one
+    #: reranker): ``(qid, docid) -> score``, read before scoring and filled after; None: nothing shared
+    shared_scores: dict[tuple[str, str], float] | None = None
 
 
 #: one query served with everything loaded once (model, index): ``(qid, that query's input runs) ->

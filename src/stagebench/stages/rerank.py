@@ -68,7 +68,8 @@ class CrossEncoderStage(ModelStage):
 
     def apply(self, ctx: StageContext, inputs: list[Run]) -> StageOutput:
         task = self._task(ctx)
-        return reranked_output(rerank_depths(inputs[0], task, ctx, self.params, self.name, task.label))
+        return reranked_output(rerank_depths(inputs[0], task, ctx, self.params, self.name, task.label,
+                                             shared=ctx.shared_scores))  # fmt: skip
 
     def server(self, ctx: StageContext) -> Server:
         return serve_reranking(self._task(ctx), ctx, self.params, self.name)
@@ -135,7 +136,8 @@ class PluginStage(Stage):
 
     def apply(self, ctx: StageContext, inputs: list[Run]) -> StageOutput:
         task = self._task(ctx)
-        return reranked_output(rerank_depths(inputs[0], task, ctx, self.params, self.name, task.label))
+        return reranked_output(rerank_depths(inputs[0], task, ctx, self.params, self.name, task.label,
+                                             shared=ctx.shared_scores))  # fmt: skip
 
     def server(self, ctx: StageContext) -> Server:
         return serve_reranking(self._task(ctx), ctx, self.params, self.name)
