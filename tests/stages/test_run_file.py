@@ -9,7 +9,7 @@ import pytest
 from stagebench.config import load_config
 from stagebench.errors import ConfigError
 from stagebench.pipeline import run_config
-from stagebench.runs import read_trec_run
+from stagebench.runs import ranked_ids, read_trec_run
 from tests.conftest import esci_config
 
 
@@ -42,8 +42,10 @@ def test_run_file_is_keyed_by_content_and_cut_by_top_k(tmp_path, small_synthetic
     cfg = config(tmp_path, small_synthetic, f"  - {{name: f, type: run_file, params: {{path: {run}, top_k: 5}}}}")
     first = run_config(load_config(cfg))
     assert "q-elsewhere" not in first.runs["f"]  # a query the dataset does not evaluate is dropped
-    assert all(len(docs) == 5 for docs in first.runs["f"].values())
-    assert all(list(first.runs["f"][q]) == list(direct.runs["b"][q])[:5] for q in first.runs["f"])
+    assert all(len(docs) == min(5, len(direct.runs["b"][q])) for q, docs in first.runs["f"].items())
+    assert sum(len(docs) == 5 for docs in first.runs["f"].values()) > 30  # (one query has only 4 BM25 hits)
+    # the top 5 by trec_eval's order (score desc, then docid desc: ties at the cut go by docid)
+    assert all(ranked_ids(first.runs["f"][q]) == ranked_ids(direct.runs["b"][q])[:5] for q in first.runs["f"])
     key1 = json.loads((tmp_path / "rf" / "manifest.json").read_text())["stages"][0]["key"]
     run_config(load_config(cfg))
     assert json.loads((tmp_path / "rf" / "manifest.json").read_text())["stages"][0]["status"] == "cached"
