@@ -44,6 +44,7 @@ from stagebench.judge.ask import JudgeParams
 from stagebench.metrics.compute import gain_map
 from stagebench.metrics.names import Measure, parse_measure
 from stagebench.models import check_model
+from stagebench.record import MatrixRecord
 from stagebench.params import (
     DeviceSpec,
     Fraction,
@@ -146,27 +147,12 @@ class MatrixConfig:
         return []
 
 
-@dataclass(frozen=True)
-class Matrix:
-    """The reranker-by-pool matrix a config asked for, as its stages run it: ``cells[reranker][pool]``
-    is the stage that reranks that pool (the reranker itself over its own input; a copy of it named
-    ``<reranker>_on_<pool>`` over every other pool)."""
-
-    rerankers: list[str]
-    pools: list[str]
-    cells: dict[str, dict[str, str]]
-    oracle: str | None  # the oracle pool's name among the pools, when the matrix has one
-
-    def as_dict(self) -> dict:
-        return {"rerankers": self.rerankers, "pools": self.pools, "cells": self.cells, "oracle": self.oracle}
-
-
 #: the name of the oracle pool among a matrix's pools
 ORACLE = "oracle"
 
 
 def expand_matrix(m: MatrixConfig, stages: list[StageConfig], raw_stages: list, engines: list[EngineParams],
-                  training: Any) -> tuple[list[StageConfig], Matrix]:  # fmt: skip
+                  training: Any) -> tuple[list[StageConfig], MatrixRecord]:  # fmt: skip
     """The stages the matrix adds (the oracle pool, then every reranker over every other pool), parsed as
     any stage is, and the matrix's cells. The copies share their reranker's type and params, so a pool a
     reranker already ranks in the config is not scored twice, and every cell goes through the stage cache."""
@@ -223,7 +209,7 @@ def expand_matrix(m: MatrixConfig, stages: list[StageConfig], raw_stages: list, 
             raw.update(name=f"{r}_on_{p}", inputs=[pool])
             add(raw, i)
             cells[r][p] = raw["name"]
-    return added, Matrix(list(m.rerankers), list(m.pools), cells, oracle_name)
+    return added, MatrixRecord(list(m.rerankers), list(m.pools), cells, oracle_name)
 
 
 @dataclass
@@ -309,7 +295,7 @@ class Config:
     path: str
     raw: dict
     training: TrainingConfig | None = None  # for `stagebench train-reranker`
-    matrix: Matrix | None = None  # the reranker-by-pool matrix (its stages are in stages)
+    matrix: MatrixRecord | None = None  # the reranker-by-pool matrix (its stages are in stages)
     judge: JudgeParams | None = None  # the LLM judge of the holes (stagebench.judging)
     engine: EngineParams = field(default_factory=EngineParams)  # the top-level engine: (stages may override it)
 

@@ -207,7 +207,7 @@ def _run_into(config: Config, stages: list[Stage], ds: Dataset, folder: Path, ca
     manifest = Manifest.new(
         version=__version__, config_path=config.path, config=config.raw,
         resolved={"dataset": {"loader": config.dataset.loader, **asdict(config.dataset.options)}, "stages": resolved},
-        evaluation={**asdict(config.evaluation), "matrix": config.matrix.as_dict() if config.matrix else None},
+        evaluation={**asdict(config.evaluation), "matrix": config.matrix.to_json() if config.matrix else None},
         cache={"root": str(cache.root.resolve()), "read": cache.read, "keys": {r.name: r.key for r in records}},
         started=started, python=sys.version.split()[0], platform=platform.platform(), machine=machine_info(),
         packages=package_versions(), dataset=ds.stats(), stages=records,

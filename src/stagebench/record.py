@@ -246,12 +246,17 @@ class Evaluation:
 
 @dataclass(frozen=True)
 class MatrixRecord:
-    """The reranker-by-pool matrix of a run: ``cells[reranker][pool]`` is the stage that reranked that pool."""
+    """The reranker-by-pool matrix of a run (built by the config's ``matrix:`` expansion):
+    ``cells[reranker][pool]`` is the stage that reranks that pool - the reranker itself over its own
+    input, a copy named ``<reranker>_on_<pool>`` over every other pool."""
 
     rerankers: list[str]
     pools: list[str]
     cells: dict[str, dict[str, str]]
     oracle: str | None  # the oracle pool's stage, when one of the pools
+
+    def to_json(self) -> dict:
+        return {"rerankers": self.rerankers, "pools": self.pools, "cells": self.cells, "oracle": self.oracle}
 
     @classmethod
     def from_json(cls, d: dict) -> MatrixRecord:

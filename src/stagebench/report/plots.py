@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from pathlib import Path
 from collections.abc import Sequence
 
 import numpy as np
@@ -174,7 +175,7 @@ def segments_chart(tables: Sequence[SegmentTable], measure: str) -> bytes:
         for i, s in enumerate(stages):
             ax.bar(x + i * width, [seg.means[s][measure] for seg in t.segments], width, label=s)
         ax.set_xticks(x + width * (len(stages) - 1) / 2, [f"{seg.label}\n({seg.queries} q)" for seg in t.segments], fontsize=8)
-        ax.set_title(f"by {t.by}" if t.by in BUILT_IN else f"by {t.by.replace(chr(92), '/').rsplit('/', 1)[-1]}", fontsize=10)
+        ax.set_title(f"by {t.by}" if t.by in BUILT_IN else f"by {Path(t.by).name}", fontsize=10)
         ax.set_ylim(0, 1)
     axes[0][0].set_ylabel(measure)
     axes[0][-1].legend(fontsize=7)
