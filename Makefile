@@ -5,13 +5,14 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 DATA   := data/synthetic-esci
 
-.PHONY: bench bench-llm bench-judge bench-depth bench-matrix bench-trained test test-fast unit-test check-default reproduce perf report-check mutation data install clean help
+.PHONY: bench bench-llm bench-llm-families bench-judge bench-depth bench-matrix bench-trained test test-fast unit-test check-default reproduce perf report-check mutation data install clean help
 
 help:
 	@echo "make bench   run configs/default.yaml on the embedded synthetic dataset (offline)"
 	@echo "make test    run the test suite, then the default benchmark checked against results/default/expected.yaml"
 	@echo "make test-fast  the unit layer only (no subprocess, model or browser tests), under a minute"
 	@echo "make bench-llm  the five-stage chain ending in an LLM reranker (SmolLM2 in process, 40 queries, offline)"
+	@echo "make bench-llm-families  listwise, pointwise, pairwise and setwise LLM reranking side by side, with cost"
 	@echo "make bench-judge  the default chain on 40 queries with an LLM judge for the unjudged products (offline)"
 	@echo "make bench-depth  the cross-encoder's depth sweep (10..200 from one scoring pass) on the default chain"
 	@echo "make bench-matrix  the cross-encoder and a plug-in over BM25, dense, RRF and an oracle pool (reranker by pool)"
@@ -47,6 +48,10 @@ bench: $(STAMP) data
 # BM25 -> dense -> RRF -> cross-encoder -> LLM listwise reranker (docs/llm.md)
 bench-llm: $(STAMP) data
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(VENV)/bin/stagebench run configs/llm_rerank.yaml
+
+# the four LLM reranking families (listwise, pointwise, pairwise, setwise) over the same pool, with their cost
+bench-llm-families: $(STAMP) data
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(VENV)/bin/stagebench run configs/llm_families.yaml
 
 # the default chain on 40 queries with an LLM judge for the unjudged products (SmolLM2 in process, offline)
 bench-judge: $(STAMP) data

@@ -14,11 +14,11 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "stagebench"
 
 LAYERS = {
     0: ["errors", "version", "optional", "files", "textfile", "params", "system", "ui", "analyzer", "metrics.compute", "stats",
-        "table", "data.text", "data.corpus", "rerank", "rerank.listwise", "devices", "engine", "judge", "judge.scale", "onnx_graphs"],
+        "table", "data.text", "data.corpus", "rerank", "rerank.listwise", "rerank.labels", "rerank.schemes", "devices", "engine", "judge", "judge.scale", "onnx_graphs"],
     1: ["runs", "metrics.names", "metrics.value", "metrics.holes", "metrics", "cache", "models", "record", "data.model", "data.esci", "data.jsonl", "data.trec",
         "data.synthetic", "data", "rerank.merge"],
     2: ["encoders", "onnx_weights", "variants", "finetune", "stages.base", "rerank.chat", "rerank.plugins", "rerank.pointwise",
-        "rerank.windows", "stages.bm25", "stages.dense", "stages.fusion", "stages.rerank", "stages.run_file",
+        "rerank.windows", "rerank.families", "stages.bm25", "stages.dense", "stages.fusion", "stages.rerank", "stages.run_file",
         "stages.llm_rerank", "stages.oracle", "stages", "results", "results.ceilings", "results.queries", "results.folder", "results.depth",
         "results.scoring", "results.cost", "results.check", "results.compare", "results.segments", "results.matrix", "results.agreement", "results.judged",
         "judge.ask"],

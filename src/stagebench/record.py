@@ -57,12 +57,13 @@ class Pricing:
 
 @dataclass(frozen=True)
 class LLMStats:
-    """An LLM reranker's windows: how each answer was read, tokens, retries and the model's time."""
+    """An LLM reranker's calls (listwise: its windows): how each answer was read, tokens, retries
+    and the model's time."""
 
     kind: ClassVar[str] = "llm"
     queries: int
-    windows: int
-    outcomes: dict[str, int]  # ok / repaired / fallback / failed -> windows
+    windows: int  # model calls (listwise: windows)
+    outcomes: dict[str, int]  # ok / repaired / fallback / failed / low_mass -> calls
     repairs: dict[str, int]  # duplicate / out_of_range / missing -> windows that needed it
     prompt_tokens: int
     completion_tokens: int
@@ -75,10 +76,17 @@ class LLMStats:
     pairs: dict[int, int] | None = None  # with depths: candidates per depth
     seconds: dict[int, float] | None = None  # with depths: model seconds per depth
     pricing: Pricing | None = None
+    method: str = "listwise"  # listwise | pointwise | pairwise | setwise
+    label_mass: float | None = None  # label families: the labels' mean share of the next-token probability
 
     @property
     def tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
+
+    @property
+    def low_mass(self) -> int:
+        """Label answers whose labels held less than half of the next-token probability."""
+        return self.outcomes.get(OUTCOMES[4], 0)
 
     @property
     def ok(self) -> int:
@@ -122,6 +130,10 @@ class LLMStats:
         if self.pricing is not None:
             out["price_per_1k_tokens"] = self.pricing.price_per_1k_tokens
             out["cost"] = self.pricing.cost
+        if self.method != "listwise":
+            out["method"] = self.method
+        if self.label_mass is not None:
+            out["label_mass"] = self.label_mass
         return out
 
     @classmethod
@@ -137,6 +149,7 @@ class LLMStats:
             pairs=_depth_map(d["pairs"], int) if "pairs" in d else None,
             seconds=_depth_map(d["seconds"], float) if "seconds" in d else None,
             pricing=Pricing(d.get("price_per_1k_tokens"), d.get("cost")) if priced else None,
+            method=str(d.get("method", "listwise")), label_mass=d.get("label_mass"),
         )  # fmt: skip
 
 

@@ -50,7 +50,7 @@ class LLMCells:
     Counts only: they are a function of the answers, so a run resumed from the cache has the
     same cells as an uninterrupted one. Timings live in the manifest and report.html."""
 
-    windows: int
+    windows: int  # model calls (listwise: windows)
     ok: int
     repaired: int
     fallback: int
@@ -60,6 +60,9 @@ class LLMCells:
     prompt_tokens: int
     completion_tokens: int
     cost: float | None  # tokens / 1000 * price_per_1k_tokens; None: no price given
+    method: str = "listwise"
+    low_mass: int = 0  # label answers whose labels held under half of the next-token probability
+    label_mass: float | None = None  # the labels' mean share of the next-token probability
 
 
 @dataclass

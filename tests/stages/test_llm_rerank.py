@@ -211,7 +211,7 @@ def test_cost_follows_the_price_without_recomputing_and_renders():
     free = stage(Scripted(), top_n=6, window=4, stride=2).finish_stats(stats)
     assert free.pricing.cost is None
     cells = llm_cells("llm", llm_counts(done))
-    assert cells[1] == "4" and cells[2] == "100.0%" and cells[-1] == f"{done.pricing.cost:.4f}"
+    assert cells[1:4] == ["listwise", "4", "100.0%"] and cells[-1] == f"{done.pricing.cost:.4f}"
 
 
 def test_depths_are_runs_of_their_own_and_a_rerun_asks_the_model_nothing(tmp_path):

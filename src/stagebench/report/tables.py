@@ -90,8 +90,8 @@ def tables(table: StageTable) -> list[tuple[str, list[str], list[list[str]], int
                         "is the row above)", list(DEPTH_COLUMNS), [depth_cells(c) for c in r.depths], 0))  # fmt: skip
     llm = [(r.stage, r.llm) for r in rows if r.llm is not None]
     if llm:
-        out.append(("LLM reranking: how each window's answer was read (ok / repaired / input order kept), tokens, cost",
-                    [*LLM_COLUMNS], [llm_cells(stage, c) for stage, c in llm], 1))  # fmt: skip
+        out.append(("LLM reranking: how each call's answer was read (ok / repaired / low mass / no answer used), tokens, cost",
+                    [*LLM_COLUMNS], [llm_cells(stage, c) for stage, c in llm], 2))  # fmt: skip
     return out
 
 
@@ -124,17 +124,18 @@ def depth_cells(c: DepthCells) -> list[str]:
             f"{c.pairs:,}"]  # fmt: skip
 
 
-LLM_COLUMNS = ("stage", "windows", "ok", "repaired", "fallback", "failed", "repairs (dup/range/missing)", "retries",
-               "prompt tokens", "completion tokens", "cost")  # fmt: skip
+LLM_COLUMNS = ("stage", "method", "calls", "ok", "repaired", "low mass", "fallback", "failed",
+               "repairs (dup/range/missing)", "label mass", "retries", "prompt tokens", "completion tokens", "cost")  # fmt: skip
 
 
 def llm_cells(stage: str, c: LLMCells) -> list[str]:
-    """ok/repaired/fallback as shares of windows; failed = requests that failed after retries."""
+    """ok/repaired/low mass/fallback as shares of calls; failed = requests that failed after retries."""
     n = max(c.windows, 1)
     r = c.repairs
-    return [stage, str(c.windows), _pct(c.ok / n), _pct(c.repaired / n), _pct(c.fallback / n), str(c.failed),
-            f"{r.get('duplicate', 0)}/{r.get('out_of_range', 0)}/{r.get('missing', 0)}", str(c.retries),
-            f"{c.prompt_tokens:,}", f"{c.completion_tokens:,}", "-" if c.cost is None else f"{c.cost:.4f}"]
+    return [stage, c.method, str(c.windows), _pct(c.ok / n), _pct(c.repaired / n), _pct(c.low_mass / n),
+            _pct(c.fallback / n), str(c.failed), f"{r.get('duplicate', 0)}/{r.get('out_of_range', 0)}/{r.get('missing', 0)}",
+            "-" if c.label_mass is None else _pct(c.label_mass), str(c.retries), f"{c.prompt_tokens:,}",
+            f"{c.completion_tokens:,}", "-" if c.cost is None else f"{c.cost:.4f}"]  # fmt: skip
 
 
 def render_text(table: StageTable) -> str:
@@ -186,14 +187,15 @@ def render_csv(table: StageTable) -> str:
                     *["".join(r.unsettled.get(m, [])) for m in viewed]])  # fmt: skip
     if any(r.llm for r in rows):  # the LLM stages' window outcomes, as extra rows of their own
         w.writerow([])
-        w.writerow(["stage", "llm_windows", "llm_ok", "llm_repaired", "llm_fallback", "llm_failed", "llm_repair_duplicate",
-                    "llm_repair_out_of_range", "llm_repair_missing", "llm_retries", "llm_prompt_tokens",
-                    "llm_completion_tokens", "llm_cost"])  # fmt: skip
+        w.writerow(["stage", "llm_method", "llm_calls", "llm_ok", "llm_repaired", "llm_low_mass", "llm_fallback",
+                    "llm_failed", "llm_repair_duplicate", "llm_repair_out_of_range", "llm_repair_missing",
+                    "llm_label_mass", "llm_retries", "llm_prompt_tokens", "llm_completion_tokens", "llm_cost"])  # fmt: skip
         for r in rows:
             if r.llm is not None:
                 c = r.llm
-                w.writerow([r.stage, c.windows, c.ok, c.repaired, c.fallback, c.failed, c.repairs.get("duplicate", 0),
-                            c.repairs.get("out_of_range", 0), c.repairs.get("missing", 0), c.retries, c.prompt_tokens,
+                w.writerow([r.stage, c.method, c.windows, c.ok, c.repaired, c.low_mass, c.fallback, c.failed,
+                            c.repairs.get("duplicate", 0), c.repairs.get("out_of_range", 0), c.repairs.get("missing", 0),
+                            "" if c.label_mass is None else f"{c.label_mass:.4f}", c.retries, c.prompt_tokens,
                             c.completion_tokens, "" if c.cost is None else f"{c.cost:.6f}"])  # fmt: skip
     return buf.getvalue()
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import http.client
 import json
 import logging
+import math
 import os
 import re
 import socket
@@ -43,11 +44,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
-from stagebench.cache import Cache, memo, module_source_hash
+from stagebench.cache import Cache, make_key, memo, module_source_hash
 from stagebench.devices import HardwareParams, Placement, autocast, gpu_worker_placement, place
 from stagebench.errors import ConfigError, StagebenchError
 from stagebench.models import ResolvedModel, on_this_machine, resolve_model
 from stagebench.optional import need
+from stagebench.rerank.labels import label_variants
 from stagebench.params import NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, Seed, param
 from stagebench.textfile import read_text
 
@@ -147,16 +149,41 @@ def make_backend(p: ChatParams, label: str, gpu_workers: bool = False) -> OpenAI
     return TransformersBackend(resolved, placement, label)
 
 
+def _answer_key(identity: dict, req: ChatRequest) -> dict:
+    return {"model": identity, "request": req.as_json()}
+
+
 def cached_answer(cache: Cache | None, backend: OpenAIBackend | TransformersBackend, identity: dict, req: ChatRequest,
-                  model: str, label: str, what: str) -> tuple[Completion, bool]:  # fmt: skip
+                  model: str, label: str, what: str, computed: Completion | None = None) -> tuple[Completion, bool]:  # fmt: skip
     """``req``'s answer through the content-addressed cache (kind ``llm``, keyed by the backend's
     identity and the exact request): (the completion, whether it came from the cache). A failed
-    request raises :class:`RequestFailed` and stores nothing."""
-    m = memo(cache, "llm", {"model": identity, "request": req.as_json()}, lambda: backend.complete(req),
+    request raises :class:`RequestFailed` and stores nothing. ``computed``: the answer, already
+    computed in a batch (:func:`cached_answers`), stored if the cache lacks it."""
+    m = memo(cache, "llm", _answer_key(identity, req), lambda: computed or backend.complete(req),
              save=lambda c, folder: (folder / "response.json").write_text(json.dumps(c.as_json(), sort_keys=True)),
              load=lambda entry: Completion.from_json(json.loads(entry.file("response.json").read_text())),
              meta=lambda c: {"model": model, "stage": label}, label=label, what=what, quiet=True)  # fmt: skip
     return m.value, m.status == "cached"
+
+
+def cached_answers(cache: Cache | None, backend: OpenAIBackend | TransformersBackend, identity: dict,
+                   reqs: list[ChatRequest], model: str, label: str,
+                   what: str) -> list[tuple[Completion, bool] | RequestFailed]:  # fmt: skip
+    """:func:`cached_answer` of each label request, or the :class:`RequestFailed` it raised; those
+    the cache lacks are computed together in one batch where the backend batches them (in
+    process), else one at a time."""
+    fresh: dict[ChatRequest, Completion] = {}
+    if isinstance(backend, TransformersBackend):
+        missing = list(dict.fromkeys(r for r in reqs if cache is None or cache.get("llm", make_key(_answer_key(identity, r))) is None))
+        if missing:
+            fresh = dict(zip(missing, backend.complete_labels(missing)))
+    out: list[tuple[Completion, bool] | RequestFailed] = []
+    for r in reqs:
+        try:
+            out.append(cached_answer(cache, backend, identity, r, model, label, what, fresh.get(r)))
+        except RequestFailed as exc:
+            out.append(exc)
+    return out
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -254,16 +281,53 @@ def _usage_count(usage: dict, key: str, where: str) -> int:
     return int(v)
 
 
+def label_logprobs(logprobs: Any, labels: tuple[str, ...], where: str) -> tuple[float, ...] | None:
+    """Each label's log-probability as the first token of a chat completion's ``logprobs``
+    (``content[0]``: the token and its ``top_logprobs``); a label's spellings
+    (:func:`~stagebench.rerank.labels.label_variants`) are summed, a label not listed is -inf.
+    None when the answer carries no logprobs; a malformed listing is an error naming the field."""
+    if logprobs is None:
+        return None
+    content = logprobs.get("content") if isinstance(logprobs, dict) else None
+    if not content:
+        return None
+    first = content[0]
+    if not isinstance(first, dict):
+        raise StagebenchError(f"{where} answered logprobs.content[0] = {str(first)[:80]!r}, not an object")
+    seen: dict[str, float] = {}
+    for alt in [first, *(first.get("top_logprobs") or [])]:
+        tok, lp = (alt.get("token"), alt.get("logprob")) if isinstance(alt, dict) else (None, None)
+        if not isinstance(tok, str) or isinstance(lp, bool) or not isinstance(lp, int | float) or not lp <= 0:
+            raise StagebenchError(f"{where} answered a logprobs entry {str(alt)[:80]!r}: expected a token and a "
+                                  "log-probability <= 0")  # fmt: skip
+        seen[tok] = float(lp)
+    out = []
+    for lab in labels:
+        found = [seen[v] for v in label_variants(lab) if v in seen]
+        out.append(math.log(sum(math.exp(v) for v in found)) if found else -math.inf)
+    return tuple(out)
+
+
+#: how many alternatives per position a server is asked for (OpenAI's largest ``top_logprobs``)
+TOP_LOGPROBS = 20
+
+
 @dataclass(frozen=True)
 class ChatRequest:
     messages: tuple[tuple[str, str], ...]  # (role, content)
     max_new_tokens: int
     temperature: float
     seed: int
+    #: a label request: the answer's first-token log-probability of each label is wanted
+    #: (:mod:`stagebench.rerank.labels`); empty: a plain completion
+    labels: tuple[str, ...] = ()
 
     def as_json(self) -> dict:
-        return {"messages": [list(m) for m in self.messages], "max_new_tokens": self.max_new_tokens,
-                "temperature": self.temperature, "seed": self.seed}  # fmt: skip
+        out = {"messages": [list(m) for m in self.messages], "max_new_tokens": self.max_new_tokens,
+               "temperature": self.temperature, "seed": self.seed}  # fmt: skip
+        if self.labels:
+            out["labels"] = list(self.labels)
+        return out
 
 
 @dataclass(frozen=True)
@@ -273,15 +337,22 @@ class Completion:
     completion_tokens: int
     seconds: float  # the successful attempt's wall time
     retries: int = 0  # attempts before the one that succeeded
+    #: a label request's answer: each label's log-probability as the first token (-inf: not
+    #: among the alternatives a server listed); None: the backend gave text only
+    label_logprobs: tuple[float, ...] | None = None
 
     def as_json(self) -> dict:
-        return {"text": self.text, "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
-                "seconds": round(self.seconds, 4), "retries": self.retries}  # fmt: skip
+        out = {"text": self.text, "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+               "seconds": round(self.seconds, 4), "retries": self.retries}  # fmt: skip
+        if self.label_logprobs is not None:  # JSON has no -inf: null stands for it
+            out["label_logprobs"] = [None if v == -math.inf else v for v in self.label_logprobs]
+        return out
 
     @classmethod
     def from_json(cls, d: dict) -> Completion:
+        lp = d.get("label_logprobs")
         return cls(str(d["text"]), int(d["prompt_tokens"]), int(d["completion_tokens"]), float(d["seconds"]),
-                   int(d.get("retries", 0)))  # fmt: skip
+                   int(d.get("retries", 0)), None if lp is None else tuple(-math.inf if v is None else float(v) for v in lp))  # fmt: skip
 
 
 class RequestFailed(Exception):
@@ -448,6 +519,8 @@ class OpenAIBackend:
     def complete(self, req: ChatRequest) -> Completion:
         body = {"model": self.model, "messages": [{"role": r, "content": c} for r, c in req.messages],
                 "temperature": req.temperature, "max_tokens": req.max_new_tokens, "seed": req.seed, "stream": False}  # fmt: skip
+        if req.labels:
+            body.update(logprobs=True, top_logprobs=TOP_LOGPROBS)
         last = ""
         for attempt in range(self.retries + 1):
             t0 = time.perf_counter()
@@ -473,9 +546,24 @@ class OpenAIBackend:
             usage = out.get("usage") or {}
             if not isinstance(usage, dict):
                 raise StagebenchError(f"{where} answered usage = {str(usage)[:80]!r}, not an object")
+            lp = label_logprobs(out["choices"][0].get("logprobs"), req.labels, where) if req.labels else None
             return Completion(text, _usage_count(usage, "prompt_tokens", where),
-                              _usage_count(usage, "completion_tokens", where), dt, attempt)  # fmt: skip
+                              _usage_count(usage, "completion_tokens", where), dt, attempt, lp)  # fmt: skip
         raise RequestFailed(f"{last} (after {self.retries + 1} attempts)", self.retries + 1)
+
+    def check_logprobs(self) -> None:
+        """Before any stage runs, for a family that reads label probabilities only (pointwise):
+        one probe request, which must come back with ``logprobs``."""
+        probe = ChatRequest((("user", "Is the sky blue on a clear day? Answer Yes or No."),), 1, 0.0, 0, ("Yes", "No"))
+        try:
+            answer = self.complete(probe)
+        except RequestFailed as exc:
+            raise StagebenchError(f"{self.label}: the probe request to {self.base_url} failed ({exc})") from None
+        if answer.label_logprobs is None:
+            raise StagebenchError(f"{self.label}: the server at {self.base_url} answered without logprobs (asked for "
+                                  f"logprobs: true, top_logprobs: {TOP_LOGPROBS}); method pointwise reads the label "
+                                  "probabilities: use a server that returns them (vLLM, llama.cpp's server, OpenAI) or "
+                                  "method listwise, pairwise or setwise, which read the answer's text")  # fmt: skip
 
 
 class TransformersBackend:
@@ -536,7 +624,41 @@ class TransformersBackend:
         log.info("%s: loaded %s from %s on %s, %s (%s) [%.1fs]", self.label, self.resolved.name, self.resolved.origin,
                  pl.device, pl.precision, pl.why, time.perf_counter() - t0)  # fmt: skip
 
+    def _label_ids(self, label: str) -> list[int]:
+        """The first token of each of ``label``'s spellings."""
+        ids = {self._tok.encode(v, add_special_tokens=False)[0] for v in label_variants(label)}
+        return sorted(ids)
+
+    def complete_labels(self, reqs: list[ChatRequest]) -> list[Completion]:
+        """Label requests, one forward pass over a batch (left-padded, positions counted from each
+        prompt's first real token, so a prompt's distribution does not depend on its batch mates
+        beyond float rounding): each label's log-probability as the answer's first token."""
+        self._load()
+        torch = need("torch", f"{self.label}: the transformers LLM backend")
+        t0 = time.perf_counter()
+        ids = [self._tok.apply_chat_template([{"role": r, "content": c} for r, c in q.messages],
+                                             add_generation_prompt=True, return_dict=True)["input_ids"] for q in reqs]  # fmt: skip
+        width = max(len(x) for x in ids)
+        pad = self._tok.pad_token_id if self._tok.pad_token_id is not None else self._tok.eos_token_id
+        input_ids = torch.tensor([[pad] * (width - len(x)) + list(x) for x in ids])
+        mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in ids])
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        dev = self.placement.device
+        with torch.inference_mode(), autocast(self.placement):
+            logits = self._model(input_ids=input_ids.to(dev), attention_mask=mask.to(dev),
+                                 position_ids=positions.to(dev)).logits[:, -1]  # fmt: skip
+        logp = torch.log_softmax(logits.float(), dim=-1).cpu()
+        each = (time.perf_counter() - t0) / len(reqs)
+        out = []
+        for i, q in enumerate(reqs):
+            lps = tuple(float(torch.logsumexp(logp[i, self._label_ids(lab)], dim=0)) for lab in q.labels)
+            best = max(range(len(lps)), key=lambda k: lps[k])
+            out.append(Completion(q.labels[best], len(ids[i]), 1, each, 0, lps))
+        return out
+
     def complete(self, req: ChatRequest) -> Completion:
+        if req.labels:
+            return self.complete_labels([req])[0]
         self._load()
         torch = need("torch", f"{self.label}: the transformers LLM backend")
         t0 = time.perf_counter()

@@ -24,8 +24,9 @@ from dataclasses import dataclass
 
 from stagebench.data.text import template_problem
 
-OK, REPAIRED, FALLBACK, FAILED = "ok", "repaired", "fallback", "failed"
-OUTCOMES = (OK, REPAIRED, FALLBACK, FAILED)
+OK, REPAIRED, FALLBACK, FAILED, LOW_MASS = "ok", "repaired", "fallback", "failed", "low_mass"
+#: every call's outcome; ``low_mass`` is the label-reading families' (:mod:`stagebench.rerank.labels`)
+OUTCOMES = (OK, REPAIRED, FALLBACK, FAILED, LOW_MASS)
 #: the repairs :func:`parse_permutation` may make, as counted in the stage table
 REPAIRS = ("duplicate", "out_of_range", "missing")
 

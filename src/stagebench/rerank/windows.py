@@ -33,10 +33,15 @@ class WindowStats:
     retries: int = 0
     model_seconds: float = 0.0  # the answers' compute time, whether computed now or read from the cache
     cached_windows: int = 0
+    mass_sum: float = 0.0  # label answers read from log-probabilities: their label mass, summed
+    mass_calls: int = 0
 
     def record(self, status: str, repairs: tuple[str, ...] = (), answer: Completion | None = None, retries: int = 0,
-               cached: bool = False) -> None:  # fmt: skip
-        """One window's outcome (``answer`` None: the request failed after ``retries`` retries)."""
+               cached: bool = False, mass: float | None = None) -> None:  # fmt: skip
+        """One call's outcome (``answer`` None: the request failed after ``retries`` retries)."""
+        if mass is not None:
+            self.mass_sum += mass
+            self.mass_calls += 1
         self.windows += 1
         self.outcomes[status] += 1
         for r in repairs:
@@ -49,8 +54,9 @@ class WindowStats:
         self.retries += retries
         self.cached_windows += cached
 
-    def typed(self, candidates: int, reproducibility: str) -> LLMStats:
-        return LLMStats(queries=self.queries, windows=self.windows, outcomes=dict(self.outcomes),
+    def typed(self, candidates: int, reproducibility: str, method: str = "listwise") -> LLMStats:
+        mass = round(self.mass_sum / self.mass_calls, 4) if self.mass_calls else None
+        return LLMStats(method=method, label_mass=mass, queries=self.queries, windows=self.windows, outcomes=dict(self.outcomes),
                         repairs=dict(self.repairs), prompt_tokens=self.prompt_tokens,
                         completion_tokens=self.completion_tokens, retries=self.retries,
                         model_seconds=round(self.model_seconds, 3),
@@ -61,16 +67,17 @@ class WindowStats:
 
 @dataclass(frozen=True)
 class WindowAnswer:
-    """One window of one query: its outcome, and the answer (None: the request failed)."""
+    """One call of one query (a listwise window, or a label-reading family's question): its
+    outcome, and the answer (None: the request failed)."""
 
-    start: int
-    end: int
+    where: str  # what the call covered, for messages: "window [1, 10)", "products 3 and 4" ...
     status: str
     repairs: tuple[str, ...] = ()
     answer: Completion | None = None
     retries: int = 0
     cached: bool = False
     error: str = ""
+    mass: float | None = None  # a label answer's share of the next-token probability on the labels
 
 
 class QueryTask:
@@ -107,7 +114,7 @@ class QueryTask:
         windows: list[WindowAnswer] = []
         for start, end in plan:
             if self._stop.is_set():
-                raise _Stopped()
+                raise Stopped()
             shown = order[start:end]
             user = render_prompt(self.template, query, [texts[i] for i in shown], self.max_doc_words)
             req = ChatRequest((*self.system, ("user", user)), self.max_new_tokens or 8 * len(shown) + 16,
@@ -115,16 +122,18 @@ class QueryTask:
             try:
                 comp, cached = self.answer(req)
             except RequestFailed as exc:
-                windows.append(WindowAnswer(start, end, FAILED, retries=exc.attempts - 1, error=str(exc)))
+                windows.append(WindowAnswer(f"window [{start + 1}, {end})", FAILED, retries=exc.attempts - 1,
+                                            error=str(exc)))  # fmt: skip
                 continue
             outcome = parse_permutation(comp.text, len(shown))
             order[start:end] = [shown[k] for k in outcome.order]
-            windows.append(WindowAnswer(start, end, outcome.status, outcome.repairs, comp, cached=cached))
+            windows.append(WindowAnswer(f"window [{start + 1}, {end})", outcome.status, outcome.repairs, comp,
+                                        cached=cached))  # fmt: skip
         return [doc_ids[i] for i in order], windows
 
 
-class _Stopped(Exception):
+class Stopped(Exception):
     """Another query's failure stopped this one."""
 
 
-__all__ = ["QueryTask", "WindowAnswer", "WindowStats"]
+__all__ = ["QueryTask", "Stopped", "WindowAnswer", "WindowStats"]

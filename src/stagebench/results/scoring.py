@@ -57,7 +57,8 @@ def llm_cells(s: LLMStats) -> LLMCells:
     return LLMCells(windows=s.windows, ok=s.ok, repaired=s.repaired, fallback=s.fallback, failed=s.failed,
                     repairs=dict(s.repairs),
                     retries=s.retries, prompt_tokens=s.prompt_tokens, completion_tokens=s.completion_tokens,
-                    cost=s.pricing.cost if s.pricing else None)  # fmt: skip
+                    cost=s.pricing.cost if s.pricing else None, method=s.method, low_mass=s.low_mass,
+                    label_mass=s.label_mass)  # fmt: skip
 
 
 def stage_evaluations(manifest: Manifest, qrels: dict, runs: dict[str, Run]) -> dict[str, Evaluation]:
@@ -153,9 +154,12 @@ def score_folder(manifest: Manifest, qrels: dict, runs: dict[str, Run]) -> Score
                  f"irrelevant .. every hole at the top grade ({label_names.get(top, top)}), and where two stages' bounds "
                  "overlap the judgments do not settle their order (docs/metrics.md)")  # fmt: skip
     if any(r.llm for r in rows):
-        notes.append("LLM reranking: windows are model calls; ok = a complete permutation, repaired = duplicates or "
-                     "unknown ids dropped / missing ones appended, fallback and failed = the window kept its input "
-                     "order (docs/llm.md)")  # fmt: skip
+        notes.append("LLM reranking: calls are model requests (listwise: windows); listwise: ok = a complete "
+                     "permutation, repaired = duplicates or unknown ids dropped / missing ones appended, fallback and "
+                     "failed = the window kept its input order; pointwise / pairwise / setwise: ok = the label tokens "
+                     "held at least half of the next-token probability (or the text named a label), low mass = less "
+                     "(their relative probabilities still used), fallback = no label in the text (no preference), "
+                     "label mass = the labels' mean share (docs/llm.md)")  # fmt: skip
     g = gain_map(gain)
     table = StageTable(rows, metric_names, title, notes, {"gain": g.as_json(), "gain_map": g.describe(),
                                                           "relevance_threshold": rel, "top_grade": top})  # fmt: skip

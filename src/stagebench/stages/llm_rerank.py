@@ -1,7 +1,14 @@
-"""``type: llm_rerank``: listwise reranking by a chat LLM, a sliding window at a time.
+"""``type: llm_rerank``: reranking by a chat LLM, in one of four families (``method``).
 
 The stage reorders each query's top ``top_n`` candidates of its one input (the tail keeps
-its order below, as with every reranker). Windows of ``window`` candidates, ``stride`` apart,
+its order below, as with every reranker).
+
+* ``pointwise``, ``pairwise``, ``setwise`` ask questions answered by one label (yes/no or an
+  ESCI letter per product; A/B per pair; the letter of the best of ``set_size``), read from
+  the label tokens' probabilities where the backend gives them (:mod:`stagebench.rerank.labels`,
+  :mod:`stagebench.rerank.schemes`, :mod:`stagebench.rerank.families`); their calls are counted,
+  cached and resumed exactly as listwise windows are (below).
+* ``listwise`` (RankGPT): windows of ``window`` candidates, ``stride`` apart,
 go from the back of the list to the front (:func:`stagebench.rerank.listwise.sliding_windows`),
 ``passes`` times; each window's answer is read by :func:`stagebench.rerank.listwise.parse_permutation`
 and its outcome counted (ok / repaired / fallback / failed after retries).
@@ -23,12 +30,16 @@ import hashlib
 import logging
 import time
 from dataclasses import dataclass, replace
-from typing import Any
+from functools import partial
+from typing import Any, Literal
 
 from stagebench.engine import EngineParams
 from stagebench.record import LLMStats, Stats
 from stagebench.rerank.chat import ChatParams, OpenAIBackend, TransformersBackend, make_backend, prompt_problems, read_prompt
-from stagebench.rerank.listwise import DEFAULT_SYSTEM, DEFAULT_TEMPLATE, FAILED, check_template, sliding_windows
+from stagebench.rerank.families import TASKS
+from stagebench.rerank.labels import check_template as check_label_template, default_template
+from stagebench.rerank.listwise import DEFAULT_SYSTEM, DEFAULT_TEMPLATE, FAILED, LOW_MASS, check_template, sliding_windows
+from stagebench.rerank.schemes import prp_sliding_comparisons, setwise_heap_calls
 from stagebench.rerank.windows import QueryTask, WindowStats
 from stagebench.params import PositiveInt, param
 from stagebench.runs import Run
@@ -52,6 +63,15 @@ class LLMRerankParams(ChatParams):
     concurrency: PositiveInt = param(4, "openai: queries in flight at once (the in-process backend runs one)")
     depths: list[PositiveInt] | None = param(None, "also run at each of these depths (each its own run: the windows "
                                              "depend on N; identical windows come from the cache); the depth table")  # fmt: skip
+    method: Literal["listwise", "pointwise", "pairwise", "setwise"] = param(
+        "listwise", "listwise: permutations of sliding windows; pointwise: a label per product (batched); pairwise: "
+                    "PRP comparisons in both orders; setwise: the best of set_size (docs/llm.md)")  # fmt: skip
+    labels: Literal["yes_no", "esci"] = param("yes_no", "pointwise: the answer's labels: yes_no (score P(Yes)) or esci "
+                                              "(E/S/C/I, score the expected grade 3/2/1/0)")  # fmt: skip
+    top_k: PositiveInt = param(10, "pairwise, setwise: how many top places the sort settles (the rest follow in "
+                                   "input order)")  # fmt: skip
+    set_size: PositiveInt = param(4, "setwise: candidates shown per call (2-26)")
+    batch_size: PositiveInt = param(16, "pointwise, in process: pairs per forward pass")
 
 
 class LLMRerankStage(Stage):
@@ -61,7 +81,8 @@ class LLMRerankStage(Stage):
     reorders_input = True
     uses_engine = True
     code_modules = (*Stage.code_modules, "stagebench.stages.llm_rerank", "stagebench.rerank.listwise",
-                    "stagebench.rerank.windows", "stagebench.rerank.chat", "stagebench.rerank.merge", "stagebench.record",
+                    "stagebench.rerank.windows", "stagebench.rerank.families", "stagebench.rerank.labels",
+                    "stagebench.rerank.schemes", "stagebench.rerank.chat", "stagebench.rerank.merge", "stagebench.record",
                     "stagebench.devices")  # fmt: skip
     packages = ("transformers", "torch", "gguf")
     unkeyed_params = ChatParams.UNKEYED
@@ -77,12 +98,17 @@ class LLMRerankStage(Stage):
         if p.stride > p.window:
             errs.append(("stride", f"{p.stride} is larger than window ({p.window}): candidates between windows would "
                                    "never be ranked"))  # fmt: skip
-        return errs + p.check() + prompt_problems(p.prompt, check_template)
+        if not 2 <= p.set_size <= 26:
+            errs.append(("set_size", f"{p.set_size}: a set shows 2 to 26 candidates (lettered A-Z)"))
+        check = check_template if p.method == "listwise" else partial(check_label_template, p.method)
+        return errs + p.check() + prompt_problems(p.prompt, check)
 
     # ------------------------------------------------------------------ backend
     def template(self) -> str:
         p: LLMRerankParams = self.params
-        return read_prompt(p.prompt) if p.prompt else DEFAULT_TEMPLATE
+        if p.prompt:
+            return read_prompt(p.prompt)
+        return DEFAULT_TEMPLATE if p.method == "listwise" else default_template(p.method, p.labels)
 
     def backend(self) -> OpenAIBackend | TransformersBackend:
         if self._backend is None:
@@ -90,7 +116,10 @@ class LLMRerankStage(Stage):
         return self._backend
 
     def preflight(self) -> None:
-        self.backend().check()
+        backend = self.backend()
+        backend.check()
+        if self.params.method == "pointwise" and isinstance(backend, OpenAIBackend):
+            backend.check_logprobs()
 
     def identity(self) -> dict:
         """The model (for a server: what it says it serves, its name and URL) and the prompt's digest."""
@@ -130,13 +159,15 @@ class LLMRerankStage(Stage):
         heads, tails = split_head(run, top_n)
         qids = [q for q in run if heads[q]]
         plan = {q: sliding_windows(len(heads[q]), p.window, p.stride) * p.passes for q in qids}
-        task = QueryTask(backend, backend.identity(), ctx.cache, self.template(), p, self.name)
+        task = (QueryTask if p.method == "listwise" else TASKS[p.method])(backend, backend.identity(), ctx.cache,
+                                                                            self.template(), p, self.name)  # fmt: skip
         units = [(q, ds.queries[q], heads[q], [ds.doc_text.get(d, "") for d in heads[q]], plan[q]) for q in qids]
         t0 = time.perf_counter()
-        # a query's windows run in order in one unit; queries run concurrently against a server (threads
+        # a query's calls run in order in one unit; queries run concurrently against a server (threads
         # here, or spread over the Ray workers)
-        answers = ctx.engine.map(task, units, desc=f"{self.name}: llm windows", unit="window",
-                                 sizes=[len(plan[q]) for q in qids], threads=p.concurrency if backend.concurrent else 1)  # fmt: skip
+        answers = ctx.engine.map(task, units, desc=f"{self.name}: llm {p.method} calls", unit="call",
+                                 sizes=[self._calls(len(heads[q]), len(plan[q])) for q in qids],
+                                 threads=p.concurrency if backend.concurrent else 1)  # fmt: skip
         dt = time.perf_counter() - t0
         counts = WindowStats(queries=len(qids))
         reranked: dict[str, list[str]] = {}
@@ -144,22 +175,41 @@ class LLMRerankStage(Stage):
             reranked[qid] = order
             for w in windows:
                 if w.answer is None:
-                    log.warning("stage %s: query %r window [%d, %d): request failed: %s; the window keeps its input "
-                                "order", self.name, qid, w.start + 1, w.end, w.error)  # fmt: skip
-                counts.record(w.status, w.repairs, w.answer, retries=w.retries, cached=w.cached)
+                    kept = "the window keeps its input order" if p.method == "listwise" else \
+                        "the query keeps its input order" if p.method == "pointwise" else "no preference"  # fmt: skip
+                    log.warning("stage %s: query %r %s: request failed: %s; %s", self.name, qid, w.where, w.error, kept)
+                counts.record(w.status, w.repairs, w.answer, retries=w.retries, cached=w.cached, mass=w.mass)
         s = counts
-        log.info("stage %s: %d windows over %d queries (top %d, window %d, stride %d, %d pass%s): %d from the cache, "
-                 "%d asked; ok %d, repaired %d, fallback %d, failed %d; %d prompt + %d completion tokens [%.1fs]",
-                 self.name, s.windows, s.queries, top_n, p.window, p.stride, p.passes, "es" if p.passes > 1 else "",
-                 s.cached_windows, s.windows - s.cached_windows, s.outcomes["ok"], s.outcomes["repaired"],
-                 s.outcomes["fallback"], s.outcomes[FAILED], s.prompt_tokens, s.completion_tokens, dt)  # fmt: skip
+        mass = f", label mass {s.mass_sum / s.mass_calls:.2f}" if s.mass_calls else ""
+        log.info("stage %s: %s, %d calls over %d queries (top %d, %s): %d from the cache, %d asked; ok %d, repaired %d, "
+                 "low mass %d, fallback %d, failed %d%s; %d prompt + %d completion tokens [%.1fs]",
+                 self.name, p.method, s.windows, s.queries, top_n, self._shape(), s.cached_windows,
+                 s.windows - s.cached_windows, s.outcomes["ok"], s.outcomes["repaired"], s.outcomes[LOW_MASS],
+                 s.outcomes["fallback"], s.outcomes[FAILED], mass, s.prompt_tokens, s.completion_tokens, dt)  # fmt: skip
         decoding = "greedy" if p.temperature == 0 else f"sampled at temperature {p.temperature} with seed {p.seed}"
-        stats = counts.typed(sum(len(heads[q]) for q in qids), f"{decoding}; {getattr(backend, 'reproducibility', '?')}")
+        if p.method != "listwise":
+            decoding = "label probabilities (text where a server gives none)"
+        stats = counts.typed(sum(len(heads[q]) for q in qids), f"{decoding}; {getattr(backend, 'reproducibility', '?')}",
+                             p.method)  # fmt: skip
         result: Run = {}
         for qid in run:
             order = reranked.get(qid, [])
             result[qid] = merge_head_tail({d: float(len(order) - i) for i, d in enumerate(order)}, tails[qid])
         return result, stats
+
+
+    def _calls(self, n: int, windows: int) -> int:
+        """The calls one query of ``n`` candidates takes (setwise: at most), for the progress bar."""
+        p: LLMRerankParams = self.params
+        return {"listwise": windows, "pointwise": n, "pairwise": 2 * prp_sliding_comparisons(n, p.top_k),
+                "setwise": setwise_heap_calls(n, p.top_k, p.set_size)}[p.method]  # fmt: skip
+
+    def _shape(self) -> str:
+        p: LLMRerankParams = self.params
+        if p.method == "listwise":
+            return f"window {p.window}, stride {p.stride}, {p.passes} pass{'es' if p.passes > 1 else ''}"
+        return {"pointwise": f"labels {p.labels}", "pairwise": f"top {p.top_k} by sliding passes, both orders",
+                "setwise": f"top {p.top_k} by heap sort, sets of {p.set_size}"}[p.method]  # fmt: skip
 
 
 def _digest(text: str) -> str:

@@ -1,0 +1,368 @@
+"""The pointwise, pairwise and setwise LLM reranking families (issue 29).
+
+* the sorting schemes against comparators written here (consistent ones, and random ones for
+  the property that no candidate is lost or invented and the call count stays in its bound);
+* the stage with a scripted backend that answers label requests from the prompt it is shown
+  (it unit-tests the stage's reading, counting and cache; the real model is further down);
+* logit scoring with the real bundled SmolLM2 in process: a pair's label probabilities do
+  not depend on its batch mates, and equal those of a second path (generate's scores);
+* the server path against a real llm-katan on 127.0.0.1 (text answers, no logprobs);
+* a run killed with SIGKILL resumes, for every family, and its results equal an
+  uninterrupted run's.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from stagebench.cache import Cache
+from stagebench.errors import ConfigError
+from stagebench.params import build
+from stagebench.rerank.chat import ChatRequest, Completion, RequestFailed, label_logprobs
+from stagebench.rerank.labels import label_in_text, letters, read_labels
+from stagebench.rerank.schemes import prp_sliding, prp_sliding_comparisons, setwise_heap, setwise_heap_calls
+from stagebench.runs import ranked_ids
+from stagebench.stages import StageContext
+from stagebench.stages.llm_rerank import LLMRerankParams, LLMRerankStage
+from tests.conftest import stagebench_cli
+from tests.stages.test_llm_rerank import N_DOCS, dataset, input_run
+
+# ---------------------------------------------------------------------------- schemes
+
+
+def counting(fn):
+    calls = []
+
+    def wrapped(*a):
+        calls.append(a)
+        return fn(*a)
+
+    return wrapped, calls
+
+
+@pytest.mark.parametrize("n,k", [(2, 1), (5, 5), (10, 3), (20, 10), (7, 20)])
+def test_prp_sliding_finds_the_top_k_in_order_with_the_counted_comparisons(n, k):
+    quality = random.Random(n * 31 + k).sample(range(100), n)
+    prefer, calls = counting(lambda a, b: (quality[a] > quality[b]) - (quality[a] < quality[b]))
+    order = prp_sliding(n, k, prefer)
+    best = sorted(range(n), key=lambda i: -quality[i])
+    assert order[: min(k, n)] == best[: min(k, n)]
+    assert len(calls) == prp_sliding_comparisons(n, k) == sum(n - 1 - p for p in range(min(k, n - 1)))
+
+
+@pytest.mark.parametrize("n,k,c", [(2, 1, 2), (10, 10, 4), (20, 10, 4), (20, 5, 3), (13, 13, 2), (30, 10, 6), (9, 3, 26)])
+def test_setwise_heap_finds_the_top_k_in_order_within_its_bound(n, k, c):
+    quality = random.Random(n * 7 + k * 3 + c).sample(range(100), n)
+    best_of, calls = counting(lambda group: max(range(len(group)), key=lambda i: quality[group[i]]))
+    order = setwise_heap(n, k, c, best_of)
+    best = sorted(range(n), key=lambda i: -quality[i])
+    assert order[:k] == best[:k]
+    assert sorted(order) == list(range(n)) and order[k:] == sorted(order[k:])  # the rest in input order
+    assert all(2 <= len(g[0]) <= c for g in calls)
+    assert len(calls) <= setwise_heap_calls(n, k, c)
+
+
+def test_setwise_bound_is_reached_and_is_far_below_a_bubble_sort():
+    n, k, c = 20, 10, 4
+    best_of, calls = counting(lambda g: 1)  # always the first child: every sift takes the longest path
+    setwise_heap(n, k, c, best_of)
+    assert len(calls) == setwise_heap_calls(n, k, c)
+    bubble = sum(math.ceil((n - 1 - i) / (c - 1)) for i in range(k))  # setwise bubble sort, for scale
+    assert setwise_heap_calls(n, k, c) < bubble
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 40), st.integers(1, 40), st.integers(2, 8), st.integers(0, 2**32 - 1))
+def test_random_answers_lose_or_invent_no_candidate(n, k, c, seed):
+    rng = random.Random(seed)
+    best_of, set_calls = counting(lambda g: rng.choice([None, *range(len(g))]))
+    order = setwise_heap(n, k, c, best_of)
+    assert sorted(order) == list(range(n)) and len(set_calls) <= setwise_heap_calls(n, k, c)
+    prefer, pair_calls = counting(lambda a, b: rng.choice([-1, 0, 1]))
+    order = prp_sliding(n, k, prefer)
+    assert sorted(order) == list(range(n)) and len(pair_calls) == prp_sliding_comparisons(n, k)
+
+
+# ---------------------------------------------------------------------------- reading labels
+
+
+def test_label_reading_from_probabilities_and_from_text():
+    r = read_labels(("Yes", "No"), (math.log(0.6), math.log(0.2)), "Yes")
+    assert r.status == "ok" and r.mass == pytest.approx(0.8) and r.probs == pytest.approx((0.75, 0.25))
+    low = read_labels(("Yes", "No"), (math.log(0.1), -math.inf), "The")
+    assert low.status == "low_mass" and low.probs == (1.0, 0.0) and low.mass == pytest.approx(0.1)
+    assert read_labels(("A", "B"), None, "Product B is better").probs == (0.0, 1.0)
+    assert read_labels(("A", "B"), None, "a better one is [B]").best() == 1  # the article "a" is not label A
+    none = read_labels(("A", "B", "C"), None, "I cannot tell")
+    assert none.status == "fallback" and none.best() is None
+    assert label_in_text(("Yes", "No"), "<think>No idea</think> yes, it is") == 0
+    assert letters(3) == ("A", "B", "C")
+
+
+def test_a_servers_logprobs_are_read_per_label_and_malformed_ones_refused():
+    # the OpenAI chat-completions logprobs layout (a parser unit test: a scripted answer is fine here)
+    lp = {"content": [{"token": "Yes", "logprob": -0.5, "top_logprobs": [
+        {"token": "Yes", "logprob": -0.5}, {"token": " yes", "logprob": -2.0}, {"token": "The", "logprob": -1.5}]}]}
+    yes, no = label_logprobs(lp, ("Yes", "No"), "srv")
+    assert yes == pytest.approx(math.log(math.exp(-0.5) + math.exp(-2.0))) and no == -math.inf
+    assert label_logprobs(None, ("Yes", "No"), "srv") is None and label_logprobs({"content": None}, ("A",), "srv") is None
+    with pytest.raises(Exception, match="log-probability"):
+        label_logprobs({"content": [{"token": "Yes", "logprob": 0.5}]}, ("Yes", "No"), "srv")
+
+
+def test_a_label_answer_round_trips_through_json_with_minus_infinity():
+    c = Completion("A", 10, 1, 0.1, 0, (-0.1, -math.inf))
+    assert Completion.from_json(json.loads(json.dumps(c.as_json()))) == c
+    assert "labels" not in ChatRequest((("user", "x"),), 8, 0.0, 0).as_json()  # listwise keys unchanged
+
+
+# ---------------------------------------------------------------------------- the stage, scripted
+
+
+class LabelScripted:
+    """Answers label requests from the "quality N" of the products in the prompt: pointwise
+    P(Yes) = N / 30; pairwise and setwise: the best product's label gets 0.7, the others share
+    the rest. ``text_only``: no probabilities, the label as text (a server without logprobs)."""
+
+    concurrent = True
+
+    def __init__(self, text_only=False, fail_on=None):
+        self.calls = 0
+        self.text_only = text_only
+        self.fail_on = fail_on or (lambda user: None)
+        self.lock = threading.Lock()
+
+    def check(self):
+        return None
+
+    def identity(self):
+        return {"backend": "label-scripted", "text_only": self.text_only}
+
+    def complete(self, req: ChatRequest) -> Completion:
+        with self.lock:
+            self.calls += 1
+        user = req.messages[-1][1]
+        exc = self.fail_on(user)
+        if exc is not None:
+            raise exc
+        labs = req.labels
+        q = [int(x) for x in re.findall(r"quality (\d+)", user)]
+        if labs == ("Yes", "No"):
+            p = (q[0] + 0.5) / (N_DOCS + 1)
+            probs = [p * 0.9, (1 - p) * 0.9]
+        else:
+            best = max(range(len(q)), key=lambda i: q[i])
+            probs = [0.7 if i == best else 0.2 / (len(labs) - 1) for i in range(len(labs))]
+        text = labs[max(range(len(labs)), key=lambda i: probs[i])]
+        lps = None if self.text_only else tuple(math.log(p) for p in probs)
+        return Completion(text, len(user.split()), 1, 0.01, 0, lps)
+
+
+def family(backend, **params):
+    p = build(LLMRerankParams, params, "params")
+    s = LLMRerankStage("llm", p)
+    s._backend = backend
+    return s
+
+
+FAMILIES = [("pointwise", {}), ("pairwise", {"top_k": 10}), ("setwise", {"top_k": 10, "set_size": 4})]
+
+
+@pytest.mark.parametrize("method,extra", FAMILIES)
+@pytest.mark.parametrize("text_only", [False, True])
+def test_each_family_sorts_the_head_and_counts_its_calls(method, extra, text_only):
+    be = LabelScripted(text_only)
+    res = family(be, method=method, top_n=20, **extra).apply(StageContext(dataset()), [input_run()])
+    order = ranked_ids(res.run["q1"])
+    assert order[:10] == [f"d{i:02d}" for i in range(19, 9, -1)]  # the best of the head, in order
+    assert sorted(order[:20]) == [f"d{i:02d}" for i in range(20)] and order[20:] == [f"d{i:02d}" for i in range(20, N_DOCS)]
+    s = res.stats
+    per_query = {"pointwise": 20, "pairwise": 2 * prp_sliding_comparisons(20, 10), "setwise": setwise_heap_calls(20, 10, 4)}[method]
+    assert s.method == method and s.windows == be.calls
+    if method == "pointwise":
+        assert s.windows == 2 * per_query
+    else:  # repeated questions are asked once; setwise: within its bound
+        assert 0 < s.windows <= 2 * per_query
+    assert s.failed == 0 and res.incomplete is None
+    if text_only:
+        assert s.label_mass is None and s.ok == s.windows
+    else:
+        assert s.label_mass == pytest.approx(0.9, abs=0.001) and s.ok == s.windows
+
+
+@pytest.mark.parametrize("method,extra", FAMILIES)
+def test_a_rerun_asks_nothing_and_a_bigger_top_n_asks_only_the_new_questions(tmp_path, method, extra):
+    ctx = StageContext(dataset(), Cache(tmp_path / "cache"))
+    be = LabelScripted()
+    first = family(be, method=method, top_n=10, **extra).apply(ctx, [input_run()])
+    asked = be.calls
+    again = family(be, method=method, top_n=10, **extra).apply(ctx, [input_run()])
+    assert again.run == first.run and be.calls == asked and again.stats.windows_from_cache == again.stats.windows
+    family(be, method=method, top_n=12, **extra).apply(ctx, [input_run()])
+    if method == "pointwise":  # a product's question does not depend on the others: 2 new per query
+        assert be.calls - asked == 4
+
+
+@pytest.mark.parametrize("method,extra", FAMILIES)
+def test_failed_calls_are_counted_keep_their_places_and_make_the_run_uncacheable(method, extra):
+    fail = lambda user: RequestFailed("HTTP 503 (after 4 attempts)", 4) if "quality 9" in user else None  # noqa: E731
+    res = family(LabelScripted(fail_on=fail), method=method, top_n=10, **extra).apply(StageContext(dataset()), [input_run()])
+    assert res.stats.failed > 0 and res.stats.retries == 3 * res.stats.failed and res.incomplete
+    order = ranked_ids(res.run["q1"])
+    assert sorted(order[:10]) == [f"d{i:02d}" for i in range(10)]
+    if method == "pointwise":  # a failed pair: the query keeps its input order
+        assert order[:10] == ranked_ids(input_run()["q1"])[:10]
+
+
+def test_params_that_cannot_make_sense_fail_at_load(tmp_path):
+    for params, key in [({"method": "setwise", "set_size": 1}, "set_size"), ({"method": "setwise", "set_size": 27}, "set_size"),
+                        ({"method": "sideways"}, "method"), ({"method": "pointwise", "labels": "stars"}, "labels")]:  # fmt: skip
+        with pytest.raises(ConfigError, match=key):
+            p = build(LLMRerankParams, params, "params")
+            errs = LLMRerankStage.check_params(p, ["x"])
+            if errs:
+                raise ConfigError("; ".join(f"{k}: {v}" for k, v in errs))
+    bad = tmp_path / "p.txt"
+    bad.write_text("{query} {passages}")  # a listwise template given to the pairwise family
+    errs = LLMRerankStage.check_params(build(LLMRerankParams, {"method": "pairwise", "prompt": str(bad)}, "p"), ["x"])
+    assert errs and errs[0][0] == "prompt" and "passage_a" in errs[0][1]
+
+
+# ---------------------------------------------------------------------------- the real model in process
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    from stagebench.devices import place
+    from stagebench.models import resolve_model
+    from stagebench.rerank.chat import TransformersBackend
+
+    return TransformersBackend(resolve_model("HuggingFaceTB/SmolLM2-135M-Instruct"),
+                               place("cpu", "fp32", "torch", "test", auto_bf16=False))  # fmt: skip
+
+
+PRODUCTS = ["Men's leather wallet, red", "Stainless steel kettle 1.7 liter with a very long description " * 4,
+            "Phone case", "Red wallet chain for jeans, nickel free, 50 cm long, with two clips"]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_pointwise_scores_do_not_depend_on_batch_mates(smollm2):
+    reqs = [ChatRequest((("user", f"A shopper searched for: red wallet\n\nProduct: {p}\n\nAnswer Yes or No."),), 1, 0.0, 0,
+                        ("Yes", "No")) for p in PRODUCTS]  # fmt: skip
+    together = smollm2.complete_labels(reqs)
+    for req, batched in zip(reqs, together):
+        alone = smollm2.complete_labels([req])[0]
+        # float rounding only: measured at most 4e-5 on this machine (fp32, CPU)
+        assert alone.label_logprobs == pytest.approx(batched.label_logprobs, abs=1e-4)
+        assert alone.prompt_tokens == batched.prompt_tokens
+    reversed_ = smollm2.complete_labels(reqs[::-1])[::-1]
+    for r, t in zip(reversed_, together):
+        assert r.label_logprobs == pytest.approx(t.label_logprobs, abs=1e-4)
+
+
+@pytest.mark.slow
+def test_label_logprobs_equal_generates_first_step_scores(smollm2):
+    """A second path: transformers' generate, one greedy step with its scores, on the unpadded prompt."""
+    import torch
+
+    req = ChatRequest((("user", "Which is a wallet, A or B?\nA: kettle\nB: wallet\nAnswer A or B."),), 1, 0.0, 0, ("A", "B"))
+    [got] = smollm2.complete_labels([req])
+    tok, model = smollm2._tok, smollm2._model
+    enc = tok.apply_chat_template([{"role": "user", "content": req.messages[0][1]}], add_generation_prompt=True,
+                                  return_tensors="pt", return_dict=True)  # fmt: skip
+    out = model.generate(**enc, max_new_tokens=1, do_sample=False, output_scores=True, return_dict_in_generate=True,
+                         pad_token_id=tok.eos_token_id, temperature=None, top_p=None, top_k=None)  # fmt: skip
+    logp = torch.log_softmax(out.scores[0][0].float(), -1)
+    for lab, lp in zip(("A", "B"), got.label_logprobs):
+        ids = sorted({tok.encode(v, add_special_tokens=False)[0] for v in (lab, " " + lab)})
+        assert lp == pytest.approx(float(torch.logsumexp(logp[ids], 0)), abs=1e-4)
+    assert got.text == ("A", "B")[max(range(2), key=lambda i: got.label_logprobs[i])]
+
+
+# ---------------------------------------------------------------------------- through the CLI
+
+
+def cli_config(tmp_path: Path, data: Path, method: str, extra: dict, name: str = "t", queries: int = 3) -> Path:
+    cfg = tmp_path / f"{name}.yaml"
+    params = {"method": method, "top_n": 8, "max_doc_words": 20, **extra}
+    cfg.write_text(f"""name: {name}
+output: {tmp_path / name}
+cache_dir: {tmp_path / 'cache'}
+dataset: {{loader: esci, path: {data}, split: test, max_queries: {queries}}}
+stages:
+  - {{name: bm25, type: bm25, params: {{top_k: 30}}}}
+  - {{name: llm, type: llm_rerank, inputs: [bm25], params: {json.dumps(params)}}}
+evaluation: {{metrics: [nDCG@10, RR@10]}}
+""")
+    return cfg
+
+
+OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+CLI_FAMILIES = [("pointwise", {"batch_size": 2}), ("pairwise", {"top_k": 4}), ("setwise", {"top_k": 8, "set_size": 3})]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method,extra", CLI_FAMILIES)
+def test_kill_9_resumes_at_the_next_call_for_every_family(tmp_path, small_synthetic, method, extra):
+    import os
+
+    env = {**os.environ, **OFFLINE}
+    (tmp_path / "x").mkdir()
+    ref = cli_config(tmp_path, small_synthetic, method, extra)  # uninterrupted
+    r = stagebench_cli("run", ref, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    total = json.loads((tmp_path / "t" / "manifest.json").read_text())["stages"][1]["stats"]["windows"]
+    cfg = cli_config(tmp_path / "x", small_synthetic, method, extra)
+    proc = subprocess.Popen([sys.executable, "-m", "stagebench", "run", str(cfg)], env=env, text=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    answers = tmp_path / "x" / "cache" / "llm"
+    deadline = time.monotonic() + 240
+    while not (answers.is_dir() and len([p for p in answers.iterdir() if not p.name.startswith(".")]) >= 4):
+        assert proc.poll() is None and time.monotonic() < deadline, "the run ended before it could be killed"
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    done = len([p for p in answers.iterdir() if not p.name.startswith(".")])
+    assert 4 <= done < total and not (tmp_path / "x" / "t").exists()
+    r = stagebench_cli("run", cfg, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert f"{done} from the cache, {total - done} asked" in r.stderr
+    for f in ("stage_table.txt", "stage_table.json", "runs/llm.trec", "per_query.csv"):
+        assert (tmp_path / "t" / f).read_bytes() == (tmp_path / "x" / "t" / f).read_bytes(), f
+    again = stagebench_cli("run", cfg, env=env)  # a rerun asks nothing
+    assert again.returncode == 0 and "stage llm: cached run" in again.stderr
+
+
+@pytest.mark.slow
+def test_the_server_path_reads_text_and_pointwise_needs_logprobs(tmp_path, small_synthetic):
+    from tests.test_llm_server import env as katan_env, katan
+
+    server = {"backend": "openai", "model": "echo-model", "api_key_env": "KATAN_KEY", "backoff": 0.01}
+    with katan(tmp_path) as url:
+        cfg = cli_config(tmp_path, small_synthetic, "pointwise", {**server, "base_url": url}, name="p")
+        r = stagebench_cli("run", cfg, env=katan_env())
+        assert r.returncode != 0 and not (tmp_path / "p").exists()
+        assert "answered without logprobs" in r.stderr and "method pointwise" in r.stderr
+        for method, extra in CLI_FAMILIES[1:]:
+            cfg = cli_config(tmp_path, small_synthetic, method, {**extra, **server, "base_url": url}, name=method)
+            r = stagebench_cli("run", cfg, env=katan_env())
+            assert r.returncode == 0, r.stderr[-3000:]
+            s = json.loads((tmp_path / method / "manifest.json").read_text())["stages"][1]["stats"]
+            # the echo server repeats the prompt, which opens "A shopper ...": every answer names label A
+            assert s["method"] == method and s["windows"] > 0 and s["ok"] == s["windows"] and "label_mass" not in s
+            assert "0 from the cache" in r.stderr
+            r2 = stagebench_cli("run", cfg, env=katan_env())
+            assert r2.returncode == 0 and "stage llm: cached run" in r2.stderr
