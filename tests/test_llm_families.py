@@ -139,7 +139,8 @@ class LabelScripted:
 
     concurrent = True
 
-    def __init__(self, text_only=False, fail_on=None):
+    def __init__(self, text_only=False, fail_on=None, position_bias=False):
+        self.position_bias = position_bias
         self.calls = 0
         self.text_only = text_only
         self.fail_on = fail_on or (lambda user: None)
@@ -163,11 +164,16 @@ class LabelScripted:
         if labs == ("Yes", "No"):
             p = (q[0] + 0.5) / (N_DOCS + 1)
             probs = [p * 0.9, (1 - p) * 0.9]
+        elif labs == ("E", "S", "C", "I"):  # graded the other way round: low numbers are Exact, high ones
+            p = (q[0] + 0.5) / (N_DOCS + 1)  # Complement or Irrelevant (so the order is not the docid tie order)
+            probs = [0.9 * (1 - p), 0.0, 0.9 * p / 2, 0.9 * p / 2]
+        elif self.position_bias and labs == ("A", "B"):  # says A to every pair, a little less when B is better
+            probs = [0.8, 0.2] if q[0] > q[1] else [0.6, 0.4]
         else:
             best = max(range(len(q)), key=lambda i: q[i])
             probs = [0.7 if i == best else 0.2 / (len(labs) - 1) for i in range(len(labs))]
         text = labs[max(range(len(labs)), key=lambda i: probs[i])]
-        lps = None if self.text_only else tuple(math.log(p) for p in probs)
+        lps = None if self.text_only else tuple(math.log(p) if p > 0 else -math.inf for p in probs)
         return Completion(text, len(user.split()), 1, 0.01, 0, lps)
 
 
@@ -201,6 +207,27 @@ def test_each_family_sorts_the_head_and_counts_its_calls(method, extra, text_onl
         assert s.label_mass is None and s.ok == s.windows
     else:
         assert s.label_mass == pytest.approx(0.9, abs=0.001) and s.ok == s.windows
+
+
+def test_pairwise_asks_both_orders_so_a_position_bias_cancels():
+    be = LabelScripted(position_bias=True)
+    shuffled = [f"d{i:02d}" for i in (3, 7, 0, 9, 5, 1, 8, 2, 6, 4)]
+    run = {q: {d: float(10 - r) for r, d in enumerate(shuffled)} for q in ("q1", "q2")}
+    res = family(be, method="pairwise", top_n=10, top_k=10).apply(StageContext(dataset()), [run])
+    # one order alone would say the first product wins every comparison
+    assert ranked_ids(res.run["q1"])[:10] == [f"d{i:02d}" for i in range(9, -1, -1)]
+    assert res.stats.windows % 2 == 0
+
+
+def test_pointwise_esci_labels_score_the_expected_grade():
+    be = LabelScripted()
+    res = family(be, method="pointwise", labels="esci", top_n=20).apply(StageContext(dataset()), [input_run()])
+    # expected grade 3 (1 - p) + p / 2 falls with the number: d00 first (ties would give d19 first)
+    assert ranked_ids(res.run["q1"])[:20] == [f"d{i:02d}" for i in range(20)]
+    assert res.stats.label_mass == pytest.approx(0.9) and be.calls == 40
+    # the prompt names the four grades and the request asks for exactly those labels
+    st_ = family(be, method="pointwise", labels="esci")
+    assert "E if it is exactly" in st_.template() and "{passage}" in st_.template()
 
 
 @pytest.mark.parametrize("method,extra", FAMILIES)
