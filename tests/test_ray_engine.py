@@ -202,7 +202,7 @@ def test_llm_windows_on_ray_give_the_local_run(tmp_path, tiny):
     data = f"{tiny}, max_queries: 4"
     local = run(config(tmp_path, data, "llm-local", "cache-a", "", stages))
     ray = run(config(tmp_path, data, "llm-ray", "cache-b", RAY, stages))
-    assert "llm: llm windows: 8 windows in 4 units on 2 Ray worker(s)" in ray.stderr, ray.stderr[-2000:]
+    assert "llm: llm listwise calls: 8 calls in 4 units on 2 Ray worker(s)" in ray.stderr, ray.stderr[-2000:]
     assert table(tmp_path / "llm-ray") == table(tmp_path / "llm-local")
     assert same_runs(tmp_path / "llm-local", tmp_path / "llm-ray") == []
     m = {s["name"]: s for s in json.loads((tmp_path / "llm-ray" / "manifest.json").read_text())["stages"]}
