@@ -207,7 +207,7 @@ def test_llm_windows_on_ray_give_the_local_run(tmp_path, tiny):
     assert same_runs(tmp_path / "llm-local", tmp_path / "llm-ray") == []
     m = {s["name"]: s for s in json.loads((tmp_path / "llm-ray" / "manifest.json").read_text())["stages"]}
     assert m["llm"]["stats"]["windows"] == 8
-    assert "8 windows over 4 queries" in local.stderr
+    assert "listwise, 8 calls over 4 queries" in local.stderr
 
 
 def free_port() -> int:
