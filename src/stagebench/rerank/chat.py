@@ -577,9 +577,10 @@ class TransformersBackend:
         self.label = label
         self._model: Any = None
         self._tok: Any = None
+        self._label_tokens: dict[str, list[int]] = {}
 
     def __getstate__(self) -> dict:  # sent to Ray workers: each loads the model itself, once
-        return {**self.__dict__, "_model": None, "_tok": None}
+        return {**self.__dict__, "_model": None, "_tok": None, "_label_tokens": {}}
 
     def check(self) -> None:
         return None
@@ -625,9 +626,11 @@ class TransformersBackend:
                  pl.device, pl.precision, pl.why, time.perf_counter() - t0)  # fmt: skip
 
     def _label_ids(self, label: str) -> list[int]:
-        """The first token of each of ``label``'s spellings."""
-        ids = {self._tok.encode(v, add_special_tokens=False)[0] for v in label_variants(label)}
-        return sorted(ids)
+        """The first token of each of ``label``'s spellings (tokenized once per label)."""
+        if label not in self._label_tokens:
+            self._label_tokens[label] = sorted({self._tok.encode(v, add_special_tokens=False)[0]
+                                                for v in label_variants(label)})  # fmt: skip
+        return self._label_tokens[label]
 
     def complete_labels(self, reqs: list[ChatRequest]) -> list[Completion]:
         """Label requests, one forward pass over a batch (left-padded, positions counted from each
