@@ -56,6 +56,51 @@ def small_synthetic(tmp_path_factory) -> Path:
     return out
 
 
+#: the evaluation of :func:`sweep_folder`: a gain table that ranks S above E (so grade order is not
+#: gain order), and a seed, permutations and resamples other than the defaults (so a default used
+#: where the config's value belongs shows)
+SWEEP_EVALUATION = {"gain": {0: 0, 1: 1, 2: 3, 3: 2}, "seed": 7, "permutations": 500, "bootstrap": 300,
+                    "latency_queries": 0, "alpha": 0.04}  # fmt: skip
+SWEEP_DEPTHS = [5, 10, 20, 40]
+
+
+def _sweep_run(root: Path, dataset: Path, keep: bool) -> Path:
+    import stagebench
+
+    shuffle = "tests.shuffle_plugin:HashShuffle"
+    stagebench.run({
+        "name": "sweep", "output": str(root / "out"), "cache_dir": str(root / "cache"),
+        "dataset": {"loader": "esci", "path": str(dataset), "split": "test"},
+        "stages": [
+            {"name": "bm25", "type": "bm25", "params": {"top_k": 60}},
+            {"name": "shuffle", "type": "plugin", "target": shuffle, "inputs": ["bm25"],
+             "params": {"top_n": 10, "depths": SWEEP_DEPTHS, "keep": keep}},
+            {"name": "shuffle5", "type": "plugin", "target": shuffle, "inputs": ["bm25"],
+             "params": {"top_n": 5, "keep": keep}},
+            {"name": "shuffle40", "type": "plugin", "target": shuffle, "inputs": ["bm25"],
+             "params": {"top_n": 40, "keep": keep}},
+            {"name": "boost", "type": "plugin", "target": "examples.title_boost:TitleBoostReranker",
+             "inputs": ["shuffle40"], "params": {"top_n": 20}},
+        ],
+        "evaluation": SWEEP_EVALUATION,
+    })  # fmt: skip
+    return root / "out"
+
+
+@pytest.fixture(scope="session")
+def sweep_folder(tmp_path_factory, small_synthetic) -> Path:
+    """One in-process run (no model: BM25 and model-free plug-ins, a few seconds) with a depth sweep,
+    stages that repeat the sweep's depths as separate ``top_n`` runs, a chain of rerankers, and
+    :data:`SWEEP_EVALUATION`: the results folder the definition tests read."""
+    return _sweep_run(tmp_path_factory.mktemp("sweep"), small_synthetic, False)
+
+
+@pytest.fixture(scope="session")
+def sweep_folder_b(tmp_path_factory, small_synthetic) -> Path:
+    """:func:`sweep_folder` with shuffles that keep the input order: the same stages, other runs (``stagebench compare``)."""
+    return _sweep_run(tmp_path_factory.mktemp("sweep-b"), small_synthetic, True)
+
+
 @pytest.fixture(scope="session")
 def embedded_dataset(tmp_path_factory) -> Path:
     """The embedded synthetic dataset `make bench` uses (data/synthetic-esci); generated with

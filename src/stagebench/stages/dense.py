@@ -47,20 +47,24 @@ class DenseParams(HardwareParams):
     # model/source are checked by the config loader (stagebench.config.parse_config)
 
 
-def embeddings_parts(model_identity: str, fingerprint: str, passage_prefix: str, max_length: int | None,
-                     batch_size: int, placement: Placement) -> dict:
-    """What corpus embeddings depend on (the cache key is the hash of this): with the device
-    type and precision, which change the bits (not the device index)."""
+#: the params the corpus embeddings depend on (with the model's identity and the placement's device
+#: type and precision, which change the bits); the others act on queries and search alone, so a
+#: change of them reuses the cached embeddings (tests/test_cache_keys.py checks both halves)
+EMBEDDING_PARAMS = ("passage_prefix", "max_length", "batch_size")
+QUERY_PARAMS = ("top_k", "query_prefix", "index", "hnsw_m", "hnsw_ef_construction", "hnsw_ef_search", "cache")
 
-    return {"model": model_identity, "corpus": fingerprint, "passage_prefix": passage_prefix,
-            "max_length": max_length, "batch_size": batch_size, **placement.key(),
-            "code": code_identity(("stagebench.encoders", "stagebench.models", "stagebench.devices"))}  # fmt: skip
+
+def embeddings_parts(model_identity: str, fingerprint: str, p: DenseParams, placement: Placement) -> dict:
+    """What corpus embeddings depend on (the cache key is the hash of this): :data:`EMBEDDING_PARAMS`,
+    the model and the corpus, with the device type and precision (not the device index)."""
+
+    return {"model": model_identity, "corpus": fingerprint, **{k: getattr(p, k) for k in EMBEDDING_PARAMS},
+            **placement.key(), "code": code_identity(("stagebench.encoders", "stagebench.models", "stagebench.devices"))}  # fmt: skip
 
 
 def corpus_embeddings(task: EncodeTask, ctx: StageContext, p: DenseParams, stage: str) -> np.ndarray:
     ds = ctx.dataset
-    parts = embeddings_parts(task.model.identity, ds.fingerprint, p.passage_prefix, p.max_length, p.batch_size,
-                             task.placement)  # fmt: skip
+    parts = embeddings_parts(task.model.identity, ds.fingerprint, p, task.placement)
     texts = [p.passage_prefix + t for t in ds.doc_texts]
     m = memo(ctx.cache if p.cache else None, "embeddings", parts,
              lambda: encode_with(ctx.engine, task, texts, p.batch_size, f"{stage}: corpus"),

@@ -1,0 +1,188 @@
+"""Planted bugs: small, realistic mistakes of each kind that issue 30 lists, each planted alone in a
+copy of the source tree; the tests named for it must fail. ``make planted`` runs every bug (or
+``--only NAME ...``) and writes ``planted.txt``: per bug, killed (the failing test named) or SURVIVED.
+
+A bug is one exact text replacement in one file (``old`` must occur exactly once:
+tests/test_planted_catalogue.py keeps the catalogue in step with the code). The copy shares the
+repository's data, models and results through links and runs with ``PYTHONPATH`` pointing at its
+own ``src``, so the planted code is what the tests (and their subprocesses) import.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED = REPO.parent / "shared"
+#: copied into the sandbox (the planted source and the tests); the rest is linked
+COPIED = ("src", "tests", "examples", "configs", "pyproject.toml")
+LINKED = ("data", "models", "results", "reproductions", "benchmarks", "docs", "README.md", "Makefile")
+
+
+@dataclass(frozen=True)
+class Bug:
+    kind: str  # the kind of bug, as issue 30 groups them
+    name: str
+    file: str  # relative to the repository
+    old: str
+    new: str
+    tests: tuple[str, ...]  # the tests that must fail (pytest ids or files)
+
+
+DEPTH = ("tests/test_depth_sweep.py",)
+LLM_KEYS = ("tests/test_llm_keys.py",)
+COMPARE = ("tests/test_compare_check.py",)
+EXPLORER = ("tests/test_explorer.py",)
+
+BUGS: tuple[Bug, ...] = (
+    Bug("depth sweeps", "ceiling at the stage's top_n, not at each depth", "src/stagebench/results/depth.py",
+        "c = ceilings.ceiling(inp, runs[name], qrels, queries, n, rel, gain)",
+        "c = ceilings.ceiling(inp, runs[name], qrels, queries, s.candidate_depth, rel, gain)", DEPTH),
+    Bug("depth sweeps", "depth p-values without Holm", "src/stagebench/results/depth.py",
+        "holm = stats.holm([cmp.p_rand for _, _, cmp in rows])", "holm = [cmp.p_rand for _, _, cmp in rows]", DEPTH),
+    Bug("depth sweeps", "depth significance from the uncorrected p", "src/stagebench/results/depth.py",
+        "significant=bool(p < ev.alpha", "significant=bool(cmp.p_rand < ev.alpha", DEPTH),
+    Bug("depth sweeps", "depths not in a reranker's run key", "src/stagebench/execute.py",
+        "params = {k: v for k, v in params.items() if k not in stage.unkeyed_params}",
+        "params = {k: v for k, v in params.items() if k not in stage.unkeyed_params and k != 'depths'}",
+        ("tests/test_cache_keys.py",)),
+    Bug("depth sweeps", "the LLM stage declares depths unkeyed", "src/stagebench/stages/llm_rerank.py",
+        "unkeyed_params = ChatParams.UNKEYED", "unkeyed_params = ChatParams.UNKEYED + ('depths',)",
+        ("tests/test_cache_keys.py",)),
+    Bug("LLM cache keys", "temperature left out of the response key", "src/stagebench/rerank/chat.py",
+        '"temperature": self.temperature, "seed": self.seed}', '"seed": self.seed}', LLM_KEYS),
+    Bug("LLM cache keys", "seed left out of the response key", "src/stagebench/rerank/chat.py",
+        '"temperature": self.temperature, "seed": self.seed}', '"temperature": self.temperature}', LLM_KEYS),
+    Bug("LLM cache keys", "labels left out of the response key", "src/stagebench/rerank/chat.py",
+        'out["labels"] = list(self.labels)', 'pass', LLM_KEYS),
+    Bug("LLM cache keys", "max_new_tokens declared as not changing an answer", "src/stagebench/rerank/chat.py",
+        'UNKEYED = ("concurrency", "timeout",', 'UNKEYED = ("max_new_tokens", "concurrency", "timeout",', LLM_KEYS),
+    Bug("LLM cost", "seconds per query divided by the calls", "src/stagebench/rerank/windows.py",
+        "seconds_per_query=round(self.model_seconds / max(self.queries, 1), 3)",
+        "seconds_per_query=round(self.model_seconds / max(self.windows, 1), 3)", LLM_KEYS),
+    Bug("LLM cost", "tokens per query divided by the calls", "src/stagebench/results/cost.py",
+        "work = st.tokens / n_q", "work = st.tokens / max(st.windows, 1)", LLM_KEYS),
+    Bug("Ray engine", "results matched to units by arrival order", "src/stagebench/engine.py",
+        'i = int(row["i"])', "i = int(got.sum())", ("tests/test_engine_order.py::test_results_follow_their_units_whatever_order_they_finish_in",)),
+    Bug("local engine", "threaded results in completion order", "src/stagebench/engine.py",
+        "return [f.result() for f in futures]",
+        "return [f.result() for f in __import__('concurrent.futures').futures.as_completed(futures)]",
+        ("tests/test_engine_order.py::test_threaded_results_follow_their_units_whatever_order_they_finish_in",)),
+    Bug("compare and check", "compare marks significance by the uncorrected p", "src/stagebench/results/compare.py",
+        "significant=pr < alpha", "significant=c.p_rand < alpha", COMPARE),
+    Bug("compare and check", "compare reports the uncorrected p", "src/stagebench/results/compare.py",
+        "stats.holm([c.p_rand for _, c in family])", "[c.p_rand for _, c in family]", COMPARE),
+    Bug("compare and check", "the stage table's letters from the uncorrected p", "src/stagebench/results/scoring.py",
+        'key = "p_rand_holm" if ev.test == "randomization" else "p_t_holm"',
+        'key = "p_rand" if ev.test == "randomization" else "p_t"', COMPARE),
+    Bug("compare and check", "per-measure tolerances ignored", "src/stagebench/results/check.py",
+        "tol = exp.tolerances.get(metric, exp.tolerance)", "tol = exp.tolerance", COMPARE),
+    Bug("report and explorer", "cumulative cost counts only the stage", "src/stagebench/results/cost.py",
+        "for x in upstream(r.stage)) / n_q", "for x in {r.stage}) / n_q", EXPLORER),
+    Bug("report and explorer", "ranks in an input off by one", "src/stagebench/results/queries.py",
+        "enumerate(order[name], start=1)", "enumerate(order[name])", EXPLORER),
+    Bug("report and explorer", "moves drawn the wrong way", "src/stagebench/report/explorer.py",
+        "arrow = UP if first > rank else DOWN", "arrow = DOWN if first > rank else UP", EXPLORER),
+    Bug("report and explorer", "wins sorted the wrong way", "src/stagebench/results/queries.py",
+        "key=lambda c: (-c[1], c[0]))[:n]", "key=lambda c: (c[1], c[0]))[:n]", EXPLORER),
+    Bug("report and explorer", "losses sorted the wrong way", "src/stagebench/results/queries.py",
+        "key=lambda c: (c[1], c[0]))[:n]\n", "key=lambda c: (-c[1], c[0]))[:n]\n", EXPLORER),
+    Bug("report and explorer", "lost documents not limited to the candidate depth", "src/stagebench/results/queries.py",
+        "pool = set(order[inputs[0]][:depth])", "pool = set(order[inputs[0]])", EXPLORER),
+    Bug("report and explorer", "oracle pool ordered by raw grade, not gain", "src/stagebench/results/ceilings.py",
+        "pool.sort(key=lambda d: -(g_of(judgments[d]) if d in judgments else 0.0))",
+        "pool.sort(key=lambda d: -(judgments[d] if d in judgments else 0.0))", DEPTH),
+    Bug("statistics plumbing", "bootstrap seed not passed", "src/stagebench/results/scoring.py",
+        "ev.bootstrap,\n                                                              ev.seed)]",
+        "ev.bootstrap,\n                                                              42)]", EXPLORER),
+    Bug("statistics plumbing", "depth test seed not passed", "src/stagebench/results/depth.py",
+        "ev.permutations,\n                            ev.seed)", "ev.permutations,\n                            42)", DEPTH),
+    Bug("statistics plumbing", "compare seed not passed", "src/stagebench/results/compare.py",
+        "permutations, seed)))", "permutations, 42)))", COMPARE),
+    Bug("statistics plumbing", "stage-table test seed not passed", "src/stagebench/results/scoring.py",
+        "[evals[b].per_query[m][q] for q in queries], ev.permutations, ev.seed)",
+        "[evals[b].per_query[m][q] for q in queries], ev.permutations, 42)", COMPARE),
+)
+
+
+def sandbox(root: Path) -> Path:
+    """A copy of the repository at ``root/main`` (``root/shared`` links the shared data)."""
+    main = root / "main"
+    main.mkdir(parents=True)
+    ignore = shutil.ignore_patterns("__pycache__", ".pytest_cache", ".hypothesis")
+    for name in COPIED:
+        src = REPO / name
+        if src.is_dir():
+            shutil.copytree(src, main / name, ignore=ignore)
+        else:
+            shutil.copy2(src, main / name)
+    for name in LINKED:
+        if (REPO / name).exists():
+            (main / name).symlink_to(REPO / name)
+    if SHARED.exists():
+        (root / "shared").symlink_to(SHARED)
+    return main
+
+
+def plant(main: Path, bug: Bug) -> None:
+    path = main / bug.file
+    text = path.read_text(encoding="utf-8")
+    if text.count(bug.old) != 1:
+        raise SystemExit(f"{bug.name}: {bug.file} holds the planted text {text.count(bug.old)} times, not once")
+    path.write_text(text.replace(bug.old, bug.new), encoding="utf-8")
+
+
+def run_tests(main: Path, tests: tuple[str, ...], extra: list[str]) -> tuple[int, str]:
+    env = {**os.environ, "PYTHONPATH": str(main / "src"), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-rf", *extra, *tests]
+    p = subprocess.run(cmd, cwd=main, env=env, capture_output=True, text=True)
+    return p.returncode, p.stdout + p.stderr
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--only", nargs="*", help="bug names (substrings) to run")
+    ap.add_argument("--tests", nargs="*", help="run these tests instead of each bug's own")
+    ap.add_argument("--output", default=str(REPO / "planted.txt"))
+    ap.add_argument("--clean", action="store_true", help="also run each bug's tests unplanted (they must pass)")
+    ap.add_argument("--fast", action="store_true", help="leave out the tests marked slow")
+    args = ap.parse_args()
+    bugs = [b for b in BUGS if not args.only or any(o in b.name for o in args.only)]
+    lines, killed = [], 0
+    extra = ["-m", "not slow"] if args.fast else []
+    for b in bugs:
+        tests = tuple(args.tests) if args.tests else b.tests
+        with tempfile.TemporaryDirectory(prefix="planted-") as tmp:
+            main_dir = sandbox(Path(tmp))
+            if args.clean:
+                rc, out = run_tests(main_dir, tests, extra)
+                if rc != 0:
+                    raise SystemExit(f"{b.name}: its tests fail without the bug:\n{out[-3000:]}")
+            plant(main_dir, b)
+            t0 = time.perf_counter()
+            rc, out = run_tests(main_dir, tests, extra)
+        failed = re.findall(r"^(?:FAILED|ERROR) (\S+)", out, re.M)
+        status = "killed" if rc == 1 and failed else "SURVIVED" if rc == 0 else f"error (pytest exit {rc})"
+        killed += status == "killed"
+        line = f"{status:<9} {b.kind:<20} {b.name:<60} {time.perf_counter() - t0:6.1f}s  {failed[0] if failed else ''}"
+        print(line, flush=True)
+        if status.startswith("error"):
+            print(out[-2000:], flush=True)
+        lines.append(line)
+    summary = f"planted bugs killed: {killed} of {len(bugs)}"
+    print(summary)
+    Path(args.output).write_text("\n".join([*lines, summary]) + "\n", encoding="utf-8")
+    return 0 if killed == len(bugs) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

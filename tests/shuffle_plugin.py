@@ -1,0 +1,18 @@
+"""A test plug-in that reorders candidates by a hash of (query, text): a reranker that moves many
+documents and hurts nDCG the deeper it reaches, so depth sweeps have p-values that Holm changes
+(``keep: true``: it keeps the input order)."""
+
+from __future__ import annotations
+
+import hashlib
+
+
+class HashShuffle:
+    def __init__(self, salt: str = "", keep: bool = False) -> None:
+        self.salt, self.keep = salt, keep
+
+    def score(self, query: str, docs: list[str]) -> list[float]:
+        if self.keep:  # the input order (a reranker that changes nothing)
+            return [float(len(docs) - i) for i in range(len(docs))]
+        return [int.from_bytes(hashlib.sha256(f"{self.salt}{query}\x00{d}".encode()).digest()[:4], "big") / 2**32
+                for d in docs]

@@ -1,0 +1,126 @@
+"""``stagebench compare``, the stage table's significance letters and ``stagebench check``, from their
+definitions: p-values recomputed from the per-query values of the folders (per_query.csv read here)
+with the configured seed, Holm-Bonferroni written out here, significance as "Holm-corrected p below
+alpha", and tolerances per measure before the global one."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+from types import SimpleNamespace
+
+import pytest
+import yaml
+
+from stagebench import stats
+from stagebench.results.check import compare_with_expected
+from stagebench.results.compare import compare_folders
+from stagebench.results.folder import RunFolder
+from stagebench.results.scoring import significance
+from tests.conftest import SWEEP_EVALUATION
+from tests.test_depth_sweep import holm
+
+SEED, PERMS = SWEEP_EVALUATION["seed"], SWEEP_EVALUATION["permutations"]
+
+
+def per_query(folder) -> dict[str, dict[str, dict[str, float]]]:
+    """stage -> measure -> qid -> value, from per_query.csv."""
+    out: dict = {}
+    with open(folder / "per_query.csv", newline="") as f:
+        for row in csv.DictReader(f):
+            for m, v in row.items():
+                if m not in ("stage", "qid"):
+                    out.setdefault(row["stage"], {}).setdefault(m, {})[row["qid"]] = float(v)
+    return out
+
+
+def between(raw: list[float], corrected: list[float]) -> float:
+    """An alpha that the raw p of some test is below and its Holm p is not."""
+    gaps = [(r, c) for r, c in zip(raw, corrected) if c > r * 1.01]
+    assert gaps, "no p-value is changed by Holm: the data cannot tell a raw p from a corrected one"
+    r, c = min(gaps)
+    return (r + c) / 2
+
+
+def test_compare_p_values_are_holm_over_the_stages_of_each_measure(sweep_folder, sweep_folder_b):
+    pa, pb = per_query(sweep_folder), per_query(sweep_folder_b)
+    stages = list(pa)
+    want: dict = {}
+    for m in pa[stages[0]]:
+        raw = []
+        for s in stages:
+            qs = sorted(set(pa[s][m]) & set(pb[s][m]))
+            raw.append(stats.randomization_test([pb[s][m][q] for q in qs], [pa[s][m][q] for q in qs], PERMS, SEED))
+        want[m] = (raw, holm(raw))
+    raw_nd, holm_nd = want["nDCG@10"]
+    alpha = between(raw_nd, holm_nd)
+    c = compare_folders(sweep_folder, sweep_folder_b, permutations=PERMS, seed=SEED, alpha=alpha)
+    for m, (raw, corrected) in want.items():
+        for s, p_raw, p in zip(stages, raw, corrected):
+            row = c.row(s, m)
+            assert row.p_rand == pytest.approx(p, rel=1e-9), (s, m)
+            assert row.significant == (p < alpha), (s, m, p_raw, p)
+            assert row.delta == pytest.approx(sum(pb[s][m].values()) / len(pb[s][m]) - sum(pa[s][m].values()) / len(pa[s][m]),
+                                              abs=1e-6)  # fmt: skip
+    # another seed gives other p-values (so a seed not passed through shows)
+    other = compare_folders(sweep_folder, sweep_folder_b, permutations=PERMS, seed=SEED + 1, alpha=alpha)
+    assert any(r.p_rand != o.p_rand for r, o in zip(c.rows, other.rows))
+
+
+def test_the_stage_table_letters_come_from_holm_corrected_p_values(sweep_folder):
+    pq = per_query(sweep_folder)
+    table = {r["stage"]: r for r in json.loads((sweep_folder / "stage_table.json").read_text())}
+    comps = json.loads((sweep_folder / "significance.json").read_text())
+    letters = {s: r["id"] for s, r in table.items()}
+    queries = sorted(pq["bm25"]["nDCG@10"])
+    pairs = list(dict.fromkeys((c["a"], c["b"]) for c in comps))
+    metrics = list(dict.fromkeys(c["metric"] for c in comps))
+    raw = {m: [stats.randomization_test([pq[a][m][q] for q in queries], [pq[b][m][q] for q in queries], PERMS, SEED)
+               for a, b in pairs] for m in metrics}  # fmt: skip
+    for c in comps:  # the file holds the configured test's p-values, Holm over each measure's pairs
+        i = pairs.index((c["a"], c["b"]))
+        assert c["p_rand"] == pytest.approx(raw[c["metric"]][i], abs=1e-6)
+        assert c["p_rand_holm"] == pytest.approx(holm(raw[c["metric"]])[i], abs=1e-6)
+    # the letters at an alpha between some pair's raw and corrected p, through the table's own function
+    alpha = between(raw["nDCG@10"], holm(raw["nDCG@10"]))
+    evals = {s: SimpleNamespace(per_query=pq[s]) for s in pq}
+    ev = dataclasses.replace(RunFolder.open(sweep_folder).manifest.evaluation, alpha=alpha)
+    _, better = significance(evals, pairs, metrics, queries, letters, ev)
+    for m in metrics:
+        corrected = holm(raw[m])
+        want = {s: set() for s in pq}
+        for (a, b), p in zip(pairs, corrected):
+            ma, mb = (sum(pq[x][m][q] for q in queries) for x in (a, b))
+            if p < alpha and ma != mb:
+                win, lose = (a, b) if ma > mb else (b, a)
+                want[win].add(letters[lose])
+        assert {s: set(better[s].get(m, [])) for s in pq} == want, m
+    # and the table as written, at its own alpha
+    for s, row in table.items():
+        for m in metrics:
+            corrected = holm(raw[m])
+            mine = {letters[b] if pq[a][m] and sum(pq[a][m].values()) > sum(pq[b][m].values()) else letters[a]
+                    for (a, b), p in zip(pairs, corrected) if p < SWEEP_EVALUATION["alpha"]
+                    and s in (a, b) and sum(pq[a][m].values()) != sum(pq[b][m].values())
+                    and (s == a) == (sum(pq[a][m].values()) > sum(pq[b][m].values()))}  # fmt: skip
+            assert set(row["better_than"].get(m, [])) == mine, (s, m)
+
+
+def test_check_uses_each_measure_s_tolerance_before_the_global_one(sweep_folder, tmp_path):
+    table = {r["stage"]: r for r in json.loads((sweep_folder / "stage_table.json").read_text())}
+    have = table["bm25"]
+    expected = {
+        "tolerance": 0.01,
+        "tolerances": {"RR@10": 0.0001, "R@100": 0.05},
+        "stages": {"bm25": {"nDCG@10": have["nDCG@10"] + 0.005,  # within the global 0.01: OK-within-tolerance
+                            "RR@10": have["RR@10"] + 0.005,  # beyond its own 0.0001: FAIL
+                            "R@100": have["R@100"] + 0.03}},  # beyond the global, within its own 0.05: OK-within
+    }  # fmt: skip
+    path = tmp_path / "expected.yaml"
+    path.write_text(yaml.safe_dump(expected))
+    rows, _ = compare_with_expected(sweep_folder, path)
+    status = {(r.stage, r.metric): (r.status, r.tolerance) for r in rows}
+    assert status[("bm25", "nDCG@10")] == ("OK-within-tolerance", 0.01)
+    assert status[("bm25", "RR@10")] == ("FAIL", 0.0001)
+    assert status[("bm25", "R@100")] == ("OK-within-tolerance", 0.05)

@@ -1,0 +1,161 @@
+"""The depth table, checked from its definitions on a real run (tests/conftest.py ``sweep_folder``:
+BM25, a plug-in with ``depths: [5, 10, 20, 40]``, and the same plug-in as separate stages at
+``top_n: 5`` and ``top_n: 40``), each figure recomputed here from the run files and qrels without the
+code under test: nDCG from its formula, pool recall by counting, the oracle by brute force over
+every reordering of the pool, Holm from its definition, the pairs by counting candidates."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import math
+
+import pytest
+
+from stagebench import stats
+from stagebench.results.depth import depth_sweep
+from stagebench.results.folder import RunFolder
+from stagebench.runs import ranked_ids, read_trec_qrels, read_trec_run
+from tests.conftest import SWEEP_DEPTHS, SWEEP_EVALUATION
+
+GAIN = {int(g): float(v) for g, v in SWEEP_EVALUATION["gain"].items()}
+REL = 1  # the evaluation's relevance threshold (the default)
+
+
+def dcg(gains) -> float:
+    return sum(g / math.log2(i + 1) for i, g in enumerate(gains, start=1))
+
+
+def ndcg10(ranking: list[str], judged: dict[str, int]) -> float:
+    """nDCG@10 from its definition: gains from the table, unjudged 0, the ideal from every judgment."""
+    ideal = dcg(sorted((GAIN[g] for g in judged.values()), reverse=True)[:10])
+    return dcg([GAIN[judged[d]] if d in judged else 0.0 for d in ranking[:10]]) / ideal if ideal else 0.0
+
+
+def oracle_brute_force(ranking: list[str], judged: dict[str, int], depth: int) -> float:
+    """The best nDCG@10 any reordering of the top ``depth`` reaches (the tail stays)."""
+    pool, tail = ranking[:depth], ranking[depth:]
+    return max(ndcg10(list(p) + tail, judged) for p in itertools.permutations(pool))
+
+
+def oracle_by_gains(ranking: list[str], judged: dict[str, int], depth: int) -> float:
+    """The same for a deep pool: the pool's gains, largest first, then the tail's (a reordering only
+    moves gains; the largest first is the best DCG by the rearrangement inequality)."""
+    pool = sorted((GAIN[judged[d]] if d in judged else 0.0 for d in ranking[:depth]), reverse=True)
+    tail = [GAIN[judged[d]] if d in judged else 0.0 for d in ranking[depth:]]
+    ideal = dcg(sorted((GAIN[g] for g in judged.values()), reverse=True)[:10])
+    return dcg((pool + tail)[:10]) / ideal
+
+
+def holm(ps: list[float]) -> list[float]:
+    """Holm-Bonferroni from its definition: the i-th smallest p times (m - i), never below the one before, at most 1."""
+    m, out, running = len(ps), [0.0] * len(ps), 0.0
+    for i, k in enumerate(sorted(range(m), key=lambda k: ps[k])):
+        running = max(running, min(1.0, (m - i) * ps[k]))
+        out[k] = running
+    return out
+
+
+@pytest.fixture(scope="module")
+def sweep(sweep_folder):
+    table = {r["stage"]: r for r in json.loads((sweep_folder / "stage_table.json").read_text())}
+    runs = {p.stem: read_trec_run(p) for p in (sweep_folder / "runs").glob("*.trec")}
+    qrels = read_trec_qrels(sweep_folder / "qrels.trec")
+    queries = sorted(q for q, j in qrels.items() if any(g > 0 for g in j.values()))
+    return table, runs, qrels, queries
+
+
+def mean(xs) -> float:
+    xs = list(xs)
+    return sum(xs) / len(xs)
+
+
+def test_each_depth_is_the_run_of_a_stage_with_that_top_n(sweep):
+    table, runs, qrels, queries = sweep
+    assert [c["depth"] for c in table["shuffle"]["depths"]] == SWEEP_DEPTHS
+    assert runs["shuffle@5"] == runs["shuffle5"] and runs["shuffle@40"] == runs["shuffle40"]
+    assert runs["shuffle@10"] == runs["shuffle"]
+    by_depth = {c["depth"]: c for c in table["shuffle"]["depths"]}
+    for n, stage in ((5, "shuffle5"), (40, "shuffle40"), (10, "shuffle")):
+        assert by_depth[n]["achieved_ndcg10"] == pytest.approx(table[stage]["nDCG@10"], abs=1e-6)
+        assert by_depth[n]["pool_recall"] == table[stage]["ceiling"]["pool_recall"]
+        assert by_depth[n]["oracle_ndcg10"] == table[stage]["ceiling"]["oracle_ndcg10"]
+
+
+def test_each_depth_s_ceiling_is_computed_at_that_depth(sweep):
+    table, runs, qrels, queries = sweep
+    inp = {q: ranked_ids(runs["bm25"].get(q, {})) for q in queries}
+    for cell in table["shuffle"]["depths"]:
+        n = cell["depth"]
+        recall = mean(sum(qrels[q].get(d, -1) >= REL for d in inp[q][:n]) / sum(g >= REL for g in qrels[q].values())
+                      for q in queries)  # fmt: skip
+        assert cell["pool_recall"] == pytest.approx(recall, abs=1e-6), n
+        oracle = mean(oracle_by_gains(inp[q], qrels[q], n) for q in queries)
+        assert cell["oracle_ndcg10"] == pytest.approx(oracle, abs=1e-6), n
+        achieved = mean(ndcg10(ranked_ids(runs[f"shuffle@{n}"].get(q, {})), qrels[q]) for q in queries)
+        assert cell["achieved_ndcg10"] == pytest.approx(achieved, abs=1e-6), n
+        assert cell["input_ndcg10"] == pytest.approx(mean(ndcg10(inp[q], qrels[q]) for q in queries), abs=1e-6)
+        room = oracle - cell["input_ndcg10"]
+        assert cell["headroom_captured"] == pytest.approx((achieved - cell["input_ndcg10"]) / room, abs=1e-5)
+    recalls = [c["pool_recall"] for c in table["shuffle"]["depths"]]
+    assert len(set(recalls)) == len(recalls)  # the depths differ, so a figure taken at one depth shows
+
+
+def test_the_oracle_is_the_best_reordering_of_the_pool_under_the_gain_map(sweep):
+    """Brute force over all 120 orders of a 5-deep pool. The gain table ranks S (2) above E (3), so an
+    oracle that sorts by grade instead of gain is beaten by some order (checked to happen here)."""
+    table, runs, qrels, queries = sweep
+    inp = {q: ranked_ids(runs["bm25"].get(q, {})) for q in queries}
+    best = mean(oracle_brute_force(inp[q], qrels[q], 5) for q in queries)
+    assert table["shuffle"]["depths"][0]["oracle_ndcg10"] == pytest.approx(best, abs=1e-6)
+    assert table["shuffle5"]["ceiling"]["oracle_ndcg10"] == pytest.approx(best, abs=1e-6)
+
+    def by_grade(q):
+        pool = sorted(inp[q][:5], key=lambda d: -qrels[q].get(d, 0))
+        return ndcg10(pool + inp[q][5:], qrels[q])
+
+    assert mean(by_grade(q) for q in queries) < best - 1e-6  # the data can tell gain from grade
+
+
+def test_depth_p_values_are_holm_over_the_depths_with_the_configured_test(sweep):
+    table, runs, qrels, queries = sweep
+    inp = [ndcg10(ranked_ids(runs["bm25"].get(q, {})), qrels[q]) for q in queries]
+    raw = []
+    for n in SWEEP_DEPTHS:
+        out = [ndcg10(ranked_ids(runs[f"shuffle@{n}"].get(q, {})), qrels[q]) for q in queries]
+        raw.append(stats.randomization_test(out, inp, SWEEP_EVALUATION["permutations"], SWEEP_EVALUATION["seed"]))
+    want = holm(raw)
+    cells = table["shuffle"]["depths"]
+    assert [c["p_value"] for c in cells] == pytest.approx(want, rel=1e-3)
+    assert [c["significant"] for c in cells] == [p < SWEEP_EVALUATION["alpha"] for p in want]
+    # the preconditions that make this test able to fail: Holm changes some p-value, some depth is
+    # significant after it, and another seed gives other p-values
+    assert any(abs(h - p) > 1e-3 for h, p in zip(want, raw))
+    alpha = SWEEP_EVALUATION["alpha"]
+    assert any(want[i] < alpha for i in range(len(want)))
+    out5 = [ndcg10(ranked_ids(runs["shuffle@5"].get(q, {})), qrels[q]) for q in queries]
+    assert stats.randomization_test(out5, inp, SWEEP_EVALUATION["permutations"], 42) != raw[0]
+
+
+def test_pairs_per_depth_count_the_candidates_scored(sweep):
+    table, runs, qrels, queries = sweep
+    bm25 = runs["bm25"]
+    for cell in table["shuffle"]["depths"]:
+        assert cell["pairs"] == sum(min(cell["depth"], len(docs)) for docs in bm25.values()), cell["depth"]
+
+
+def test_a_depth_is_significant_by_its_holm_p_value_not_its_raw_one(sweep_folder, sweep):
+    """At an alpha between the raw and the Holm-corrected p-values of the deep depths, they are not
+    significant (the table's own alpha, 0.04, marks them significant: the test above)."""
+    table, runs, qrels, queries = sweep
+    folder = RunFolder.open(sweep_folder)
+    record = next(s for s in folder.stages if s.name == "shuffle")
+    ev = dataclasses.replace(folder.manifest.evaluation, alpha=0.005)
+    cells = depth_sweep(record, runs, qrels, queries, REL, ev.gain, ev)
+    assert [c.p_value for c in cells] == [c["p_value"] for c in table["shuffle"]["depths"]]
+    assert min(c.p_value for c in cells) >= 0.005 and not any(c.significant for c in cells)
+    raw = [stats.randomization_test([ndcg10(ranked_ids(runs[f"shuffle@{n}"].get(q, {})), qrels[q]) for q in queries],
+                                    [ndcg10(ranked_ids(runs["bm25"].get(q, {})), qrels[q]) for q in queries],
+                                    ev.permutations, ev.seed) for n in SWEEP_DEPTHS]  # fmt: skip
+    assert any(p < 0.005 for p in raw)  # so a mark from the raw p would show

@@ -1,0 +1,140 @@
+"""The per-query explorer, wins and losses, the quality-cost plane and the confidence intervals,
+from their definitions, on a real run (tests/conftest.py ``sweep_folder``): ranks read from the
+TREC files' rank column, changes from per_query.csv, cumulative seconds from manifest.json's stage
+records walked here, intervals from the configured resamples and seed."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from stagebench import stats
+from stagebench.report.explorer import DOWN, UP
+from stagebench.report.write import show_query
+from stagebench.results.cost import quality_cost
+from stagebench.results.folder import RunFolder
+from stagebench.results.queries import build, wins_and_losses
+from stagebench.runs import read_trec_qrels
+from tests.conftest import SWEEP_EVALUATION
+from tests.test_compare_check import per_query
+
+
+def ranks(path) -> dict[str, dict[str, int]]:
+    """qid -> doc -> rank, from the rank column of a TREC run file."""
+    out: dict[str, dict[str, int]] = {}
+    for line in path.read_text().splitlines():
+        q, _, d, r, *_ = line.split()
+        out.setdefault(q, {})[d] = int(r)
+    return out
+
+
+@pytest.fixture(scope="module")
+def folder(sweep_folder):
+    rf = RunFolder.open(sweep_folder)
+    manifest = rf.manifest
+    return rf, manifest, {s.name: ranks(sweep_folder / "runs" / f"{s.name}.trec") for s in manifest.stages}
+
+
+def test_show_names_each_document_s_rank_in_the_input_and_its_move(folder, sweep_folder):
+    rf, manifest, rank = folder
+    qrels = read_trec_qrels(sweep_folder / "qrels.trec")
+    inputs = {s.name: list(s.inputs) for s in manifest.stages}
+    moved = seen = 0
+    for qid in sorted(per_query(sweep_folder)["bm25"]["nDCG@10"])[:12]:
+        text = show_query(sweep_folder, qid)
+        blocks = {b.split(":", 1)[0]: b for b in text.split("\n\n")[1:] if b.strip()}
+        for stage, inp in inputs.items():
+            top = sorted(rank[stage][qid], key=rank[stage][qid].get)[:10]
+            lines = [ln for ln in blocks[stage].splitlines()[1:] if re.match(r"\s+\d+\s", ln)]
+            assert len(lines) == len(top)
+            for i, (doc, line) in enumerate(zip(top, lines), start=1):
+                fields = line.split()
+                assert int(fields[0]) == i and doc in fields
+                grade = qrels.get(qid, {}).get(doc)
+                assert fields[1] == ("?" if grade is None else {3: "E", 2: "S", 1: "C", 0: "I"}[grade])
+                if not inp:
+                    continue
+                was = rank[inp[0]][qid].get(doc)
+                seen += 1
+                if was is None:
+                    assert "new" in line
+                elif was == i:
+                    assert fields[2] == "="
+                else:
+                    moved += 1
+                    assert f"{UP if was > i else DOWN}{abs(was - i)} (was {was})" in line, (stage, qid, line)
+    assert moved > 20 and seen > 100
+
+
+def test_wins_and_losses_are_the_largest_changes_against_the_input(folder, sweep_folder):
+    rf, manifest, _ = folder
+    pq = per_query(sweep_folder)
+    queries = sorted(pq["bm25"]["nDCG@10"])
+    runs, qrels = rf.runs(), rf.qrels()
+    views = build(manifest.stages, runs, qrels, pq, "nDCG@10", queries, 1, {})
+    got = wins_and_losses(views, n=5)
+    for s in manifest.stages:
+        if not s.inputs:
+            assert s.name not in got
+            continue
+        change = {q: pq[s.name]["nDCG@10"][q] - pq[s.inputs[0]]["nDCG@10"][q] for q in queries}
+        ups = sorted((q for q in queries if change[q] > 0), key=lambda q: (-change[q], q))[:5]
+        downs = sorted((q for q in queries if change[q] < 0), key=lambda q: (change[q], q))[:5]
+        assert [q for q, _ in got[s.name]["wins"]] == ups, s.name
+        assert [q for q, _ in got[s.name]["losses"]] == downs, s.name
+        assert all(c > 0 for _, c in got[s.name]["wins"]) and all(c < 0 for _, c in got[s.name]["losses"])
+    assert len(got["shuffle40"]["losses"]) == 5 and got["boost"]["wins"]
+
+
+def test_lost_at_retrieval_is_what_the_candidate_pool_missed(folder, sweep_folder):
+    rf, manifest, rank = folder
+    pq = per_query(sweep_folder)
+    queries = sorted(pq["bm25"]["nDCG@10"])
+    qrels = rf.qrels()
+    views = build(manifest.stages, rf.runs(), qrels, pq, "nDCG@10", queries, 1, {})
+    n_lost = 0
+    for v in views:
+        for sv, s in zip(v.stages, manifest.stages):
+            if not s.is_reranker:
+                assert sv.lost == [] and sv.depth is None
+                continue
+            pool = {d for d, r in rank[s.inputs[0]][v.qid].items() if r <= s.candidate_depth}
+            want = {d for d, g in qrels[v.qid].items() if g >= 1} - pool
+            assert {d for d, _ in sv.lost} == want and sv.depth == s.candidate_depth
+            n_lost += len(want)
+    assert n_lost > 0
+
+
+def test_cumulative_seconds_per_query_sum_the_stage_and_everything_upstream_once(sweep_folder):
+    raw = json.loads((sweep_folder / "manifest.json").read_text())
+    by = {s["name"]: s for s in raw["stages"]}
+    n_q = json.loads((sweep_folder / "stage_table.json").read_text())[0]["queries"]
+    rf = RunFolder.open(sweep_folder)
+    points = {p.stage: p for p in quality_cost(rf.table(), rf.stages)}
+
+    def closure(name, acc):
+        if name not in acc:
+            acc.add(name)
+            for i in by[name]["inputs"]:
+                closure(i, acc)
+        return acc
+
+    for name in by:
+        want = sum(by[x]["computed_seconds"] for x in closure(name, set())) / n_q
+        assert points[name].seconds_per_query == pytest.approx(want, rel=1e-9), name
+    assert by["bm25"]["computed_seconds"] > 0.05  # upstream time that a stage-only figure would leave out
+
+
+def test_confidence_intervals_use_the_configured_resamples_and_seed(sweep_folder):
+    pq = per_query(sweep_folder)
+    table = {r["stage"]: r for r in json.loads((sweep_folder / "stage_table.json").read_text())}
+    differs = 0
+    for s, row in table.items():
+        for m, (lo, hi) in row["ci95"].items():
+            values = [pq[s][m][q] for q in sorted(pq[s][m])]
+            want = stats.bootstrap_ci(values, SWEEP_EVALUATION["bootstrap"], SWEEP_EVALUATION["seed"])
+            assert (lo, hi) == pytest.approx(want, abs=1e-6), (s, m)
+            differs += tuple(round(x, 6) for x in stats.bootstrap_ci(values, 2000, 42)) != (lo, hi)
+    assert differs > 5
