@@ -60,7 +60,7 @@ def small_synthetic(tmp_path_factory) -> Path:
 #: gain order), and a seed, permutations and resamples other than the defaults (so a default used
 #: where the config's value belongs shows)
 SWEEP_EVALUATION = {"gain": {0: 0, 1: 1, 2: 3, 3: 2}, "seed": 7, "permutations": 500, "bootstrap": 300,
-                    "latency_queries": 0, "alpha": 0.04}  # fmt: skip
+                    "latency_queries": 0, "alpha": 0.04, "segments": ["length"]}  # fmt: skip
 SWEEP_DEPTHS = [5, 10, 20, 40]
 
 

@@ -16,3 +16,10 @@ class HashShuffle:
             return [float(len(docs) - i) for i in range(len(docs))]
         return [int.from_bytes(hashlib.sha256(f"{self.salt}{query}\x00{d}".encode()).digest()[:4], "big") / 2**32
                 for d in docs]
+
+
+class PairHash(HashShuffle):
+    """The same scores through ``score_pairs`` (batched: the stage may share them between like stages)."""
+
+    def score_pairs(self, pairs: list[tuple[str, str]]) -> list[float]:
+        return [self.score(q, [d])[0] for q, d in pairs]

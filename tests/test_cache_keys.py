@@ -6,6 +6,12 @@ the output (``unkeyed_params``). A field added tomorrow is covered the day it is
 And a run computed through a warm cache (filled under the default params) must equal the
 run computed with no cache at all: a stale BM25 index or embedding matrix served under an
 incomplete key would differ.
+
+The other keys the project computes, each against its declaration, and each declaration checked
+to hold (the output really does not change): the BM25 index (INDEX_PARAMS / SEARCH_PARAMS), the
+corpus embeddings (EMBEDDING_PARAMS / QUERY_PARAMS), pair scores shared between rerankers
+(scoring_key, RANKING_ONLY), the params declared unkeyed; an LLM's answers are in
+tests/test_llm_keys.py, a depth sweep's runs in tests/test_depth_sweep.py.
 """
 
 from __future__ import annotations
@@ -20,10 +26,13 @@ import pytest
 from stagebench.cache import Cache
 from stagebench.config import StageConfig
 from stagebench.data.jsonl import BeirOptions, load_beir
-from stagebench.execute import canonical, stage_key
+from stagebench.cache import make_key
+from stagebench.devices import Placement
+from stagebench.execute import RANKING_ONLY, canonical, scoring_key, stage_key
 from stagebench.params import Range
 from stagebench.stages import STAGE_TYPES, StageContext
 from stagebench.stages.bm25 import INDEX_PARAMS, SEARCH_PARAMS, BM25Params, index_key_parts
+from stagebench.stages.dense import EMBEDDING_PARAMS, QUERY_PARAMS, DenseParams, embeddings_parts
 from tests.conftest import REPO
 
 # identity fields are keyed through Stage.identity() (the resolved model's name and weight hash; a
@@ -198,8 +207,6 @@ def test_stage_key_reads_every_declared_field(dataset):
 
 
 def test_make_key_is_canonical():
-    from stagebench.cache import make_key
-
     assert make_key({"a": 1, "b": {"x": 1, "y": 2}}) == make_key({"b": {"y": 2, "x": 1}, "a": 1})
     assert make_key({"a": 1}) != make_key({"a": 1.5}) and len(make_key({"a": 1})) == 32
     assert make_key({"p": Path("x")}) == make_key({"p": "x"})  # non-JSON values by their str()
@@ -236,3 +243,77 @@ def test_the_prompt_text_is_in_the_llm_key(dataset, tmp_path):
 
     assert key("{query}\n{passages}") != key("Query: {query}\n{passages}")
     assert key("{query}\n{passages}") == key("{query}\n{passages}")
+
+
+# ---------------------------------------------------------------- the other keys the project computes
+
+
+def test_dense_params_are_each_declared_embedding_query_or_identity():
+    """Corpus embeddings are keyed by EMBEDDING_PARAMS (and the model and placement); every other
+    param acts on queries and search. The slow warm-cache test above checks the second half: a
+    query-side change served the cached embeddings and still gave the fresh run."""
+    fields = {f.name for f in dataclasses.fields(DenseParams)}
+    declared = set(EMBEDDING_PARAMS) | set(QUERY_PARAMS) | IDENTITY_FIELDS & fields | {"device", "precision"}
+    assert declared == fields and not set(EMBEDDING_PARAMS) & set(QUERY_PARAMS)
+    placement = Placement("cpu", "fp32", "test")
+    base = DenseParams()
+    k0 = make_key(embeddings_parts("m", "fp", base, placement))
+    for name, changed in variations(base):
+        if name in ("device", "precision"):
+            continue  # through the placement, below
+        assert (make_key(embeddings_parts("m", "fp", changed, placement)) != k0) == (name in EMBEDDING_PARAMS), name
+    assert make_key(embeddings_parts("m2", "fp", base, placement)) != k0
+    assert make_key(embeddings_parts("m", "fp2", base, placement)) != k0
+    assert make_key(embeddings_parts("m", "fp", base, Placement("cpu", "bf16", "test"))) != k0
+    assert make_key(embeddings_parts("m", "fp", base, Placement("cpu:1", "fp32", "other"))) == k0  # the index of a device is not
+
+
+@pytest.mark.parametrize("stype", ["cross_encoder", "plugin"])
+def test_pair_scores_are_shared_exactly_between_stages_that_score_alike(stype, dataset, monkeypatch):
+    """Two rerankers of a run share pair scores when their scoring keys agree: every param outside
+    RANKING_ONLY changes that key, those in it do not."""
+    monkeypatch.chdir(REPO)
+    cls = STAGE_TYPES[stype]
+    target = "examples.title_boost:TitleBoostReranker" if stype == "plugin" else None
+    base = default_params(stype)
+
+    def key(params):
+        sc = StageConfig(name="s", type=stype, inputs=["a"], params=params, target=target)
+        return scoring_key(stage_key(sc, cls("s", params), dataset, ["0" * 64])[1])
+
+    k0, seen = key(base), set()
+    for name, changed in variations(base):
+        assert (key(changed) == k0) == (name in RANKING_ONLY), name
+        seen.add(name)
+    assert seen >= RANKING_ONLY - {"depths"} | {"top_n"}
+
+
+def test_params_declared_ranking_only_do_not_change_a_shared_score(dataset, monkeypatch):
+    """The declaration itself: a reranker that reads pair scores another stage scored (same scoring
+    key, other RANKING_ONLY params) gives the run it gives alone."""
+    monkeypatch.chdir(REPO)
+    cls = STAGE_TYPES["plugin"]
+    inp = {q: {d: float(8 - i) for i, d in enumerate(DOCS)} for q in dataset.queries}
+    target = "tests.shuffle_plugin:PairHash"  # batched (score_pairs): the stage shares its pair scores
+    first = cls.build_params({"top_n": 3}, "params", target)
+    others = {"top_n": {"top_n": 7}, "depths": {"top_n": 6, "depths": [2, 5]}, "tail": {"tail": "scaled_input"},
+              "tail_scale": {"tail": "scaled_input", "tail_scale": 0.5}, "activation": {"activation": "sigmoid"}}  # fmt: skip
+    assert set(others) == RANKING_ONLY
+    for name, changed in others.items():
+        params = cls.build_params(changed, "params", target)
+        alone = cls("b", params).apply(StageContext(dataset), [inp])
+        shared: dict = {}
+        cls("a", first).apply(StageContext(dataset, shared_scores=shared), [inp])
+        assert len(shared) == 3 * len(inp)
+        together = cls("b", params).apply(StageContext(dataset, shared_scores=shared), [inp])
+        assert canonical(together.run) == canonical(alone.run), name
+        assert together.depth_runs == alone.depth_runs, name
+
+
+def test_bm25_and_dense_params_declared_unkeyed_do_not_change_the_run(dataset):
+    for stype, others in (("bm25", {"query_batch": 1, "threads": 2}),):
+        base = default_params(stype)
+        assert set(others) == set(STAGE_TYPES[stype].unkeyed_params)
+        want = run_stage_once(stype, base, dataset, None)
+        for name, value in others.items():
+            assert run_stage_once(stype, dataclasses.replace(base, **{name: value}), dataset, None) == want, name

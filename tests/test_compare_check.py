@@ -18,6 +18,7 @@ from stagebench.results.check import compare_with_expected
 from stagebench.results.compare import compare_folders
 from stagebench.results.folder import RunFolder
 from stagebench.results.scoring import significance
+from stagebench.results.segments import length_segments
 from tests.conftest import SWEEP_EVALUATION
 from tests.test_depth_sweep import holm
 
@@ -124,3 +125,34 @@ def test_check_uses_each_measure_s_tolerance_before_the_global_one(sweep_folder,
     assert status[("bm25", "nDCG@10")] == ("OK-within-tolerance", 0.01)
     assert status[("bm25", "RR@10")] == ("FAIL", 0.0001)
     assert status[("bm25", "R@100")] == ("OK-within-tolerance", 0.05)
+
+
+def test_segment_p_values_use_the_configured_seed_and_holm_over_each_measure(sweep_folder):
+    """The segments table: within each segment, each stage against its input, the configured test
+    and seed; one Holm family per measure over every tested (segment, stage, input)."""
+    pq = per_query(sweep_folder)
+    (table,) = json.loads((sweep_folder / "segments.json").read_text())
+    texts = json.loads((sweep_folder / "texts.json").read_text())["queries"]
+    queries = sorted(pq["bm25"]["nDCG@10"])
+    groups: dict[str, list[str]] = {}
+    for q, label in length_segments(texts, queries).items():
+        groups.setdefault(label, []).append(q)
+    assert table["seed"] == SEED and table["permutations"] == PERMS
+    differs = 0
+    for m in table["measures"]:
+        tested, got = [], []
+        for seg in table["segments"]:
+            qs = sorted(groups[seg["label"]])
+            assert len(qs) == seg["queries"]
+            for ch in seg["changes"][m]:
+                if len(qs) < table["min_queries"]:
+                    assert ch["p"] is None
+                    continue
+                a, b = ([pq[s][m][q] for q in qs] for s in (ch["stage"], ch["against"]))
+                tested.append(stats.randomization_test(a, b, PERMS, SEED))
+                differs += stats.randomization_test(a, b, PERMS, 42) != tested[-1]
+                got.append((ch["p"], ch["p_holm"]))
+        assert tested, m
+        assert [p for p, _ in got] == pytest.approx(tested, abs=1e-6), m
+        assert [h for _, h in got] == pytest.approx(holm(tested), abs=1e-6), m
+    assert differs  # another seed gives other p-values here, so one not passed through would show

@@ -159,3 +159,24 @@ def test_a_depth_is_significant_by_its_holm_p_value_not_its_raw_one(sweep_folder
                                     [ndcg10(ranked_ids(runs["bm25"].get(q, {})), qrels[q]) for q in queries],
                                     ev.permutations, ev.seed) for n in SWEEP_DEPTHS]  # fmt: skip
     assert any(p < 0.005 for p in raw)  # so a mark from the raw p would show
+
+
+def test_a_changed_depths_list_is_another_run_not_the_cached_one(sweep_folder, small_synthetic, tmp_path):
+    """Through the sweep's own (warm) cache, a reranker with other ``depths`` gives the depth table a
+    run with no cache gives: the list is part of what the stage computes."""
+    import stagebench
+
+    def table(cache, out):
+        stagebench.run({
+            "name": "d", "output": str(out), "cache_dir": str(cache),
+            "dataset": {"loader": "esci", "path": str(small_synthetic), "split": "test"},
+            "stages": [{"name": "bm25", "type": "bm25", "params": {"top_k": 60}},
+                       {"name": "shuffle", "type": "plugin", "target": "tests.shuffle_plugin:HashShuffle",
+                        "inputs": ["bm25"], "params": {"top_n": 10, "depths": [5, 30], "keep": False}}],
+            "evaluation": SWEEP_EVALUATION,
+        })  # fmt: skip
+        return {r["stage"]: r for r in json.loads((out / "stage_table.json").read_text())}["shuffle"]["depths"]
+
+    warm = table(sweep_folder.parent / "cache", tmp_path / "warm")
+    assert [c["depth"] for c in warm] == [5, 30]
+    assert warm == table(tmp_path / "empty-cache", tmp_path / "fresh")
