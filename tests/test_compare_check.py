@@ -83,29 +83,26 @@ def test_the_stage_table_letters_come_from_holm_corrected_p_values(sweep_folder)
         i = pairs.index((c["a"], c["b"]))
         assert c["p_rand"] == pytest.approx(raw[c["metric"]][i], abs=1e-6)
         assert c["p_rand_holm"] == pytest.approx(holm(raw[c["metric"]])[i], abs=1e-6)
-    # the letters at an alpha between some pair's raw and corrected p, through the table's own function
+    def letters_at(alpha: float) -> dict[str, dict[str, set[str]]]:
+        """stage -> measure -> the letters of the stages it beats: Holm-corrected p below alpha, by its mean."""
+        out: dict = {s: {} for s in pq}
+        for m in metrics:
+            for (a, b), p in zip(pairs, holm(raw[m])):
+                ma, mb = (sum(pq[x][m][q] for q in queries) for x in (a, b))
+                if p < alpha and ma != mb:
+                    win, lose = (a, b) if ma > mb else (b, a)
+                    out[win].setdefault(m, set()).add(letters[lose])
+        return out
+
+    # the table as written, at its own alpha
+    assert {s: {m: set(v) for m, v in row["better_than"].items()} for s, row in table.items()} == \
+        letters_at(SWEEP_EVALUATION["alpha"])  # fmt: skip
+    # and through the table's own function at an alpha between some pair's raw and corrected p
     alpha = between(raw["nDCG@10"], holm(raw["nDCG@10"]))
     evals = {s: SimpleNamespace(per_query=pq[s]) for s in pq}
     ev = dataclasses.replace(RunFolder.open(sweep_folder).manifest.evaluation, alpha=alpha)
     _, better = significance(evals, pairs, metrics, queries, letters, ev)
-    for m in metrics:
-        corrected = holm(raw[m])
-        want = {s: set() for s in pq}
-        for (a, b), p in zip(pairs, corrected):
-            ma, mb = (sum(pq[x][m][q] for q in queries) for x in (a, b))
-            if p < alpha and ma != mb:
-                win, lose = (a, b) if ma > mb else (b, a)
-                want[win].add(letters[lose])
-        assert {s: set(better[s].get(m, [])) for s in pq} == want, m
-    # and the table as written, at its own alpha
-    for s, row in table.items():
-        for m in metrics:
-            corrected = holm(raw[m])
-            mine = {letters[b] if pq[a][m] and sum(pq[a][m].values()) > sum(pq[b][m].values()) else letters[a]
-                    for (a, b), p in zip(pairs, corrected) if p < SWEEP_EVALUATION["alpha"]
-                    and s in (a, b) and sum(pq[a][m].values()) != sum(pq[b][m].values())
-                    and (s == a) == (sum(pq[a][m].values()) > sum(pq[b][m].values()))}  # fmt: skip
-            assert set(row["better_than"].get(m, [])) == mine, (s, m)
+    assert {s: {m: set(v) for m, v in b.items()} for s, b in better.items()} == letters_at(alpha)
 
 
 def test_check_uses_each_measure_s_tolerance_before_the_global_one(sweep_folder, tmp_path):
