@@ -66,27 +66,56 @@ def sweep(sweep_folder):
     return table, runs, qrels, queries
 
 
+@pytest.fixture(scope="module")
+def recorded(sweep_folder):
+    """The sweep stage's record and the evaluation, from the verified manifest."""
+    folder = RunFolder.open(sweep_folder)
+    return next(s for s in folder.stages if s.name == "shuffle"), folder.manifest.evaluation
+
+
+def computed(sweep, recorded, alpha: float | None = None) -> list[dict]:
+    """The depth table as :func:`depth_sweep` computes it from the folder's runs (each test calls the
+    code under test itself; the written table is checked to be this, below)."""
+    table, runs, qrels, queries = sweep
+    record, ev = recorded
+    ev = ev if alpha is None else dataclasses.replace(ev, alpha=alpha)
+    return [dataclasses.asdict(c) for c in depth_sweep(record, runs, qrels, queries, REL, ev.gain, ev)]
+
+
+def test_the_written_depth_table_is_the_sweep_of_the_folder_s_runs(sweep, recorded):
+    table = sweep[0]
+    cells = computed(sweep, recorded)
+    assert table["shuffle"]["depths"] == cells
+    assert [c["depth"] for c in cells] == SWEEP_DEPTHS
+    # stored as the table stores every figure: six decimals, p-values to four significant digits
+    for c in cells:
+        for k in ("pool_recall", "input_ndcg10", "achieved_ndcg10", "oracle_ndcg10", "headroom_captured"):
+            assert isinstance(c[k], float) and round(c[k], 6) == c[k], (k, c[k])
+        assert c["p_value"] == float(f"{c['p_value']:.4g}") and isinstance(c["significant"], bool)
+    assert any(len(repr(c[k]).split(".")[1]) == 6 for c in cells for k in ("oracle_ndcg10", "achieved_ndcg10"))
+
+
 def mean(xs) -> float:
     xs = list(xs)
     return sum(xs) / len(xs)
 
 
-def test_each_depth_is_the_run_of_a_stage_with_that_top_n(sweep):
+def test_each_depth_is_the_run_of_a_stage_with_that_top_n(sweep, recorded):
     table, runs, qrels, queries = sweep
-    assert [c["depth"] for c in table["shuffle"]["depths"]] == SWEEP_DEPTHS
     assert runs["shuffle@5"] == runs["shuffle5"] and runs["shuffle@40"] == runs["shuffle40"]
     assert runs["shuffle@10"] == runs["shuffle"]
-    by_depth = {c["depth"]: c for c in table["shuffle"]["depths"]}
+    by_depth = {c["depth"]: c for c in computed(sweep, recorded)}
     for n, stage in ((5, "shuffle5"), (40, "shuffle40"), (10, "shuffle")):
         assert by_depth[n]["achieved_ndcg10"] == pytest.approx(table[stage]["nDCG@10"], abs=1e-6)
         assert by_depth[n]["pool_recall"] == table[stage]["ceiling"]["pool_recall"]
         assert by_depth[n]["oracle_ndcg10"] == table[stage]["ceiling"]["oracle_ndcg10"]
 
 
-def test_each_depth_s_ceiling_is_computed_at_that_depth(sweep):
+def test_each_depth_s_ceiling_is_computed_at_that_depth(sweep, recorded):
     table, runs, qrels, queries = sweep
     inp = {q: ranked_ids(runs["bm25"].get(q, {})) for q in queries}
-    for cell in table["shuffle"]["depths"]:
+    cells = computed(sweep, recorded)
+    for cell in cells:
         n = cell["depth"]
         recall = mean(sum(qrels[q].get(d, -1) >= REL for d in inp[q][:n]) / sum(g >= REL for g in qrels[q].values())
                       for q in queries)  # fmt: skip
@@ -98,17 +127,17 @@ def test_each_depth_s_ceiling_is_computed_at_that_depth(sweep):
         assert cell["input_ndcg10"] == pytest.approx(mean(ndcg10(inp[q], qrels[q]) for q in queries), abs=1e-6)
         room = oracle - cell["input_ndcg10"]
         assert cell["headroom_captured"] == pytest.approx((achieved - cell["input_ndcg10"]) / room, abs=1e-5)
-    recalls = [c["pool_recall"] for c in table["shuffle"]["depths"]]
+    recalls = [c["pool_recall"] for c in cells]
     assert len(set(recalls)) == len(recalls)  # the depths differ, so a figure taken at one depth shows
 
 
-def test_the_oracle_is_the_best_reordering_of_the_pool_under_the_gain_map(sweep):
+def test_the_oracle_is_the_best_reordering_of_the_pool_under_the_gain_map(sweep, recorded):
     """Brute force over all 120 orders of a 5-deep pool. The gain table ranks S (2) above E (3), so an
     oracle that sorts by grade instead of gain is beaten by some order (checked to happen here)."""
     table, runs, qrels, queries = sweep
     inp = {q: ranked_ids(runs["bm25"].get(q, {})) for q in queries}
     best = mean(oracle_brute_force(inp[q], qrels[q], 5) for q in queries)
-    assert table["shuffle"]["depths"][0]["oracle_ndcg10"] == pytest.approx(best, abs=1e-6)
+    assert computed(sweep, recorded)[0]["oracle_ndcg10"] == pytest.approx(best, abs=1e-6)
     assert table["shuffle5"]["ceiling"]["oracle_ndcg10"] == pytest.approx(best, abs=1e-6)
 
     def by_grade(q):
@@ -118,7 +147,7 @@ def test_the_oracle_is_the_best_reordering_of_the_pool_under_the_gain_map(sweep)
     assert mean(by_grade(q) for q in queries) < best - 1e-6  # the data can tell gain from grade
 
 
-def test_depth_p_values_are_holm_over_the_depths_with_the_configured_test(sweep):
+def test_depth_p_values_are_holm_over_the_depths_with_the_configured_test(sweep, recorded):
     table, runs, qrels, queries = sweep
     inp = [ndcg10(ranked_ids(runs["bm25"].get(q, {})), qrels[q]) for q in queries]
     raw = []
@@ -126,7 +155,7 @@ def test_depth_p_values_are_holm_over_the_depths_with_the_configured_test(sweep)
         out = [ndcg10(ranked_ids(runs[f"shuffle@{n}"].get(q, {})), qrels[q]) for q in queries]
         raw.append(stats.randomization_test(out, inp, SWEEP_EVALUATION["permutations"], SWEEP_EVALUATION["seed"]))
     want = holm(raw)
-    cells = table["shuffle"]["depths"]
+    cells = computed(sweep, recorded)
     assert [c["p_value"] for c in cells] == pytest.approx(want, rel=1e-3)
     assert [c["significant"] for c in cells] == [p < SWEEP_EVALUATION["alpha"] for p in want]
     # the preconditions that make this test able to fail: Holm changes some p-value, some depth is
@@ -138,26 +167,24 @@ def test_depth_p_values_are_holm_over_the_depths_with_the_configured_test(sweep)
     assert stats.randomization_test(out5, inp, SWEEP_EVALUATION["permutations"], 42) != raw[0]
 
 
-def test_pairs_per_depth_count_the_candidates_scored(sweep):
+def test_pairs_per_depth_count_the_candidates_scored(sweep, recorded):
     table, runs, qrels, queries = sweep
     bm25 = runs["bm25"]
-    for cell in table["shuffle"]["depths"]:
+    for cell in computed(sweep, recorded):
         assert cell["pairs"] == sum(min(cell["depth"], len(docs)) for docs in bm25.values()), cell["depth"]
 
 
-def test_a_depth_is_significant_by_its_holm_p_value_not_its_raw_one(sweep_folder, sweep):
+def test_a_depth_is_significant_by_its_holm_p_value_not_its_raw_one(sweep, recorded):
     """At an alpha between the raw and the Holm-corrected p-values of the deep depths, they are not
-    significant (the table's own alpha, 0.04, marks them significant: the test above)."""
+    significant (at the table's own alpha, 0.04, they are: the test above)."""
     table, runs, qrels, queries = sweep
-    folder = RunFolder.open(sweep_folder)
-    record = next(s for s in folder.stages if s.name == "shuffle")
-    ev = dataclasses.replace(folder.manifest.evaluation, alpha=0.005)
-    cells = depth_sweep(record, runs, qrels, queries, REL, ev.gain, ev)
-    assert [c.p_value for c in cells] == [c["p_value"] for c in table["shuffle"]["depths"]]
-    assert min(c.p_value for c in cells) >= 0.005 and not any(c.significant for c in cells)
+    cells = computed(sweep, recorded, alpha=0.005)
+    assert [c["p_value"] for c in cells] == [c["p_value"] for c in computed(sweep, recorded)]
+    assert min(c["p_value"] for c in cells) >= 0.005 and not any(c["significant"] for c in cells)
+    assert all(c["significant"] is False for c in cells)
     raw = [stats.randomization_test([ndcg10(ranked_ids(runs[f"shuffle@{n}"].get(q, {})), qrels[q]) for q in queries],
                                     [ndcg10(ranked_ids(runs["bm25"].get(q, {})), qrels[q]) for q in queries],
-                                    ev.permutations, ev.seed) for n in SWEEP_DEPTHS]  # fmt: skip
+                                    SWEEP_EVALUATION["permutations"], SWEEP_EVALUATION["seed"]) for n in SWEEP_DEPTHS]  # fmt: skip
     assert any(p < 0.005 for p in raw)  # so a mark from the raw p would show
 
 
