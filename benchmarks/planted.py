@@ -57,7 +57,7 @@ BUGS: tuple[Bug, ...] = (
         ("tests/test_cache_keys.py",)),
     Bug("depth sweeps", "the LLM stage declares depths unkeyed", "src/stagebench/stages/llm_rerank.py",
         "unkeyed_params = ChatParams.UNKEYED", "unkeyed_params = ChatParams.UNKEYED + ('depths',)",
-        ("tests/test_cache_keys.py",)),
+        ("tests/test_cache_keys.py", "tests/test_llm_keys.py")),
     Bug("cache keys", "a scoring param counted as ranking-only (pair scores shared across it)", "src/stagebench/execute.py",
         'RANKING_ONLY = frozenset({"top_n", "depths", "tail", "tail_scale", "activation"})',
         'RANKING_ONLY = frozenset({"top_n", "depths", "tail", "tail_scale", "activation", "max_length"})',

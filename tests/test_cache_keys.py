@@ -317,3 +317,18 @@ def test_bm25_and_dense_params_declared_unkeyed_do_not_change_the_run(dataset):
         want = run_stage_once(stype, base, dataset, None)
         for name, value in others.items():
             assert run_stage_once(stype, dataclasses.replace(base, **{name: value}), dataset, None) == want, name
+
+
+#: each stage type's params declared as not changing its output, and where that is checked by running
+#: the stage both ways: a declaration added without such a check fails here
+UNKEYED_CHECKED = {
+    "bm25": {"query_batch", "threads"},  # test_bm25_and_dense_params_declared_unkeyed_do_not_change_the_run
+    "dense": {"cache"},  # test_a_warm_cache_gives_what_a_fresh_computation_gives[dense] (slow: the model)
+    "llm_rerank": {"concurrency", "timeout", "retries", "backoff", "price_per_1k_tokens", "api_key_env"},
+    # ^ tests/test_llm_keys.py::test_params_declared_unkeyed_do_not_change_the_run, every method
+}
+
+
+def test_every_unkeyed_declaration_is_checked_to_leave_the_output_unchanged():
+    for stype, cls in STAGE_TYPES.items():
+        assert set(cls.unkeyed_params) == UNKEYED_CHECKED.get(stype, set()), stype
