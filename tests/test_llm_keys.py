@@ -63,6 +63,7 @@ class Sampler:
     def __init__(self):
         self.calls = 0
         self.lock = threading.Lock()
+        self.asked: list[tuple[ChatRequest, Completion]] = []
 
     def check(self):
         return None
@@ -71,8 +72,13 @@ class Sampler:
         return {"backend": "sampler"}
 
     def complete(self, req: ChatRequest) -> Completion:
+        out = self._answer(req)
         with self.lock:
             self.calls += 1
+            self.asked.append((req, out))
+        return out
+
+    def _answer(self, req: ChatRequest) -> Completion:
         h, user = _mix(req), req.messages[-1][1]
         if req.labels:
             weights = [((h >> (8 * i)) & 0xFF) + 1 for i in range(len(req.labels))]
@@ -101,6 +107,15 @@ def rerank(family: str, cache: Cache | None, **changes):
     st._backend = Sampler()
     out = st.apply(StageContext(dataset(), cache), [input_run()])
     return out, st._backend.calls
+
+
+def asked(family: str, **changes) -> tuple:
+    """The stage's output and every (request, answer) it asked for, no cache."""
+    params = {**BASE, "method": family, **changes}
+    st = LLMRerankStage("llm", build(LLMRerankParams, params, "params"))
+    st._backend = Sampler()
+    out = st.apply(StageContext(dataset(), None), [input_run()])
+    return out, st._backend.asked
 
 
 def keyed_fields() -> list[str]:
@@ -154,11 +169,27 @@ def test_params_declared_unkeyed_do_not_change_the_run(method):
 
 @pytest.mark.parametrize("method", METHODS)
 def test_seconds_per_query_divide_the_model_time_by_the_queries(method):
-    out, asked = rerank(method, None)
-    st = out.stats
-    assert isinstance(st, LLMStats) and st.queries == 2 and st.windows == asked > 2
-    assert st.model_seconds == pytest.approx(0.25 * asked)
-    assert st.seconds_per_query == pytest.approx(0.25 * asked / 2, abs=1e-3)
+    out, calls = asked(method)
+    st, n = out.stats, len(calls)
+    assert isinstance(st, LLMStats) and st.queries == 2 and st.windows == n > 2
+    assert st.model_seconds == pytest.approx(0.25 * n)
+    assert st.seconds_per_query == pytest.approx(0.25 * n / 2, abs=1e-3)
+    assert st.prompt_tokens == sum(c.prompt_tokens for _, c in calls) > 0
+    assert st.completion_tokens == sum(c.completion_tokens for _, c in calls) > 0
+    assert st.tokens == st.prompt_tokens + st.completion_tokens and st.method == method
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_requests_carry_the_system_message_the_user_message_and_the_answer_budget(method):
+    _, calls = asked(method, system_prompt="Be brief.")
+    for req, _ in calls:
+        assert [role for role, _ in req.messages] == ["system", "user"] and req.messages[0][1] == "Be brief."
+        if method == "listwise":  # the default budget: 8 tokens per candidate shown + 16
+            assert req.max_new_tokens == 8 * len(re.findall(r"^\[\d+\]", req.messages[1][1], re.M)) + 16
+        assert (req.temperature, req.seed) == (0.0, 0) and bool(req.labels) == (method != "listwise")
+    _, calls = asked(method, system_prompt="", max_new_tokens=40, temperature=0.5, seed=3)
+    assert all([r for r, _ in r_.messages] == ["user"] for r_, _ in calls)
+    assert all((r.max_new_tokens, r.temperature, r.seed) == (40, 0.5, 3) for r, _ in calls)
 
 
 def test_llm_tokens_per_query_on_the_quality_cost_plane_divide_by_the_queries():
