@@ -38,7 +38,12 @@ from stagebench.runs import ranked_ids
 from stagebench.stages import StageContext
 from stagebench.stages.llm_rerank import LLMRerankParams, LLMRerankStage
 from tests.conftest import stagebench_cli
-from tests.stages.test_llm_rerank import N_DOCS, dataset, input_run
+from tests.stages.test_llm_rerank import N_DOCS, Scripted, dataset, input_run
+
+
+class OtherScripted(Scripted):
+    def identity(self):
+        return {"backend": "another scripted model"}
 
 # ---------------------------------------------------------------------------- schemes
 
@@ -266,6 +271,90 @@ def test_params_that_cannot_make_sense_fail_at_load(tmp_path):
     bad.write_text("{query} {passages}")  # a listwise template given to the pairwise family
     errs = LLMRerankStage.check_params(build(LLMRerankParams, {"method": "pairwise", "prompt": str(bad)}, "p"), ["x"])
     assert errs and errs[0][0] == "prompt" and "passage_a" in errs[0][1]
+
+
+@pytest.mark.parametrize("method,extra,where", [("pointwise", {}, "product 10"), ("pairwise", {"top_k": 10}, "products 10 and 9"),
+                                                 ("setwise", {"top_k": 10, "set_size": 4}, "products 3, 8, 9, 10")])  # fmt: skip
+def test_a_failed_call_is_logged_naming_the_query_its_products_and_the_error(method, extra, where, caplog):
+    """The warning points at the call that failed: the query, the products by input position, the
+    server's error, and what was kept instead."""
+    fail = lambda user: RequestFailed("HTTP 503 (after 4 attempts)", 4) if "quality 9" in user else None  # noqa: E731
+    with caplog.at_level("WARNING", logger="stagebench"):
+        family(LabelScripted(fail_on=fail), method=method, top_n=10, **extra).apply(StageContext(dataset()), [input_run()])
+    lines = [r.getMessage() for r in caplog.records if "request failed" in r.getMessage()]
+    # d09 (quality 9) is the input's tenth product; pairwise: the first comparison of the first pass
+    # (bottom up); setwise: the heap's last inner node (3) with its children
+    assert any(ln.startswith(f"stage llm: query 'q1' {where}: request failed: HTTP 503 (after 4 attempts); ") for ln in lines), lines
+    kept = {"pointwise": "the query keeps its input order", "pairwise": "no preference", "setwise": "no preference"}[method]
+    assert all(ln.endswith(kept) for ln in lines)
+
+
+def test_a_pairwise_comparison_needs_both_orders_and_agreement():
+    """A model that says A whatever the order has no preference (the input order stays); a
+    comparison whose other order failed has none either."""
+    class AlwaysA(LabelScripted):
+        def complete(self, req):
+            with self.lock:
+                self.calls += 1
+            exc = self.fail_on(req.messages[-1][1])
+            if exc is not None:
+                raise exc
+            return Completion("A", 10, 1, 0.01, 0, (math.log(0.5), math.log(0.5)) if self.text_only else None)
+
+    inp = input_run()
+    for be in (AlwaysA(), AlwaysA(text_only=True)):
+        res = family(be, method="pairwise", top_n=10, top_k=10).apply(StageContext(dataset()), [inp])
+        assert ranked_ids(res.run["q1"]) == ranked_ids(inp["q1"])
+    # the reversed order of every comparison fails: nothing is known, nothing moves
+    fail = lambda user: RequestFailed("HTTP 503", 1) if user.index("quality") > user.rindex("Product A") else None  # noqa: E731
+    res = family(LabelScripted(fail_on=fail), method="pairwise", top_n=10, top_k=10).apply(StageContext(dataset()), [inp])
+    assert res.stats.failed > 0 and ranked_ids(res.run["q1"]) == ranked_ids(inp["q1"])
+
+
+@pytest.mark.parametrize("c", [2, 3, 4, 5])
+def test_the_schemes_on_every_small_list(c):
+    """Every n up to 9 and every k: with a consistent judge, both schemes give the true top k in order,
+    setwise within its bound, which a judge that always names a child reaches exactly."""
+    for n in range(0, 10):
+        quality = random.Random(n * 13 + c).sample(range(100), n)
+        best = sorted(range(n), key=lambda i: -quality[i])
+        for k in range(1, n + 2):
+            best_of, calls = counting(lambda g: max(range(len(g)), key=lambda i: quality[g[i]]))
+            order = setwise_heap(n, k, c, best_of)
+            assert order[: min(k, n)] == best[: min(k, n)] and sorted(order) == list(range(n)), (n, k)
+            assert len(calls) <= setwise_heap_calls(n, k, c)
+            worst, calls = counting(lambda g: 1)  # always the first child: every sift to the bottom
+            setwise_heap(n, k, c, worst)
+            assert len(calls) == setwise_heap_calls(n, k, c), (n, k, c)
+            prefer = lambda a, b: (quality[a] > quality[b]) - (quality[a] < quality[b])  # noqa: E731
+            assert prp_sliding(n, k, prefer)[: min(k, n)] == best[: min(k, n)], (n, k)
+            ties, calls = counting(lambda a, b: 0)  # no preference anywhere: nothing moves
+            assert prp_sliding(n, k, ties) == list(range(n)) and len(calls) == prp_sliding_comparisons(n, k)
+    assert setwise_heap_calls(1, 3, c) == 0 and prp_sliding_comparisons(1, 3) == 0
+    for n in range(10):  # no preference anywhere (failed or unreadable calls): nothing moves
+        assert setwise_heap(n, 4, c, lambda g: None) == list(range(n))
+
+
+def test_a_set_of_one_is_refused():
+    with pytest.raises(ValueError, match="^a set holds at least two candidates$"):
+        setwise_heap(5, 2, 1, lambda g: 0)
+
+
+@pytest.mark.parametrize("method,extra", [("listwise", {"window": 5, "stride": 2}), *FAMILIES])
+def test_answers_of_another_model_are_not_served_from_the_cache(method, extra, tmp_path):
+    """Answers are keyed by the backend's identity: a second model through a warm cache is asked
+    every question again."""
+    cache = Cache(tmp_path / "cache")
+
+    class Other(LabelScripted):
+        def identity(self):
+            return {"backend": "another model"}
+
+    first = LabelScripted() if method != "listwise" else Scripted()
+    family(first, method=method, top_n=10, **extra).apply(StageContext(dataset(), cache), [input_run()])
+    second = Other() if method != "listwise" else OtherScripted()
+    family(second, method=method, top_n=10, **extra).apply(StageContext(dataset(), cache), [input_run()])
+    assert first.calls > 0 and second.calls == first.calls
 
 
 # ---------------------------------------------------------------------------- the real model in process

@@ -17,7 +17,7 @@ a rerun asks nothing, a killed run resumes at the next call not yet answered. A 
 query already asked (PRP's later passes compare some neighbours again) is answered from
 memory and not counted again: the calls column counts distinct questions. A call that
 failed after every retry is counted; pointwise keeps the query's input order, a comparison
-gives no preference (the candidates keep their places).
+gives no preference (a pair keeps its places; in a set, the earliest in the input wins).
 """
 
 from __future__ import annotations

@@ -13,7 +13,8 @@ compares, in which order, and how many calls a query can take - counted before i
 
 Candidates are indices ``0..n-1`` in input order; the result is a permutation of them: the
 top ``k`` as the scheme found them, then the rest in their input order. Nothing is lost or
-invented whatever the comparator answers (tests/test_llm_families.py property-tests it).
+invented whatever the comparator answers, and a comparator with no preference anywhere leaves
+the input order (tests/test_llm_families.py property-tests both).
 """
 
 from __future__ import annotations
@@ -54,7 +55,9 @@ def setwise_heap_calls(n: int, k: int, c: int) -> int:
 
 def setwise_heap(n: int, k: int, c: int, best_of: Callable[[Sequence[int]], int | None]) -> list[int]:
     """``best_of(group)``: the position in ``group`` (a node, then its children) of the best
-    candidate, or None for no preference (the node stays). Returns the new order of ``range(n)``."""
+    candidate, or None for no preference: then the one earliest in the input order wins, so that
+    calls that say nothing (failed, unreadable) leave the input order as it was rather than
+    promoting the candidate a heap extraction moved to the root. Returns the new order of ``range(n)``."""
     if c < 2:
         raise ValueError("a set holds at least two candidates")
     d = c - 1
@@ -63,8 +66,11 @@ def setwise_heap(n: int, k: int, c: int, best_of: Callable[[Sequence[int]], int 
     def sift(i: int, size: int) -> None:
         while d * i + 1 < size:
             kids = range(d * i + 1, min(d * i + d + 1, size))
-            w = best_of([heap[i], *(heap[x] for x in kids)])
-            if not w:  # None or 0: the node is the best of its group
+            group = [heap[i], *(heap[x] for x in kids)]
+            w = best_of(group)
+            if w is None:  # no preference: the earliest in the input
+                w = group.index(min(group))
+            if w == 0:  # the node is the best of its group
                 return
             pos = d * i + w
             heap[i], heap[pos] = heap[pos], heap[i]
