@@ -27,7 +27,7 @@ class SlowFirst:
 
 
 def test_threaded_results_follow_their_units_whatever_order_they_finish_in():
-    task = SlowFirst(0.03)
+    task = SlowFirst(0.1)
     out = LocalEngine().map(task, UNITS, desc="t", threads=len(UNITS))
     assert out == [f"unit {u}" for u in UNITS]
     assert task.finished != UNITS  # they did finish out of order
