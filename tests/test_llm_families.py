@@ -32,7 +32,9 @@ from stagebench.cache import Cache
 from stagebench.errors import ConfigError
 from stagebench.params import build
 from stagebench.rerank.chat import ChatRequest, Completion, RequestFailed, label_logprobs
-from stagebench.rerank.labels import label_in_text, letters, read_labels
+from stagebench.rerank.labels import (MIN_MASS, POINTWISE_ESCI, POINTWISE_YES_NO, check_template, default_template,
+                                      label_in_text, letters, read_labels, render_pairwise, render_pointwise,
+                                      render_setwise)
 from stagebench.rerank.schemes import prp_sliding, prp_sliding_comparisons, setwise_heap, setwise_heap_calls
 from stagebench.runs import ranked_ids
 from stagebench.stages import StageContext
@@ -115,6 +117,34 @@ def test_label_reading_from_probabilities_and_from_text():
     assert none.status == "fallback" and none.best() is None
     assert label_in_text(("Yes", "No"), "<think>No idea</think> yes, it is") == 0
     assert letters(3) == ("A", "B", "C")
+
+
+def test_label_reading_at_its_edges():
+    # no label among the alternatives at all: no preference, said as such
+    none = read_labels(("Yes", "No"), (-math.inf, -math.inf), "The")
+    assert none.probs == (0.5, 0.5) and none.status == "fallback" and none.mass == 0.0 and none.best() is None
+    # exactly half the mass is enough; just below is low
+    assert read_labels(("A", "B"), (math.log(MIN_MASS * 0.6), math.log(MIN_MASS * 0.4)), "A").status == "ok"
+    assert read_labels(("A", "B"), (math.log(0.299), math.log(0.2)), "A").status == "low_mass"
+    one = read_labels(("A", "B"), (math.log(0.25), -math.inf), "A")
+    assert one.probs == (1.0, 0.0) and one.mass == 0.25
+    assert letters(1) == ("A",) and letters(26)[-1] == "Z" and len(letters(26)) == 26
+    for n in (0, 27):
+        with pytest.raises(ValueError, match=f"^a set of {n} candidates cannot be lettered A-Z$"):
+            letters(n)
+
+
+def test_the_prompts_render_the_query_and_products_as_documented():
+    t = "Q:{query}|{passage}"
+    got = render_pointwise(t, "  red   shoes ", "one two three four", 3)  # the query's whitespace collapsed, 3 words kept
+    assert got.startswith("Q:red shoes|one two three") and "four" not in got
+    assert render_pairwise("{query}|{passage_a}|{passage_b}", "a  b", "x", "y", 5) == "a b|x|y"
+    out = render_setwise("{query}|{labels}\n{passages}", " a\tb ", ["first", "second", "third"], 5)
+    assert out == "a b|A, B, C\n[A] first\n[B] second\n[C] third"
+    assert default_template("pointwise") == POINTWISE_YES_NO and default_template("pointwise", "esci") == POINTWISE_ESCI
+    assert POINTWISE_YES_NO != POINTWISE_ESCI and "Yes" in POINTWISE_YES_NO
+    assert "passages" in check_template("setwise", "{query}")
+    assert check_template("pairwise", "{query} {passage_a}") and check_template("pointwise", "{query} {passage}") is None
 
 
 def test_a_servers_logprobs_are_read_per_label_and_malformed_ones_refused():

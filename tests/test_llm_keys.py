@@ -30,7 +30,7 @@ from stagebench.cache import Cache
 from stagebench.data import Dataset
 from stagebench.params import build
 from stagebench.record import LLMStats
-from stagebench.rerank.chat import ChatParams, ChatRequest, Completion, cached_answer
+from stagebench.rerank.chat import ChatParams, ChatRequest, Completion, RequestFailed, cached_answer
 from stagebench.results.cost import quality_cost
 from stagebench.results.folder import RunFolder
 from stagebench.stages import StageContext
@@ -38,6 +38,7 @@ from stagebench.stages.llm_rerank import LLMRerankParams, LLMRerankStage
 from tests.conftest import REPO
 
 N_DOCS = 9
+SECONDS = 0.1234  # each answer's model time (four decimals: the stats keep three)
 METHODS = ("listwise", "pointwise", "pairwise", "setwise")
 #: keyed through the stage's identity() (the backend's identity, the prompt file's digest): tests/test_cache_keys.py
 IDENTITY = {"model", "backend", "source", "gguf_file", "base_url", "device", "precision", "prompt"}
@@ -84,11 +85,11 @@ class Sampler:
             weights = [((h >> (8 * i)) & 0xFF) + 1 for i in range(len(req.labels))]
             total = sum(weights)
             lp = tuple(math.log(w / total) for w in weights)
-            return Completion(req.labels[max(range(len(lp)), key=lambda i: lp[i])], len(user.split()), 1, 0.25,
+            return Completion(req.labels[max(range(len(lp)), key=lambda i: lp[i])], len(user.split()), 1, SECONDS,
                               label_logprobs=lp)  # fmt: skip
         shown = [int(i) for i in re.findall(r"^\[(\d+)\]", user, re.M)]
         order = sorted(shown, key=lambda i: hashlib.sha256(f"{h}:{i}".encode()).digest())
-        return Completion(" > ".join(f"[{i}]" for i in order), len(user.split()), len(order), 0.25)
+        return Completion(" > ".join(f"[{i}]" for i in order), len(user.split()), len(order), SECONDS)
 
 
 def dataset() -> Dataset:
@@ -109,12 +110,12 @@ def rerank(family: str, cache: Cache | None, **changes):
     return out, st._backend.calls
 
 
-def asked(family: str, **changes) -> tuple:
+def asked(family: str, queries=("q1", "q2"), backend=None, **changes) -> tuple:
     """The stage's output and every (request, answer) it asked for, no cache."""
     params = {**BASE, "method": family, **changes}
     st = LLMRerankStage("llm", build(LLMRerankParams, params, "params"))
-    st._backend = Sampler()
-    out = st.apply(StageContext(dataset(), None), [input_run()])
+    st._backend = backend or Sampler()
+    out = st.apply(StageContext(dataset(), None), [{q: r for q, r in input_run().items() if q in queries}])
     return out, st._backend.asked
 
 
@@ -168,12 +169,14 @@ def test_params_declared_unkeyed_do_not_change_the_run(method):
 
 
 @pytest.mark.parametrize("method", METHODS)
-def test_seconds_per_query_divide_the_model_time_by_the_queries(method):
-    out, calls = asked(method)
+@pytest.mark.parametrize("queries", [("q1",), ("q1", "q2")])
+def test_seconds_per_query_divide_the_model_time_by_the_queries(method, queries):
+    out, calls = asked(method, queries)
     st, n = out.stats, len(calls)
-    assert isinstance(st, LLMStats) and st.queries == 2 and st.windows == n > 2
-    assert st.model_seconds == pytest.approx(0.25 * n)
-    assert st.seconds_per_query == pytest.approx(0.25 * n / 2, abs=1e-3)
+    assert isinstance(st, LLMStats) and st.queries == len(queries) and st.windows == n > len(queries)
+    assert st.model_seconds == round(SECONDS * n, 3)
+    assert st.seconds_per_query == round(SECONDS * n / len(queries), 3)
+    assert st.reproducibility and st.reproducibility.startswith("greedy" if method == "listwise" else "label probabilities")
     assert st.prompt_tokens == sum(c.prompt_tokens for _, c in calls) > 0
     assert st.completion_tokens == sum(c.completion_tokens for _, c in calls) > 0
     assert st.tokens == st.prompt_tokens + st.completion_tokens and st.method == method
@@ -213,3 +216,19 @@ def test_the_cost_column_prices_the_tokens():
     assert st.priced(0.01).pricing.cost == pytest.approx(2000 / 1000 * 0.01)
     assert ChatParams.UNKEYED == LLMRerankStage.unkeyed_params
     assert Path(REPO / "results" / "llm_families" / "manifest.json").is_file()
+
+
+def test_a_failed_window_is_logged_with_its_positions_and_the_error(caplog):
+    class Failing(Sampler):
+        def complete(self, req):
+            if "product 0 " in req.messages[-1][1]:  # d0, the input's first: the last window (a sweep goes up)
+                raise RequestFailed("HTTP 503 (after 2 attempts)", 2)
+            return super().complete(req)
+
+    with caplog.at_level("WARNING", logger="stagebench"):
+        out, _ = asked("listwise", ("q1",), backend=Failing())
+    lines = [r.getMessage() for r in caplog.records if "request failed" in r.getMessage()]
+    # windows of 4, stride 2, over the top 8: products 5-8, 3-6, 1-4 (1-based, inclusive)
+    assert lines == ["stage llm: query 'q1' products 1-4: request failed: HTTP 503 (after 2 attempts); the window keeps "
+                     "its input order"]  # fmt: skip
+    assert out.stats.failed == 1 and out.stats.retries == 1 and out.incomplete

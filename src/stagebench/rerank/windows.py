@@ -70,7 +70,7 @@ class WindowAnswer:
     """One call of one query (a listwise window, or a label-reading family's question): its
     outcome, and the answer (None: the request failed)."""
 
-    where: str  # what the call covered, for messages: "window [1, 10)", "products 3 and 4" ...
+    where: str  # what the call covered, for messages: "products 1-10" (a window), "products 3 and 4" ...
     status: str
     repairs: tuple[str, ...] = ()
     answer: Completion | None = None
@@ -122,12 +122,12 @@ class QueryTask:
             try:
                 comp, cached = self.answer(req)
             except RequestFailed as exc:
-                windows.append(WindowAnswer(f"window [{start + 1}, {end})", FAILED, retries=exc.attempts - 1,
+                windows.append(WindowAnswer(f"products {start + 1}-{end}", FAILED, retries=exc.attempts - 1,
                                             error=str(exc)))  # fmt: skip
                 continue
             outcome = parse_permutation(comp.text, len(shown))
             order[start:end] = [shown[k] for k in outcome.order]
-            windows.append(WindowAnswer(f"window [{start + 1}, {end})", outcome.status, outcome.repairs, comp,
+            windows.append(WindowAnswer(f"products {start + 1}-{end}", outcome.status, outcome.repairs, comp,
                                         cached=cached))  # fmt: skip
         return [doc_ids[i] for i in order], windows
 
