@@ -232,3 +232,12 @@ def test_a_failed_window_is_logged_with_its_positions_and_the_error(caplog):
     assert lines == ["stage llm: query 'q1' products 1-4: request failed: HTTP 503 (after 2 attempts); the window keeps "
                      "its input order"]  # fmt: skip
     assert out.stats.failed == 1 and out.stats.retries == 1 and out.incomplete
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_each_cached_answer_names_its_model_and_stage_for_the_cache_listing(method, tmp_path):
+    """`stagebench cache ls` shows an answer's model; the entry's meta holds it and the stage."""
+    cache = Cache(tmp_path / "cache")
+    rerank(method, cache)
+    rows = [r for r in cache.list() if r["kind"] == "llm"]
+    assert rows and all(r["meta"].get("model") == "scripted" and r["meta"].get("stage") == "stage llm" for r in rows)
