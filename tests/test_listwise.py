@@ -99,3 +99,10 @@ def test_prompt_numbers_documents_from_one_and_truncates():
 def test_check_template(template, problem):
     got = check_template(template)
     assert (got is None) if problem is None else (problem in got)
+
+
+def test_window_edges_and_shortening_at_the_word_limit():
+    for window, stride in ((0, 1), (4, 0)):
+        with pytest.raises(ValueError, match="^window and stride must be >= 1$"):
+            sliding_windows(10, window, stride)
+    assert shorten("a b  c", 3) == "a b c" and shorten("a b c d", 3) == "a b c ..."
