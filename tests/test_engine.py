@@ -113,3 +113,94 @@ def test_models_on_ray_workers_with_gpus_are_placed_on_their_gpu_whatever_the_dr
     # an explicit cpu device stays on the CPU; so does every stage without GPU workers
     assert DenseStage("d", DenseParams(device="cpu"), ray_gpu).placement().device == "cpu"
     assert DenseStage("d", DenseParams(), EngineParams(type="ray")).placement().device == "cpu"
+
+
+class _Listener:
+    """A real TCP server on 127.0.0.1 that reads a connection's first bytes, answers ``reply`` and
+    closes it (``b""``: closes it without a word)."""
+
+    def __init__(self, reply):
+        import socket
+        import threading
+
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.reply, self.got = reply, b""
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                conn.settimeout(5)
+                self.got = conn.recv(64)
+                conn.sendall(self.reply)
+
+    def close(self):
+        self.sock.close()
+
+
+#: an HTTP/2 server's first frame: an empty SETTINGS frame (length 0, type 4, flags 0, stream 0)
+SETTINGS = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+
+
+@pytest.mark.parametrize("prefix", ["", "ray://"])
+def test_the_probe_lets_a_grpc_server_through_and_names_what_else_answers(prefix, monkeypatch):
+    from stagebench.engine import _H2_PREFACE, probe
+
+    monkeypatch.delenv("RAY_USE_TLS", raising=False)
+    grpc = _Listener(SETTINGS)
+    try:
+        probe(f"{prefix}127.0.0.1:{grpc.port}", "engine.address")  # a gRPC server's handshake: let through
+        assert grpc.got.startswith(_H2_PREFACE[:24])
+    finally:
+        grpc.close()
+    http1 = _Listener(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+    try:
+        with pytest.raises(StagebenchError, match=r"^engine.address: .* answers, but not as a Ray cluster does \(no gRPC "
+                                                  r"handshake: b'HTTP/1.1 '\); check the address and port"):  # fmt: skip
+            probe(f"{prefix}127.0.0.1:{http1.port}", "engine.address")
+    finally:
+        http1.close()
+    closing = _Listener(b"")
+    try:
+        with pytest.raises(StagebenchError, match="no gRPC handshake: it closed the connection"):
+            probe(f"127.0.0.1:{closing.port}", "$RAY_ADDRESS")
+    finally:
+        closing.close()
+    # with TLS only the connection is tried: what answers is not read
+    monkeypatch.setenv("RAY_USE_TLS", "1")
+    http1 = _Listener(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+    try:
+        probe(f"127.0.0.1:{http1.port}", "engine.address")
+    finally:
+        http1.close()
+
+
+def test_the_probe_names_an_address_where_nothing_listens_and_malformed_ones():
+    import socket
+
+    from stagebench.engine import probe
+
+    s = socket.create_server(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nothing listens there now
+    with pytest.raises(StagebenchError, match=rf"^\$RAY_ADDRESS: no Ray cluster answers at 127.0.0.1:{port} \("):
+        probe(f"127.0.0.1:{port}", "$RAY_ADDRESS")
+    for bad in ("somewhere", "host:", ":6379", "host:port", "ray://host"):
+        with pytest.raises(StagebenchError, match=rf"^engine.address: '{bad}' is not auto, host:port or ray://host:port$"):
+            probe(bad, "engine.address")
+
+
+def test_make_engine_picks_the_engine_the_params_name():
+    from stagebench.engine import RayEngine
+
+    ray = EngineParams(type="ray", num_workers=3)
+    assert isinstance(make_engine(ray), RayEngine) and make_engine(ray).params is ray
+    local = EngineParams(batch_size=4)
+    assert isinstance(make_engine(local), LocalEngine) and make_engine(local).params is local
+    assert isinstance(make_engine(None), LocalEngine) and make_engine(None).params == EngineParams()
