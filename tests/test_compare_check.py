@@ -153,3 +153,18 @@ def test_segment_p_values_use_the_configured_seed_and_holm_over_each_measure(swe
         assert [p for p, _ in got] == pytest.approx(tested, abs=1e-6), m
         assert [h for _, h in got] == pytest.approx(holm(tested), abs=1e-6), m
     assert differs  # another seed gives other p-values here, so one not passed through would show
+
+
+def test_check_fails_a_missing_stage_or_measure_and_checks_the_dataset(sweep_folder, tmp_path):
+    manifest = json.loads((sweep_folder / "manifest.json").read_text())
+    have = {r["stage"]: r for r in json.loads((sweep_folder / "stage_table.json").read_text())}["bm25"]
+    expected = {"tolerance": 0.001,
+                "dataset": {"fingerprint": manifest["dataset"]["fingerprint"], "qrels_fingerprint": "0" * 64},
+                "stages": {"bm25": {"nDCG@10": have["nDCG@10"], "P@10": 0.5}, "nonesuch": {"nDCG@10": 0.5}}}  # fmt: skip
+    path = tmp_path / "expected.yaml"
+    path.write_text(yaml.safe_dump(expected))
+    rows, _ = compare_with_expected(sweep_folder, path)
+    status = {(r.stage, r.metric): r.status for r in rows}
+    assert status == {("(dataset)", "fingerprint"): "OK", ("(dataset)", "qrels_fingerprint"): "FAIL",
+                      ("bm25", "nDCG@10"): "OK", ("bm25", "P@10"): "FAIL", ("nonesuch", "nDCG@10"): "FAIL"}  # fmt: skip
+    assert [r.got for r in rows if r.stage == "nonesuch" or r.metric == "P@10"] == [None, None]

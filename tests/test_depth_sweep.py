@@ -207,3 +207,19 @@ def test_a_changed_depths_list_is_another_run_not_the_cached_one(sweep_folder, s
     warm = table(sweep_folder.parent / "cache", tmp_path / "warm")
     assert [c["depth"] for c in warm] == [5, 30]
     assert warm == table(tmp_path / "empty-cache", tmp_path / "fresh")
+
+
+def test_a_query_a_run_returned_nothing_for_scores_zero_in_the_sweep(sweep, recorded):
+    """A stage may return nothing for a query (its file cannot hold an empty ranking): that query
+    scores 0 in the input and in each depth's run, as every measure scores it."""
+    table, runs, qrels, queries = sweep
+    record, ev = recorded
+    q = queries[0]
+    emptied = {name: {k: v for k, v in run.items() if k != q} for name, run in runs.items()}
+    cells = [dataclasses.asdict(c) for c in depth_sweep(record, emptied, qrels, queries, REL, ev.gain, ev)]
+    for cell in cells:
+        n = cell["depth"]
+        achieved = mean(ndcg10(ranked_ids(emptied[f"shuffle@{n}"].get(x, {})), qrels[x]) for x in queries)
+        assert cell["achieved_ndcg10"] == pytest.approx(achieved, abs=1e-6)
+        assert cell["input_ndcg10"] == pytest.approx(mean(ndcg10(ranked_ids(emptied["bm25"].get(x, {})), qrels[x])
+                                                          for x in queries), abs=1e-6)  # fmt: skip
