@@ -11,12 +11,12 @@ import re
 import pytest
 
 from stagebench import stats
-from stagebench.report.explorer import DOWN, UP
+from stagebench.report.explorer import DOWN, UP, explorer_json, query_text
 from stagebench.report.write import show_query
-from stagebench.results.cost import quality_cost
+from stagebench.results.cost import cascade_latency, quality_cost
 from stagebench.results.folder import RunFolder
-from stagebench.results.queries import build, wins_and_losses
-from stagebench.runs import read_trec_qrels
+from stagebench.results.queries import QueryView, Shown, StageView, build, read_texts, wins_and_losses
+from stagebench.runs import read_trec_qrels, read_trec_run
 from tests.conftest import SWEEP_EVALUATION
 from tests.test_compare_check import per_query
 
@@ -139,3 +139,61 @@ def test_confidence_intervals_use_the_configured_resamples_and_seed(sweep_folder
             assert (lo, hi) == pytest.approx(want, abs=1e-6), (s, m)
             differs += tuple(round(x, 6) for x in stats.bootstrap_ci(values, 2000, 42)) != (lo, hi)
     assert differs > 5
+
+
+def test_the_pareto_front_and_the_quality_axis_from_their_definitions(sweep_folder):
+    rf = RunFolder.open(sweep_folder)
+    table = {r["stage"]: r for r in json.loads((sweep_folder / "stage_table.json").read_text())}
+    points = quality_cost(rf.table(), rf.stages)
+    for p in points:
+        assert p.quality == table[p.stage]["nDCG@10"]
+        dominated = any(o.seconds_per_query <= p.seconds_per_query and o.quality >= p.quality
+                        and (o.seconds_per_query < p.seconds_per_query or o.quality > p.quality) for o in points)  # fmt: skip
+        assert p.pareto == (not dominated), p.stage
+    assert {p.pareto for p in points} == {True, False}  # both kinds occur, so a flipped test shows
+    # a reranker's work: the pairs it scored (every query's candidates up to its depth) per scored query
+    bm25 = read_trec_run(sweep_folder / "runs" / "bm25.trec")
+    pairs = sum(min(40, len(docs)) for docs in bm25.values())
+    assert next(p for p in points if p.stage == "shuffle40").work_per_query == pytest.approx(pairs / table["bm25"]["queries"])
+    assert next(p for p in points if p.stage == "bm25").work_per_query is None
+
+
+def test_cascade_latency_is_the_percentiles_of_each_query_s_summed_latency():
+    def rec(lat):
+        return type("R", (), {"latency_ms": lat})()
+
+    a, b = rec({"q1": 10.0, "q2": 30.0, "q3": 20.0}), rec({"q1": 5.0, "q2": 1.0, "q3": 40.0})
+    assert cascade_latency([a, b]) == stats.latency_percentiles([15.0, 31.0, 60.0])
+    assert cascade_latency([a, rec(None)]) is None and cascade_latency([a, rec({"q1": 1.0})]) is None
+    assert cascade_latency([]) is None
+
+
+def test_the_explorer_data_holds_each_stage_and_query_as_the_report_draws_them(folder, sweep_folder):
+    rf, manifest, rank = folder
+    pq = per_query(sweep_folder)
+    queries = sorted(pq["bm25"]["nDCG@10"])
+    texts = read_texts(sweep_folder / "texts.json")
+    views = build(manifest.stages, rf.runs(), rf.qrels(), pq, "nDCG@10", queries, 1, texts)
+    data = explorer_json(views, manifest.stages, "nDCG@10", {3: "E", 2: "S", 1: "C", 0: "I"}, texts)
+    assert [s["name"] for s in data["stages"]] == [s.name for s in manifest.stages]
+    assert [s["depth"] for s in data["stages"]] == [s.candidate_depth if s.is_reranker else None for s in manifest.stages]
+    for q, v in zip(data["queries"], views):
+        assert q["id"] == v.qid and q["text"] == texts["queries"][v.qid] != ""
+        for s, value, change in zip(manifest.stages, q["values"], q["changes"]):
+            assert value == round(pq[s.name]["nDCG@10"][v.qid], 4)
+            assert change == (None if not s.inputs else round(pq[s.name]["nDCG@10"][v.qid] - pq[s.inputs[0]]["nDCG@10"][v.qid], 4))
+    assert any(c not in (None, 0.0) for q in data["queries"] for c in q["changes"])
+
+
+def test_show_marks_a_fused_document_s_ranks_in_each_input_and_a_query_without_text():
+    top = [Shown("d1", 3, [2, None]), Shown("d2", None, [None, 1]), Shown("d3", 0, [None, None]), Shown("d4", 1, [3, 3])]
+    view = QueryView("q9", "", 4, 2, [StageView("rrf", ["a", "b"], 0.5, 0.1, top)])
+    text = query_text(view, "nDCG@10", {3: "E", 1: "C", 0: "I"}, {"d1": "red shoes"})
+    assert text.splitlines()[0] == "query q9: (no text saved)"
+    lines = [ln.split() for ln in text.splitlines() if re.match(r"\s+\d+\s", ln)]
+    assert lines[0] == ["1", "E", "from", "2/-", "d1", "red", "shoes"]
+    assert lines[1][:5] == ["2", "?", "from", "-/1", "d2"] and lines[2][:5] == ["3", "I", "from", "-/-", "d3"]
+    assert lines[3][:5] == ["4", "C", "from", "3/3", "d4"]
+    one = QueryView("q9", "t", 1, 1, [StageView("ce", ["a"], 0.5, 0.1, [Shown("d5", None, [None])])])
+    doc_line = next(ln for ln in query_text(one, "nDCG@10", {}, {}).splitlines() if "d5" in ln)
+    assert doc_line.split()[:4] == ["1", "?", "new", "d5"]
