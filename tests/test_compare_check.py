@@ -168,3 +168,28 @@ def test_check_fails_a_missing_stage_or_measure_and_checks_the_dataset(sweep_fol
     assert status == {("(dataset)", "fingerprint"): "OK", ("(dataset)", "qrels_fingerprint"): "FAIL",
                       ("bm25", "nDCG@10"): "OK", ("bm25", "P@10"): "FAIL", ("nonesuch", "nDCG@10"): "FAIL"}  # fmt: skip
     assert [r.got for r in rows if r.stage == "nonesuch" or r.metric == "P@10"] == [None, None]
+
+
+def test_compare_refuses_folders_scored_differently_or_on_other_data(sweep_folder, sweep_folder_b, tmp_path):
+    """Each refusal names both folders and what differs (the manifest edited in a copy of a folder)."""
+    import shutil
+
+    from stagebench.errors import StagebenchError
+
+    def variant(name, edit):
+        out = tmp_path / name
+        shutil.copytree(sweep_folder_b, out)
+        m = json.loads((out / "manifest.json").read_text())
+        edit(m)
+        (out / "manifest.json").write_text(json.dumps(m))
+        return out
+
+    gain = variant("gain", lambda m: m["evaluation"].update(gain="exponential"))
+    with pytest.raises(StagebenchError, match=rf"^{sweep_folder} and {gain} are scored differently: evaluation.gain is "
+                                              r"\{.*\} vs 'exponential'; their numbers cannot be compared"):  # fmt: skip
+        compare_folders(sweep_folder, gain, permutations=PERMS)
+    fp = variant("corpus", lambda m: m["dataset"].update(fingerprint="f" * 64))
+    mine = json.loads((sweep_folder / "manifest.json").read_text())["dataset"]["fingerprint"]
+    with pytest.raises(StagebenchError, match=rf"ran on different corpora \(dataset fingerprints {mine[:12]} vs "
+                                              rf"{'f' * 12}\): their numbers cannot be compared$"):  # fmt: skip
+        compare_folders(sweep_folder, fp, permutations=PERMS)
