@@ -189,7 +189,9 @@ def test_requests_carry_the_system_message_the_user_message_and_the_answer_budge
         assert [role for role, _ in req.messages] == ["system", "user"] and req.messages[0][1] == "Be brief."
         if method == "listwise":  # the default budget: 8 tokens per candidate shown + 16
             assert req.max_new_tokens == 8 * len(re.findall(r"^\[\d+\]", req.messages[1][1], re.M)) + 16
-        assert (req.temperature, req.seed) == (0.0, 0) and bool(req.labels) == (method != "listwise")
+        assert (req.temperature, req.seed) == (0.0, 0)
+        assert req.labels == {"listwise": (), "pointwise": ("Yes", "No"), "pairwise": ("A", "B"),
+                              "setwise": ("A", "B", "C", "D")[: max(len(req.labels), 2)]}[method]  # fmt: skip
     _, calls = asked(method, system_prompt="", max_new_tokens=40, temperature=0.5, seed=3)
     assert all([r for r, _ in r_.messages] == ["user"] for r_, _ in calls)
     assert all((r.max_new_tokens, r.temperature, r.seed) == (40, 0.5, 3) for r, _ in calls)
