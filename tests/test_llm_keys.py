@@ -102,21 +102,19 @@ def input_run():
     return {q: {f"d{i}": float(N_DOCS - i) for i in range(N_DOCS)} for q in ("q1", "q2")}
 
 
-def rerank(family: str, cache: Cache | None, **changes):
-    params = {**BASE, "method": family, **changes}
-    st = LLMRerankStage("llm", build(LLMRerankParams, params, "params"))
-    st._backend = Sampler()
-    out = st.apply(StageContext(dataset(), cache), [input_run()])
-    return out, st._backend.calls
-
-
-def asked(family: str, queries=("q1", "q2"), backend=None, **changes) -> tuple:
-    """The stage's output and every (request, answer) it asked for, no cache."""
+def asked(family: str, queries=("q1", "q2"), backend=None, cache: Cache | None = None, **changes) -> tuple:
+    """The stage's output and every (request, answer) it asked for (not those served from ``cache``)."""
     params = {**BASE, "method": family, **changes}
     st = LLMRerankStage("llm", build(LLMRerankParams, params, "params"))
     st._backend = backend or Sampler()
-    out = st.apply(StageContext(dataset(), None), [{q: r for q, r in input_run().items() if q in queries}])
+    out = st.apply(StageContext(dataset(), cache), [{q: r for q, r in input_run().items() if q in queries}])
     return out, st._backend.asked
+
+
+def rerank(family: str, cache: Cache | None, **changes):
+    """The stage's output and how many questions it asked."""
+    out, calls = asked(family, cache=cache, **changes)
+    return out, len(calls)
 
 
 def keyed_fields() -> list[str]:
