@@ -181,6 +181,16 @@ class Cache:
             raise
         return Entry(kind, key, final, meta)
 
+    def remove_leftovers(self, pid: int) -> list[Path]:
+        """Remove the half-written entries (``.tmp-<key>-<pid>-*``) of a process that is gone."""
+        gone = []
+        if self.root.is_dir():
+            for d in self.root.glob(f"*/.tmp-*-{pid}-*"):
+                if d.is_dir() and not d.is_symlink() and d.name.split("-")[-2] == str(pid):
+                    shutil.rmtree(d)
+                    gone.append(d)
+        return gone
+
     # ---------------------------------------------------------------- listing and pruning
     def list(self) -> list[dict]:
         """Every entry (not verified: see ``verify``), newest use first."""

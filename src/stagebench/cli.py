@@ -31,12 +31,17 @@ from stagebench.results.matrix import matrix_table
 from stagebench.results.segments import MIN_QUERIES, folder_segments
 from stagebench.results.scoring import conventions_line
 from stagebench.runs import read_trec_qrels, read_trec_run
+from stagebench.supervisor import report_finished, run_watched, watched
 from stagebench.training import train_reranker
 from stagebench.version import __version__
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
     config = load_config(args.config, engine=args.engine)
+    engine = config.ray_engine()
+    if engine is not None and getattr(args, "argv", None) is not None:
+        cache = Cache(cache_root(args.cache_dir, config.cache_dir))
+        return run_watched(args.argv, config.path, engine, Path(args.output or config.output), cache)
     result = run_config(config, args.output, cache_dir=args.cache_dir, recompute=args.recompute)
     sys.stdout.write(result.table_text)
     if result.judge_text:
@@ -388,11 +393,15 @@ def _on_signals() -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     old = _on_signals()
     try:
+        if args.command == "run" and not watched():
+            args.argv = argv  # a run on Ray is run in a watched child (stagebench.supervisor)
         return _main(args)
     finally:
+        report_finished()
         for sig, handler in old.items():
             signal.signal(sig, handler)
 

@@ -22,6 +22,7 @@ import math
 import os
 import pickle
 import socket
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
@@ -64,6 +65,15 @@ class EngineParams:
             return [("local_cpus", "sizes a local cluster; with an address the cluster is already sized")]
         return []
 
+    def resolved_address(self) -> tuple[str | None, str]:
+        """The cluster address a Ray run connects to and where it came from: the config's
+        ``address``, else ``$RAY_ADDRESS`` (which ``ray.init`` itself reads), else None (a local
+        cluster started for the run)."""
+        if self.address:
+            return self.address, "engine.address"
+        env = os.environ.get("RAY_ADDRESS") or None
+        return (env, "$RAY_ADDRESS") if env else (None, "engine.address")
+
     @property
     def gpus(self) -> bool:
         """Whether the work runs on GPUs the driver may not have (Ray actors with GPUs)."""
@@ -72,7 +82,8 @@ class EngineParams:
     def describe(self) -> str:
         if self.type == "local":
             return "local (this process)"
-        where = self.address or f"a local cluster ({self.local_cpus or os.cpu_count()} CPUs)"
+        address, source = self.resolved_address()
+        where = f"{address} (from {source})" if address else f"a local cluster ({self.local_cpus or os.cpu_count()} CPUs)"
         return (f"ray on {where}: {self.num_workers or 'auto'} worker(s) x {self.num_cpus_per_worker:g} CPU"
                 f"{f' + {self.num_gpus_per_worker:g} GPU' if self.num_gpus_per_worker else ''}, "
                 f"{self.batch_size} unit(s) per task")  # fmt: skip
@@ -263,6 +274,92 @@ def probe(address: str, where: str) -> None:
                               "with `ray start --head`, or set address: null to run a local cluster") from exc  # fmt: skip
 
 
+#: where Ray 2.5x+ reads the token a process sends when ``RAY_AUTH_MODE=token`` (first found wins)
+TOKEN_SOURCES = ("$RAY_AUTH_TOKEN", "$RAY_AUTH_TOKEN_PATH", "~/.ray/auth_token")
+
+
+def _token_source() -> str | None:
+    if os.environ.get("RAY_AUTH_TOKEN"):
+        return "$RAY_AUTH_TOKEN"
+    if os.environ.get("RAY_AUTH_TOKEN_PATH"):
+        return f"$RAY_AUTH_TOKEN_PATH ({os.environ['RAY_AUTH_TOKEN_PATH']})"
+    home = os.path.expanduser("~/.ray/auth_token")
+    return "~/.ray/auth_token" if os.path.isfile(home) else None
+
+
+def authentication_message(address: str, where: str) -> str:
+    """The line for a cluster that refused this process for want of the right token. Ray (2.5x+)
+    turns token authentication on for a cluster that ``ray start`` starts where a token exists,
+    and a driver sends its token only with ``RAY_AUTH_MODE=token`` (or ``address: auto``, for
+    a cluster on this machine): stagebench never sends a token the user did not point it at."""
+    mode = os.environ.get("RAY_AUTH_MODE", "").lower()
+    token = _token_source()
+    if mode != "token":
+        return (f"{where}: the Ray cluster at {address} requires token authentication, and this process sends no "
+                f"token (RAY_AUTH_MODE is {mode or 'unset'}, not token); set RAY_AUTH_MODE=token with the "
+                f"cluster's token in {' or '.join(TOKEN_SOURCES)}"
+                f"{f' (found: {token})' if token else ' (none is set here)'}; the head's token is shown by "
+                "`ray get-auth-token` there (docs/scale.md)")  # fmt: skip
+    if token is None:
+        return (f"{where}: the Ray cluster at {address} requires token authentication and RAY_AUTH_MODE=token, but no "
+                f"token is set here: put the cluster's token in {' or '.join(TOKEN_SOURCES)} (`ray get-auth-token` "
+                "on the head shows it; docs/scale.md)")  # fmt: skip
+    return (f"{where}: the Ray cluster at {address} rejected this process's authentication token (from {token}); "
+            "use the head's token (`ray get-auth-token` there; docs/scale.md)")
+
+
+def _authentication_failure(exc: BaseException) -> bool:
+    """Whether a failed connection was refused for its token (Ray's ``AuthenticationError``, or its
+    ``InvalidAuthToken`` status inside the connection error ``ray.init`` raises after retrying)."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if type(cur).__name__ == "AuthenticationError" or "InvalidAuthToken" in str(cur):
+            return True
+        cur = cur.__cause__ or cur.__context__
+    return False
+
+
+def check_authentication(address: str, where: str) -> None:
+    """For a ``host:port`` (GCS) address: ask the cluster for its id the way ``ray.init`` does
+    (Ray's own client, with this process's authentication settings), so a cluster that wants a
+    token is named as such at once instead of after ``ray.init``'s 20 s of retries. Ray
+    versions without that client, and the Ray Client (``ray://``), are left to ``ray.init``."""
+    if address.startswith("ray://"):
+        return
+    client = getattr(getattr(need("ray", "engine: ray"), "_raylet", None), "GcsClient", None)
+    if client is None:  # Ray's GCS client is private: a version without it is left to ray.init
+        return
+    with _native_stderr_aside() as aside:  # Ray's C++ client logs each refused attempt on fd 2
+        try:
+            client(address=address).cluster_id
+        except Exception as exc:
+            if _authentication_failure(exc):
+                raise StagebenchError(authentication_message(address, where)) from exc
+            log.debug("engine ray: GCS pre-check of %s: %s: %s (left to ray.init)", address, type(exc).__name__, exc)
+    if aside[0].strip():
+        log.debug("engine ray: GCS pre-check of %s said: %s", address, aside[0].strip())
+
+
+@contextmanager
+def _native_stderr_aside() -> Iterator[list[str]]:
+    """Point file descriptor 2 at a temporary file for the duration (what native code writes
+    there, not Python's ``sys.stderr``), and hand back what was written, once restored."""
+    sys_stderr_fd = 2
+    saved = os.dup(sys_stderr_fd)
+    said: list[str] = []
+    with tempfile.TemporaryFile() as f:
+        os.dup2(f.fileno(), sys_stderr_fd)
+        try:
+            yield said
+        finally:
+            os.dup2(saved, sys_stderr_fd)
+            os.close(saved)
+            f.seek(0)
+            said.append(f.read().decode("utf-8", "replace"))
+
+
 @contextmanager
 def ray_session(params: EngineParams | None, where: str = "engine") -> Iterator[None]:
     """Connect to (or start) the cluster ``params`` names for the duration of a run, before any
@@ -274,9 +371,11 @@ def ray_session(params: EngineParams | None, where: str = "engine") -> Iterator[
     if ray.is_initialized():  # the caller's own session (e.g. a notebook): used, left running
         yield
         return
-    address = params.address or os.environ.get("RAY_ADDRESS") or None  # what ray.init itself would read
+    address, source = params.resolved_address()
+    named = f"{where}.address" if source == "engine.address" else source
     if address not in (None, "auto"):
-        probe(address, f"{where}.address" if params.address else "$RAY_ADDRESS")
+        probe(address, named)
+        check_authentication(address, named)
     kwargs: dict[str, Any] = {"include_dashboard": False, "logging_level": logging.WARNING, "log_to_driver": False}
     if address is None:
         kwargs["num_cpus"] = params.local_cpus or os.cpu_count()
@@ -284,8 +383,10 @@ def ray_session(params: EngineParams | None, where: str = "engine") -> Iterator[
     try:
         ray.init(address=address, **kwargs)
     except Exception as exc:
+        if _authentication_failure(exc):
+            raise StagebenchError(authentication_message(address or "auto", named)) from exc
         first = str(exc).strip().splitlines()
-        raise StagebenchError(f"{where}.address: cannot connect to Ray at {address or 'a new local cluster'} "
+        raise StagebenchError(f"{named}: cannot connect to Ray at {address or 'a new local cluster'} "
                               f"({type(exc).__name__}: {first[0] if first else ''})") from exc  # fmt: skip
     res = ray.cluster_resources()
     log.info("engine ray: connected to %s in %.1fs: %g CPU, %g GPU", address or "a new local cluster",
@@ -299,4 +400,5 @@ def ray_session(params: EngineParams | None, where: str = "engine") -> Iterator[
         ray.shutdown()
 
 
-__all__ = ["Engine", "EngineParams", "LocalEngine", "RayEngine", "make_engine", "probe", "ray_session"]
+__all__ = ["Engine", "EngineParams", "LocalEngine", "RayEngine", "authentication_message", "check_authentication",
+           "make_engine", "probe", "ray_session"]

@@ -1,0 +1,150 @@
+"""engine: ray against a real Ray cluster started the way docs/scale.md says (``ray start --head``
+with token authentication, Ray's default where a token exists), not one the run starts itself:
+the documented steps give the local table; a driver without the token, or with a wrong one, is
+told so in one line within seconds (the address's source named); the cluster stopped mid-stage
+(``ray stop``) is one line, a non-zero exit and nothing partial left. No mock: real ``ray``
+processes, the bundled MiniLM bi-encoder."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, stagebench_cli
+from tests.test_ray_engine import table
+
+pytest.importorskip("ray", reason="engine: ray needs the ray extra (make test installs it)")
+pytestmark = pytest.mark.slow
+
+RAY_CLI = Path(sys.executable).with_name("ray")
+#: the environment every process here starts from: no Ray settings of the machine's own
+BASE = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")} | {"HF_HUB_OFFLINE": "1",
+                                                                          "TRANSFORMERS_OFFLINE": "1"}  # fmt: skip
+STAGES = """\
+  - {name: bm25, type: bm25, params: {top_k: 100}}
+  - {name: dense, type: dense, params: {top_k: 100, batch_size: 8}}
+"""
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    from stagebench.data.synthetic import SyntheticSpec, generate
+
+    out = tmp_path_factory.mktemp("tiny")
+    generate(out, SyntheticSpec(seed=11, n_products=600, n_test_queries=24, n_train_queries=0))
+    return out
+
+
+def config(tmp: Path, data: Path, name: str, engine: str = "") -> Path:
+    cfg = tmp / f"{name}.yaml"
+    cfg.write_text(f"name: {name}\noutput: {tmp / name}\ncache_dir: {tmp / (name + '-cache')}\n{engine}"
+                   f"dataset: {{loader: esci, path: {data}, split: test}}\nstages:\n{STAGES}"
+                   "evaluation: {metrics: [nDCG@10, R@100]}\n")  # fmt: skip
+    return cfg
+
+
+def error_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("stagebench: error:")]
+
+
+class Cluster:
+    """A head node started by ``ray start --head`` with token authentication (docs/scale.md, steps 1-2)."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.token = tmp / "auth_token"
+        self.token.write_text(secrets.token_hex(32))  # what `ray get-auth-token --generate` writes
+        self.port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        # step 1: the head, token authentication on (the documented RAY_AUTH_MODE=token)
+        self.env = BASE | {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(self.token)}
+        subprocess.run([str(RAY_CLI), "start", "--head", f"--port={self.port}", "--num-cpus=2",
+                        "--include-dashboard=false", "--disable-usage-stats"], env=self.env, check=True,
+                       capture_output=True, text=True, timeout=120)  # fmt: skip
+
+    def stop(self) -> None:
+        subprocess.run([str(RAY_CLI), "stop", "--force"], env=self.env, capture_output=True, timeout=120)
+
+
+@pytest.fixture
+def cluster(tmp_path) -> Iterator[Cluster]:
+    c = Cluster(tmp_path)
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+def test_the_documented_steps_give_the_local_table_and_a_driver_without_the_token_is_told(tmp_path, tiny, cluster):
+    # step 2 (docs/scale.md): the driver gets RAY_AUTH_MODE=token and the token, the address in RAY_ADDRESS
+    driver = cluster.env | {"RAY_ADDRESS": cluster.address}
+    r = stagebench_cli("run", config(tmp_path, tiny, "on-cluster", "engine: ray\n"), cwd=REPO, env=driver)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert f"engine ray on {cluster.address} (from $RAY_ADDRESS)" in r.stderr
+    local = stagebench_cli("run", config(tmp_path, tiny, "local"), cwd=REPO, env=BASE)
+    assert local.returncode == 0, local.stderr[-3000:]
+    assert table(tmp_path / "on-cluster") == table(tmp_path / "local")
+
+    # no RAY_AUTH_MODE: Ray sends no token to an address it was given; named, before any stage
+    t0 = time.monotonic()
+    r = stagebench_cli("run", config(tmp_path, tiny, "no-token", "engine: ray\n"), cwd=REPO,
+                       env=BASE | {"RAY_ADDRESS": cluster.address})  # fmt: skip
+    took = time.monotonic() - t0
+    assert r.returncode == 2, r.stderr[-3000:]
+    assert r.stderr.strip().splitlines() == error_lines(r.stderr), r.stderr[-3000:]
+    line = error_lines(r.stderr)[0]
+    assert f"$RAY_ADDRESS: the Ray cluster at {cluster.address} requires token authentication" in line
+    assert "set RAY_AUTH_MODE=token" in line
+    assert took < 15, f"the refusal took {took:.1f} s (ray.init alone retries for about 20 s)"
+    assert not (tmp_path / "no-token").exists()
+
+    # a wrong token, the address in the config: the source named is the config's key
+    cfg = config(tmp_path, tiny, "wrong-token", f"engine: {{type: ray, address: '{cluster.address}'}}\n")
+    r = stagebench_cli("run", cfg, cwd=REPO, env=BASE | {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "0" * 64})
+    assert r.returncode == 2, r.stderr[-3000:]
+    assert error_lines(r.stderr) == [
+        f"stagebench: error: {cfg}: engine.address: the Ray cluster at {cluster.address} rejected this process's "
+        "authentication token (from $RAY_AUTH_TOKEN); use the head's token (`ray get-auth-token` there; "
+        "docs/scale.md)"]  # fmt: skip
+    assert r.stderr.strip().splitlines() == error_lines(r.stderr)
+
+
+def test_the_cluster_stopped_mid_stage_is_one_line_a_non_zero_exit_and_nothing_partial(tmp_path, tiny, cluster):
+    cfg = config(tmp_path, tiny, "stopped", "engine: {type: ray, num_workers: 2, batch_size: 1}\n")
+    (tmp_path / ".stopped.partial-1" / "keep").mkdir(parents=True)  # not ours (no mark): left alone
+    log = tmp_path / "run.err"
+    with log.open("w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "stagebench", "run", str(cfg)], cwd=REPO, stderr=err,
+                                stdout=subprocess.DEVNULL, env=cluster.env | {"RAY_ADDRESS": cluster.address})  # fmt: skip
+        deadline = time.monotonic() + 300
+        while "dense: corpus:" not in log.read_text() and time.monotonic() < deadline:
+            assert proc.poll() is None, log.read_text()[-3000:]
+            time.sleep(0.2)
+        assert list(tmp_path.glob(".stopped.partial-*")) != [], "the run had not begun writing"
+        cluster.stop()  # `ray stop`, mid-stage
+        code = proc.wait(timeout=300)
+    text = log.read_text()
+    assert code == 2, text[-3000:]
+    lines = error_lines(text)
+    assert len(lines) == 1, text[-3000:]
+    assert lines[0].startswith(f"stagebench: error: {cfg}: engine: the Ray runtime ended the run mid-stage"), lines
+    assert f"the Ray cluster at {cluster.address} (from $RAY_ADDRESS)" in lines[0]
+    assert "the same command resumes" in lines[0]
+    assert not (tmp_path / "stopped").exists()
+    assert sorted(p.name for p in tmp_path.glob(".stopped.partial-*")) == [".stopped.partial-1"]
+    assert (tmp_path / ".stopped.partial-1" / "keep").is_dir()
+    assert list((tmp_path / "stopped-cache").rglob(".tmp-*")) == []
