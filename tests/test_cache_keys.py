@@ -324,7 +324,7 @@ def test_bm25_and_dense_params_declared_unkeyed_do_not_change_the_run(dataset):
 UNKEYED_CHECKED = {
     "bm25": {"query_batch", "threads"},  # test_bm25_and_dense_params_declared_unkeyed_do_not_change_the_run
     "dense": {"cache"},  # test_a_warm_cache_gives_what_a_fresh_computation_gives[dense] (slow: the model)
-    "llm_rerank": {"concurrency", "timeout", "retries", "backoff", "price_per_1k_tokens", "api_key_env"},
+    "llm_rerank": {"concurrency", "timeout", "retries", "backoff", "price_per_1k_tokens", "api_key_env", "failed_calls"},
     # ^ tests/test_llm_keys.py::test_params_declared_unkeyed_do_not_change_the_run, every method
 }
 

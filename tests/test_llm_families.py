@@ -281,7 +281,8 @@ def test_a_rerun_asks_nothing_and_a_bigger_top_n_asks_only_the_new_questions(tmp
 @pytest.mark.parametrize("method,extra", FAMILIES)
 def test_failed_calls_are_counted_keep_their_places_and_make_the_run_uncacheable(method, extra):
     fail = lambda user: RequestFailed("HTTP 503 (after 4 attempts)", 4) if "quality 9" in user else None  # noqa: E731
-    res = family(LabelScripted(fail_on=fail), method=method, top_n=10, **extra).apply(StageContext(dataset()), [input_run()])
+    res = family(LabelScripted(fail_on=fail), method=method, top_n=10, failed_calls="accept",
+                 **extra).apply(StageContext(dataset()), [input_run()])  # fmt: skip
     assert res.stats.failed > 0 and res.stats.retries == 3 * res.stats.failed and res.incomplete
     order = ranked_ids(res.run["q1"])
     assert sorted(order[:10]) == [f"d{i:02d}" for i in range(10)]
@@ -310,7 +311,8 @@ def test_a_failed_call_is_logged_naming_the_query_its_products_and_the_error(met
     server's error, and what was kept instead."""
     fail = lambda user: RequestFailed("HTTP 503 (after 4 attempts)", 4) if "quality 9" in user else None  # noqa: E731
     with caplog.at_level("WARNING", logger="stagebench"):
-        family(LabelScripted(fail_on=fail), method=method, top_n=10, **extra).apply(StageContext(dataset()), [input_run()])
+        family(LabelScripted(fail_on=fail), method=method, top_n=10, failed_calls="accept",
+               **extra).apply(StageContext(dataset()), [input_run()])  # fmt: skip
     lines = [r.getMessage() for r in caplog.records if "request failed" in r.getMessage()]
     # d09 (quality 9) is the input's tenth product; pairwise: the first comparison of the first pass
     # (bottom up); setwise: the heap's last inner node (3) with its children
@@ -337,7 +339,8 @@ def test_a_pairwise_comparison_needs_both_orders_and_agreement():
         assert ranked_ids(res.run["q1"]) == ranked_ids(inp["q1"])
     # the reversed order of every comparison fails: nothing is known, nothing moves
     fail = lambda user: RequestFailed("HTTP 503", 1) if user.index("quality") > user.rindex("Product A") else None  # noqa: E731
-    res = family(LabelScripted(fail_on=fail), method="pairwise", top_n=10, top_k=10).apply(StageContext(dataset()), [inp])
+    res = family(LabelScripted(fail_on=fail), method="pairwise", top_n=10, top_k=10,
+                 failed_calls="accept").apply(StageContext(dataset()), [inp])  # fmt: skip
     assert res.stats.failed > 0 and ranked_ids(res.run["q1"]) == ranked_ids(inp["q1"])
 
 

@@ -22,6 +22,7 @@ import json
 import math
 import re
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -159,21 +160,36 @@ def test_a_warm_answer_cache_gives_what_a_fresh_run_gives(method, tmp_path):
 def test_params_declared_unkeyed_do_not_change_the_run(method):
     base, _ = rerank(method, None)
     other = {"concurrency": 1, "timeout": 3.0, "retries": 0, "backoff": 0.0, "price_per_1k_tokens": 2.0,
-             "api_key_env": "SOME_KEY"}  # fmt: skip
+             "api_key_env": "SOME_KEY", "failed_calls": "accept"}  # fmt: skip
     assert set(other) == set(LLMRerankStage.unkeyed_params)
     for name, value in other.items():
         out, _ = rerank(method, None, **{name: value})
         assert out.run == base.run, f"{method}: {name} is declared not to change the output but does"
 
 
+class Slow(Sampler):
+    """A sampler that takes ``PAUSE`` seconds per answer, one at a time (a one-at-a-time server)."""
+
+    PAUSE = 0.02
+
+    def complete(self, req: ChatRequest) -> Completion:
+        with self.lock:
+            time.sleep(self.PAUSE)
+        return super().complete(req)
+
+
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("queries", [("q1",), ("q1", "q2")])
-def test_seconds_per_query_divide_the_model_time_by_the_queries(method, queries):
-    out, calls = asked(method, queries)
+def test_seconds_per_query_divide_the_wall_time_by_the_queries(method, queries):
+    t0 = time.perf_counter()
+    out, calls = asked(method, queries, backend=Slow())
+    took = time.perf_counter() - t0
     st, n = out.stats, len(calls)
     assert isinstance(st, LLMStats) and st.queries == len(queries) and st.windows == n > len(queries)
-    assert st.model_seconds == round(SECONDS * n, 3)
-    assert st.seconds_per_query == round(SECONDS * n / len(queries), 3)
+    assert st.model_seconds == round(SECONDS * n, 3)  # the answers' own seconds, summed
+    # the calls' wall time: at least the one-at-a-time answers, at most the whole apply
+    assert Slow.PAUSE * n <= st.wall_seconds <= took + 0.001
+    assert st.seconds_per_query == pytest.approx(st.wall_seconds / len(queries), abs=0.0006)  # both kept to 3 decimals
     assert st.reproducibility and st.reproducibility.startswith("greedy" if method == "listwise" else "label probabilities")
     assert st.prompt_tokens == sum(c.prompt_tokens for _, c in calls) > 0
     assert st.completion_tokens == sum(c.completion_tokens for _, c in calls) > 0
@@ -214,11 +230,11 @@ def test_the_cost_column_prices_the_tokens():
     st = LLMStats(queries=2, windows=3, outcomes={}, repairs={}, prompt_tokens=1500, completion_tokens=500, retries=0,
                   model_seconds=1.0, seconds_per_query=0.5, windows_from_cache=0)  # fmt: skip
     assert st.priced(0.01).pricing.cost == pytest.approx(2000 / 1000 * 0.01)
-    assert ChatParams.UNKEYED == LLMRerankStage.unkeyed_params
+    assert LLMRerankStage.unkeyed_params == (*ChatParams.UNKEYED, "failed_calls")
     assert Path(REPO / "results" / "llm_families" / "manifest.json").is_file()
 
 
-def test_a_failed_window_is_logged_with_its_positions_and_the_error(caplog):
+def test_a_failed_window_is_logged_with_its_positions_and_the_error(caplog):  # failed_calls: accept
     class Failing(Sampler):
         def complete(self, req):
             if "product 0 " in req.messages[-1][1]:  # d0, the input's first: the last window (a sweep goes up)
@@ -226,7 +242,7 @@ def test_a_failed_window_is_logged_with_its_positions_and_the_error(caplog):
             return super().complete(req)
 
     with caplog.at_level("WARNING", logger="stagebench"):
-        out, _ = asked("listwise", ("q1",), backend=Failing())
+        out, _ = asked("listwise", ("q1",), backend=Failing(), failed_calls="accept")
     lines = [r.getMessage() for r in caplog.records if "request failed" in r.getMessage()]
     # windows of 4, stride 2, over the top 8: products 5-8, 3-6, 1-4 (1-based, inclusive)
     assert lines == ["stage llm: query 'q1' products 1-4: request failed: HTTP 503 (after 2 attempts); the window keeps "

@@ -35,13 +35,16 @@ def free_port() -> int:
 
 @contextmanager
 def katan(tmp_path: Path, *flags: str, port: int | None = None, model: str = "echo-model", backend: str = "echo",
-          name: str = "echo-model"):  # fmt: skip
-    """An llm-katan server on 127.0.0.1; yields its base URL, stops it afterwards."""
+          name: str = "echo-model", procs: list | None = None):  # fmt: skip
+    """An llm-katan server on 127.0.0.1; yields its base URL, stops it afterwards (``procs``: gets
+    the server's process, for a test that kills it)."""
     port = port or free_port()
     log = open(tmp_path / f"katan-{port}-{time.monotonic_ns()}.log", "w")
     proc = subprocess.Popen([str(KATAN), "-m", model, "-n", name, "--backend", backend, "--host", "127.0.0.1",
                              "--port", str(port), "--stats-file", str(tmp_path / "katan-stats.json"),
                              "--log-level", "warning", *flags], stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+    if procs is not None:
+        procs.append(proc)
     url = f"http://127.0.0.1:{port}/v1"
     try:
         deadline = time.monotonic() + 180
@@ -140,16 +143,29 @@ def test_injected_500s_are_retried_and_counted(tmp_path, small_synthetic):
     assert s["failed"] == 0 and s["retries"] > 0 and s["windows"] == WINDOWS
 
 
-def test_429s_after_retries_are_counted_as_failed_and_the_next_run_asks_only_for_those(tmp_path, small_synthetic):
+def error_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("stagebench: error:")]
+
+
+def test_429s_after_retries_stop_the_run_or_are_accepted_and_the_next_run_asks_only_for_those(tmp_path, small_synthetic):
     port = free_port()
     with katan(tmp_path, "--rate-limit-after", "4", port=port) as url:
-        cfg = config(tmp_path, small_synthetic, echo_params(url, retries=2))
+        # failed_calls: stop (the default): one line, exit 2, no results; the answers that came are cached
+        r = stagebench_cli("run", config(tmp_path, small_synthetic, echo_params(url, retries=2, concurrency=1)), env=env())
+        assert r.returncode == 2, r.stderr[-3000:]
+        assert len(error_lines(r.stderr)) == 1 and "the request failed after every retry (HTTP 429" in r.stderr
+        assert "retry 1 of 2" in r.stderr and "retry 2 of 2" in r.stderr  # retries show at the default log level
+        assert not (tmp_path / "t").exists() and not list(tmp_path.glob(".t.partial-*"))
+        cfg = config(tmp_path, small_synthetic, echo_params(url, retries=2, failed_calls="accept"))
         r = stagebench_cli("run", cfg, env=env())
     assert r.returncode == 0, r.stderr[-3000:]
     s = llm_stats(tmp_path / "t")
-    assert s["failed"] == WINDOWS - 4 and s["retries"] == 2 * (WINDOWS - 4)
+    assert s["failed"] == WINDOWS - 4 and s["retries"] == 2 * (WINDOWS - 4) and s["windows_from_cache"] == 4
     assert "HTTP 429" in r.stderr and "not cached" in r.stderr
-    assert "failed" in (tmp_path / "t" / "stage_table.txt").read_text()
+    table = (tmp_path / "t" / "stage_table.txt").read_text()
+    assert f"(!) llm: {WINDOWS - 4} of {WINDOWS} LLM calls failed after every retry and were accepted" in table
+    assert "llm (!)" in table and "retries" not in table  # retries depend on the server's load: manifest and report
+    assert ">LLM retries<" in (tmp_path / "t" / "report.html").read_text()
     with katan(tmp_path, port=port):  # the server is healthy again, at the same address
         r = stagebench_cli("run", cfg, env=env())
     assert r.returncode == 0, r.stderr[-3000:]
@@ -159,11 +175,65 @@ def test_429s_after_retries_are_counted_as_failed_and_the_next_run_asks_only_for
 
 def test_a_server_slower_than_the_timeout(tmp_path, small_synthetic):
     with katan(tmp_path, "--latency-ms", "3000") as url:
-        r = stagebench_cli("run", config(tmp_path, small_synthetic, echo_params(url, timeout=0.3, retries=1)), env=env())
+        r = stagebench_cli("run", config(tmp_path, small_synthetic, echo_params(url, timeout=0.3, retries=1,
+                                                                                failed_calls="accept")), env=env())  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]
     s = llm_stats(tmp_path / "t")
     assert s["failed"] == WINDOWS and s["retries"] == WINDOWS
     assert "timed out" in r.stderr
+
+
+def test_the_server_killed_mid_run_stops_the_run_or_is_marked_when_accepted(tmp_path, small_synthetic):
+    """The server dies after a few windows: by default one line naming the query and the window,
+    exit 2, no results folder; with failed_calls: accept, exit 0 and the row marked."""
+    for policy in ("stop", "accept"):
+        procs: list = []
+        with katan(tmp_path, "--latency-ms", "300", procs=procs) as url:
+            cfg = config(tmp_path, small_synthetic, echo_params(url, concurrency=1, retries=1, failed_calls=policy),
+                         name=policy)  # fmt: skip
+            run = subprocess.Popen([sys.executable, "-m", "stagebench", "run", str(cfg)], env=env(), text=True,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+            answers = tmp_path / "cache" / "llm"
+            deadline = time.monotonic() + 120
+            before = len(list(answers.glob("[!.]*"))) if answers.is_dir() else 0
+            while not (answers.is_dir() and len(list(answers.glob("[!.]*"))) >= before + 3):
+                assert run.poll() is None and time.monotonic() < deadline, "the run ended before the server died"
+                time.sleep(0.05)
+            procs[0].kill()
+            out, err = run.communicate(timeout=120)
+        if policy == "stop":
+            assert run.returncode == 2, err[-3000:]
+            lines = error_lines(err)
+            assert len(lines) == 1 and lines[0].startswith("stagebench: error: stage llm: query '"), err[-3000:]
+            assert "the request failed after every retry (" in lines[0] and "no results were written" in lines[0]
+            assert not (tmp_path / "stop").exists() and not list(tmp_path.glob(".stop.partial-*"))
+        else:
+            assert run.returncode == 0, err[-3000:]
+            s = llm_stats(tmp_path / "accept")
+            assert s["failed"] > 0
+            table = (tmp_path / "accept" / "stage_table.txt").read_text()
+            assert "llm (!)" in table and f"(!) llm: {s['failed']} of {WINDOWS} LLM calls failed" in table
+
+
+def test_a_busy_server_is_not_sent_more_than_it_can_answer(tmp_path, small_synthetic):
+    """A one-at-a-time server taking 1.5 s an answer, 4 queries asked at once, 4 s to answer: the
+    queued requests time out; the requests in flight are lowered, so retries queue behind the
+    answers being computed instead of piling on (before: 11 retries, 16 generations for 5
+    windows). Seconds per query are the calls' wall time, not their latencies summed."""
+    with katan(tmp_path, "--latency-ms", "1500") as url:
+        llm = echo_params(url, top_n=5, window=5, stride=5, concurrency=4, timeout=4.0, retries=5, backoff=0.5)
+        r = stagebench_cli("run", config(tmp_path, small_synthetic, llm, queries=5), env=env())
+        time.sleep(6)  # the answers the client gave up on finish on the server
+        req = urllib.request.Request(url.rsplit("/v1", 1)[0] + "/stats", headers={"Authorization": f"Bearer {KEY}"})
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            served = json.loads(resp.read())["total"]
+    assert r.returncode == 0, r.stderr[-3000:]
+    s = llm_stats(tmp_path / "t")
+    assert s["windows"] == 5 and s["failed"] == 0
+    assert "requests in flight lowered to 2 of 4" in r.stderr and "retry 1 of 5 in 0.5 s" in r.stderr
+    assert 1 <= s["retries"] <= 4, s
+    assert served == 2 + 5 + s["retries"]  # the model listing (and its readiness probe), then every request sent
+    assert abs(s["seconds_per_query"] - s["wall_seconds"] / 5) < 0.001
 
 
 def test_a_bad_api_key_is_one_clear_error_and_no_results(tmp_path, small_synthetic):

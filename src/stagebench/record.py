@@ -68,8 +68,8 @@ class LLMStats:
     prompt_tokens: int
     completion_tokens: int
     retries: int
-    model_seconds: float  # the answers' compute time, whether computed now or read from the cache
-    seconds_per_query: float
+    model_seconds: float  # the answers' request seconds summed (queue time included), computed now or read from the cache
+    seconds_per_query: float  # the calls' wall time in this run, per query
     windows_from_cache: int
     candidates: int | None = None  # documents reranked (the pairs of the depth table)
     reproducibility: str | None = None
@@ -78,6 +78,7 @@ class LLMStats:
     pricing: Pricing | None = None
     method: str = "listwise"  # listwise | pointwise | pairwise | setwise
     label_mass: float | None = None  # label families: the labels' mean share of the next-token probability
+    wall_seconds: float | None = None  # the calls' wall time in this run (concurrent calls overlap)
 
     @property
     def tokens(self) -> int:
@@ -134,6 +135,8 @@ class LLMStats:
             out["method"] = self.method
         if self.label_mass is not None:
             out["label_mass"] = self.label_mass
+        if self.wall_seconds is not None:
+            out["wall_seconds"] = round(self.wall_seconds, 3)
         return out
 
     @classmethod
@@ -150,6 +153,7 @@ class LLMStats:
             seconds=_depth_map(d["seconds"], float) if "seconds" in d else None,
             pricing=Pricing(d.get("price_per_1k_tokens"), d.get("cost")) if priced else None,
             method=str(d.get("method", "listwise")), label_mass=d.get("label_mass"),
+            wall_seconds=None if d.get("wall_seconds") is None else float(d["wall_seconds"]),
         )  # fmt: skip
 
 

@@ -9,7 +9,7 @@ top-level keys in evaluation order - and :meth:`StageTable.from_json` reads it b
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,8 @@ class LLMCells:
     """An LLM reranker's windows: how each answer was read, what it cost (see stagebench.rerank.listwise).
 
     Counts only: they are a function of the answers, so a run resumed from the cache has the
-    same cells as an uninterrupted one. Timings live in the manifest and report.html."""
+    same cells as an uninterrupted one. Timings and retries (which depend on the server's load
+    at the time) live in the manifest and report.html."""
 
     windows: int  # model calls (listwise: windows)
     ok: int
@@ -56,13 +57,16 @@ class LLMCells:
     fallback: int
     failed: int  # requests that failed after every retry (the window kept its input order)
     repairs: dict[str, int]  # repair -> windows that needed it
-    retries: int
     prompt_tokens: int
     completion_tokens: int
     cost: float | None  # tokens / 1000 * price_per_1k_tokens; None: no price given
     method: str = "listwise"
     low_mass: int = 0  # label answers whose labels held under half of the next-token probability
     label_mass: float | None = None  # the labels' mean share of the next-token probability
+
+
+#: the cells an LLM row holds (a table written before retries left it also names ``retries``)
+LLM_CELL_FIELDS = frozenset(f.name for f in fields(LLMCells))
 
 
 @dataclass
@@ -117,7 +121,7 @@ class StageRow:
                        ndcg10_change=c.get("ndcg10_change", c["achieved_ndcg10"] - c["input_ndcg10"]),
                        headroom_captured=c["headroom_captured"]),
                    lost=d.get("lost", 0), top10_labels=d.get("top10_labels", {}),
-                   llm=LLMCells(**d["llm"]) if d.get("llm") else None,
+                   llm=LLMCells(**{k: v for k, v in d["llm"].items() if k in LLM_CELL_FIELDS}) if d.get("llm") else None,
                    depths=[DepthCells(**c) for c in d["depths"]] if d.get("depths") else None,
                    judged_only=d.get("judged_only", {}), judged_only_better_than=d.get("judged_only_better_than", {}),
                    bounds=d.get("bounds", {}), unsettled=d.get("unsettled", {}))  # fmt: skip

@@ -123,13 +123,31 @@ def test_malformed_answers_are_repaired_and_counted():
 
 def test_failed_requests_keep_the_window_order_are_counted_and_make_the_run_uncacheable():
     fail = lambda req: RequestFailed("HTTP 429: slow down (after 4 attempts)", 4) if "another" in req.messages[-1][1] else None  # noqa: E731
-    st = stage(Scripted(fail_on=fail), top_n=6, window=4, stride=2)
+    st = stage(Scripted(fail_on=fail), top_n=6, window=4, stride=2, failed_calls="accept")
     res = st.apply(StageContext(dataset()), [input_run()])
     out = res.run
     assert ranked_ids(out["q2"]) == ranked_ids(input_run()["q2"])
     assert ranked_ids(out["q1"])[0] == "d05"
     assert res.stats.failed == 2 and res.stats.retries == 6
     assert "2 window(s) failed" in res.incomplete
+
+
+@pytest.mark.parametrize("concurrency", [1, 2])
+def test_a_failed_request_stops_the_stage_by_default_naming_the_query_and_the_window(tmp_path, concurrency):
+    """failed_calls: stop (the default): the first request that fails after every retry ends the
+    stage with one error naming it; the answers that came back before are cached, so the next
+    run asks only for the rest."""
+    fail = lambda req: RequestFailed("HTTP 503 (after 4 attempts)", 4) if "another" in req.messages[-1][1] else None  # noqa: E731
+    ctx = StageContext(dataset(), Cache(tmp_path / "cache"))
+    broken = Scripted(fail_on=fail)
+    with pytest.raises(StagebenchError) as got:
+        stage(broken, top_n=6, window=4, stride=2, concurrency=concurrency).apply(ctx, [input_run()])
+    assert str(got.value).startswith("stage llm: query 'q2', products 3-6: the request failed after every retry "
+                                     "(HTTP 503 (after 4 attempts)); no results were written")  # fmt: skip
+    assert "failed_calls: accept" in str(got.value)
+    healthy = Scripted()
+    res = stage(healthy, top_n=6, window=4, stride=2).apply(ctx, [input_run()])
+    assert res.stats.failed == 0 and res.stats.windows_from_cache == res.stats.windows - healthy.calls > 0
 
 
 def test_a_request_the_server_refuses_stops_the_stage():
@@ -164,7 +182,7 @@ def test_answers_are_cached_per_window(tmp_path):
 def test_failed_answers_are_not_cached(tmp_path):
     ctx = StageContext(dataset(), Cache(tmp_path / "cache"))
     broken = Scripted(fail_on=lambda req: RequestFailed("timed out", 2))
-    stage(broken, top_n=6, window=4, stride=2)(ctx, [input_run()])
+    stage(broken, top_n=6, window=4, stride=2, failed_calls="accept")(ctx, [input_run()])
     healthy = Scripted()
     res = stage(healthy, top_n=6, window=4, stride=2).apply(ctx, [input_run()])
     assert healthy.calls == res.stats.windows and res.stats.failed == 0

@@ -51,8 +51,8 @@ def tables(table: StageTable) -> list[tuple[str, list[str], list[list[str]], int
     """The report's tables as (title, header, body, number of leading text columns) with cells
     already formatted; text columns are left-aligned, the others right-aligned."""
     rows, metrics = table.rows, table.metrics
-    main = [[r.id, r.stage, r.type, ",".join(r.inputs) or "-", *[main_cell(r, m) for m in metrics], str(r.queries)]
-            for r in rows]  # fmt: skip
+    main = [[r.id, r.stage + (" (!)" if r.llm is not None and r.llm.failed else ""), r.type, ",".join(r.inputs) or "-",
+             *[main_cell(r, m) for m in metrics], str(r.queries)] for r in rows]  # fmt: skip
     depth_cols = _depth_cols(rows)
     ceil = []
     for r in rows:
@@ -125,7 +125,7 @@ def depth_cells(c: DepthCells) -> list[str]:
 
 
 LLM_COLUMNS = ("stage", "method", "calls", "ok", "repaired", "low mass", "fallback", "failed",
-               "repairs (dup/range/missing)", "label mass", "retries", "prompt tokens", "completion tokens", "cost")  # fmt: skip
+               "repairs (dup/range/missing)", "label mass", "prompt tokens", "completion tokens", "cost")  # fmt: skip
 
 
 def llm_cells(stage: str, c: LLMCells) -> list[str]:
@@ -134,7 +134,7 @@ def llm_cells(stage: str, c: LLMCells) -> list[str]:
     r = c.repairs
     return [stage, c.method, str(c.windows), _pct(c.ok / n), _pct(c.repaired / n), _pct(c.low_mass / n),
             _pct(c.fallback / n), str(c.failed), f"{r.get('duplicate', 0)}/{r.get('out_of_range', 0)}/{r.get('missing', 0)}",
-            "-" if c.label_mass is None else _pct(c.label_mass), str(c.retries), f"{c.prompt_tokens:,}",
+            "-" if c.label_mass is None else _pct(c.label_mass), f"{c.prompt_tokens:,}",
             f"{c.completion_tokens:,}", "-" if c.cost is None else f"{c.cost:.4f}"]  # fmt: skip
 
 
@@ -189,13 +189,13 @@ def render_csv(table: StageTable) -> str:
         w.writerow([])
         w.writerow(["stage", "llm_method", "llm_calls", "llm_ok", "llm_repaired", "llm_low_mass", "llm_fallback",
                     "llm_failed", "llm_repair_duplicate", "llm_repair_out_of_range", "llm_repair_missing",
-                    "llm_label_mass", "llm_retries", "llm_prompt_tokens", "llm_completion_tokens", "llm_cost"])  # fmt: skip
+                    "llm_label_mass", "llm_prompt_tokens", "llm_completion_tokens", "llm_cost"])  # fmt: skip
         for r in rows:
             if r.llm is not None:
                 c = r.llm
                 w.writerow([r.stage, c.method, c.windows, c.ok, c.repaired, c.low_mass, c.fallback, c.failed,
                             c.repairs.get("duplicate", 0), c.repairs.get("out_of_range", 0), c.repairs.get("missing", 0),
-                            "" if c.label_mass is None else f"{c.label_mass:.4f}", c.retries, c.prompt_tokens,
+                            "" if c.label_mass is None else f"{c.label_mass:.4f}", c.prompt_tokens,
                             c.completion_tokens, "" if c.cost is None else f"{c.cost:.6f}"])  # fmt: skip
     return buf.getvalue()
 
@@ -219,7 +219,8 @@ def cost_table(stages: Sequence[StageRecord]) -> tuple[list[str], list[list[str]
     measured = [len(s.latency_ms) for s in stages if s.latency_ms]
     over = f" ({max(measured)} queries)" if measured and min(measured) == max(measured) else ""
     head = ["stage", "this run", "time (s)", "compute time (s)", "peak RSS when computed (MB)",
-            f"one query at a time p50 / p95 / p99 (ms){over}", "LLM s/query", "depth sweep: scoring s per depth"]  # fmt: skip
+            f"one query at a time p50 / p95 / p99 (ms){over}", "LLM wall s/query", "LLM retries",
+            "depth sweep: scoring s per depth"]  # fmt: skip
     body = []
     for s in stages:
         comp, peak, st = s.computed_seconds, s.computed_peak_rss_mb, s.stats
@@ -227,7 +228,8 @@ def cost_table(stages: Sequence[StageRecord]) -> tuple[list[str], list[list[str]
         per_depth = st.seconds if s.depth_runs and isinstance(st, (LLMStats, RerankStats)) else None
         lat = "-" if not s.latency_ms else " / ".join(f"{v:.1f}" for v in latency_percentiles(list(s.latency_ms.values())))
         body.append([s.name, s.status, f"{s.seconds:.2f}", "-" if comp is None else f"{comp:.1f}",
-                     "-" if peak is None else f"{peak:.0f}", lat, "-" if llm is None else f"{llm.seconds_per_query:.2f}",
+                     "-" if peak is None else f"{peak:.0f}", lat, "-" if llm is None or llm.wall_seconds is None else f"{llm.seconds_per_query:.2f}",
+                     "-" if llm is None else str(llm.retries),
                      "-" if not per_depth else ", ".join(f"{n}: {v:.1f}" for n, v in sorted(per_depth.items()))])  # fmt: skip
     return head, body
 

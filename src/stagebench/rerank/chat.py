@@ -10,8 +10,10 @@ Both answer :class:`ChatRequest` with a :class:`Completion` and say who they are
   one clear error. The server's own description of the model (less its ``created`` time,
   which some servers set per request) is the model's identity, with the name and base URL.
   429, 5xx, timeouts and dropped connections are retried with exponential backoff (a
-  ``Retry-After`` header is honoured, up to 60 s); after the last retry the request raises
-  :class:`RequestFailed`, which the stage counts. Any other refusal (400, 401, 403, 404) is
+  ``Retry-After`` header is honoured, up to 60 s), each retry a warning; after the last retry
+  the request raises :class:`RequestFailed`, which the stage counts. Requests in flight are
+  held to :class:`InFlightLimit`, which halves after such a failure and grows back as answers
+  come, so retries do not pile onto a server still computing what it was sent. Any other refusal (400, 401, 403, 404) is
   a :class:`~stagebench.errors.StagebenchError`: retrying cannot fix it.
   ``timeout`` is a deadline for the whole request (connecting, waiting, and reading the
   answer), not per socket read, so a server that trickles its answer is cut off in time; an
@@ -37,10 +39,11 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from contextlib import contextmanager
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from importlib import metadata
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -99,7 +102,8 @@ class ChatParams(HardwareParams):
     seed: Seed = param(0, "sampling seed (sent to servers; some ignore it)")
     max_new_tokens: PositiveInt | None = param(None, "the longest answer asked for; null: as long as the answer needs "
                                                "(a reasoning model needs more)")  # fmt: skip
-    concurrency: PositiveInt = param(4, "openai: requests in flight at once (the in-process backend runs one)")
+    concurrency: PositiveInt = param(4, "openai: requests in flight at once, at most: halved after a timeout or a busy "
+                                     "answer, raised again as answers come (the in-process backend runs one)")  # fmt: skip
     timeout: PositiveFloat = param(120.0, "openai: seconds one request may take")
     retries: NonNegativeInt = param(3, "openai: retries of a request after 429, 5xx, a timeout or a dropped connection")
     backoff: NonNegativeFloat = param(1.0, "openai: seconds before the first retry, doubling after each")
@@ -140,7 +144,7 @@ class ChatParams(HardwareParams):
 def make_backend(p: ChatParams, label: str, gpu_workers: bool = False) -> OpenAIBackend | TransformersBackend:
     """The backend ``p`` names (``gpu_workers``: the model runs on Ray workers holding a GPU each)."""
     if p.backend == "openai":
-        return OpenAIBackend(p.base_url, p.model, p.api_key_env, p.timeout, p.retries, p.backoff, label)
+        return OpenAIBackend(p.base_url, p.model, p.api_key_env, p.timeout, p.retries, p.backoff, label, p.concurrency)
     resolved = resolve_model(p.model, p.source)
     if p.gguf_file and resolved.backend == "hub":
         resolved = type(resolved)(**{**resolved.__dict__, "gguf_file": p.gguf_file})
@@ -395,6 +399,56 @@ def _server_message(body: bytes) -> str:
     return text[:200] or "(empty body)"
 
 
+class InFlightLimit:
+    """How many requests a backend has in flight at once: ``limit`` at most, halved (down to
+    one) when a request times out or the server says it is busy (429, 5xx, a dropped
+    connection), and raised by one after as many answers in a row as the current limit (up to
+    ``limit`` again). A retry waits for a free slot like any request, so a server still
+    computing the answers it was asked for is not sent the same work again on top of them
+    (additive increase, multiplicative decrease, as TCP does)."""
+
+    def __init__(self, limit: int) -> None:
+        self.most = self.now = max(1, limit)
+        self.busy = 0
+        self.streak = 0
+        self._cond = threading.Condition()
+
+    @contextmanager
+    def slot(self) -> Iterator[None]:
+        with self._cond:
+            while self.busy >= self.now:
+                self._cond.wait()
+            self.busy += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self.busy -= 1
+                self._cond.notify_all()
+
+    def overloaded(self) -> int | None:
+        """A request failed in a way more load cannot help: the lowered limit, or None if unchanged."""
+        with self._cond:
+            self.streak = 0
+            if self.now == 1:
+                return None
+            self.now = max(1, self.now // 2)
+            return self.now
+
+    def succeeded(self) -> int | None:
+        """An answer came back: the raised limit, or None if unchanged."""
+        with self._cond:
+            if self.now == self.most:
+                return None
+            self.streak += 1
+            if self.streak < self.now:
+                return None
+            self.streak = 0
+            self.now += 1
+            self._cond.notify_all()
+            return self.now
+
+
 class OpenAIBackend:
     """An OpenAI-compatible chat-completions server."""
 
@@ -404,8 +458,10 @@ class OpenAIBackend:
                        "holds the server's model listing, URL, prompt digest and decoding parameters")  # fmt: skip
 
     def __init__(self, base_url: str, model: str, api_key_env: str = "", timeout: float = 60.0, retries: int = 3,
-                 backoff: float = 1.0, label: str = "llm") -> None:  # fmt: skip
+                 backoff: float = 1.0, label: str = "llm", concurrency: int = 1) -> None:  # fmt: skip
         self.base_url = base_url.rstrip("/")
+        self.concurrency = concurrency
+        self._limit = InFlightLimit(concurrency)
         self.model = model
         self.api_key_env = api_key_env
         self.timeout = timeout
@@ -415,12 +471,13 @@ class OpenAIBackend:
         self._served: dict | None = None
         self._lock = threading.Lock()
 
-    def __getstate__(self) -> dict:  # sent to Ray workers: the lock is not
-        return {k: v for k, v in self.__dict__.items() if k != "_lock"}
+    def __getstate__(self) -> dict:  # sent to Ray workers: the lock and the limit's state are not
+        return {k: v for k, v in self.__dict__.items() if k not in ("_lock", "_limit")}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
+        self._limit = InFlightLimit(self.concurrency)
 
     # ------------------------------------------------------------------ HTTP
     def _headers(self) -> dict[str, str]:
@@ -523,18 +580,29 @@ class OpenAIBackend:
             body.update(logprobs=True, top_logprobs=TOP_LOGPROBS)
         last = ""
         for attempt in range(self.retries + 1):
-            t0 = time.perf_counter()
-            try:
-                out = self._call("POST", "/chat/completions", body)
-            except _Transient as exc:
-                last = str(exc)
+            with self._limit.slot():
+                t0 = time.perf_counter()
+                try:
+                    out = self._call("POST", "/chat/completions", body)
+                except _Transient as exc:
+                    out, last, hint = None, str(exc), exc.wait
+                dt = time.perf_counter() - t0
+            if out is None:
+                lowered = self._limit.overloaded()
+                if lowered:
+                    log.warning("%s: %s: %s; requests in flight lowered to %d of %d, so retries do not pile on a busy "
+                                "server (raised again one at a time as answers come back)", self.label, self.base_url,
+                                last, lowered, self.concurrency)  # fmt: skip
                 if attempt == self.retries:
                     break
-                wait = exc.wait if exc.wait is not None else self.backoff * 2**attempt
-                log.debug("%s: %s; retry %d/%d in %.2fs", self.label, last, attempt + 1, self.retries, wait)
+                wait = self.backoff * 2**attempt if hint is None else hint
+                log.warning("%s: request failed (%s); retry %d of %d in %.1f s", self.label, last, attempt + 1,
+                            self.retries, wait)  # fmt: skip
                 time.sleep(wait)
                 continue
-            dt = time.perf_counter() - t0
+            raised = self._limit.succeeded()
+            if raised:
+                log.info("%s: requests in flight raised to %d of %d", self.label, raised, self.concurrency)
             try:
                 text = out["choices"][0]["message"]["content"] or ""
             except (KeyError, IndexError, TypeError):

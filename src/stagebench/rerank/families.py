@@ -29,7 +29,6 @@ from stagebench.rerank.chat import ChatRequest, RequestFailed, cached_answers
 from stagebench.rerank.labels import (
     LABEL_SETS, LabelReading, letters, read_labels, render_pairwise, render_pointwise, render_setwise,
 )
-from stagebench.rerank.listwise import FAILED
 from stagebench.rerank.schemes import prp_sliding, setwise_heap
 from stagebench.rerank.windows import QueryTask, WindowAnswer, Stopped
 
@@ -58,7 +57,7 @@ class _LabelTask(QueryTask):
         for i, got in zip(new, answers):
             if isinstance(got, RequestFailed):
                 asked[users[i]] = None
-                calls.append(WindowAnswer(where[i], FAILED, retries=got.attempts - 1, error=str(got)))
+                calls.append(self.failed(where[i], got))
                 continue
             comp, cached = got
             reading = asked[users[i]] = read_labels(labels, comp.label_logprobs, comp.text)
@@ -73,7 +72,7 @@ class PointwiseTask(_LabelTask):
         self.grades = tuple(g for _, g in LABEL_SETS[p.labels])
         self.batch_size = p.batch_size
 
-    def __call__(self, unit: tuple) -> tuple[list[str], list[WindowAnswer]]:
+    def rerank(self, unit: tuple) -> tuple[list[str], list[WindowAnswer]]:
         _qid, query, doc_ids, texts, _plan = unit
         calls: list[WindowAnswer] = []
         scores: list[float | None] = []
@@ -94,7 +93,7 @@ class PairwiseTask(_LabelTask):
         super().__init__(backend, identity, cache, template, p, stage)
         self.top_k = p.top_k
 
-    def __call__(self, unit: tuple) -> tuple[list[str], list[WindowAnswer]]:
+    def rerank(self, unit: tuple) -> tuple[list[str], list[WindowAnswer]]:
         _qid, query, doc_ids, texts, _plan = unit
         calls: list[WindowAnswer] = []
         asked: dict[str, LabelReading | None] = {}
@@ -118,7 +117,7 @@ class SetwiseTask(_LabelTask):
         super().__init__(backend, identity, cache, template, p, stage)
         self.top_k, self.set_size = p.top_k, p.set_size
 
-    def __call__(self, unit: tuple) -> tuple[list[str], list[WindowAnswer]]:
+    def rerank(self, unit: tuple) -> tuple[list[str], list[WindowAnswer]]:
         _qid, query, doc_ids, texts, _plan = unit
         calls: list[WindowAnswer] = []
         asked: dict[str, LabelReading | None] = {}

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stagebench.cache import Cache
+from stagebench.errors import StagebenchError
 from stagebench.record import LLMStats
 from stagebench.rerank.chat import (
     ChatRequest, Completion, OpenAIBackend, RequestFailed, TransformersBackend, cached_answer,
@@ -54,13 +55,17 @@ class WindowStats:
         self.retries += retries
         self.cached_windows += cached
 
-    def typed(self, candidates: int, reproducibility: str, method: str = "listwise") -> LLMStats:
+    def typed(self, candidates: int, reproducibility: str, method: str = "listwise",
+              wall_seconds: float = 0.0) -> LLMStats:  # fmt: skip
+        """The record; ``wall_seconds``: how long the calls took in this run, start to end (what
+        ``seconds_per_query`` divides: concurrent requests overlap, so their latencies summed,
+        ``model_seconds``, can be several times the time spent)."""
         mass = round(self.mass_sum / self.mass_calls, 4) if self.mass_calls else None
         return LLMStats(method=method, label_mass=mass, queries=self.queries, windows=self.windows, outcomes=dict(self.outcomes),
                         repairs=dict(self.repairs), prompt_tokens=self.prompt_tokens,
                         completion_tokens=self.completion_tokens, retries=self.retries,
                         model_seconds=round(self.model_seconds, 3),
-                        seconds_per_query=round(self.model_seconds / max(self.queries, 1), 3),
+                        seconds_per_query=round(wall_seconds / max(self.queries, 1), 3), wall_seconds=round(wall_seconds, 3),
                         windows_from_cache=self.cached_windows, candidates=candidates,
                         reproducibility=reproducibility)  # fmt: skip
 
@@ -92,6 +97,7 @@ class QueryTask:
         self.system = (("system", p.system_prompt),) if p.system_prompt else ()
         self.max_doc_words, self.max_new_tokens = p.max_doc_words, p.max_new_tokens
         self.temperature, self.seed, self.model = p.temperature, p.seed, p.model
+        self.failed_calls = p.failed_calls
         self._stop = threading.Event()
 
     def __getstate__(self) -> dict:
@@ -108,7 +114,25 @@ class QueryTask:
     def answer(self, req: ChatRequest) -> tuple[Completion, bool]:
         return cached_answer(self.cache, self.backend, self.identity, req, self.model, f"stage {self.stage}", "window")
 
+    def failed(self, where: str, exc: RequestFailed) -> WindowAnswer:
+        """A call whose request failed after every retry: with ``failed_calls: stop`` the query
+        (and the run) stops here; with ``accept`` it is counted and the query goes on."""
+        if self.failed_calls == "stop":
+            raise CallFailed(where, str(exc))
+        return WindowAnswer(where, FAILED, retries=exc.attempts - 1, error=str(exc))
+
     def __call__(self, unit: tuple) -> tuple[list[str], list[WindowAnswer]]:
+        try:
+            return self.rerank(unit)
+        except CallFailed as exc:
+            raise StagebenchError(
+                f"stage {self.stage}: query {unit[0]!r}, {exc.where}: the request failed after every retry "
+                f"({exc.error}); no results were written. The answers that came back are cached, so the same "
+                "command asks only for the rest; failed_calls: accept keeps such calls in their input order "
+                "instead (the table marks the stage)") from None  # fmt: skip
+
+    def rerank(self, unit: tuple) -> tuple[list[str], list[WindowAnswer]]:
+        """One query's windows in order: the reordered candidates and each window's answer."""
         _qid, query, doc_ids, texts, plan = unit
         order = list(range(len(doc_ids)))
         windows: list[WindowAnswer] = []
@@ -122,8 +146,7 @@ class QueryTask:
             try:
                 comp, cached = self.answer(req)
             except RequestFailed as exc:
-                windows.append(WindowAnswer(f"products {start + 1}-{end}", FAILED, retries=exc.attempts - 1,
-                                            error=str(exc)))  # fmt: skip
+                windows.append(self.failed(f"products {start + 1}-{end}", exc))
                 continue
             outcome = parse_permutation(comp.text, len(shown))
             order[start:end] = [shown[k] for k in outcome.order]
@@ -136,4 +159,12 @@ class Stopped(Exception):
     """Another query's failure stopped this one."""
 
 
-__all__ = ["QueryTask", "Stopped", "WindowAnswer", "WindowStats"]
+class CallFailed(Exception):
+    """A call failed after every retry, with ``failed_calls: stop``."""
+
+    def __init__(self, where: str, error: str) -> None:
+        super().__init__(f"{where}: {error}")
+        self.where, self.error = where, error
+
+
+__all__ = ["CallFailed", "QueryTask", "Stopped", "WindowAnswer", "WindowStats"]

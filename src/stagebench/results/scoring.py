@@ -55,8 +55,7 @@ def comparisons_for(stages: list[StageRecord], baseline: str) -> list[tuple[str,
 def llm_cells(s: LLMStats) -> LLMCells:
     """An LLM stage's counts for the stage table (its timings stay in the manifest)."""
     return LLMCells(windows=s.windows, ok=s.ok, repaired=s.repaired, fallback=s.fallback, failed=s.failed,
-                    repairs=dict(s.repairs),
-                    retries=s.retries, prompt_tokens=s.prompt_tokens, completion_tokens=s.completion_tokens,
+                    repairs=dict(s.repairs), prompt_tokens=s.prompt_tokens, completion_tokens=s.completion_tokens,
                     cost=s.pricing.cost if s.pricing else None, method=s.method, low_mass=s.low_mass,
                     label_mass=s.label_mass)  # fmt: skip
 
@@ -160,6 +159,11 @@ def score_folder(manifest: Manifest, qrels: dict, runs: dict[str, Run]) -> Score
                      "held at least half of the next-token probability (or the text named a label), low mass = less "
                      "(their relative probabilities still used), fallback = no label in the text (no preference), "
                      "label mass = the labels' mean share (docs/llm.md)")  # fmt: skip
+    for r in rows:
+        if r.llm is not None and r.llm.failed:
+            notes.append(f"(!) {r.stage}: {r.llm.failed} of {r.llm.windows} LLM calls failed after every retry and were "
+                         "accepted (failed_calls: accept): their products kept the input order (listwise, pointwise) "
+                         "or the call said nothing (pairwise, setwise), so the row understates the model")  # fmt: skip
     g = gain_map(gain)
     table = StageTable(rows, metric_names, title, notes, {"gain": g.as_json(), "gain_map": g.describe(),
                                                           "relevance_threshold": rel, "top_grade": top})  # fmt: skip

@@ -60,7 +60,12 @@ class LLMRerankParams(ChatParams):
     system_prompt: str = param(DEFAULT_SYSTEM, "the system message (empty: none)")
     max_new_tokens: PositiveInt | None = param(None, "the longest answer asked for; null: 8 tokens per candidate + 16 (a "
                                                "reasoning model needs more)")  # fmt: skip
-    concurrency: PositiveInt = param(4, "openai: queries in flight at once (the in-process backend runs one)")
+    concurrency: PositiveInt = param(4, "openai: queries in flight at once, at most: halved after a timeout or a busy "
+                                     "answer, raised again as answers come (the in-process backend runs one)")  # fmt: skip
+    failed_calls: Literal["stop", "accept"] = param(
+        "stop", "a request that fails after every retry: stop (one error line, exit 2, no results written; the "
+                "answers that came are cached, so the same command asks only for the rest) | accept (the call keeps "
+                "its input order or says nothing, the table marks the stage, its run is not cached)")  # fmt: skip
     depths: list[PositiveInt] | None = param(None, "also run at each of these depths (each its own run: the windows "
                                              "depend on N; identical windows come from the cache); the depth table")  # fmt: skip
     method: Literal["listwise", "pointwise", "pairwise", "setwise"] = param(
@@ -85,7 +90,7 @@ class LLMRerankStage(Stage):
                     "stagebench.rerank.schemes", "stagebench.rerank.chat", "stagebench.rerank.merge", "stagebench.record",
                     "stagebench.devices")  # fmt: skip
     packages = ("transformers", "torch", "gguf")
-    unkeyed_params = ChatParams.UNKEYED
+    unkeyed_params = (*ChatParams.UNKEYED, "failed_calls")
 
     def __init__(self, name: str, params: Any, engine: EngineParams | None = None) -> None:
         super().__init__(name, params, engine)
@@ -190,7 +195,7 @@ class LLMRerankStage(Stage):
         if p.method != "listwise":
             decoding = "label probabilities (text where a server gives none)"
         stats = counts.typed(sum(len(heads[q]) for q in qids), f"{decoding}; {getattr(backend, 'reproducibility', '?')}",
-                             p.method)  # fmt: skip
+                             p.method, wall_seconds=dt)  # fmt: skip
         result: Run = {}
         for qid in run:
             order = reranked.get(qid, [])
