@@ -5,6 +5,7 @@ documents and hurts nDCG the deeper it reaches, so depth sweeps have p-values th
 from __future__ import annotations
 
 import hashlib
+import time
 
 
 class HashShuffle:
@@ -23,3 +24,15 @@ class PairHash(HashShuffle):
 
     def score_pairs(self, pairs: list[tuple[str, str]]) -> list[float]:
         return [self.score(q, [d])[0] for q, d in pairs]
+
+
+class Sleepy(HashShuffle):
+    """HashShuffle that takes ``pause`` seconds per query (a stage slow enough to be interrupted)."""
+
+    def __init__(self, pause: float = 0.5, **kw) -> None:
+        super().__init__(**kw)
+        self.pause = pause
+
+    def score(self, query: str, docs: list[str]) -> list[float]:
+        time.sleep(self.pause)
+        return super().score(query, docs)

@@ -1,0 +1,92 @@
+"""stagebench.supervisor: a run on Ray is watched from a parent process, because Ray's native core
+can end the driver without running any Python. Here the child is a real ``stagebench run`` (a slow
+plug-in stage, no cluster needed), ended by SIGKILL the way Ray ends it, or interrupted."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from stagebench.cache import Cache
+from stagebench.engine import EngineParams
+from stagebench.errors import StagebenchError
+from stagebench.supervisor import run_watched
+from tests.conftest import REPO, esci_config
+
+pytestmark = pytest.mark.slow  # a real child process
+
+STAGES = """\
+  - {name: bm25, type: bm25, params: {top_k: 50}}
+  - {name: slow, type: plugin, target: "tests.shuffle_plugin:Sleepy", inputs: [bm25], params: {top_n: 10, pause: 0.5}}
+"""
+
+
+def child_of(tmp_path: Path, name: str, deadline: float = 120) -> int:
+    """The pid of the run writing ``<tmp_path>/<name>``: its staging folder is named after it."""
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        for d in tmp_path.glob(f".{name}.partial-*"):
+            pid = d.name.rsplit("-", 1)[1]
+            if pid.isdigit() and int(pid) != 1 and (d / "runs").is_dir():
+                return int(pid)
+        time.sleep(0.05)
+    raise AssertionError("the child never began writing its results")
+
+
+def in_thread(fn) -> threading.Thread:
+    t = threading.Thread(target=fn, daemon=True)
+    t.start()
+    return t
+
+
+@pytest.fixture
+def cwd_repo(monkeypatch):
+    monkeypatch.chdir(REPO)  # the plug-in's module is found from the repository root
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+
+
+def test_a_child_ended_without_a_word_is_one_error_and_leaves_nothing_partial(tmp_path, small_synthetic, cwd_repo):
+    cfg = esci_config(tmp_path, small_synthetic, STAGES, name="t")
+    (tmp_path / ".t.partial-1" / "mine").mkdir(parents=True)  # not stagebench's (no mark): left alone
+    cache = Cache(tmp_path / "cache")
+    leftovers: list[Path] = []
+
+    def end_it() -> None:
+        pid = child_of(tmp_path, "t")
+        half = tmp_path / "cache" / "runs" / f".tmp-0123abcd-{pid}-42"  # a half-written entry of the child's
+        half.mkdir(parents=True)
+        leftovers.append(half)
+        os.kill(pid, signal.SIGKILL)  # as Ray's core ends a driver whose cluster went away
+
+    t = in_thread(end_it)
+    with pytest.raises(StagebenchError) as got:
+        run_watched(["run", str(cfg)], cfg, EngineParams(type="ray"), tmp_path / "t", cache)
+    t.join()
+    assert str(got.value).startswith(f"{cfg}: engine: the Ray runtime ended the run mid-stage without a word "
+                                     "(signal SIGKILL): the run's local Ray cluster")  # fmt: skip
+    assert "no results folder was written or changed" in str(got.value)
+    assert not (tmp_path / "t").exists()
+    assert [p.name for p in tmp_path.glob(".t.partial-*")] == [".t.partial-1"] and (tmp_path / ".t.partial-1" / "mine").is_dir()
+    assert leftovers and not leftovers[0].exists()
+
+
+def test_a_child_that_finishes_or_is_interrupted_gives_its_own_exit(tmp_path, small_synthetic, cwd_repo):
+    fast = esci_config(tmp_path, small_synthetic, STAGES.replace("pause: 0.5", "pause: 0.0"), name="fast")
+    assert run_watched(["run", str(fast)], fast, EngineParams(type="ray"), tmp_path / "fast", Cache(tmp_path / "c")) == 0
+    assert (tmp_path / "fast" / "stage_table.txt").is_file()
+
+    cfg = esci_config(tmp_path, small_synthetic, STAGES, name="t")
+
+    def interrupt() -> None:
+        child_of(tmp_path, "t")
+        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C reaches the parent; it passes it on
+
+    t = in_thread(interrupt)
+    code = run_watched(["run", str(cfg)], cfg, EngineParams(type="ray"), tmp_path / "t", Cache(tmp_path / "cache"))
+    t.join()
+    assert code == 130 and not (tmp_path / "t").exists() and not list(tmp_path.glob(".t.partial-*"))
