@@ -75,7 +75,9 @@ def run_watched(argv: Sequence[str], config_path: Path, engine: EngineParams, ou
     child = subprocess.Popen([sys.executable, "-m", "stagebench", *argv], env=env, pass_fds=(write_end,),
                              start_new_session=True)  # fmt: skip
     os.close(write_end)
-    old = {sig: signal.signal(sig, lambda signum, _frame: child.send_signal(signum)) for sig in forwarded}
+    # a signal this process ignores (SIGINT in a background job) stays ignored, and the child inherits that
+    old = {sig: signal.signal(sig, lambda signum, _frame: child.send_signal(signum))
+           for sig in forwarded if signal.getsignal(sig) is not signal.SIG_IGN}  # fmt: skip
     try:
         code = child.wait()  # not the pipe's end: a process the child started may still hold it
     finally:
