@@ -441,6 +441,44 @@ def test_label_logprobs_equal_generates_first_step_scores(smollm2):
     assert got.text == ("A", "B")[max(range(2), key=lambda i: got.label_logprobs[i])]
 
 
+@pytest.mark.slow
+def test_a_gguf_model_loads_from_its_dequantized_checkpoint_with_the_same_answers(tmp_path, smollm2, caplog):
+    """The checkpoint kept in the cache is the GGUF file's weights and tokenizer: the same label
+    log-probabilities and the same generated text, exactly, as the GGUF file loaded directly."""
+    import pickle
+
+    import torch
+    from stagebench.rerank.chat import TransformersBackend, keep_models_in
+
+    labels = [ChatRequest((("user", f"A shopper searched for: red wallet\n\nProduct: {p}\n\nAnswer Yes or No."),), 1,
+                          0.0, 0, ("Yes", "No")) for p in PRODUCTS]  # fmt: skip
+    text = ChatRequest((("system", "You rank products."), ("user", "Rank: [1] kettle [2] wallet (query: wallet). "
+                                                                  "Answer like [2] > [1].")), 12, 0.0, 0)  # fmt: skip
+    from_gguf = smollm2.complete_labels(labels), smollm2.complete(text)
+    cache = Cache(tmp_path / "cache")
+    built = TransformersBackend(smollm2.resolved, smollm2.placement, "llm")
+    keep_models_in(built, cache)
+    assert pickle.loads(pickle.dumps(built)).models is None  # a Ray worker loads the GGUF file itself
+    with caplog.at_level("INFO", logger="stagebench"):
+        got = built.complete_labels(labels), built.complete(text)
+    assert "computed de-quantized fp32 checkpoint of HuggingFaceTB/SmolLM2-135M-Instruct" in caplog.text
+    assert [c.label_logprobs for c in got[0]] == [c.label_logprobs for c in from_gguf[0]]  # bit for bit
+    assert [c.prompt_tokens for c in got[0]] == [c.prompt_tokens for c in from_gguf[0]]
+    assert (got[1].text, got[1].prompt_tokens, got[1].completion_tokens) == \
+        (from_gguf[1].text, from_gguf[1].prompt_tokens, from_gguf[1].completion_tokens) and got[1].text  # fmt: skip
+    [entry] = [p for p in (tmp_path / "cache" / "models").iterdir() if not p.name.startswith(".")]
+    assert {"model.safetensors", "tokenizer.json", "config.json", "variant.json"} <= {p.name for p in entry.iterdir()}
+    assert json.loads((entry / "entry.json").read_text())["meta"]["recipe"] == "gguf-dequantized"
+    caplog.clear()
+    again = TransformersBackend(smollm2.resolved, smollm2.placement, "llm")
+    keep_models_in(again, cache)
+    with caplog.at_level("INFO", logger="stagebench"):
+        assert again.complete_labels(labels[:1])[0].label_logprobs == smollm2.complete_labels(labels[:1])[0].label_logprobs
+    assert "cached de-quantized fp32 checkpoint" in caplog.text and f"its de-quantized checkpoint {entry}" in caplog.text
+    want = smollm2._model.state_dict()
+    assert all(torch.equal(t, want[k]) for k, t in again._model.state_dict().items())
+
+
 # ---------------------------------------------------------------------------- through the CLI
 
 
@@ -489,6 +527,7 @@ def test_kill_9_resumes_at_the_next_call_for_every_family(tmp_path, small_synthe
     r = stagebench_cli("run", cfg, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     assert f"{done} from the cache, {total - done} asked" in r.stderr
+    assert "cached de-quantized fp32 checkpoint of HuggingFaceTB/SmolLM2-135M-Instruct" in r.stderr  # built before the kill
     for f in ("stage_table.txt", "stage_table.json", "runs/llm.trec", "per_query.csv"):
         assert (tmp_path / "t" / f).read_bytes() == (tmp_path / "x" / "t" / f).read_bytes(), f
     again = stagebench_cli("run", cfg, env=env)  # a rerun asks nothing

@@ -12,12 +12,19 @@ the rewriting):
 A variant is built once and kept in the cache (kind ``models``), keyed by the source model's
 identity, the recipe, the code that builds it and the versions of the libraries it uses; its
 identity (which keys everything computed with it) names the source and that key.
+
+A GGUF LLM (the bundled SmolLM2 carrier, a local ``.gguf`` file, a hub GGUF file) is kept there
+too, as the fp32 transformers checkpoint transformers de-quantizes it to on load
+(:func:`gguf_checkpoint`): loading a GGUF file parses its metadata and converts its tokenizer
+every time (about 20 s for SmolLM2-135M on two cores), the checkpoint loads in about a second,
+and it is the same weights and tokenizer bit for bit (checked when it is built).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import shutil
 import tempfile
 from importlib import metadata
 from pathlib import Path
@@ -111,6 +118,66 @@ def _build(model: ResolvedModel, recipe: str) -> Path:
     pooling = _pooling(model, src)
     (tmp / "variant.json").write_text(json.dumps({"source": model.identity, "recipe": recipe, "pooling": pooling}) + "\n")
     return tmp
+
+
+def gguf_checkpoint(model: ResolvedModel, cache: Cache, label: str) -> Path:
+    """The folder of ``model`` (a GGUF file: ``model.gguf_file`` in ``model.path``) de-quantized
+    to an fp32 transformers checkpoint with its tokenizer: read from ``cache``, or built now and
+    kept there. Loading it gives the weights and token ids that loading the GGUF file gives."""
+    parts = {"source": model.identity, "gguf_file": model.gguf_file, "recipe": "gguf-dequantized",
+             "code": code_identity(VARIANT_CODE), "packages": _versions("gguf", "safetensors", "torch", "transformers")}  # fmt: skip
+    m = memo(cache, "models", parts, lambda: _dequantize_gguf(model, label), save=_save, load=lambda entry: entry.path,
+             label=label, what=f"de-quantized fp32 checkpoint of {model.name}",
+             meta=lambda _: {"model": model.identity, "recipe": "gguf-dequantized"})  # fmt: skip
+    return Path(m.value) if m.status == "cached" else cache.root / "models" / m.key
+
+
+#: a text whose token ids the checkpoint's tokenizer must give as the GGUF file's does (with the
+#: same chat template, special tokens and vocabulary)
+_PROBE = ("<|im_start|>system\nRank products.<|im_end|>\n<|im_start|>user\nQuery: café crème 2x 500ml\n"
+          "[1] Nespresso-Kapseln, 10 Stück \u2013 Ø 3 cm\n[2] 咖啡杯 \U0001f375  tabs\tand spaces<|im_end|>")  # fmt: skip
+
+
+def _dequantize_gguf(model: ResolvedModel, label: str) -> Path:
+    tf = need("transformers", f"{label}: de-quantizing the GGUF model {model.name}")
+    torch = need("torch", f"{label}: de-quantizing the GGUF model {model.name}")
+    need("gguf", f"{label}: loading the GGUF model {model.name}")
+    kw = {"gguf_file": model.gguf_file}
+    tok = tf.AutoTokenizer.from_pretrained(model.path, **kw)
+    lm = tf.AutoModelForCausalLM.from_pretrained(model.path, dtype=torch.float32, **kw).eval()
+    # the loaded model is plain fp32 tensors; what marks it as a GGUF load only refuses to save it
+    lm.hf_quantizer = None
+    if hasattr(lm.config, "quantization_config"):
+        del lm.config.quantization_config
+    tmp = Path(tempfile.mkdtemp(prefix="stagebench-variant-"))
+    try:
+        lm.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        differ = _differs(lm, tok, tf.AutoModelForCausalLM.from_pretrained(tmp, dtype=torch.float32),
+                          tf.AutoTokenizer.from_pretrained(tmp), torch)  # fmt: skip
+        if differ:
+            raise StagebenchError(f"{label}: the fp32 checkpoint saved from the GGUF model {model.name} does not load "
+                                  f"back as the GGUF file does ({differ} differ) with transformers "
+                                  f"{_versions('transformers')['transformers']}; nothing was cached")  # fmt: skip
+        (tmp / "variant.json").write_text(json.dumps({"source": model.identity, "recipe": "gguf-dequantized"}) + "\n")
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return tmp
+
+
+def _differs(lm, tok, back, back_tok, torch) -> str:
+    """What of a model and tokenizer loaded back from a saved checkpoint differs from the originals ("": nothing)."""
+    want, got = lm.state_dict(), back.state_dict()
+    odd = sorted(set(want) ^ set(got)) or [k for k in want if not torch.equal(want[k], got[k])]
+    if odd:
+        return f"tensors {', '.join(odd[:3])}"
+    ids = [t(_PROBE)["input_ids"] for t in (tok, back_tok)]
+    special = [(t.pad_token_id, t.eos_token_id, t.bos_token_id) for t in (tok, back_tok)]
+    if ids[0] != ids[1] or tok.get_vocab() != back_tok.get_vocab() or tok.chat_template != back_tok.chat_template \
+            or special[0] != special[1]:  # fmt: skip
+        return "the tokenizers"
+    return ""
 
 
 def _save(folder_built: Path, folder: Path) -> None:

@@ -18,7 +18,7 @@ from stagebench.engine import Engine
 from stagebench.judge.scale import DEFAULT_SYSTEM, DEFAULT_TEMPLATE, FAILED, OUTCOMES, Scale, check_template, parse_grade, render_prompt
 from stagebench.params import NonNegativeInt, PositiveInt, Range, Seed, param
 from stagebench.rerank.chat import (
-    ChatParams, ChatRequest, Completion, RequestFailed, cached_answer, make_backend, prompt_problems, read_prompt,
+    ChatParams, ChatRequest, Completion, RequestFailed, cached_answer, keep_models_in, make_backend, prompt_problems, read_prompt,
 )
 
 log = logging.getLogger("stagebench")
@@ -140,6 +140,7 @@ class Judge:
 
     def ask(self, units: list[tuple[str, str]], scale: Scale, cache: Cache | None, engine: Engine) -> Asked:
         """Grade every (query text, document text), in order."""
+        keep_models_in(self.backend(), cache)
         task = PairTask(self, cache, scale)
         t0 = time.perf_counter()
         answers = engine.map(task, units, desc=f"{self.label}: pairs", unit="pair",

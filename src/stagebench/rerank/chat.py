@@ -55,6 +55,7 @@ from stagebench.optional import need
 from stagebench.rerank.labels import label_variants
 from stagebench.params import NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, Seed, param
 from stagebench.textfile import read_text
+from stagebench.variants import gguf_checkpoint
 
 log = logging.getLogger("stagebench")
 
@@ -151,6 +152,13 @@ def make_backend(p: ChatParams, label: str, gpu_workers: bool = False) -> OpenAI
     placement = gpu_worker_placement(p.precision, "torch", label) if gpu_workers and p.device in ("auto", "cuda") \
         else place(p.device, p.precision, "torch", label, auto_bf16=False)  # fmt: skip
     return TransformersBackend(resolved, placement, label)
+
+
+def keep_models_in(backend: OpenAIBackend | TransformersBackend, cache: Cache | None) -> None:
+    """An in-process GGUF model is loaded from its de-quantized checkpoint kept in ``cache``, next
+    to the answers computed with it (built on its first load; a server keeps its own model)."""
+    if isinstance(backend, TransformersBackend):
+        backend.models = cache
 
 
 def _answer_key(identity: dict, req: ChatRequest) -> dict:
@@ -643,12 +651,17 @@ class TransformersBackend:
         self.resolved = model
         self.placement = placement
         self.label = label
+        #: where a GGUF model's de-quantized checkpoint is kept (:func:`stagebench.variants.gguf_checkpoint`);
+        #: None: the GGUF file is de-quantized on every load
+        self.models: Cache | None = None
         self._model: Any = None
         self._tok: Any = None
         self._label_tokens: dict[str, list[int]] = {}
 
-    def __getstate__(self) -> dict:  # sent to Ray workers: each loads the model itself, once
-        return {**self.__dict__, "_model": None, "_tok": None, "_label_tokens": {}}
+    def __getstate__(self) -> dict:
+        # sent to Ray workers: each loads the model itself, once, from the GGUF file where it is one
+        # (the run's cache folder may not be on a worker's machine, and workers write no cache entries)
+        return {**self.__dict__, "models": None, "_model": None, "_tok": None, "_label_tokens": {}}
 
     def check(self) -> None:
         return None
@@ -678,19 +691,22 @@ class TransformersBackend:
             need("gguf", f"{self.label}: loading the GGUF model {self.resolved.name}")
         t0 = time.perf_counter()
         here = on_this_machine(self.resolved)
-        kw = {"gguf_file": here.gguf_file} if here.gguf_file else {}
-        self._tok = tf.AutoTokenizer.from_pretrained(here.path, **kw)
+        folder, kw, origin = here.path, {"gguf_file": here.gguf_file} if here.gguf_file else {}, self.resolved.origin
+        if here.gguf_file and self.models is not None:
+            folder, kw = str(gguf_checkpoint(here, self.models, self.label)), {}
+            origin += f", its de-quantized checkpoint {folder}"
+        self._tok = tf.AutoTokenizer.from_pretrained(folder, **kw)
         torch = need("torch", f"{self.label}: the transformers LLM backend")
         pl = self.placement
         if pl.precision == "int8":
             raise StagebenchError(f"{self.label}: precision int8 is not offered for LLMs; use fp32, bf16 or fp16 (GPU)")
         weights = torch.float16 if pl.precision == "fp16" else torch.bfloat16 if pl.precision == "bf16" and pl.kind != "cpu" \
             else torch.float32  # fmt: skip
-        self._model = tf.AutoModelForCausalLM.from_pretrained(here.path, dtype=weights, **kw).to(pl.device).eval()
+        self._model = tf.AutoModelForCausalLM.from_pretrained(folder, dtype=weights, **kw).to(pl.device).eval()
         if not getattr(self._tok, "chat_template", None):
             raise StagebenchError(f"{self.label}: model {self.resolved.name} has no chat template; use an instruction-"
                                   "tuned (chat) model")  # fmt: skip
-        log.info("%s: loaded %s from %s on %s, %s (%s) [%.1fs]", self.label, self.resolved.name, self.resolved.origin,
+        log.info("%s: loaded %s from %s on %s, %s (%s) [%.1fs]", self.label, self.resolved.name, origin,
                  pl.device, pl.precision, pl.why, time.perf_counter() - t0)  # fmt: skip
 
     def _label_ids(self, label: str) -> list[int]:

@@ -35,7 +35,7 @@ from typing import Any, Literal
 
 from stagebench.engine import EngineParams
 from stagebench.record import LLMStats, Stats
-from stagebench.rerank.chat import ChatParams, OpenAIBackend, TransformersBackend, make_backend, prompt_problems, read_prompt
+from stagebench.rerank.chat import ChatParams, OpenAIBackend, TransformersBackend, keep_models_in, make_backend, prompt_problems, read_prompt
 from stagebench.rerank.families import TASKS
 from stagebench.rerank.labels import check_template as check_label_template, default_template
 from stagebench.rerank.listwise import DEFAULT_SYSTEM, DEFAULT_TEMPLATE, FAILED, LOW_MASS, check_template, sliding_windows
@@ -161,6 +161,7 @@ class LLMRerankStage(Stage):
         p: LLMRerankParams = self.params
         ds = ctx.dataset
         backend = self.backend()
+        keep_models_in(backend, ctx.cache)
         heads, tails = split_head(run, top_n)
         qids = [q for q in run if heads[q]]
         plan = {q: sliding_windows(len(heads[q]), p.window, p.stride) * p.passes for q in qids}
