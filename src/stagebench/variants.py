@@ -29,7 +29,7 @@ import tempfile
 from importlib import metadata
 from pathlib import Path
 
-from stagebench.cache import Cache, cache_root, code_identity, memo
+from stagebench.cache import Cache, Memo, cache_root, code_identity, memo
 from stagebench.devices import Placement
 from stagebench.errors import StagebenchError
 from stagebench.models import ResolvedModel
@@ -72,7 +72,7 @@ def for_placement(model: ResolvedModel, placement: Placement, kind: str, cache: 
     store = cache if cache is not None else Cache(cache_root())
     m = memo(store, "models", parts, lambda: _build(model, recipe), save=_save, load=lambda entry: entry.path,
              label=label, what=f"{recipe} variant of {model.name}", meta=lambda _: {"model": model.identity, "recipe": recipe})
-    folder = Path(m.value) if m.status == "cached" else store.root / "models" / m.key  # built, then moved into the cache
+    folder = _entry_folder(store, m)
     return ResolvedModel(model.name, "onnx", str(folder), f"{model.origin}, {_DESCRIBE[recipe]} (derived: {folder})",
                          f"{model.identity}+{recipe}#{m.key[:16]}", pooling=_pooling(model, folder))  # fmt: skip
 
@@ -129,6 +129,11 @@ def gguf_checkpoint(model: ResolvedModel, cache: Cache, label: str) -> Path:
     m = memo(cache, "models", parts, lambda: _dequantize_gguf(model, label), save=_save, load=lambda entry: entry.path,
              label=label, what=f"de-quantized fp32 checkpoint of {model.name}",
              meta=lambda _: {"model": model.identity, "recipe": "gguf-dequantized"})  # fmt: skip
+    return _entry_folder(cache, m)
+
+
+def _entry_folder(cache: Cache, m: Memo) -> Path:
+    """The cache entry holding a model variant (one just built was moved there from its build folder)."""
     return Path(m.value) if m.status == "cached" else cache.root / "models" / m.key
 
 
