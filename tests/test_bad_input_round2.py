@@ -526,3 +526,16 @@ def test_a_config_larger_than_any_config_is_refused_unread(tmp_path, capsys):
     expect_error(capsys, "validate", cfg, contains=(str(cfg), "more than the 1,048,576 it may have"))
     with pytest.raises(ConfigError, match="more than the 1,048,576"):
         stagebench.load_config(cfg)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("content", [b"not a GGUF file at all " * 100, b"GGUF\x03\x00\x00\x00" + b"\xff" * 64])
+def test_a_gguf_file_that_is_not_one_is_one_line_naming_it(tmp_path, capsys, content):
+    bad = tmp_path / "model.Q4_0.gguf"
+    bad.write_bytes(content)
+    stages = ("  - {name: bm25, type: bm25, params: {top_k: 5}}\n"
+              f"  - {{name: llm, type: llm_rerank, inputs: [bm25], params: {{model: '{bad}', method: pointwise, top_n: 3}}}}")  # fmt: skip
+    expect_error(capsys, "run", config(tmp_path, stages),
+                 contains=("stage llm: model", f"cannot load from local GGUF file {bad} (", "Error"))  # fmt: skip
+    assert not [r for r in Cache(tmp_path / "cache").list() if r["kind"] in ("models", "llm")]
+    assert_clean(tmp_path, cache_entries=None)

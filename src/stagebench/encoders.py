@@ -24,8 +24,7 @@ import numpy as np
 import stagebench.ui as ui
 from stagebench.devices import Placement, autocast, onnx_providers
 from stagebench.engine import Engine
-from stagebench.errors import StagebenchError
-from stagebench.models import ResolvedModel, on_this_machine
+from stagebench.models import ResolvedModel, loading, on_this_machine
 from stagebench.optional import need
 
 log = logging.getLogger("stagebench")
@@ -124,10 +123,8 @@ def quantize_int8(module):
 
 def _load_st(make, model: ResolvedModel, placement: Placement):
     """A sentence-transformers model built by ``make(device)`` at ``placement`` (INT8: quantized)."""
-    try:
+    with loading(model):
         st = make(placement.device)
-    except Exception as exc:  # hub/HTTP/OS errors: report where we looked
-        raise StagebenchError(f"model {model.name!r}: cannot load from {model.origin} ({type(exc).__name__}: {exc})") from exc
     return quantize_int8(st) if placement.precision == "int8" else st
 
 

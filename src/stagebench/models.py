@@ -24,6 +24,8 @@ import hashlib
 import importlib.util
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import metadata
@@ -202,6 +204,23 @@ def resolve_model(name: str, source: str = "auto") -> ResolvedModel:
         else:
             return ResolvedModel(name, "hub", name, "Hugging Face hub (download)", f"hub:{name}")
     raise StagebenchError(f"model {name!r} not found; tried: " + "; ".join(tried))
+
+
+@contextmanager
+def loading(model: ResolvedModel, label: str = "") -> Iterator[None]:
+    """A library reading ``model``'s files (transformers, sentence-transformers, gguf): what it
+    raises (a file that is not a model, a missing file, a hub or HTTP error) becomes one line
+    naming the model and where it came from."""
+    try:
+        yield
+    except StagebenchError:
+        raise
+    except Exception as exc:
+        where, file = model.origin, str(Path(model.path) / model.gguf_file)
+        if model.gguf_file and model.backend != "hub" and file not in where:
+            where += f", file {file}"
+        raise StagebenchError(f"{label + ': ' if label else ''}model {model.name!r}: cannot load from {where} "
+                              f"({type(exc).__name__}: {exc})") from exc  # fmt: skip
 
 
 def on_this_machine(model: ResolvedModel, source: str = "auto") -> ResolvedModel:

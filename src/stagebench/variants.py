@@ -32,7 +32,7 @@ from pathlib import Path
 from stagebench.cache import Cache, Memo, cache_root, code_identity, memo
 from stagebench.devices import Placement
 from stagebench.errors import StagebenchError
-from stagebench.models import ResolvedModel
+from stagebench.models import ResolvedModel, loading
 from stagebench.onnx_graphs import (copy_tokenizer, dequantized_fp32, export_encoder, has_dynamic_quantization,
                                     per_token_int8, quantize_dynamic_per_channel)  # fmt: skip
 from stagebench.optional import need
@@ -148,8 +148,9 @@ def _dequantize_gguf(model: ResolvedModel, label: str) -> Path:
     torch = need("torch", f"{label}: de-quantizing the GGUF model {model.name}")
     need("gguf", f"{label}: loading the GGUF model {model.name}")
     kw = {"gguf_file": model.gguf_file}
-    tok = tf.AutoTokenizer.from_pretrained(model.path, **kw)
-    lm = tf.AutoModelForCausalLM.from_pretrained(model.path, dtype=torch.float32, **kw).eval()
+    with loading(model, label):
+        tok = tf.AutoTokenizer.from_pretrained(model.path, **kw)
+        lm = tf.AutoModelForCausalLM.from_pretrained(model.path, dtype=torch.float32, **kw).eval()
     # the loaded model is plain fp32 tensors; what marks it as a GGUF load only refuses to save it
     lm.hf_quantizer = None
     if hasattr(lm.config, "quantization_config"):

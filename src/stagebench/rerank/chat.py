@@ -50,7 +50,7 @@ from typing import Any, Literal
 from stagebench.cache import Cache, make_key, memo, module_source_hash
 from stagebench.devices import HardwareParams, Placement, autocast, gpu_worker_placement, place
 from stagebench.errors import ConfigError, StagebenchError
-from stagebench.models import ResolvedModel, on_this_machine, resolve_model
+from stagebench.models import ResolvedModel, loading, on_this_machine, resolve_model
 from stagebench.optional import need
 from stagebench.rerank.labels import label_variants
 from stagebench.params import NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, Seed, param
@@ -695,14 +695,16 @@ class TransformersBackend:
         if here.gguf_file and self.models is not None:
             folder, kw = str(gguf_checkpoint(here, self.models, self.label)), {}
             origin += f", its de-quantized checkpoint {folder}"
-        self._tok = tf.AutoTokenizer.from_pretrained(folder, **kw)
+        with loading(here, self.label):
+            self._tok = tf.AutoTokenizer.from_pretrained(folder, **kw)
         torch = need("torch", f"{self.label}: the transformers LLM backend")
         pl = self.placement
         if pl.precision == "int8":
             raise StagebenchError(f"{self.label}: precision int8 is not offered for LLMs; use fp32, bf16 or fp16 (GPU)")
         weights = torch.float16 if pl.precision == "fp16" else torch.bfloat16 if pl.precision == "bf16" and pl.kind != "cpu" \
             else torch.float32  # fmt: skip
-        self._model = tf.AutoModelForCausalLM.from_pretrained(folder, dtype=weights, **kw).to(pl.device).eval()
+        with loading(here, self.label):
+            self._model = tf.AutoModelForCausalLM.from_pretrained(folder, dtype=weights, **kw).to(pl.device).eval()
         if not getattr(self._tok, "chat_template", None):
             raise StagebenchError(f"{self.label}: model {self.resolved.name} has no chat template; use an instruction-"
                                   "tuned (chat) model")  # fmt: skip
