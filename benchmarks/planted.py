@@ -124,6 +124,48 @@ BUGS: tuple[Bug, ...] = (
     Bug("statistics plumbing", "stage-table test seed not passed", "src/stagebench/results/scoring.py",
         "[evals[b].per_query[m][q] for q in queries], ev.permutations, ev.seed)",
         "[evals[b].per_query[m][q] for q in queries], ev.permutations, 42)", COMPARE),
+    # issue 46: bugs that passed the fast layer and their modules' slow tests, one of each kind
+    Bug("metrics", "F1@k's precision divided by the documents retrieved, not k", "src/stagebench/metrics/compute.py",
+        "p, r = precision(ranking, judgments, cutoff, rel), recall(ranking, judgments, cutoff, rel)",
+        "p, r = precision(ranking, judgments, min(cutoff, len(ranking)) or 1, rel), recall(ranking, judgments, cutoff, rel)",
+        ("tests/parity/test_new_measures.py",)),
+    Bug("metrics", "nDCG's ideal ordered by grade, not by gain", "src/stagebench/metrics/compute.py",
+        "ideal_gains = sorted((g_of(g) for g in judgments.values()), reverse=True)",
+        "ideal_gains = [g_of(g) for g in sorted(judgments.values(), reverse=True)]", ("tests/parity/test_new_measures.py",)),
+    Bug("depth sweeps", "a head-dependent reranker's depths cut from the deepest pass", "src/stagebench/rerank/pointwise.py",
+        "per_depth[n] = score([[(q, d) for d in heads[q][:n]] for q in qids]",
+        "per_depth[n] = score([[(q, d) for d in heads[q]] for q in qids]", DEPTH),
+    Bug("unjudged documents", "bounds that touch at one point counted as apart", "src/stagebench/metrics/holes.py",
+        "return a[0] <= b[1] and b[0] <= a[1]", "return a[0] < b[1] and b[0] < a[1]", ("tests/parity/test_holes.py",)),
+    Bug("unjudged documents", "no ? on a mark the bounds leave open", "src/stagebench/report/tables.py",
+        'marks = "".join(x + ("?" if x in open_ else "") for x in r.better_than.get(m, []))',
+        'marks = "".join(r.better_than.get(m, []))', COMPARE),
+    Bug("unjudged documents", "judged-only letters from the main view's values", "src/stagebench/results/scoring.py",
+        "judged_comps, judged_better = significance(judged, pairs,", "judged_comps, judged_better = significance(evals, pairs,",
+        COMPARE),
+    Bug("LLM judge", "a judge's grade replaces a human label in the filled qrels", "src/stagebench/results/judged.py",
+        "        if j.purpose == HOLE and j.grade is not None and j.docid not in filled.get(j.qid, {}):\n"
+        "            filled.setdefault(j.qid, {})[j.docid] = j.grade\n",
+        "        if j.grade is not None:\n            filled.setdefault(j.qid, {})[j.docid] = j.grade\n"
+        "        if j.purpose == HOLE and j.grade is not None:\n", ("tests/test_judge.py",)),
+    Bug("LLM judge", "the weighted kappa's interval bootstraps unweighted kappa", "src/stagebench/results/agreement.py",
+        "v = kappa(h[idx], j[idx], k, 1)", "v = kappa(h[idx], j[idx], k, 0)", ("tests/test_judge.py",)),
+    Bug("segments", "a segment of exactly min_queries queries left untested", "src/stagebench/results/segments.py",
+        "if len(qs) >= min_queries else None", "if len(qs) > min_queries else None", ("tests/test_segments.py",)),
+    Bug("cache keys", "two recipes of one model variant share a key", "src/stagebench/variants.py",
+        'parts = {"source": model.identity, "recipe": recipe, "code": code_identity(VARIANT_CODE),',
+        'parts = {"source": model.identity, "code": code_identity(VARIANT_CODE),',
+        ("tests/test_batch_invariance.py::test_the_int8_token_rewrite_keeps_the_model",)),
+    Bug("report and explorer", "the latency front compares with the other stages' p50", "src/stagebench/results/cost.py",
+        "p95 = [(lat[1], q) for", "p95 = [(lat[0], q) for", EXPLORER),
+    Bug("LLM families", "pointwise ESCI grades of S and C swapped", "src/stagebench/rerank/labels.py",
+        '"esci": (("E", 3.0), ("S", 2.0), ("C", 1.0), ("I", 0.0)),', '"esci": (("E", 3.0), ("S", 1.0), ("C", 2.0), ("I", 0.0)),',
+        ("tests/test_llm_families.py",)),
+    Bug("reranker by pool", "a cell's better and worse than its pool swapped", "src/stagebench/results/matrix.py",
+        "c.oracle_ndcg10, c.headroom_captured, pool_row.id in row.better_than.get(MEASURE, []),\n"
+        "                                    row.id in pool_row.better_than.get(MEASURE, [])))",
+        "c.oracle_ndcg10, c.headroom_captured, row.id in pool_row.better_than.get(MEASURE, []),\n"
+        "                                    pool_row.id in row.better_than.get(MEASURE, [])))", ("tests/test_matrix.py",)),
 )
 
 

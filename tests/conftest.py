@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -113,3 +115,40 @@ def embedded_dataset(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("synthetic-esci")
     generate(out, SyntheticSpec())
     return out
+
+
+SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
+
+
+@pytest.fixture(scope="session")
+def model_entries(tmp_path_factory) -> Path:
+    """A cache holding the bundled SmolLM2's de-quantized fp32 checkpoint (kind ``models``), built once
+    per session: building it takes ~20 s, and every run with a fresh cache would build it again.
+    :func:`seed_models` links it into a test's cache (tests of the build itself use a cache of their own)."""
+    from stagebench.cache import Cache
+    from stagebench.models import on_this_machine, resolve_model
+    from stagebench.variants import gguf_checkpoint
+
+    cache = Cache(tmp_path_factory.mktemp("model-entries"))
+    gguf_checkpoint(on_this_machine(resolve_model(SMOLLM2)), cache, "tests")
+    return cache.root
+
+
+def seed_models(entries: Path, cache_dir: Path) -> Path:
+    """Hard-link every model entry of ``entries`` into the cache ``cache_dir`` (made if absent): the
+    run finds them as it finds any cached entry, checksums verified on read; ``cache_dir`` is returned."""
+    for entry in (entries / "models").iterdir():
+        if not entry.name.startswith("."):
+            shutil.copytree(entry, cache_dir / "models" / entry.name, copy_function=os.link, dirs_exist_ok=True)
+    return cache_dir
+
+
+def smollm2_folder(entries: Path, folder: Path) -> Path:
+    """SmolLM2 as a plain transformers folder (the de-quantized checkpoint of :func:`model_entries`,
+    its files linked, not its cache record), as a server or a ``model: <folder>`` config loads it."""
+    [entry] = [e for e in (entries / "models").iterdir() if not e.name.startswith(".")]
+    folder.mkdir(parents=True)
+    for f in entry.iterdir():
+        if f.name != "entry.json":
+            os.link(f, folder / f.name)
+    return folder

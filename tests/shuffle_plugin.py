@@ -36,3 +36,20 @@ class Sleepy(HashShuffle):
     def score(self, query: str, docs: list[str]) -> list[float]:
         time.sleep(self.pause)
         return super().score(query, docs)
+
+
+class Reverse:
+    """Reverses the head it is shown: significantly worse than a good pool, and significantly better
+    than a pool that is itself reversed (the reranker-by-pool matrix's marks, both ways)."""
+
+    def score(self, query: str, docs: list[str]) -> list[float]:
+        return [float(i) for i in range(len(docs))]
+
+
+class HeadHash(HashShuffle):
+    """A reranker whose scores depend on the head it is shown (a hash salted with the head's size), as a
+    listwise model's may: a depth sweep cannot derive its runs from one deeper pass."""
+
+    def score(self, query: str, docs: list[str]) -> list[float]:
+        self.salt = f"{len(docs)}:"
+        return super().score(query, docs)

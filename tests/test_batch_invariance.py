@@ -6,7 +6,9 @@ Real bundled models, real onnxruntime/torch."""
 
 from __future__ import annotations
 
+import json
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -71,6 +73,9 @@ def test_the_int8_token_rewrite_keeps_the_model(pairs, tmp_path, monkeypatch):
     fp32 = stagebench.cross_encoder(CE, device="cpu", precision="fp32", max_length=256)
     tok = stagebench.cross_encoder(CE, device="cpu", precision="int8-token", max_length=256)
     assert tok.placement.precision == "int8-token" and "per-token" in tok.model.origin
+    # two recipes of one carrier in one cache: two entries, each built by its own recipe
+    built = {json.loads((Path(m.model.path) / "variant.json").read_text())["recipe"]: m.model.path for m in (fp32, tok)}
+    assert set(built) == {"dequantized", "per-token"} and len(set(built.values())) == 2
     for g in groups:
         a, b = fp32.predict(g, 32), tok.predict(g, 32)
         assert np.abs(a - b).max() < 0.75

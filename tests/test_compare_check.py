@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+import math
 from types import SimpleNamespace
 
 import pytest
@@ -103,6 +104,81 @@ def test_the_stage_table_letters_come_from_holm_corrected_p_values(sweep_folder)
     ev = dataclasses.replace(RunFolder.open(sweep_folder).manifest.evaluation, alpha=alpha)
     _, better = significance(evals, pairs, metrics, queries, letters, ev)
     assert {s: {m: set(v) for m, v in b.items()} for s, b in better.items()} == letters_at(alpha)
+
+
+def judged_only_by_definition(folder) -> dict[str, dict[str, dict[str, float]]]:
+    """stage -> measure -> qid -> value in the judged-only view, written here from the definitions: each
+    ranking (score desc, docid desc) with its unjudged documents removed, then cut at k; nDCG under the
+    folder's gain table (ideal: every judged document sorted by gain), RR@10 and R@100 at grade >= 1."""
+    from stagebench.runs import read_trec_qrels, read_trec_run
+
+    gain = {int(k): v for k, v in SWEEP_EVALUATION["gain"].items()}
+    qrels = read_trec_qrels(folder / "qrels.trec")
+    queries = sorted(q for q, j in qrels.items() if any(g >= 1 for g in j.values()))
+    out: dict = {}
+    for path in (folder / "runs").glob("*.trec"):
+        if "@" in path.stem:
+            continue
+        run = read_trec_run(path)
+        vals: dict = {"nDCG@10": {}, "RR@10": {}, "R@100": {}}
+        for q in queries:
+            j = qrels[q]
+            ranking = [d for d, _ in sorted(run.get(q, {}).items(), key=lambda x: (x[1], x[0]), reverse=True) if d in j]
+            dcg = sum(gain[j[d]] / math.log2(i + 2) for i, d in enumerate(ranking[:10]))
+            ideal = sum(g / math.log2(i + 2) for i, g in enumerate(sorted((gain[g] for g in j.values()), reverse=True)[:10]))
+            vals["nDCG@10"][q] = dcg / ideal if ideal else 0.0
+            vals["RR@10"][q] = next((1 / (i + 1) for i, d in enumerate(ranking[:10]) if j[d] >= 1), 0.0)
+            vals["R@100"][q] = sum(j[d] >= 1 for d in ranking[:100]) / sum(g >= 1 for g in j.values())
+        out[path.stem] = vals
+    return out
+
+
+def test_the_judged_only_letters_from_the_definitions(sweep_folder):
+    """The judged-only view's significance: its own per-query values (recomputed here, not read from a
+    file the same code wrote), the configured test and seed, Holm over each measure's pairs."""
+    jo = judged_only_by_definition(sweep_folder)
+    table = {r["stage"]: r for r in json.loads((sweep_folder / "stage_table.json").read_text())}
+    letters = {s: r["id"] for s, r in table.items()}
+    queries = sorted(jo["bm25"]["nDCG@10"])
+    for s, r in table.items():
+        for m in ("nDCG@10", "RR@10", "R@100"):
+            assert r["judged_only"][m] == pytest.approx(sum(jo[s][m].values()) / len(queries), abs=1e-6), (s, m)
+    comps = json.loads((sweep_folder / "significance.json").read_text())
+    pairs = list(dict.fromkeys((c["a"], c["b"]) for c in comps))  # the same pairs as the main view
+    want: dict = {s: {} for s in table}
+    for m in ("nDCG@10", "RR@10", "R@100"):
+        raw = [stats.randomization_test([jo[a][m][q] for q in queries], [jo[b][m][q] for q in queries], PERMS, SEED)
+               for a, b in pairs]  # fmt: skip
+        for (a, b), p in zip(pairs, holm(raw)):
+            ma, mb = (sum(jo[x][m].values()) for x in (a, b))
+            if p < SWEEP_EVALUATION["alpha"] and ma != mb:
+                win, lose = (a, b) if ma > mb else (b, a)
+                want[win].setdefault(m, set()).add(letters[lose])
+    got = {s: {m: set(v) for m, v in r["judged_only_better_than"].items() if v} for s, r in table.items()}
+    assert got == want
+    main = {s: {m: set(v) for m, v in r["better_than"].items() if v} for s, r in table.items()}
+    assert got != main  # the two views' letters differ here, so one view's letters in place of the other's show
+
+
+def test_a_main_table_mark_whose_order_the_bounds_leave_open_carries_a_question_mark(sweep_folder):
+    """x? exactly where a stage significantly beats x and their bounds overlap; here such pairs occur."""
+    from stagebench.report.tables import main_cell
+    from stagebench.table import StageRow
+
+    rows = json.loads((sweep_folder / "stage_table.json").read_text())
+    text = (sweep_folder / "stage_table.txt").read_text().split("Judged only:")[0]
+    questioned = 0
+    for r in rows:
+        line = next(x for x in text.splitlines() if x.split()[:2] == [r["id"], r["stage"]])
+        for m, won in r["better_than"].items():
+            marks = "".join(x + ("?" if x in r["unsettled"].get(m, []) else "") for x in won)
+            assert f"{r[m]:.4f}^{marks}" in line.split(), (r["stage"], m, line)
+            questioned += sum(x in r["unsettled"].get(m, []) for x in won)
+    assert questioned > 0
+    # and where the bounds settle the order, the mark stands alone
+    a = next(r for r in rows if r["better_than"].get("nDCG@10"))
+    settled = StageRow.from_json({**a, "unsettled": {}}, ["nDCG@10"])
+    assert main_cell(settled, "nDCG@10") == f"{a['nDCG@10']:.4f}^" + "".join(a["better_than"]["nDCG@10"])
 
 
 def test_check_uses_each_measure_s_tolerance_before_the_global_one(sweep_folder, tmp_path):

@@ -223,3 +223,30 @@ def test_a_query_a_run_returned_nothing_for_scores_zero_in_the_sweep(sweep, reco
         assert cell["achieved_ndcg10"] == pytest.approx(achieved, abs=1e-6)
         assert cell["input_ndcg10"] == pytest.approx(mean(ndcg10(ranked_ids(emptied["bm25"].get(x, {})), qrels[x])
                                                           for x in queries), abs=1e-6)  # fmt: skip
+
+
+def test_a_reranker_whose_scores_depend_on_the_head_it_is_shown_is_run_at_each_depth(small_synthetic, tmp_path):
+    """A plug-in with only ``score(query, docs)`` may score a document by the list it is shown
+    (tests/shuffle_plugin.py ``HeadHash``): each depth's run is then the run of a stage with that
+    ``top_n``, never the deepest pass cut short."""
+    import stagebench
+
+    target = "tests.shuffle_plugin:HeadHash"
+    result = stagebench.run({
+        "name": "h", "output": str(tmp_path / "out"), "cache_dir": str(tmp_path / "cache"),
+        "dataset": {"loader": "esci", "path": str(small_synthetic), "split": "test", "max_queries": 12},
+        "stages": [{"name": "bm25", "type": "bm25", "params": {"top_k": 40}},
+                   {"name": "head", "type": "plugin", "target": target, "inputs": ["bm25"],
+                    "params": {"top_n": 10, "depths": [5, 20]}},
+                   {"name": "head5", "type": "plugin", "target": target, "inputs": ["bm25"], "params": {"top_n": 5}},
+                   {"name": "head20", "type": "plugin", "target": target, "inputs": ["bm25"], "params": {"top_n": 20}}],
+        "evaluation": {"metrics": ["nDCG@10"], "permutations": 100, "bootstrap": 100, "latency_queries": 0},
+    })  # fmt: skip
+    runs = {p.stem: read_trec_run(p) for p in (result.output / "runs").glob("*.trec")}
+    assert runs["head@5"] == runs["head5"] and runs["head@20"] == runs["head20"]
+    # the deepest pass cut short would differ: the same documents get other scores from a longer head
+    from tests.shuffle_plugin import HeadHash
+
+    docs = [f"product {i}" for i in range(20)]
+    order = lambda s: sorted(range(len(s)), key=lambda i: -s[i])  # noqa: E731
+    assert order(HeadHash().score("q", docs[:5])) != order(HeadHash().score("q", docs)[:5])

@@ -197,3 +197,35 @@ def test_show_marks_a_fused_document_s_ranks_in_each_input_and_a_query_without_t
     one = QueryView("q9", "t", 1, 1, [StageView("ce", ["a"], 0.5, 0.1, [Shown("d5", None, [None])])])
     doc_line = next(ln for ln in query_text(one, "nDCG@10", {}, {}).splitlines() if "d5" in ln)
     assert doc_line.split()[:4] == ["1", "?", "new", "d5"]
+
+
+def test_the_latency_pareto_front_is_quality_against_p95_cascade_latency():
+    """A stage is on the latency front when no other is at least as good for at most its p95 latency
+    (summed per query over its cascade) and better in one. Here the p50s order the stages the other way
+    round, and compute seconds too, so a front drawn on p50 or on seconds shows."""
+    from types import SimpleNamespace
+
+    from stagebench.results.cost import cascade_latency
+
+    qs = [f"q{i}" for i in range(20)]
+
+    def stage(name, inputs, lat, seconds):
+        return SimpleNamespace(name=name, inputs=inputs, latency_ms=dict(zip(qs, lat)), computed_seconds=seconds,
+                               stats=None, candidate_depth=None)  # fmt: skip
+
+    stages = [stage("a", [], [1.0] * 20, 1.0),
+              stage("b", ["a"], [0.0] * 18 + [90.0, 95.0], 2.0),  # fast for most queries, slow for a few: low p50, high p95
+              stage("c", ["a"], [5.0] * 20, 9.0)]  # fmt: skip
+    quality = {"a": 0.30, "b": 0.60, "c": 0.60}
+    rows = [SimpleNamespace(stage=s.name, queries=20, metrics={"nDCG@10": quality[s.name]}) for s in stages]
+    points = {p.stage: p for p in quality_cost(SimpleNamespace(rows=rows, metrics=["nDCG@10"]), stages)}
+    by = {s.name: s for s in stages}
+    lat = {n: cascade_latency([by["a"]] + ([by[n]] if n != "a" else [])) for n in by}
+    assert lat["b"][0] < lat["c"][0] and lat["b"][1] > lat["c"][1]  # p50 and p95 disagree
+    for n, p in points.items():
+        assert p.latency_ms == lat[n]
+        dominated = any(lat[o][1] <= lat[n][1] and quality[o] >= quality[n] and (lat[o][1] < lat[n][1] or quality[o] > quality[n])
+                        for o in by if o != n)  # fmt: skip
+        assert p.pareto_latency == (not dominated), n
+    assert {n for n, p in points.items() if p.pareto_latency} == {"a", "c"}
+    assert {n for n, p in points.items() if p.pareto} == {"a", "b"}  # on compute seconds b (3 s) beats c (10 s)

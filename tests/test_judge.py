@@ -205,3 +205,49 @@ def test_the_judgments_file_reads_back_and_bad_lines_are_named():
     assert {j.purpose for j in js} == {HOLE, SAMPLE}
     with pytest.raises(Exception, match=r"f.tsv: line 2"):
         read_judgments("qid\tdocid\tpurpose\tgrade\toutcome\nq1\tp1\tother\t3\tok\n", "f.tsv")
+
+
+def test_a_judge_that_disagrees_with_the_humans_never_replaces_a_human_label():
+    """The filled qrels are the human qrels, every label as it was, plus the judge's grades for the
+    holes alone: a judge that contradicts every human label on the agreement sample changes none."""
+    ds = dataset()
+    record, js = ask(Scripted(answer=lambda g: WORDS[3 - g]))  # always the opposite grade
+    sampled = [j for j in js if j.purpose == SAMPLE]
+    assert sampled and all(j.grade != ds.qrels[j.qid][j.docid] for j in sampled)
+    filled, added = filled_qrels(ds.qrels, js)
+    for q, docs in ds.qrels.items():
+        assert {d: filled[q][d] for d in docs} == docs, q
+    holes = {(j.qid, j.docid): j.grade for j in js if j.purpose == HOLE}
+    assert {(q, d): g for q, d, g in added} == holes
+    assert {(q, d) for q, docs in filled.items() for d in docs} == {(q, d) for q, docs in ds.qrels.items() for d in docs} | set(holes)
+
+
+def test_the_weighted_kappa_interval_is_the_percentile_bootstrap_of_linear_kappa_over_the_pairs():
+    """The 95% interval from its definition: the pairs resampled with replacement (numpy's generator
+    seeded with the configured seed, one draw of n indices per resample), scikit-learn's linearly
+    weighted kappa of each resample (resamples where it is undefined left out), the 2.5th and 97.5th
+    percentiles."""
+    sk = pytest.importorskip("sklearn.metrics")
+    ds = dataset()
+    rng = random.Random(11)
+    pairs = [("q1", f"p{i}") for i in range(4)] + [("q2", "p4"), ("q2", "p5")]
+    qrels = {"q1": dict(ds.qrels["q1"]), "q2": dict(ds.qrels["q2"])}
+    for i in range(6, 40):  # more judged pairs, so the interval is not degenerate
+        qrels["q2"][f"x{i}"] = rng.randint(0, 3)
+        pairs.append(("q2", f"x{i}"))
+    truth = [qrels[q][d] for q, d in pairs]
+    judged = [min(3, max(0, g + rng.choice([-2, -1, 0, 0, 0, 1]))) for g in truth]
+    got = agreement(pairs, judged, qrels, [0, 1, 2, 3], runs(), ["a", "b"], ["nDCG@3"], 1, "linear", 300, 5)
+    h, j = np.array(truth), np.array(judged)
+    gen = np.random.default_rng(5)
+    boots = []
+    for _ in range(300):
+        idx = gen.integers(0, len(pairs), len(pairs))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            v = sk.cohen_kappa_score(h[idx], j[idx], weights="linear", labels=[0, 1, 2, 3])
+        if np.isfinite(v):
+            boots.append(v)
+    want = [float(np.percentile(boots, 2.5)), float(np.percentile(boots, 97.5))]
+    assert got.weighted_kappa_ci == pytest.approx(want, abs=2e-6)
+    assert got.weighted_kappa_ci[0] < got.weighted_kappa < got.weighted_kappa_ci[1]
+    assert got.kappa != got.weighted_kappa  # the weights matter on these pairs

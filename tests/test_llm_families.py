@@ -39,7 +39,7 @@ from stagebench.rerank.schemes import prp_sliding, prp_sliding_comparisons, setw
 from stagebench.runs import ranked_ids
 from stagebench.stages import StageContext
 from stagebench.stages.llm_rerank import LLMRerankParams, LLMRerankStage
-from tests.conftest import stagebench_cli
+from tests.conftest import seed_models, stagebench_cli
 from tests.stages.test_llm_rerank import N_DOCS, Scripted, dataset, input_run
 
 
@@ -263,6 +263,39 @@ def test_pointwise_esci_labels_score_the_expected_grade():
     # the prompt names the four grades and the request asks for exactly those labels
     st_ = family(be, method="pointwise", labels="esci")
     assert "E if it is exactly" in st_.template() and "{passage}" in st_.template()
+
+
+class EsciScripted(LabelScripted):
+    """Gives each of the four ESCI labels its own probability, different for every product (so every
+    grade's weight in the expected grade moves the order)."""
+
+    WEIGHTS = staticmethod(lambda n: ((n * 7) % 5 + 1, (n * 3) % 7 + 1, (n * 5) % 4 + 1, (n * 2) % 3 + 1))
+
+    def complete(self, req: ChatRequest) -> Completion:
+        assert req.labels == ("E", "S", "C", "I")
+        with self.lock:
+            self.calls += 1
+        n = int(re.findall(r"quality (\d+)", req.messages[-1][1])[0])
+        w = self.WEIGHTS(n)
+        probs = [0.9 * x / sum(w) for x in w]
+        return Completion("E", 1, 1, 0.01, 0, tuple(math.log(p) for p in probs))
+
+
+def test_pointwise_esci_orders_by_the_expected_grade_e3_s2_c1_i0():
+    """The pointwise ESCI score is 3 P(E) + 2 P(S) + 1 P(C) + 0 P(I) over the labels' renormalised
+    probabilities (the ESCI grades): the head's order recomputed here from that definition; the same
+    probabilities read with any two grades swapped would order it otherwise."""
+    res = family(EsciScripted(), method="pointwise", labels="esci", top_n=20).apply(StageContext(dataset()), [input_run()])
+    head = [f"d{i:02d}" for i in range(20)]  # the input's top 20
+
+    def order(grades):
+        score = {d: sum(g * x for g, x in zip(grades, EsciScripted.WEIGHTS(int(d[1:])))) / sum(EsciScripted.WEIGHTS(int(d[1:])))
+                 for d in head}  # fmt: skip
+        return sorted(head, key=lambda d: (score[d], d), reverse=True)
+
+    assert ranked_ids(res.run["q1"])[:20] == order((3, 2, 1, 0))
+    for swapped in ((2, 3, 1, 0), (3, 1, 2, 0), (3, 2, 0, 1), (0, 2, 1, 3)):
+        assert order(swapped) != order((3, 2, 1, 0)), swapped
 
 
 @pytest.mark.parametrize("method,extra", FAMILIES)
@@ -498,16 +531,20 @@ evaluation: {{metrics: [nDCG@10, RR@10]}}
 
 
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-CLI_FAMILIES = [("pointwise", {"batch_size": 2}), ("pairwise", {"top_k": 4}), ("setwise", {"top_k": 8, "set_size": 3})]
+# the smallest heads that still ask enough questions to be killed between two of them (13-36 calls each)
+CLI_FAMILIES = [("pointwise", {"batch_size": 2, "top_n": 6}), ("pairwise", {"top_k": 2, "top_n": 5}),
+                ("setwise", {"top_k": 3, "set_size": 3, "top_n": 6})]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("method,extra", CLI_FAMILIES)
-def test_kill_9_resumes_at_the_next_call_for_every_family(tmp_path, small_synthetic, method, extra):
+def test_kill_9_resumes_at_the_next_call_for_every_family(tmp_path, small_synthetic, model_entries, method, extra):
     import os
 
     env = {**os.environ, **OFFLINE}
     (tmp_path / "x").mkdir()
+    for cache in (tmp_path / "cache", tmp_path / "x" / "cache"):  # the model's checkpoint, built once per session
+        seed_models(model_entries, cache)
     ref = cli_config(tmp_path, small_synthetic, method, extra)  # uninterrupted
     r = stagebench_cli("run", ref, env=env)
     assert r.returncode == 0, r.stderr[-3000:]

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import stagebench_cli
+from tests.conftest import smollm2_folder, stagebench_cli
 
 pytestmark = pytest.mark.slow
 
@@ -301,29 +301,11 @@ def test_kill_9_during_the_llm_stage_resumes_at_the_next_window(tmp_path, small_
         assert (a / f).read_bytes() == (b / f).read_bytes(), f
 
 
-def save_smollm2(folder: Path) -> None:
-    """The bundled GGUF model de-quantized into a plain transformers folder, as a server loads it."""
-    code = f"""
-from transformers import AutoModelForCausalLM, AutoTokenizer
-from stagebench.models import resolve_model
-m = resolve_model("HuggingFaceTB/SmolLM2-135M-Instruct")
-tok = AutoTokenizer.from_pretrained(m.path, gguf_file=m.gguf_file)
-model = AutoModelForCausalLM.from_pretrained(m.path, gguf_file=m.gguf_file)
-del model.config.quantization_config  # GGUF-loaded weights cannot be saved as such: copy them into a plain model
-plain = AutoModelForCausalLM.from_config(model.config)
-plain.load_state_dict(model.state_dict(), strict=True)
-plain.generation_config = model.generation_config
-plain.save_pretrained({str(folder)!r}); tok.save_pretrained({str(folder)!r})
-"""
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env())
-    assert r.returncode == 0, r.stderr[-3000:]
-
-
-def test_a_real_model_served_by_the_server_answers_as_the_same_model_in_process(tmp_path, small_synthetic):
+def test_a_real_model_served_by_the_server_answers_as_the_same_model_in_process(tmp_path, small_synthetic, model_entries):
     """SmolLM2-135M-Instruct behind llm-katan's transformers backend, greedy: the server run and
-    the in-process run are the same run, with the same tokens counted."""
-    model = tmp_path / "smollm2"
-    save_smollm2(model)
+    the in-process run are the same run, with the same tokens counted. The model is the bundled GGUF
+    file de-quantized into a plain transformers folder, as a server loads it."""
+    model = smollm2_folder(model_entries, tmp_path / "smollm2")
     params = {"top_n": 6, "window": 4, "stride": 2}
     with katan(tmp_path, "--no-quantize", "--max-tokens", "512", model=str(model), backend="transformers",
                name="smollm2") as url:  # fmt: skip

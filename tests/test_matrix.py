@@ -64,6 +64,7 @@ def test_matrix_stages_cells_files_and_cache(tmp_path, small_synthetic, capsys, 
         assert set(cell_run) == set(alone)
         for q, docs in alone.items():
             assert ranked_ids(cell_run[q]) == ranked_ids(docs) and cell_run[q] == pytest.approx(docs)
+    marks_follow_the_stage_table(m, table)
     cells = {(c["reranker"], c["pool"]): c for c in m["cells"]}
     # every relevant product is in the oracle pool's top 50 (no query here has more than 50)
     assert cells["tb", "oracle"]["pool_recall"] == 1.0
@@ -74,8 +75,10 @@ def test_matrix_stages_cells_files_and_cache(tmp_path, small_synthetic, capsys, 
     text = capsys.readouterr().out
     assert "Reranker by pool" in text and "oracle: a first stage's candidates" in text
     lines = {ln.split()[0]: ln for ln in text.splitlines() if ln.split() and ln.split()[0] in m["pools"]}
-    cell = next(c for c in m["cells"] if c["reranker"] == "tb" and c["pool"] == "bm25")
-    assert f"{cell['ndcg10']:.4f} ({cell['ndcg10'] - cell['input_ndcg10']:+.4f})" in lines["bm25"]
+    for cell in m["cells"]:  # each cell's change, marked * (significantly better) or ! (significantly worse)
+        mark = "*" if cell["better_than_input"] else "!" if cell["worse_than_input"] else ""
+        shown = f"{cell['ndcg10']:.4f} ({cell['ndcg10'] - cell['input_ndcg10']:+.4f}){mark}"
+        assert f"{shown} " in lines[cell["pool"]] or lines[cell["pool"]].endswith(shown), (shown, lines[cell["pool"]])
     assert main(["matrix", str(out), "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out) == m
     html = (out / "report.html").read_text()
@@ -86,6 +89,45 @@ def test_matrix_stages_cells_files_and_cache(tmp_path, small_synthetic, capsys, 
     caplog.clear()
     run_config(load_config(cfg))  # every cell again: nothing scored twice
     assert "stages computed: none" in caplog.text
+
+
+def marks_follow_the_stage_table(m: dict, table: dict) -> dict[str, int]:
+    """A cell is better (worse) than its pool exactly when the stage table marks the cell's stage
+    significantly better than its pool (the pool significantly better than the stage); the counts."""
+    marks = {"better": 0, "worse": 0}
+    for c in m["cells"]:
+        row = table[c["stage"]]
+        pool = table[row["inputs"][0]]
+        assert c["better_than_input"] == (pool["id"] in row["better_than"].get("nDCG@10", [])), c["stage"]
+        assert c["worse_than_input"] == (row["id"] in pool["better_than"].get("nDCG@10", [])), c["stage"]
+        marks["better"] += c["better_than_input"]
+        marks["worse"] += c["worse_than_input"]
+    return marks
+
+
+def test_a_cell_is_marked_better_or_worse_than_its_pool_as_the_stage_table_marks_it(tmp_path, small_synthetic, capsys):
+    """A reversing reranker over a good pool is significantly worse than it; over a reversed pool it
+    restores the order and is significantly better: both marks, from the stage table's Holm-corrected tests."""
+    rev = "tests.shuffle_plugin:Reverse"
+    cfg = tmp_path / "m.yaml"
+    cfg.write_text(f"name: m\noutput: {tmp_path / 'm'}\ncache_dir: {tmp_path / 'cache'}\n"
+                   f"dataset: {{loader: esci, path: {small_synthetic}, split: test}}\nstages:\n"
+                   "  - {name: bm25, type: bm25, params: {top_k: 50}}\n"
+                   f"  - {{name: flipped, type: plugin, target: '{rev}', inputs: [bm25], params: {{top_n: 30}}}}\n"
+                   f"  - {{name: rev, type: plugin, target: '{rev}', inputs: [bm25], params: {{top_n: 30}}}}\n"
+                   "matrix: {rerankers: [rev], pools: [bm25, flipped]}\n"
+                   "evaluation: {metrics: [nDCG@10], permutations: 500, bootstrap: 50, latency_queries: 0}\n")  # fmt: skip
+    out = run_config(load_config(cfg)).output
+    m = json.loads((out / "matrix.json").read_text())
+    table = {r["stage"]: r for r in json.loads((out / "stage_table.json").read_text())}
+    assert marks_follow_the_stage_table(m, table) == {"better": 1, "worse": 1}
+    cells = {c["pool"]: c for c in m["cells"]}
+    assert cells["bm25"]["worse_than_input"] and cells["flipped"]["better_than_input"]
+    assert main(["matrix", str(out)]) == 0
+    lines = {ln.split()[0]: ln for ln in capsys.readouterr().out.splitlines() if ln.split()}
+    for pool, mark in (("bm25", "!"), ("flipped", "*")):
+        c = cells[pool]
+        assert f"{c['ndcg10']:.4f} ({c['ndcg10'] - c['input_ndcg10']:+.4f}){mark}" in lines[pool]
 
 
 def test_a_folder_without_a_matrix_says_so(tmp_path, small_synthetic, capsys):

@@ -21,7 +21,8 @@ from tests.conftest import REPO, stagebench_cli
 from tests.test_ray_engine import table
 
 pytest.importorskip("ray", reason="engine: ray needs the ray extra (make test installs it)")
-pytestmark = pytest.mark.slow
+# one Ray cluster at a time on this machine: every Ray test runs on one xdist worker
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]
 
 RAY_CLI = Path(sys.executable).with_name("ray")
 #: the environment every process here starts from: no Ray settings of the machine's own

@@ -18,9 +18,10 @@ from pathlib import Path
 import pytest
 
 from stagebench.runs import ranked, read_trec_run
-from tests.conftest import REPO, stagebench_cli
+from tests.conftest import REPO, seed_models, stagebench_cli
 
 pytest.importorskip("ray", reason="engine: ray needs the ray extra (make test installs it)")
+pytestmark = pytest.mark.xdist_group("ray")  # one Ray cluster at a time on this machine
 
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 STAGES = """\
@@ -194,12 +195,13 @@ def test_the_driver_killed_mid_stage_resumes_from_the_cache(tmp_path, tiny, loca
 
 
 @pytest.mark.slow
-def test_llm_windows_on_ray_give_the_local_run(tmp_path, tiny):
+def test_llm_windows_on_ray_give_the_local_run(tmp_path, tiny, model_entries):
     stages = """\
   - {name: bm25, type: bm25, params: {top_k: 50}}
   - {name: llm, type: llm_rerank, inputs: [bm25], params: {top_n: 6, window: 4, stride: 2, max_doc_words: 16}}
 """
     data = f"{tiny}, max_queries: 4"
+    seed_models(model_entries, tmp_path / "cache-a")  # the local run's checkpoint (Ray workers load the GGUF file)
     local = run(config(tmp_path, data, "llm-local", "cache-a", "", stages))
     ray = run(config(tmp_path, data, "llm-ray", "cache-b", RAY, stages))
     assert "llm: llm listwise calls: 8 calls in 4 units on 2 Ray worker(s)" in ray.stderr, ray.stderr[-2000:]

@@ -94,6 +94,21 @@ def test_segment_changes_and_p_values_equal_an_independent_computation():
     assert x.changes["m"][1].significant(0.05) and x.changes["m"][1].delta > 0.15
 
 
+def test_a_segment_of_exactly_min_queries_queries_is_tested_and_one_fewer_is_not():
+    """``min_queries`` is the smallest segment tested (the boundary itself, both sides of it)."""
+    qs, per_query, stages, _ = fake_run(n=30)
+    seg = {q: ("five" if i < 5 else "four" if i < 9 else "rest") for i, q in enumerate(qs)}
+    t = segment_table("f", "t", seg, per_query, stages, qs, ["m"], permutations=200, seed=3, alpha=0.05, min_queries=5)
+    by = {s.label: s for s in t.segments}
+    assert (by["five"].queries, by["four"].queries) == (5, 4)
+    assert not by["five"].too_few and all(c.p is not None and c.p_holm is not None for c in by["five"].changes["m"])
+    assert by["four"].too_few and all(c.p is None and c.p_holm is None for c in by["four"].changes["m"])
+    members = qs[:5]
+    c = by["five"].changes["m"][0]
+    assert c.p == stats.randomization_test([per_query[c.stage]["m"][q] for q in members],
+                                           [per_query[c.against]["m"][q] for q in members], 200, 3)  # fmt: skip
+
+
 def test_segment_file_errors_name_the_file_and_line(tmp_path):
     good = tmp_path / "seg.tsv"
     good.write_text("# qid\tsegment\n1\tnegation\n2\tplain\n\n3\tplain\n", encoding="utf-8")

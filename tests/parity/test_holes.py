@@ -104,3 +104,13 @@ def test_ndcg_is_not_monotone_in_a_holes_grade_so_the_bounds_are_the_two_scenari
     assert low["q"] == 1.0 and high["q"] < 1.0
     lo, hi = bounds(low, high)
     assert (lo["q"], hi["q"]) == (high["q"], 1.0)
+
+
+def test_bounds_that_touch_at_one_point_leave_the_order_open():
+    """Two stages' bounds overlap when they share a point, an end included: [a, b] and [b, c] do not
+    settle which stage is better (the one at b could be either); disjoint ones do."""
+    from stagebench.metrics.holes import overlap
+
+    assert overlap((0.2, 0.5), (0.5, 0.8)) and overlap((0.5, 0.8), (0.2, 0.5))
+    assert overlap((0.4, 0.4), (0.4, 0.9)) and overlap((0.3, 0.3), (0.3, 0.3))
+    assert not overlap((0.2, 0.5), (0.5000001, 0.8)) and not overlap((0.6, 0.7), (0.1, 0.59))

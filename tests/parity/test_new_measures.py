@@ -41,6 +41,25 @@ def test_hits_and_f1_agree_with_trec_eval_on_the_run_cut_at_k(rel):
     assert f1_checked > 300
 
 
+@pytest.mark.parametrize("rel", [1, 2])
+def test_f1_on_a_ranking_shorter_than_k_is_the_harmonic_mean_of_trec_eval_s_p_and_recall_at_k(rel):
+    """trec_eval's set_F divides by the documents retrieved, so it is no reference for a ranking shorter
+    than k; F1@k is defined on P@k (hits / k, trec_eval's P_k on the whole run) and R@k (recall_k)."""
+    rng = random.Random(91 + rel)
+    short = 0
+    for case in range(300):
+        qrels, run = random_case(rng)
+        ours = evaluate(qrels, run, [f"F1@{k}" for k in CUTS], relevance_threshold=rel)
+        ref = pytrec_eval.RelevanceEvaluator(qrels, {"P." + ",".join(map(str, CUTS)), "recall." + ",".join(map(str, CUTS))},
+                                             relevance_level=rel).evaluate(run)["q"]  # fmt: skip
+        for k in CUTS:
+            p, r = ref[f"P_{k}"], ref[f"recall_{k}"]
+            want = 2 * p * r / (p + r) if p + r > 0 else 0.0
+            assert ours.per_query[f"F1@{k}"]["q"] == pytest.approx(want, abs=1e-9), (case, k)
+            short += len(run["q"]) < k and want > 0
+    assert short > 50  # the boundary case occurs, with hits
+
+
 def test_ndcg_burges_and_gain_tables_agree_with_trec_eval_on_mapped_grades():
     rng = random.Random(5)
     measures = "ndcg_cut." + ",".join(map(str, CUTS))
@@ -55,3 +74,23 @@ def test_ndcg_burges_and_gain_tables_agree_with_trec_eval_on_mapped_grades():
         for k in CUTS:
             assert burges.per_query[f"nDCG_Burges@{k}"]["q"] == pytest.approx(e[f"ndcg_cut_{k}"], abs=1e-9), (case, k)
             assert tab.per_query[f"nDCG@{k}"]["q"] == pytest.approx(t[f"ndcg_cut_{k}"], abs=1e-9), (case, k)
+
+
+def test_ndcg_under_a_gain_table_that_does_not_rise_with_the_grade_agrees_with_trec_eval():
+    """A gain table may rank grades out of order (S above E): nDCG's ideal is the judged documents
+    sorted by gain, not by grade, exactly as trec_eval computes it on the grades mapped to gains."""
+    rng = random.Random(17)
+    measures = {"ndcg_cut." + ",".join(map(str, CUTS)), "ndcg"}
+    table = {0: 0.0, 1: 0.3, 2: 2.0, 3: 1.0, 4: 0.5}  # grade 2 is worth most, then 3, then 4
+    differs = 0
+    for case in range(200):
+        qrels, run = random_case(rng)
+        ours = evaluate(qrels, run, [f"nDCG@{k}" for k in CUTS] + ["nDCG"], gain=table)
+        ref = pytrec_eval.RelevanceEvaluator(mapped(qrels, {g: round(10 * v) for g, v in table.items()}), measures)
+        t = ref.evaluate(run)["q"]
+        for k in CUTS:
+            assert ours.per_query[f"nDCG@{k}"]["q"] == pytest.approx(t[f"ndcg_cut_{k}"], abs=1e-9), (case, k)
+        assert ours.per_query["nDCG"]["q"] == pytest.approx(t["ndcg"], abs=1e-9), case
+        by_grade = sorted(qrels["q"].values(), reverse=True)
+        differs += [table[g] for g in by_grade] != sorted((table[g] for g in by_grade), reverse=True)
+    assert differs > 100  # the ideal by grade and by gain differ in most cases
