@@ -71,21 +71,39 @@ bench-trained: $(STAMP) data
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(VENV)/bin/stagebench train-reranker configs/default-trained.yaml
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(VENV)/bin/stagebench run configs/default-trained.yaml
 
-test: unit-test check-default
+# one fresh stage cache for the whole of `make test` (never the user's): the tests that run a
+# reproduction's stages and the reproduction check read and fill the same one, so nothing is
+# computed twice, and the default benchmark is still computed once from nothing
+TEST_CACHE := build/test-cache
+# pytest on both cores (pytest-xdist; the Ray tests share one worker: tests marked xdist_group("ray"))
+XDIST := -n 2 --dist loadgroup
 
-# the unit layer: no subprocess, no model, no browser (tests marked slow are left out)
+# the suite, then the reproductions; each phase's wall time and the 15 slowest tests printed
+# (the budget: docs/architecture.md#the-test-budget)
+test: $(STAMP) data
+	@rm -rf $(TEST_CACHE) && mkdir -p $(TEST_CACHE)
+	@t0=$$(date +%s); \
+	STAGEBENCH_TEST_CACHE=$(abspath $(TEST_CACHE)) $(MAKE) --no-print-directory unit-test; rc=$$?; t1=$$(date +%s); \
+	echo "make test: pytest took $$((t1 - t0)) s (exit $$rc)"; \
+	[ $$rc -eq 0 ] || exit $$rc; \
+	$(MAKE) --no-print-directory check-default CHECK_CACHE=$(abspath $(TEST_CACHE)); rc=$$?; t2=$$(date +%s); \
+	echo "make test: pytest $$((t1 - t0)) s, reproductions $$((t2 - t1)) s, both $$((t2 - t0)) s (exit $$rc)"; \
+	exit $$rc
+
+# the unit layer: no subprocess, no model, no browser (tests marked slow are left out); under 90 s
 test-fast: $(STAMP)
-	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(PY) -m pytest -q -m "not slow"
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(PY) -m pytest -q -m "not slow" $(XDIST)
 
 unit-test: $(STAMP)
-	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(PY) -m pytest -q
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(PY) -m pytest -q $(XDIST) --durations=15
 
 # the reproduction check: a change that moves the default numbers must update
 # results/default/expected.yaml on purpose (stagebench check ... --update)
 # every offline reproduction (the default benchmark, Cranfield BM25) checked against its expected
 # values; the ones that need internet are listed as skipped (matrix in build/reproductions.md)
 check-default: $(STAMP) data
-	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(VENV)/bin/stagebench reproduce --matrix build/reproductions.md
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(VENV)/bin/stagebench reproduce --matrix build/reproductions.md \
+		$(if $(CHECK_CACHE),--cache-dir $(CHECK_CACHE))
 
 # the same, with the matrix in results/reproductions.md (online, the hub reproductions run too)
 reproduce: $(STAMP) data

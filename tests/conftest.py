@@ -39,6 +39,18 @@ def shared_path(name: str) -> Path:
 
 
 @pytest.fixture(scope="session")
+def session_cache(tmp_path_factory) -> Path:
+    """The stage cache of this test session, for tests that run stages a reproduction also runs (never
+    the user's ``.stagebench-cache``): ``$STAGEBENCH_TEST_CACHE`` under ``make test``, which gives the
+    same fresh folder to the reproduction check after the tests, else a temporary folder."""
+    given = os.environ.get("STAGEBENCH_TEST_CACHE")
+    if given:
+        Path(given).mkdir(parents=True, exist_ok=True)
+        return Path(given)
+    return tmp_path_factory.mktemp("session-cache")
+
+
+@pytest.fixture(scope="session")
 def esci_real() -> Path:
     return shared_path("esci-real-rows")
 
@@ -55,6 +67,17 @@ def small_synthetic(tmp_path_factory) -> Path:
 
     out = tmp_path_factory.mktemp("synthetic-small")
     generate(out, SyntheticSpec(seed=7, n_products=1500, n_test_queries=40, n_train_queries=20))
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_synthetic(tmp_path_factory) -> Path:
+    """The smallest synthetic dataset the model tests need (600 products, 24 test queries, no train
+    split): a model stage over it encodes or scores in seconds."""
+    from stagebench.data.synthetic import SyntheticSpec, generate
+
+    out = tmp_path_factory.mktemp("synthetic-tiny")
+    generate(out, SyntheticSpec(seed=11, n_products=600, n_test_queries=24, n_train_queries=0))
     return out
 
 

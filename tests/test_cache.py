@@ -107,17 +107,17 @@ def test_second_run_is_all_cached_and_top_n_change_recomputes_only_the_reranker(
 
 @pytest.mark.slow
 def test_query_filter_change_recomputes_runs_but_reuses_corpus_embeddings_and_model_change_keeps_bm25(
-        tmp_path, small_synthetic, logs):  # fmt: skip
+        tmp_path, tiny_synthetic, logs):  # fmt: skip
     dense = "  - {name: dense, type: dense, params: {top_k: 100, model: MODEL}}\n  - {name: hyb, type: rrf, inputs: [bm25, dense]}"
     mini, bge = "sentence-transformers/all-MiniLM-L6-v2", "BAAI/bge-small-en-v1.5"
-    run_config(load_config(write_config(tmp_path, small_synthetic, max_queries=8, extra=dense.replace("MODEL", mini))))
+    run_config(load_config(write_config(tmp_path, tiny_synthetic, max_queries=8, extra=dense.replace("MODEL", mini))))
     assert set(statuses(logs).values()) == {"computed"}
-    run_config(load_config(write_config(tmp_path, small_synthetic, max_queries=12, extra=dense.replace("MODEL", mini))))
+    run_config(load_config(write_config(tmp_path, tiny_synthetic, max_queries=12, extra=dense.replace("MODEL", mini))))
     msgs = [r.getMessage() for r in logs.records]
     assert all(v == "computed" for v in statuses(logs).values())  # the query set changed: every run is new
     assert any(m.startswith("stage dense: cached corpus embeddings") for m in msgs)  # ... but not the corpus vectors
     assert not any("computed corpus embeddings" in m for m in msgs)
-    run_config(load_config(write_config(tmp_path, small_synthetic, max_queries=12, extra=dense.replace("MODEL", bge))))
+    run_config(load_config(write_config(tmp_path, tiny_synthetic, max_queries=12, extra=dense.replace("MODEL", bge))))
     assert statuses(logs) == {"bm25": "cached", "bm25_stem": "cached", "rrf": "cached", "tb": "cached",
                               "dense": "computed", "hyb": "computed"}  # fmt: skip
 

@@ -77,7 +77,7 @@ def test_device_spec_is_checked_at_load(value):
 
 
 @pytest.mark.slow
-def test_without_native_bf16_auto_is_exactly_fp32(monkeypatch, small_synthetic):
+def test_without_native_bf16_auto_is_exactly_fp32(monkeypatch, tiny_synthetic):
     """A CPU without bf16 (detection forced off) keeps today's fp32 path bit for bit; with bf16
     the vectors move by a cosine of ~1e-5 and the run key says which precision made them."""
     from stagebench.data.esci import EsciOptions, load_esci
@@ -85,7 +85,7 @@ def test_without_native_bf16_auto_is_exactly_fp32(monkeypatch, small_synthetic):
     from stagebench.stages.dense import DenseStage
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    ds = load_esci(EsciOptions(path=str(small_synthetic), max_queries=20))
+    ds = load_esci(EsciOptions(path=str(tiny_synthetic), max_queries=20))
     monkeypatch.setenv("STAGEBENCH_CPU_FEATURES", "")
     auto = DenseStage("d", build(DenseParams, {"top_k": 50}, "p"))
     fp32 = DenseStage("d", build(DenseParams, {"top_k": 50, "precision": "fp32"}, "p"))

@@ -36,7 +36,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.slow
-def test_the_notebook_session_in_docs_python_md_runs(embedded_dataset, tmp_path, monkeypatch):
+def test_the_notebook_session_in_docs_python_md_runs(embedded_dataset, tmp_path, monkeypatch, session_cache):
     """docs/python.md's session, as written (the dataset and the output folder moved to where this
     test has them): opens the committed folders, compares them, and composes a cascade whose table
     equals its YAML twin's."""
@@ -46,6 +46,7 @@ def test_the_notebook_session_in_docs_python_md_runs(embedded_dataset, tmp_path,
                         f'DATA, OUT = {str(embedded_dataset)!r}, Path({str(tmp_path / "notebook")!r})')
     assert str(embedded_dataset) in code, "the session no longer sets DATA and OUT as this test expects"
     monkeypatch.chdir(REPO)
+    monkeypatch.setenv("STAGEBENCH_CACHE", str(session_cache))  # the session's cache, not the user's
     (tmp_path / "notebook").mkdir()
     test = doctest.DocTestParser().get_doctest(code, {}, "docs/python.md", "docs/python.md", 0)
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)

@@ -34,6 +34,7 @@ def test_threaded_results_follow_their_units_whatever_order_they_finish_in():
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("ray")  # one Ray cluster at a time on this machine
 def test_results_follow_their_units_whatever_order_they_finish_in():
     pytest.importorskip("ray", reason="engine: ray needs the ray extra (make test installs it)")
     params = EngineParams(type="ray", num_workers=2, batch_size=1, local_cpus=2)

@@ -153,7 +153,7 @@ def test_latency_queries_zero_measures_nothing_and_a_negative_count_is_refused_a
 
 
 @pytest.mark.slow
-def test_model_stages_serve_one_query_as_their_batch_run_ranked_it(tmp_path, small_synthetic, monkeypatch):
+def test_model_stages_serve_one_query_as_their_batch_run_ranked_it(tmp_path, tiny_synthetic, monkeypatch):
     """Dense (fp32: a query's embedding alone equals its embedding in a batch up to float rounding,
     so scores within 1e-5 and ranks that differ only among such ties) and the cross-encoder,
     exactly (its default path, int8-token, scores a pair the same whatever its batch mates); the ranks of RRF over the dense run then stay the same."""
@@ -162,7 +162,7 @@ def test_model_stages_serve_one_query_as_their_batch_run_ranked_it(tmp_path, sma
   - {name: dense, type: dense, params: {top_k: 100, precision: fp32}}
   - {name: rrf, type: rrf, inputs: [bm25, dense], params: {top_k: 30}}
   - {name: ce, type: cross_encoder, inputs: [rrf], params: {top_n: 10}}"""
-    cfg = config(tmp_path, small_synthetic, stages, ", latency_queries: 5")
+    cfg = config(tmp_path, f"{tiny_synthetic}, max_queries: 12", stages, ", latency_queries: 5")
     result = run_config(load_config(cfg))
     n_q = len(result.dataset.queries)
     assert served_against_batch(cfg, tmp_path, result.runs, {"dense": 1e-5}) == dict.fromkeys(["bm25", "dense", "rrf", "ce"], n_q)

@@ -116,7 +116,7 @@ def test_a_cell_is_marked_better_or_worse_than_its_pool_as_the_stage_table_marks
                    f"  - {{name: flipped, type: plugin, target: '{rev}', inputs: [bm25], params: {{top_n: 30}}}}\n"
                    f"  - {{name: rev, type: plugin, target: '{rev}', inputs: [bm25], params: {{top_n: 30}}}}\n"
                    "matrix: {rerankers: [rev], pools: [bm25, flipped]}\n"
-                   "evaluation: {metrics: [nDCG@10], permutations: 500, bootstrap: 50, latency_queries: 0}\n")  # fmt: skip
+                   "evaluation: {metrics: [nDCG@10], permutations: 500, bootstrap: 100, latency_queries: 0}\n")  # fmt: skip
     out = run_config(load_config(cfg)).output
     m = json.loads((out / "matrix.json").read_text())
     table = {r["stage"]: r for r in json.loads((out / "stage_table.json").read_text())}

@@ -43,19 +43,15 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> Path:
-    from stagebench.data.synthetic import SyntheticSpec, generate
-
-    out = tmp_path_factory.mktemp("tiny")
-    generate(out, SyntheticSpec(seed=11, n_products=600, n_test_queries=24, n_train_queries=0))
-    return out
+def tiny(tiny_synthetic) -> Path:
+    return tiny_synthetic
 
 
 def config(tmp: Path, data: Path, name: str, engine: str = "") -> Path:
     cfg = tmp / f"{name}.yaml"
     cfg.write_text(f"name: {name}\noutput: {tmp / name}\ncache_dir: {tmp / (name + '-cache')}\n{engine}"
                    f"dataset: {{loader: esci, path: {data}, split: test}}\nstages:\n{STAGES}"
-                   "evaluation: {metrics: [nDCG@10, R@100]}\n")  # fmt: skip
+                   "evaluation: {metrics: [nDCG@10, R@100], latency_queries: 0}\n")  # fmt: skip
     return cfg
 
 

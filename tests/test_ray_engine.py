@@ -35,19 +35,15 @@ RAY = "engine: {type: ray, num_workers: 2, batch_size: 2}\n"
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> Path:
-    from stagebench.data.synthetic import SyntheticSpec, generate
-
-    out = tmp_path_factory.mktemp("tiny")
-    generate(out, SyntheticSpec(seed=11, n_products=600, n_test_queries=24, n_train_queries=0))
-    return out
+def tiny(tiny_synthetic) -> Path:
+    return tiny_synthetic
 
 
 def config(tmp: Path, data: Path, name: str, cache: str, engine: str = "", stages: str = STAGES) -> Path:
     cfg = tmp / f"{name}.yaml"
     cfg.write_text(f"name: {name}\noutput: {tmp / name}\ncache_dir: {tmp / cache}\n{engine}"
                    f"dataset: {{loader: esci, path: {data}, split: test}}\nstages:\n{stages}"
-                   "evaluation: {metrics: [nDCG@10, RR@10, R@100, P@10]}\n")  # fmt: skip
+                   "evaluation: {metrics: [nDCG@10, RR@10, R@100, P@10], latency_queries: 0}\n")  # fmt: skip
     return cfg
 
 

@@ -12,11 +12,11 @@ from tests.conftest import REPO, shared_path, stagebench_cli
 
 
 @pytest.mark.slow
-def test_offline_reproductions_pass_and_the_hub_one_is_skipped_with_its_reason(tmp_path):
+def test_offline_reproductions_pass_and_the_hub_one_is_skipped_with_its_reason(tmp_path, session_cache):
     shared_path("cranfield")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     r = stagebench_cli("reproduce", "cranfield_bm25", "search_ranking_stack", "--output-root", tmp_path / "out",
-                       "--matrix", tmp_path / "m.md", cwd=REPO, env=env)  # fmt: skip
+                       "--matrix", tmp_path / "m.md", "--cache-dir", session_cache, cwd=REPO, env=env)  # fmt: skip
     assert r.returncode == 0, r.stderr[-2000:]
     m = (tmp_path / "m.md").read_text()
     assert r.stdout == m

@@ -125,7 +125,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def _cmd_reproduce(args: argparse.Namespace) -> int:
-    outcomes = reproduce(Path(args.root), args.names or None, Path(args.output_root), Path(args.matrix))
+    outcomes = reproduce(Path(args.root), args.names or None, Path(args.output_root), Path(args.matrix), args.cache_dir)
     sys.stdout.write(matrix(outcomes))
     logging.getLogger("stagebench").info("matrix written to %s", args.matrix)
     return 1 if any(o.failed for o in outcomes) else 0
@@ -317,6 +317,7 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--root", default=".", help="the repository holding reproductions/ (default: here)")
     rp.add_argument("--output-root", default="build/reproductions", help="where each reproduction's results go")
     rp.add_argument("--matrix", default="results/reproductions.md", help="the Markdown matrix written")
+    rp.add_argument("--cache-dir", help="cache root (default: $STAGEBENCH_CACHE, each config's cache_dir, .stagebench-cache)")
     rp.set_defaults(func=_cmd_reproduce)
 
     ca = sub.add_parser("cache", help="list or prune the stage cache")

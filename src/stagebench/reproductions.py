@@ -98,7 +98,7 @@ class Reproduced:
         return any(r.status == "FAIL" for r in self.rows)
 
 
-def run_one(r: Reproduction, repo: Path, output_root: Path) -> Reproduced:
+def run_one(r: Reproduction, repo: Path, output_root: Path, cache_dir: str | None = None) -> Reproduced:
     why = missing_needs(r, repo)
     expected = _resolve(r.folder, r.expected, repo)
     if why is not None:
@@ -111,7 +111,7 @@ def run_one(r: Reproduction, repo: Path, output_root: Path) -> Reproduced:
     try:
         config = load_config(_resolve(r.folder, r.config, repo).relative_to(repo))
         out = output_root / r.name
-        run_config(config, out)
+        run_config(config, out, cache_dir)
         rows, _ = compare_with_expected(out, expected)
     finally:
         os.chdir(cwd)
@@ -152,8 +152,10 @@ def matrix(outcomes: list[Reproduced]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def reproduce(repo: Path, names: list[str] | None, output_root: Path, matrix_path: Path | None) -> list[Reproduced]:
-    outcomes = [run_one(r, repo, output_root) for r in find(repo, names)]
+def reproduce(repo: Path, names: list[str] | None, output_root: Path, matrix_path: Path | None,
+              cache_dir: str | None = None) -> list[Reproduced]:  # fmt: skip
+    """Run and check each reproduction (``cache_dir``: the cache root for all of them, as ``--cache-dir``)."""
+    outcomes = [run_one(r, repo, output_root, cache_dir) for r in find(repo, names)]
     if matrix_path is not None:
         matrix_path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(matrix_path, matrix(outcomes))

@@ -24,7 +24,7 @@ STAGES = """\
 
 
 def test_derived_runs_equal_separate_top_n_runs_and_the_depth_table(tmp_path, small_synthetic):
-    cfg = esci_config(tmp_path, small_synthetic, STAGES, name="d")
+    cfg = esci_config(tmp_path, f"{small_synthetic}, max_queries: 12", STAGES, name="d", evaluation="{latency_queries: 0}")
     r = stagebench_cli("run", cfg, env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
     assert r.returncode == 0, r.stderr[-3000:]
     runs = tmp_path / "d" / "runs"
