@@ -38,6 +38,25 @@ def shared_path(name: str) -> Path:
     return p
 
 
+UNGROUPED = pytest.StashKey[str]()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    """Under ``--dist loadgroup`` a worker sends a group's tests together by a ``@group`` suffix on
+    their node ids; a pytest that pytest-xdist cannot rename (pytest 9.2 with xdist 3.8) drops the
+    groups silently, and two Ray clusters then race on one machine. Such a session fails each grouped
+    test with the reason instead of running it."""
+    if config.getvalue("loadgroup") and any(i.get_closest_marker("xdist_group") and "@" not in i.nodeid for i in items):
+        config.stash[UNGROUPED] = (f"pytest-xdist's --dist loadgroup has no effect with pytest {pytest.__version__}: "
+                                   "install the test extra's pytest (pip install -e '.[test]')")  # fmt: skip
+
+
+def pytest_runtest_setup(item):
+    if item.get_closest_marker("xdist_group") and UNGROUPED in item.config.stash:
+        pytest.fail(item.config.stash[UNGROUPED], pytrace=False)
+
+
 @pytest.fixture(scope="session")
 def session_cache(tmp_path_factory) -> Path:
     """The stage cache of this test session, for tests that run stages a reproduction also runs (never

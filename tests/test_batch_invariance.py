@@ -24,6 +24,13 @@ BI = "sentence-transformers/all-MiniLM-L6-v2"
 
 
 @pytest.fixture(scope="module")
+def variants(tmp_path_factory) -> str:
+    """One cache for the module's model variants: each recipe is built once (and two recipes of one
+    carrier must live side by side in it)."""
+    return str(tmp_path_factory.mktemp("variants"))
+
+
+@pytest.fixture(scope="module")
 def pairs(small_synthetic):
     ds = stagebench.load_dataset({"loader": "esci", "path": str(small_synthetic), "split": "test"})
     qids = ds.query_ids[:8]
@@ -56,8 +63,8 @@ def largest_move(alone, per_query, mixed) -> float:
 
 
 @pytest.mark.parametrize("precision", ["auto", "int8-token", "fp32"])
-def test_cross_encoder_paths_offered_as_invariant_are(pairs, precision, tmp_path, monkeypatch):
-    monkeypatch.setenv("STAGEBENCH_CACHE", str(tmp_path / "cache"))
+def test_cross_encoder_paths_offered_as_invariant_are(pairs, precision, variants, monkeypatch):
+    monkeypatch.setenv("STAGEBENCH_CACHE", variants)
     groups, long_pair = pairs
     model = stagebench.cross_encoder(CE, device="cpu", precision=precision, max_length=256)
     alone, per_query, mixed = three_ways(lambda ps: model.predict(ps, 32), groups, long_pair)
@@ -65,10 +72,10 @@ def test_cross_encoder_paths_offered_as_invariant_are(pairs, precision, tmp_path
     assert np.ptp(alone) > 1.0  # real scores, not a constant
 
 
-def test_the_int8_token_rewrite_keeps_the_model(pairs, tmp_path, monkeypatch):
+def test_the_int8_token_rewrite_keeps_the_model(pairs, variants, monkeypatch):
     """Per-token INT8 stays close to the fp32 weights (a wrong rewrite or fusion, e.g. onnxruntime
     applying one scale to every row, moved logits by over 2) and ranks each query's pairs alike."""
-    monkeypatch.setenv("STAGEBENCH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("STAGEBENCH_CACHE", variants)
     groups, _ = pairs
     fp32 = stagebench.cross_encoder(CE, device="cpu", precision="fp32", max_length=256)
     tok = stagebench.cross_encoder(CE, device="cpu", precision="int8-token", max_length=256)
@@ -89,8 +96,8 @@ def test_the_carriers_own_int8_is_batch_dependent_as_documented(pairs):
 
 
 @pytest.mark.parametrize("precision", ["fp32", "int8-token"])
-def test_bi_encoder_paths_offered_as_invariant_are(pairs, precision, tmp_path, monkeypatch):
-    monkeypatch.setenv("STAGEBENCH_CACHE", str(tmp_path / "cache"))
+def test_bi_encoder_paths_offered_as_invariant_are(pairs, precision, variants, monkeypatch):
+    monkeypatch.setenv("STAGEBENCH_CACHE", variants)
     groups, long_pair = pairs
     enc = stagebench.bi_encoder(BI, device="cpu", precision=precision, max_length=256)
     texts = [[d for _, d in g] for g in groups]
@@ -102,10 +109,10 @@ def test_bi_encoder_paths_offered_as_invariant_are(pairs, precision, tmp_path, m
         assert float((fp32 * batched).sum(1).min()) > 0.98  # the quantized model is the same model
 
 
-def test_an_opset_11_int8_carrier_runs_per_token_too(pairs, tmp_path, monkeypatch):
+def test_an_opset_11_int8_carrier_runs_per_token_too(pairs, variants, monkeypatch):
     """bge-small's carrier is an opset-11 graph, whose QuantizeLinear takes one scale only: the
     per-token rewrite spells the quantization out there, and stays invariant and close to fp32."""
-    monkeypatch.setenv("STAGEBENCH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("STAGEBENCH_CACHE", variants)
     groups, long_pair = pairs
     texts = [d for g in groups for _, d in g]
     enc = stagebench.bi_encoder("BAAI/bge-small-en-v1.5", device="cpu", max_length=256)

