@@ -160,12 +160,13 @@ BUGS: tuple[Bug, ...] = (
         "p95 = [(lat[1], q) for", "p95 = [(lat[0], q) for", EXPLORER),
     Bug("LLM families", "pointwise ESCI grades of S and C swapped", "src/stagebench/rerank/labels.py",
         '"esci": (("E", 3.0), ("S", 2.0), ("C", 1.0), ("I", 0.0)),', '"esci": (("E", 3.0), ("S", 1.0), ("C", 2.0), ("I", 0.0)),',
-        ("tests/test_llm_families.py",)),
+        ("tests/test_llm_families.py::test_pointwise_esci_orders_by_the_expected_grade_e3_s2_c1_i0",)),
     Bug("reranker by pool", "a cell's better and worse than its pool swapped", "src/stagebench/results/matrix.py",
         "c.oracle_ndcg10, c.headroom_captured, pool_row.id in row.better_than.get(MEASURE, []),\n"
         "                                    row.id in pool_row.better_than.get(MEASURE, [])))",
         "c.oracle_ndcg10, c.headroom_captured, row.id in pool_row.better_than.get(MEASURE, []),\n"
-        "                                    pool_row.id in row.better_than.get(MEASURE, [])))", ("tests/test_matrix.py",)),
+        "                                    pool_row.id in row.better_than.get(MEASURE, [])))",
+        ("tests/test_matrix.py::test_a_cell_is_marked_better_or_worse_than_its_pool_as_the_stage_table_marks_it",)),
 )
 
 
