@@ -63,6 +63,8 @@ class Cluster:
     """A head node started by ``ray start --head`` with token authentication (docs/scale.md, steps 1-2)."""
 
     def __init__(self, tmp: Path) -> None:
+        tmp.mkdir(parents=True)
+        self.stopped = False
         self.token = tmp / "auth_token"
         self.token.write_text(secrets.token_hex(32))  # what `ray get-auth-token --generate` writes
         self.port = free_port()
@@ -74,16 +76,37 @@ class Cluster:
                        capture_output=True, text=True, timeout=120)  # fmt: skip
 
     def stop(self) -> None:
+        self.stopped = True
         subprocess.run([str(RAY_CLI), "stop", "--force"], env=self.env, capture_output=True, timeout=120)
 
 
-@pytest.fixture
-def cluster(tmp_path) -> Iterator[Cluster]:
-    c = Cluster(tmp_path)
+class Clusters:
+    """The module's head node, started on first use and again after a test stopped it: the
+    documented steps and the stop mid-stage share one ``ray start`` when they run in that order."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp, self.current, self.started = tmp, None, 0
+
+    def running(self) -> Cluster:
+        if self.current is None or self.current.stopped:
+            self.started += 1
+            self.current = Cluster(self.tmp / f"head-{self.started}")
+        return self.current
+
+
+@pytest.fixture(scope="module")
+def clusters(tmp_path_factory) -> Iterator[Clusters]:
+    cs = Clusters(tmp_path_factory.mktemp("ray-cluster"))
     try:
-        yield c
+        yield cs
     finally:
-        c.stop()
+        if cs.current is not None and not cs.current.stopped:
+            cs.current.stop()
+
+
+@pytest.fixture
+def cluster(clusters) -> Cluster:
+    return clusters.running()
 
 
 def test_the_documented_steps_give_the_local_table_and_a_driver_without_the_token_is_told(tmp_path, tiny, cluster):
