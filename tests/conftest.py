@@ -48,6 +48,9 @@ def pytest_configure(config):
         share = str(max(1, (os.cpu_count() or 1) // workers))
         os.environ.setdefault("STAGEBENCH_THREADS", share)
         os.environ.setdefault("OMP_NUM_THREADS", share)
+    # Ray starts its workers at nice 15: beside the other pytest worker and the reproductions (`make
+    # test`), a Ray test's workers got almost no CPU and one test took 781 s instead of 88 s
+    os.environ.setdefault("RAY_worker_niceness", "0")
 
 
 UNGROUPED = pytest.StashKey[str]()
@@ -59,7 +62,7 @@ def pytest_collection_modifyitems(config, items):
     their node ids; a pytest that pytest-xdist cannot rename (pytest 9.2 with xdist 3.8) drops the
     groups silently, and two Ray clusters then race on one machine. Such a session fails each grouped
     test with the reason instead of running it."""
-    if config.getvalue("loadgroup") and any(i.get_closest_marker("xdist_group") and "@" not in i.nodeid for i in items):
+    if getattr(config.option, "loadgroup", False) and any(i.get_closest_marker("xdist_group") and "@" not in i.nodeid for i in items):
         config.stash[UNGROUPED] = (f"pytest-xdist's --dist loadgroup has no effect with pytest {pytest.__version__}: "
                                    "install the test extra's pytest (pip install -e '.[test]')")  # fmt: skip
 

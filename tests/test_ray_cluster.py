@@ -25,9 +25,10 @@ pytest.importorskip("ray", reason="engine: ray needs the ray extra (make test in
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]
 
 RAY_CLI = Path(sys.executable).with_name("ray")
-#: the environment every process here starts from: no Ray settings of the machine's own
-BASE = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")} | {"HF_HUB_OFFLINE": "1",
-                                                                          "TRANSFORMERS_OFFLINE": "1"}  # fmt: skip
+#: the environment every process here starts from: no Ray settings of the machine's own, workers at the
+#: tests' own priority (tests/conftest.py)
+BASE = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")} | {
+    "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "RAY_worker_niceness": "0"}
 STAGES = """\
   - {name: bm25, type: bm25, params: {top_k: 100}}
   - {name: dense, type: dense, params: {top_k: 100, batch_size: 8}}
