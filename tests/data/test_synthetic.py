@@ -77,3 +77,43 @@ def test_html_and_nulls_present(small_synthetic):
     pr = pd.read_parquet(small_synthetic / PRODUCTS_FILE)
     assert pr.product_description.str.contains("<p>", na=False).any()
     assert pr.product_description.isna().any() and pr.product_brand.isna().any()
+
+
+@pytest.fixture(scope="module")
+def truth_folder(tmp_path_factory):
+    out = tmp_path_factory.mktemp("syn-truth")
+    generate(out, SyntheticSpec(seed=7, n_products=800, n_test_queries=30, n_train_queries=10))
+    return out
+
+
+def test_the_rules_grade_every_judged_pair_as_its_label_and_the_unjudged_ones_too(truth_folder):
+    from stagebench.data.synthetic import truth
+
+    t = truth(truth_folder)
+    ex = pd.read_parquet(truth_folder / EXAMPLES_FILE)
+    graded = [t.label(str(q), p) for q, p in zip(ex["query_id"], ex["product_id"])]
+    assert graded == ex["esci_label"].tolist()  # exact agreement 1.0 on the judged pool
+    assert len(ex) > 500
+    # outside the pool every pair has a grade too (a pool holds at most 40 products of 800)
+    products = pd.read_parquet(truth_folder / PRODUCTS_FILE)["product_id"].tolist()
+    judged = set(zip(ex["query_id"].astype(str), ex["product_id"]))
+    outside = [t.label(q, p) for q in t.intents for p in products if (q, p) not in judged]
+    assert None not in outside and {"S", "C", "I"} <= set(outside)
+    assert t.label("no-such-query", products[0]) is None and t.label("0", "no-such-product") is None
+
+
+def test_the_rules_refuse_a_folder_generate_data_did_not_write(truth_folder, tmp_path):
+    import shutil
+
+    from stagebench.data.synthetic import RECORD, truth
+    from stagebench.errors import StagebenchError
+
+    with pytest.raises(StagebenchError, match=f"not a dataset stagebench generate-data wrote \\(no {RECORD}\\)"):
+        truth(tmp_path)
+    changed = tmp_path / "changed"
+    shutil.copytree(truth_folder, changed)
+    ex = pd.read_parquet(changed / EXAMPLES_FILE)
+    ex.loc[0, "esci_label"] = "I" if ex.loc[0, "esci_label"] != "I" else "E"
+    ex.to_parquet(changed / EXAMPLES_FILE, index=False)
+    with pytest.raises(StagebenchError, match=f"{EXAMPLES_FILE} is not what generate-data wrote"):
+        truth(changed)

@@ -299,6 +299,25 @@ def _excluded(seed_p: dict, cons: dict[str, str], same: list[dict], rng: random.
     return rng.choice(options) if options else None
 
 
+@dataclass(frozen=True)
+class Intent:
+    """What a query asks for: the seed product's category, its constraints and the value it excludes."""
+
+    category: str
+    constraints: dict[str, str]
+    excluded: tuple[str, str] | None
+
+    def label(self, p: dict) -> str:
+        """The generator's label of product ``p`` for this query, by the rules that label its pool (E
+        meets every constraint without the excluded value, S misses exactly one, C is of a
+        complementary category, I is anything else)."""
+        if p["category"] == self.category:
+            if self.excluded is not None and p[self.excluded[0]] == self.excluded[1]:
+                return "I"
+            return {0: "E", 1: "S"}.get(_mismatches(p, self.constraints), "I")
+        return "C" if p["category"] in CATEGORIES[self.category][5] else "I"
+
+
 def _make_queries(spec: SyntheticSpec, products: list[dict], rng: random.Random) -> list[dict]:
     by_cat: dict[str, list[dict]] = {}
     for p in products:
@@ -433,8 +452,8 @@ def _write(out: Path, spec: SyntheticSpec) -> dict:
     atomic_write(out / "README.md", README_HEAD + "Deterministic and synthetic: numbers measured on it are not ESCI "
                  f"numbers.\n\n```json\n{json.dumps(stats, indent=2)}\n```\n")  # fmt: skip
     files = inventory(out, leave_out={RECORD, STAGING_MARK})
-    atomic_write(out / RECORD, json.dumps({"generated_by": f"stagebench {__version__} generate-data", "files": files},
-                                          indent=2) + "\n")  # fmt: skip
+    atomic_write(out / RECORD, json.dumps({"generated_by": f"stagebench {__version__} generate-data",
+                                           "spec": asdict(spec), "files": files}, indent=2) + "\n")  # fmt: skip
     return stats
 
 
@@ -445,3 +464,54 @@ RECORD = "stagebench_dataset.json"
 
 #: the rule for replacing a dataset folder: generate-data wrote every file in it
 DATASET = Owned("synthetic dataset", RECORD, json_record(RECORD, "a dataset generate-data wrote"))
+
+
+@dataclass(frozen=True)
+class Truth:
+    """Every (query, product) pair of a generated dataset graded by the generator's own rules: the
+    perfect judge of that dataset, for its judged pool and every pair outside it alike."""
+
+    folder: Path
+    spec: SyntheticSpec
+    products: dict[str, dict]
+    intents: dict[str, Intent]
+
+    def label(self, query_id: str, product_id: str) -> str | None:
+        """E, S, C or I; None when the query or the product is not this dataset's."""
+        intent, product = self.intents.get(query_id), self.products.get(product_id)
+        return None if intent is None or product is None else intent.label(product)
+
+
+def truth(folder: str | Path) -> Truth:
+    """The rules of the dataset ``generate-data`` wrote in ``folder``, rebuilt from the seed and
+    sizes its record holds and checked against it: every file's digest, and every judged row's label
+    equal to the rebuilt one. Any other folder is refused in one line."""
+    folder = Path(folder)
+    record = folder / RECORD
+    if not record.is_file():
+        raise StagebenchError(f"{folder}: not a dataset stagebench generate-data wrote (no {RECORD}): its pairs have "
+                              "no rules to grade them")  # fmt: skip
+    try:
+        meta = json.loads(record.read_text(encoding="utf-8"))
+        spec = SyntheticSpec(**meta["spec"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise StagebenchError(f"{record}: holds no generator seed and sizes (written by an older stagebench?): "
+                              f"regenerate the dataset with stagebench generate-data ({type(exc).__name__})") from None
+    listed = DATASET.files(folder)
+    if isinstance(listed, str):
+        raise StagebenchError(f"{folder}: {listed}")
+    found = inventory(folder, leave_out={RECORD, STAGING_MARK})
+    if listed != found:
+        changed = sorted(set(listed) ^ set(found) | {f for f in found if listed.get(f) != found[f]})
+        raise StagebenchError(f"{folder}: {changed[0]} is not what generate-data wrote (its digest differs from "
+                              f"{RECORD}'s): the rules grade only the generated dataset")  # fmt: skip
+    rng = random.Random(spec.seed)
+    products = _make_products(spec, rng)
+    rows = _make_queries(spec, products, rng)
+    ex = pd.read_parquet(folder / EXAMPLES_FILE, columns=["query_id", "product_id", "esci_label"])
+    rebuilt = [(r["query_id"], r["product_id"], r["esci_label"]) for r in rows]
+    if list(zip(ex["query_id"].tolist(), ex["product_id"].tolist(), ex["esci_label"].tolist())) != rebuilt:
+        raise StagebenchError(f"{folder / EXAMPLES_FILE}: its rows are not what seed {spec.seed} and these sizes "
+                              "generate (another stagebench version?): regenerate the dataset")  # fmt: skip
+    intents = {str(r["query_id"]): Intent(r["category"], r["constraints"], r["excluded"]) for r in rows}
+    return Truth(folder, spec, {p["product_id"]: p for p in products}, intents)
