@@ -10,7 +10,7 @@ Sections (timings are the median of ``--repeats`` runs unless noted):
 2. Cross-encoder: the INT8 ONNX model batched across queries against a per-query fp32
    sentence-transformers ``CrossEncoder`` loop (what search-ranking-stack does), same
    pairs, same model family (the fp32 model is the INT8 graph's weights dequantized,
-   see src/stagebench/onnx_weights.py), with the rank correlation of their scores.
+   see src/stagebench/models/onnx_weights.py), with the rank correlation of their scores.
 3. Precision: dense encoding (MiniLM-L6: torch fp32, bf16 autocast, dynamic INT8, and
    onnxruntime fp32 / per-channel INT8 of an ONNX export) and cross-encoder scoring (the INT8
    ONNX carrier, its dequantized weights in torch fp32 and bf16): docs/s or pairs/s, and the
@@ -156,8 +156,8 @@ def cross_encoder_section(ds, repeats: int, n_queries: int, top_n: int, ref_dir:
     from scipy.stats import spearmanr
     from sentence_transformers import CrossEncoder
 
-    from stagebench.models import resolve_model
-    from stagebench.onnx_weights import build_reference_folder
+    from stagebench.models.resolve import resolve_model
+    from stagebench.models.onnx_weights import build_reference_folder
 
     run = stagebench.stage("bm25", k1=1.2, b=0.75, top_k=top_n).apply(ds, cache=False).run
     qids = [q for q in ds.query_ids if run.get(q)][:n_queries]
@@ -263,7 +263,7 @@ def precision_section(embedded, work: Path, parts: tuple[str, ...] = ("dense", "
                       previous: dict | None = None) -> dict:
     """Dense encoding and cross-encoder scoring at every precision: speed, and the nDCG@10 change
     against fp32 on each dataset, all in this one run."""
-    from stagebench.devices import cpu_has_bf16, place
+    from stagebench.runtime.devices import cpu_has_bf16, place
 
     sets = quality_datasets(embedded)
     out: dict = {**(previous or {}), "bf16_native": cpu_has_bf16(), "auto": place("cpu", "auto", "torch", "perf").precision,
@@ -276,7 +276,7 @@ def precision_section(embedded, work: Path, parts: tuple[str, ...] = ("dense", "
 
 
 def dense_precision(sets: dict, work: Path) -> dict:
-    from stagebench.models import resolve_model
+    from stagebench.models.resolve import resolve_model
     from stagebench.stages.dense import DenseParams, build_index, search_top_k
 
     name = "sentence-transformers/all-MiniLM-L6-v2"
@@ -315,8 +315,8 @@ def dense_precision(sets: dict, work: Path) -> dict:
 
 
 def cross_encoder_precision(sets: dict, work: Path) -> dict:
-    from stagebench.models import resolve_model
-    from stagebench.onnx_weights import build_reference_folder
+    from stagebench.models.resolve import resolve_model
+    from stagebench.models.onnx_weights import build_reference_folder
 
     name = "cross-encoder/ms-marco-MiniLM-L-12-v2"
     ref = str(build_reference_folder(resolve_model(name).path, work / "ce-fp32-reference"))
@@ -460,7 +460,7 @@ def latency_markdown(lat: dict) -> list[str]:
 
 def scale_one(path: Path, what: str, queries: int, encode_docs: int | None) -> dict:
     """Runs in its own process, so peak RSS belongs to this size alone."""
-    from stagebench.system import peak_rss_mb, rss_mb
+    from stagebench.runtime.system import peak_rss_mb, rss_mb
 
     import pandas  # noqa: F401  - the libraries a load imports, so that the baseline below holds them
     import pyarrow.parquet  # noqa: F401
@@ -756,7 +756,7 @@ def main() -> None:
         return
 
     from stagebench.execute import package_versions
-    from stagebench.system import machine_info
+    from stagebench.runtime.system import machine_info
 
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)

@@ -183,8 +183,8 @@ def model_entries(tmp_path_factory) -> Path:
     per session: building it takes ~20 s, and every run with a fresh cache would build it again.
     :func:`seed_models` links it into a test's cache (tests of the build itself use a cache of their own)."""
     from stagebench.cache import Cache
-    from stagebench.models import on_this_machine, resolve_model
-    from stagebench.variants import gguf_checkpoint
+    from stagebench.models.resolve import on_this_machine, resolve_model
+    from stagebench.models.variants import gguf_checkpoint
 
     cache = Cache(tmp_path_factory.mktemp("model-entries"))
     gguf_checkpoint(on_this_machine(resolve_model(SMOLLM2)), cache, "tests")

@@ -13,17 +13,17 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[1] / "src" / "stagebench"
 
 LAYERS = {
-    0: ["errors", "version", "optional", "files", "textfile", "params", "system", "ui", "analyzer", "metrics.compute", "stats",
-        "table", "data.text", "data.corpus", "rerank", "rerank.listwise", "rerank.labels", "rerank.schemes", "devices", "engine", "judge", "judge.scale", "onnx_graphs"],
-    1: ["runs", "metrics.names", "metrics.value", "metrics.holes", "metrics", "cache", "models", "record", "data.model", "data.esci", "data.jsonl", "data.trec",
+    0: ["errors", "version", "optional", "files", "textfile", "params", "runtime.system", "ui", "analyzer", "metrics.compute", "stats",
+        "table", "data.text", "data.corpus", "rerank", "rerank.listwise", "rerank.labels", "rerank.schemes", "runtime.devices", "runtime.engine", "judge", "judge.scale", "models", "runtime", "models.onnx_graphs"],
+    1: ["runs", "metrics.names", "metrics.value", "metrics.holes", "metrics", "cache", "models.resolve", "record", "data.model", "data.esci", "data.jsonl", "data.trec",
         "data.synthetic", "data", "rerank.merge"],
-    2: ["encoders", "onnx_weights", "variants", "finetune", "stages.base", "rerank.chat", "rerank.plugins", "rerank.pointwise",
+    2: ["models.encoders", "models.onnx_weights", "models.variants", "models.finetune", "stages.base", "rerank.chat", "rerank.plugins", "rerank.pointwise",
         "rerank.windows", "rerank.families", "stages.bm25", "stages.dense", "stages.fusion", "stages.rerank", "stages.run_file",
         "stages.llm_rerank", "stages.oracle", "stages", "results", "results.ceilings", "results.queries", "results.folder", "results.depth",
         "results.scoring", "results.cost", "results.check", "results.compare", "results.segments", "results.matrix", "results.agreement", "results.judged",
         "judge.ask"],
     3: ["config", "report", "report.tables", "report.plots", "report.explorer", "report.html", "report.write"],
-    4: ["execute", "judging", "pipeline", "training", "reproductions", "supervisor"],
+    4: ["execute", "judging", "pipeline", "training", "reproductions", "runtime.supervisor"],
     5: ["api", "cli", "docgen", "", "__main__"],
 }  # fmt: skip
 LAYER = {f"stagebench.{m}".rstrip("."): n for n, mods in LAYERS.items() for m in mods}
@@ -80,7 +80,7 @@ MANIFEST_JSON_KEYS = {
 }  # fmt: skip
 #: modules that read a config (or another JSON object) whose keys share these names, not a manifest
 NOT_MANIFEST_READERS = {
-    "stagebench.config", "stagebench.params", "stagebench.cache", "stagebench.engine",
+    "stagebench.config", "stagebench.params", "stagebench.cache", "stagebench.runtime.engine",
     "stagebench.files", "stagebench.training",  # the model and dataset records (their own "files")
     "stagebench.rerank.chat",  # a server's answer and its "usage" (prompt_tokens, completion_tokens)
 }  # fmt: skip

@@ -27,7 +27,7 @@ from stagebench.cache import Cache
 from stagebench.config import StageConfig
 from stagebench.data.jsonl import BeirOptions, load_beir
 from stagebench.cache import make_key
-from stagebench.devices import Placement
+from stagebench.runtime.devices import Placement
 from stagebench.execute import RANKING_ONLY, canonical, scoring_key, stage_key
 from stagebench.params import Range
 from stagebench.stages import STAGE_TYPES, StageContext

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from stagebench.devices import cpu_features, cpu_has_bf16, gpu_worker_placement, place, resolve_device
+from stagebench.runtime.devices import cpu_features, cpu_has_bf16, gpu_worker_placement, place, resolve_device
 from stagebench.errors import ConfigError, StagebenchError
 from stagebench.params import build
 from stagebench.stages.dense import DenseParams
@@ -95,8 +95,8 @@ def test_without_native_bf16_auto_is_exactly_fp32(monkeypatch, tiny_synthetic):
     bf16 = DenseStage("d", build(DenseParams, {"top_k": 50}, "p"))
     assert bf16.placement().precision == "bf16" and bf16.identity() != fp32.identity()
     enc_fp32, enc_bf16 = (s_.placement() for s_ in (fp32, bf16))
-    from stagebench.encoders import load_bi_encoder
-    from stagebench.models import resolve_model
+    from stagebench.models.encoders import load_bi_encoder
+    from stagebench.models.resolve import resolve_model
 
     m = resolve_model("sentence-transformers/all-MiniLM-L6-v2")
     a = load_bi_encoder(m, enc_fp32, 256).encode(ds.doc_texts[:200], 64)

@@ -1,4 +1,4 @@
-"""The engine setting (stagebench.engine): parsed and checked at load, top level / per stage /
+"""The engine setting (stagebench.runtime.engine): parsed and checked at load, top level / per stage /
 --engine; the local engine; the placement of models on Ray workers with GPUs. The Ray runs
 themselves are in tests/test_ray_engine.py."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from stagebench.config import parse_config
-from stagebench.engine import EngineParams, LocalEngine, make_engine, ray_session
+from stagebench.runtime.engine import EngineParams, LocalEngine, make_engine, ray_session
 from stagebench.errors import ConfigError, StagebenchError
 from stagebench.stages.dense import DenseParams, DenseStage
 from stagebench.stages.rerank import CrossEncoderParams, CrossEncoderStage
@@ -93,7 +93,7 @@ def test_the_local_engine_maps_in_order_in_this_process():
 
 
 def test_a_malformed_address_is_one_line():
-    from stagebench.engine import probe
+    from stagebench.runtime.engine import probe
 
     with pytest.raises(StagebenchError, match="engine.address: 'somewhere' is not auto, host:port"):
         probe("somewhere", "engine.address")
@@ -150,7 +150,7 @@ SETTINGS = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
 
 @pytest.mark.parametrize("prefix", ["", "ray://"])
 def test_the_probe_lets_a_grpc_server_through_and_names_what_else_answers(prefix, monkeypatch):
-    from stagebench.engine import _H2_PREFACE, probe
+    from stagebench.runtime.engine import _H2_PREFACE, probe
 
     monkeypatch.delenv("RAY_USE_TLS", raising=False)
     grpc = _Listener(SETTINGS)
@@ -184,7 +184,7 @@ def test_the_probe_lets_a_grpc_server_through_and_names_what_else_answers(prefix
 def test_the_probe_names_an_address_where_nothing_listens_and_malformed_ones():
     import socket
 
-    from stagebench.engine import probe
+    from stagebench.runtime.engine import probe
 
     s = socket.create_server(("127.0.0.1", 0))
     port = s.getsockname()[1]
@@ -197,7 +197,7 @@ def test_the_probe_names_an_address_where_nothing_listens_and_malformed_ones():
 
 
 def test_make_engine_picks_the_engine_the_params_name():
-    from stagebench.engine import RayEngine
+    from stagebench.runtime.engine import RayEngine
 
     ray = EngineParams(type="ray", num_workers=3)
     assert isinstance(make_engine(ray), RayEngine) and make_engine(ray).params is ray

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from stagebench.engine import EngineParams, LocalEngine, RayEngine, ray_session
+from stagebench.runtime.engine import EngineParams, LocalEngine, RayEngine, ray_session
 
 UNITS = list(range(8))
 

@@ -428,8 +428,8 @@ def test_answers_of_another_model_are_not_served_from_the_cache(method, extra, t
 
 @pytest.fixture(scope="module")
 def smollm2():
-    from stagebench.devices import place
-    from stagebench.models import resolve_model
+    from stagebench.runtime.devices import place
+    from stagebench.models.resolve import resolve_model
     from stagebench.rerank.chat import TransformersBackend
 
     return TransformersBackend(resolve_model("HuggingFaceTB/SmolLM2-135M-Instruct"),

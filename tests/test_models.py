@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from stagebench.errors import StagebenchError
-from stagebench.models import resolve_model
+from stagebench.models.resolve import resolve_model
 
 
 @pytest.fixture(autouse=True)

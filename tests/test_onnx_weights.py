@@ -2,7 +2,7 @@
 
 The fp32 original cannot be fetched offline; the reference is the same weights
 dequantized to fp32 and run by sentence-transformers' CrossEncoder (see
-src/stagebench/onnx_weights.py for what that does and does not measure).
+src/stagebench/models/onnx_weights.py for what that does and does not measure).
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ def test_int8_onnx_ranks_500_pairs_like_the_sentence_transformers_reference(tmp_
     from transformers import BertForSequenceClassification
 
     from stagebench.data.esci import EsciOptions, load_esci
-    from stagebench.devices import place
-    from stagebench.encoders import load_cross_encoder
-    from stagebench.models import resolve_model
-    from stagebench.onnx_weights import build_reference_folder
+    from stagebench.runtime.devices import place
+    from stagebench.models.encoders import load_cross_encoder
+    from stagebench.models.resolve import resolve_model
+    from stagebench.models.onnx_weights import build_reference_folder
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     model = resolve_model("cross-encoder/ms-marco-MiniLM-L-12-v2")

@@ -38,15 +38,15 @@ from typing import Any
 from stagebench.cache import Cache, cache_root
 from stagebench.config import Config, DatasetConfig, load_config, parse_config, parse_dataset, parse_stage
 from stagebench.data.model import Dataset
-from stagebench.devices import Placement, place
-from stagebench.encoders import BiEncoder, CrossEncoderModel, load_bi_encoder, load_cross_encoder
-from stagebench.engine import EngineParams, make_engine
+from stagebench.runtime.devices import Placement, place
+from stagebench.models.encoders import BiEncoder, CrossEncoderModel, load_bi_encoder, load_cross_encoder
+from stagebench.runtime.engine import EngineParams, make_engine
 from stagebench.errors import ConfigError, DataError
 from stagebench.execute import StageRun, canonical, run_stage, stage_key
 from stagebench.metrics import Evaluation, Measure
 from stagebench.metrics import evaluate as _evaluate
 from stagebench.files import check_apart, check_destination, remove_staging, staging, swap_in
-from stagebench.models import ResolvedModel, resolve_model
+from stagebench.models.resolve import ResolvedModel, resolve_model
 from stagebench.pipeline import RunResult, read_dataset, run_config
 from stagebench.report.write import render
 from stagebench.results.compare import Comparison, compare_folders
@@ -54,7 +54,7 @@ from stagebench.results.folder import RESULTS, RunFolder
 from stagebench.results.scoring import score_folder
 from stagebench.runs import Run, checked_qrels, checked_run, run_digest
 from stagebench.stages import StageContext, stage_class
-from stagebench.variants import for_placement, onnx_kind
+from stagebench.models.variants import for_placement, onnx_kind
 from stagebench.table import StageTable
 
 
@@ -287,7 +287,7 @@ def load_dataset(dataset: Mapping[str, Any] | DatasetConfig) -> Dataset:
 
 def _placed(model: str, source: str, device: str, precision: str, what: str) -> tuple[ResolvedModel, Placement]:
     """A model resolved and placed as a model stage resolves and places its own (a derived
-    variant, e.g. ``int8-token``, is kept in the default cache root: :mod:`stagebench.variants`)."""
+    variant, e.g. ``int8-token``, is kept in the default cache root: :mod:`stagebench.models.variants`)."""
     resolved = resolve_model(model, source)
     kind = onnx_kind(resolved)
     placement = place(device, precision, kind, f"{what}({model!r})")

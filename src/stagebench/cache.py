@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from stagebench.files import file_digest, named, swap_in
-from stagebench.system import PeakMemory
+from stagebench.runtime.system import PeakMemory
 from stagebench.version import __version__
 
 log = logging.getLogger("stagebench")

@@ -31,7 +31,7 @@ from stagebench.results.matrix import matrix_table
 from stagebench.results.segments import MIN_QUERIES, folder_segments
 from stagebench.results.scoring import conventions_line
 from stagebench.runs import read_trec_qrels, read_trec_run
-from stagebench.supervisor import report_finished, run_watched, watched
+from stagebench.runtime.supervisor import report_finished, run_watched, watched
 from stagebench.training import train_reranker
 from stagebench.version import __version__
 
@@ -399,7 +399,7 @@ def main(argv: list[str] | None = None) -> int:
     old = _on_signals()
     try:
         if args.command == "run" and not watched():
-            args.argv = argv  # a run on Ray is run in a watched child (stagebench.supervisor)
+            args.argv = argv  # a run on Ray is run in a watched child (stagebench.runtime.supervisor)
         return _main(args)
     finally:
         report_finished()

@@ -38,12 +38,12 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from stagebench.data import LOADERS
-from stagebench.engine import EngineParams
+from stagebench.runtime.engine import EngineParams
 from stagebench.errors import ConfigError, StagebenchError
 from stagebench.judge.ask import JudgeParams
 from stagebench.metrics.compute import gain_map
 from stagebench.metrics.names import Measure, parse_measure
-from stagebench.models import check_model
+from stagebench.models.resolve import check_model
 from stagebench.record import MatrixRecord
 from stagebench.params import (
     DeviceSpec,
@@ -78,7 +78,7 @@ class StageConfig:
     params: Any
     target: str | None = None  # plug-in target "package.module:Class" (type: plugin)
     cache: bool = True  # false: always recompute this stage (and do not store its run)
-    engine: EngineParams = field(default_factory=EngineParams)  # where its units run (stagebench.engine)
+    engine: EngineParams = field(default_factory=EngineParams)  # where its units run (stagebench.runtime.engine)
 
 
 @dataclass

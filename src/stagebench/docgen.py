@@ -14,7 +14,7 @@ from pathlib import Path
 
 from stagebench.config import EvaluationConfig, MatrixConfig, NegativesConfig, OracleOptions, TrainingConfig
 from stagebench.data import LOADERS
-from stagebench.engine import EngineParams
+from stagebench.runtime.engine import EngineParams
 from stagebench.judge.ask import JudgeParams
 from stagebench.files import atomic_write
 from stagebench.params import describe

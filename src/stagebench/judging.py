@@ -18,7 +18,7 @@ from pathlib import Path
 from stagebench.cache import Cache, cache_root
 from stagebench.config import parse_dataset, parse_judge
 from stagebench.data import LOADERS, Dataset
-from stagebench.engine import LocalEngine
+from stagebench.runtime.engine import LocalEngine
 from stagebench.errors import StagebenchError
 from stagebench.files import atomic_write, check_destination
 from stagebench.judge.ask import Judge, JudgeParams

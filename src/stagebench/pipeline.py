@@ -32,7 +32,7 @@ from stagebench.cache import Cache, cache_root
 from stagebench.config import Config, DatasetConfig, check_trained_models
 from stagebench.data import LOADERS, Dataset
 from stagebench.data.esci import SOURCES_FILE
-from stagebench.engine import make_engine, ray_session
+from stagebench.runtime.engine import make_engine, ray_session
 from stagebench.errors import ConfigError, DataError
 from stagebench.execute import latency_sample, measure_latency, package_versions, run_stage, scoring_key, stage_key
 from stagebench.judge.ask import Judge
@@ -48,7 +48,7 @@ from stagebench.results.queries import TEXTS_FILE, texts_for
 from stagebench.results.segments import FROM_DATASET, STORED_FILE, read_segment_file, stored_here, stored_tsv
 from stagebench.runs import Run, write_trec_qrels, write_trec_run
 from stagebench.stages import Stage, StageContext, stage_class
-from stagebench.system import machine_info
+from stagebench.runtime.system import machine_info
 from stagebench.table import StageTable
 from stagebench.version import __version__
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from stagebench.config import load_config
 from stagebench.errors import StagebenchError
 from stagebench.files import atomic_write
-from stagebench.models import hub_offline
+from stagebench.models.resolve import hub_offline
 from stagebench.params import build, param, read_yaml
 from stagebench.pipeline import run_config
 from stagebench.results.check import CheckRow, compare_with_expected, load_expected

@@ -23,7 +23,7 @@ train split is loaded with the same loader options, only ``split`` replaced) and
 Data separation: only the ``split`` queries are loaded for training - the test split's
 queries and judgments are never read by this module (``tests/test_training.py`` checks it).
 Bundled INT8 ONNX models (the offline MS MARCO MiniLM) are dequantized to fp32 torch
-weights first (:mod:`stagebench.onnx_weights`); a bi-encoder such as all-MiniLM-L6-v2
+weights first (:mod:`stagebench.models.onnx_weights`); a bi-encoder such as all-MiniLM-L6-v2
 gets a fresh one-logit head.
 """
 
@@ -46,7 +46,7 @@ from stagebench.execute import run_stage, stage_key
 from stagebench.files import (
     STAGING_MARK, Owned, atomic_write, check_destination, inventory, json_record, remove_staging, staging, swap_in,
 )
-from stagebench.finetune import TrainingData
+from stagebench.models.finetune import TrainingData
 from stagebench.runs import ranked_ids
 from stagebench.stages import StageContext, stage_class
 from stagebench.stages.rerank import CrossEncoderParams, CrossEncoderStage

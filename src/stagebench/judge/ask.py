@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 from stagebench.cache import Cache
-from stagebench.engine import Engine
+from stagebench.runtime.engine import Engine
 from stagebench.judge.scale import DEFAULT_SYSTEM, DEFAULT_TEMPLATE, FAILED, OUTCOMES, Scale, check_template, parse_grade, render_prompt
 from stagebench.params import NonNegativeInt, PositiveInt, Range, Seed, param
 from stagebench.rerank.chat import (

@@ -48,14 +48,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 from stagebench.cache import Cache, make_key, memo, module_source_hash
-from stagebench.devices import HardwareParams, Placement, autocast, gpu_worker_placement, place
+from stagebench.runtime.devices import HardwareParams, Placement, autocast, gpu_worker_placement, place
 from stagebench.errors import ConfigError, StagebenchError
-from stagebench.models import ResolvedModel, loading, on_this_machine, resolve_model
+from stagebench.models.resolve import ResolvedModel, loading, on_this_machine, resolve_model
 from stagebench.optional import need
 from stagebench.rerank.labels import label_variants
 from stagebench.params import NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, Seed, param
 from stagebench.textfile import read_text
-from stagebench.variants import gguf_checkpoint
+from stagebench.models.variants import gguf_checkpoint
 
 log = logging.getLogger("stagebench")
 
@@ -651,7 +651,7 @@ class TransformersBackend:
         self.resolved = model
         self.placement = placement
         self.label = label
-        #: where a GGUF model's de-quantized checkpoint is kept (:func:`stagebench.variants.gguf_checkpoint`);
+        #: where a GGUF model's de-quantized checkpoint is kept (:func:`stagebench.models.variants.gguf_checkpoint`);
         #: None: the GGUF file is de-quantized on every load
         self.models: Cache | None = None
         self._model: Any = None

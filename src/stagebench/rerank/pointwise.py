@@ -33,15 +33,15 @@ from typing import Any, Literal
 
 import numpy as np
 
-from stagebench.devices import Placement, place
-from stagebench.encoders import load_cross_encoder
+from stagebench.runtime.devices import Placement, place
+from stagebench.models.encoders import load_cross_encoder
 from stagebench.errors import StagebenchError
-from stagebench.models import ResolvedModel, on_this_machine, resolve_model
+from stagebench.models.resolve import ResolvedModel, on_this_machine, resolve_model
 from stagebench.params import PositiveFloat, PositiveInt, param
 from stagebench.rerank.merge import merge_head_tail, sigmoid_keeping_order, split_head
 from stagebench.runs import Run
 from stagebench.stages.base import StageContext
-from stagebench.variants import for_placement, onnx_kind
+from stagebench.models.variants import for_placement, onnx_kind
 
 log = logging.getLogger("stagebench")
 
@@ -105,7 +105,7 @@ class CrossEncoderReranker:
 
 
 class ScoreTask:
-    """An engine task (:mod:`stagebench.engine`): one unit of a reranking stage -> its raw scores.
+    """An engine task (:mod:`stagebench.runtime.engine`): one unit of a reranking stage -> its raw scores.
 
     A unit is ``(qids, query_texts, doc_inputs)`` of one ``score_pairs`` call (``batched``) or of
     one query's ``score(query, docs)`` call. ``factory`` builds the reranker, once per process, on

@@ -12,11 +12,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from stagebench.devices import Placement, gpu_worker_placement, place
-from stagebench.engine import Engine, EngineParams, LocalEngine
-from stagebench.models import ResolvedModel, resolve_model
+from stagebench.runtime.devices import Placement, gpu_worker_placement, place
+from stagebench.runtime.engine import Engine, EngineParams, LocalEngine
+from stagebench.models.resolve import ResolvedModel, resolve_model
 from stagebench.cache import code_identity
-from stagebench.variants import VARIANT_CODE, for_placement, onnx_kind, variant_recipe
+from stagebench.models.variants import VARIANT_CODE, for_placement, onnx_kind, variant_recipe
 
 if TYPE_CHECKING:
     from stagebench.cache import Cache
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 @dataclass
 class StageContext:
     """What a stage may use besides its inputs: the dataset, the artefact cache (``None``:
-    nothing is cached, e.g. in unit tests), the engine its units run on (:mod:`stagebench.engine`)
+    nothing is cached, e.g. in unit tests), the engine its units run on (:mod:`stagebench.runtime.engine`)
     and the pair scores it shares with like stages of the run."""
 
     dataset: Dataset
@@ -155,7 +155,7 @@ class ModelStage(Stage):
 
     def model_to_run(self, ctx: StageContext) -> tuple[ResolvedModel, Placement]:
         """The model this stage runs and where: the resolved model, or the variant its precision
-        runs (:mod:`stagebench.variants`, built once into the cache), and its placement."""
+        runs (:mod:`stagebench.models.variants`, built once into the cache), and its placement."""
         p = self.params
         resolved = resolve_model(p.model, p.source)
         placement = self.placement()

@@ -20,8 +20,8 @@ from typing import Annotated, Literal
 import numpy as np
 
 from stagebench.cache import code_identity, memo
-from stagebench.devices import HardwareParams, Placement
-from stagebench.encoders import EncodeTask, encode_with
+from stagebench.runtime.devices import HardwareParams, Placement
+from stagebench.models.encoders import EncodeTask, encode_with
 from stagebench.optional import need
 from stagebench.params import PositiveInt, Range, param
 from stagebench.runs import Run, ranked
@@ -59,7 +59,7 @@ def embeddings_parts(model_identity: str, fingerprint: str, p: DenseParams, plac
     the model and the corpus, with the device type and precision (not the device index)."""
 
     return {"model": model_identity, "corpus": fingerprint, **{k: getattr(p, k) for k in EMBEDDING_PARAMS},
-            **placement.key(), "code": code_identity(("stagebench.encoders", "stagebench.models", "stagebench.devices"))}  # fmt: skip
+            **placement.key(), "code": code_identity(("stagebench.models.encoders", "stagebench.models.resolve", "stagebench.runtime.devices"))}  # fmt: skip
 
 
 def corpus_embeddings(task: EncodeTask, ctx: StageContext, p: DenseParams, stage: str) -> np.ndarray:
@@ -137,8 +137,8 @@ def build_index(emb: np.ndarray, p: DenseParams):
 class DenseStage(ModelStage):
     type_name = "dense"
     Params = DenseParams
-    code_modules = (*Stage.code_modules, "stagebench.stages.dense", "stagebench.encoders", "stagebench.models",
-                    "stagebench.devices")  # fmt: skip
+    code_modules = (*Stage.code_modules, "stagebench.stages.dense", "stagebench.models.encoders", "stagebench.models.resolve",
+                    "stagebench.runtime.devices")  # fmt: skip
     packages = ("faiss-cpu", "numpy", *("onnxruntime", "tokenizers", "sentence-transformers", "transformers", "torch"))
     unkeyed_params = ("cache",)  # device/precision: keyed as written and, in identity(), as resolved
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, Literal
 
-from stagebench.engine import EngineParams
+from stagebench.runtime.engine import EngineParams
 from stagebench.record import LLMStats, Stats
 from stagebench.rerank.chat import ChatParams, OpenAIBackend, TransformersBackend, keep_models_in, make_backend, prompt_problems, read_prompt
 from stagebench.rerank.families import TASKS
@@ -88,7 +88,7 @@ class LLMRerankStage(Stage):
     code_modules = (*Stage.code_modules, "stagebench.stages.llm_rerank", "stagebench.rerank.listwise",
                     "stagebench.rerank.windows", "stagebench.rerank.families", "stagebench.rerank.labels",
                     "stagebench.rerank.schemes", "stagebench.rerank.chat", "stagebench.rerank.merge", "stagebench.record",
-                    "stagebench.devices")  # fmt: skip
+                    "stagebench.runtime.devices")  # fmt: skip
     packages = ("transformers", "torch", "gguf")
     unkeyed_params = (*ChatParams.UNKEYED, "failed_calls")
 

@@ -20,7 +20,7 @@ output a function of its input:
 
 :func:`export_encoder` writes a sentence-transformers model's transformer to ONNX (fp32) and a
 per-channel dynamic INT8 copy of it, for the ``int8-token`` precision of torch models.
-Each function writes one file; caching them is :mod:`stagebench.variants`' job.
+Each function writes one file; caching them is :mod:`stagebench.models.variants`' job.
 """
 
 from __future__ import annotations
@@ -218,7 +218,7 @@ def copy_tokenizer(src: str | Path, dst: str | Path) -> None:
 
 def export_encoder(model_folder: str | Path, dst: str | Path, kind: str) -> None:
     """Export a transformers model folder to ``dst/model.onnx`` (fp32): ``kind`` ``bi`` gives the
-    last hidden state (pooled by :class:`stagebench.encoders.OnnxBiEncoder`), ``cross`` the logits."""
+    last hidden state (pooled by :class:`stagebench.models.encoders.OnnxBiEncoder`), ``cross`` the logits."""
     torch = need("torch", "exporting a model to ONNX")
     transformers = need("transformers", "exporting a model to ONNX")
     folder = Path(model_folder)

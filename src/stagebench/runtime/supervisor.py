@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from stagebench.cache import Cache
-from stagebench.engine import EngineParams
+from stagebench.runtime.engine import EngineParams
 from stagebench.errors import StagebenchError
 from stagebench.files import remove_stale_staging
 

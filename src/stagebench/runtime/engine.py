@@ -196,7 +196,7 @@ class RayEngine(Engine):
         ray = need("ray", "engine: ray")
         np = need("numpy", "the ray engine")
         if not ray.is_initialized():
-            raise StagebenchError(f"{desc}: engine ray is not connected (stagebench.engine.ray_session)")
+            raise StagebenchError(f"{desc}: engine ray is not connected (stagebench.runtime.engine.ray_session)")
         p = self.params
         sizes = list(sizes) if sizes is not None else [1] * len(units)
         if not units:

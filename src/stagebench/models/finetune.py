@@ -3,7 +3,7 @@
 The stage is handed a :class:`TrainingData` (training pairs and dev pools, built from a
 dataset's train split by :mod:`stagebench.training`) and a recipe (``training:`` of a config:
 loss, epochs, batch size, learning rate, ...). It loads its own model as the base - a bundled
-INT8 ONNX model is dequantized to fp32 torch weights first (:mod:`stagebench.onnx_weights`);
+INT8 ONNX model is dequantized to fp32 torch weights first (:mod:`stagebench.models.onnx_weights`);
 a bi-encoder such as all-MiniLM-L6-v2 gets a fresh one-logit head - trains it with
 sentence-transformers' ``CrossEncoderTrainer``, and reports graded dev nDCG@10 / RR@10
 before and after. Saving the model folder is the caller's business.
@@ -19,11 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from stagebench.devices import resolve_device
+from stagebench.runtime.devices import resolve_device
 from stagebench.errors import StagebenchError
 from stagebench.metrics import evaluate
-from stagebench.models import resolve_model
-from stagebench.onnx_weights import build_reference_folder
+from stagebench.models.resolve import resolve_model
+from stagebench.models.onnx_weights import build_reference_folder
 from stagebench.optional import need
 
 log = logging.getLogger("stagebench")
