@@ -115,5 +115,5 @@ def test_the_rules_refuse_a_folder_generate_data_did_not_write(truth_folder, tmp
     ex = pd.read_parquet(changed / EXAMPLES_FILE)
     ex.loc[0, "esci_label"] = "I" if ex.loc[0, "esci_label"] != "I" else "E"
     ex.to_parquet(changed / EXAMPLES_FILE, index=False)
-    with pytest.raises(StagebenchError, match=f"{EXAMPLES_FILE} is not what generate-data wrote"):
+    with pytest.raises(StagebenchError, match=f"{EXAMPLES_FILE} was changed after stagebench wrote it"):
         truth(changed)

@@ -38,7 +38,8 @@ import pandas as pd
 from stagebench.data.esci import EXAMPLES_FILE, PRODUCTS_FILE, SOURCES_FILE
 from stagebench.errors import StagebenchError
 from stagebench.files import (
-    STAGING_MARK, Owned, atomic_write, check_destination, inventory, json_record, remove_staging, staging, swap_in,
+    STAGING_MARK, Owned, atomic_write, check_destination, foreign_entry, inventory, json_record, remove_staging, staging,
+    swap_in,
 )
 from stagebench.version import __version__
 
@@ -471,7 +472,6 @@ class Truth:
     """Every (query, product) pair of a generated dataset graded by the generator's own rules: the
     perfect judge of that dataset, for its judged pool and every pair outside it alike."""
 
-    folder: Path
     spec: SyntheticSpec
     products: dict[str, dict]
     intents: dict[str, Intent]
@@ -497,14 +497,9 @@ def truth(folder: str | Path) -> Truth:
     except (ValueError, KeyError, TypeError) as exc:
         raise StagebenchError(f"{record}: holds no generator seed and sizes (written by an older stagebench?): "
                               f"regenerate the dataset with stagebench generate-data ({type(exc).__name__})") from None
-    listed = DATASET.files(folder)
-    if isinstance(listed, str):
-        raise StagebenchError(f"{folder}: {listed}")
-    found = inventory(folder, leave_out={RECORD, STAGING_MARK})
-    if listed != found:
-        changed = sorted(set(listed) ^ set(found) | {f for f in found if listed.get(f) != found[f]})
-        raise StagebenchError(f"{folder}: {changed[0]} is not what generate-data wrote (its digest differs from "
-                              f"{RECORD}'s): the rules grade only the generated dataset")  # fmt: skip
+    foreign = foreign_entry(folder, DATASET)
+    if foreign is not None:
+        raise StagebenchError(f"{folder}: {foreign}: the rules grade only the dataset generate-data wrote")
     rng = random.Random(spec.seed)
     products = _make_products(spec, rng)
     rows = _make_queries(spec, products, rng)
@@ -514,4 +509,4 @@ def truth(folder: str | Path) -> Truth:
         raise StagebenchError(f"{folder / EXAMPLES_FILE}: its rows are not what seed {spec.seed} and these sizes "
                               "generate (another stagebench version?): regenerate the dataset")  # fmt: skip
     intents = {str(r["query_id"]): Intent(r["category"], r["constraints"], r["excluded"]) for r in rows}
-    return Truth(folder, spec, {p["product_id"]: p for p in products}, intents)
+    return Truth(spec, {p["product_id"]: p for p in products}, intents)
