@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 DATA   := data/synthetic-esci
 
-.PHONY: bench bench-llm bench-llm-families bench-judge bench-depth bench-matrix bench-trained test test-fast unit-test check-default reproduce perf report-check mutation planted data install clean help
+.PHONY: bench bench-llm bench-llm-families bench-judge bench-judging bench-depth bench-matrix bench-trained test test-fast unit-test check-default reproduce perf report-check mutation planted data install clean help
 
 help:
 	@echo "make bench   run configs/default.yaml on the embedded synthetic dataset (offline)"
@@ -14,6 +14,8 @@ help:
 	@echo "make bench-llm  the five-stage chain ending in an LLM reranker (SmolLM2 in process, 40 queries, offline)"
 	@echo "make bench-llm-families  listwise, pointwise, pairwise and setwise LLM reranking side by side, with cost"
 	@echo "make bench-judge  the default chain on 40 queries with an LLM judge for the unjudged products (offline)"
+	@echo "make bench-judging  the default chain's true table (the generator's rules grade every hole), which view of"
+	@echo "                    the holes ranks the stages truly, and how many judgments each judging strategy needs"
 	@echo "make bench-depth  the cross-encoder's depth sweep (10..200 from one scoring pass) on the default chain"
 	@echo "make bench-matrix  the cross-encoder and a plug-in over BM25, dense, RRF and an oracle pool (reranker by pool)"
 	@echo "make bench-trained  fine-tune a cross-encoder on the train split, compare it with the zero-shot one"
@@ -57,6 +59,13 @@ bench-llm-families: $(STAMP) data
 # the default chain on 40 queries with an LLM judge for the unjudged products (SmolLM2 in process, offline)
 bench-judge: $(STAMP) data
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(VENV)/bin/stagebench run configs/judge.yaml
+
+# the true table of the default chain (the generator's rules grade every hole in every top 10), the
+# incompleteness experiment against it, and the judging strategies at 100, 300 and 1,000 judgments
+bench-judging: $(STAMP) data
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(VENV)/bin/stagebench run configs/judging.yaml
+	$(VENV)/bin/stagebench incompleteness results/judging --report --json results/judging-incompleteness.json
+	$(VENV)/bin/stagebench plan-judgments results/judging --simulate --budget 100,300,1000 --json results/judging-plans.json
 
 # the cross-encoder's depth curve: one scoring pass at 200, runs derived at 10, 20, 50, 100, 200
 bench-depth: $(STAMP) data

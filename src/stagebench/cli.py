@@ -17,17 +17,20 @@ from stagebench.cache import Cache, cache_root, human_bytes
 from stagebench.config import load_config
 from stagebench.data.synthetic import SyntheticSpec, generate
 from stagebench.errors import StagebenchError
-from stagebench.judging import judge_folder
+from stagebench.files import atomic_write
+from stagebench.judging import add_judgments, judge_folder, plan_judgments, run_incompleteness, simulate_plans
 from stagebench.metrics import evaluate, holes, parse_measure
 from stagebench.pipeline import run_config
 from stagebench.report.tables import (check_text, comparison_text, matrix_csv, matrix_markdown, matrix_text, segments_csv,
                                      segments_markdown, segments_text)  # fmt: skip
+from stagebench.report import plots
 from stagebench.report.write import rerender, show_query
 from stagebench.reproductions import matrix, reproduce
 from stagebench.results.check import compare_with_expected, write_expected
 from stagebench.results.compare import compare_folders
 from stagebench.results.folder import RunFolder
 from stagebench.results.matrix import matrix_table
+from stagebench.results.planning import STRATEGIES
 from stagebench.results.segments import MIN_QUERIES, folder_segments
 from stagebench.results.scoring import conventions_line
 from stagebench.runs import read_trec_qrels, read_trec_run
@@ -53,6 +56,68 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _cmd_judge(args: argparse.Namespace) -> int:
     rendered = judge_folder(args.run_dir, args.config, args.cache_dir)
     sys.stdout.write(rendered.judge_text + "\n" + (Path(args.run_dir) / "judge" / "stage_table.txt").read_text(encoding="utf-8"))
+    return 0
+
+
+def _positive_int(text: str, most: int = 1_000_000) -> int:
+    """An argparse type: an integer in 1..``most`` (argparse names the flag in its one-line error)."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not 1 <= v <= most:
+        raise argparse.ArgumentTypeError(f"{v} is out of range 1..{most:,}")
+    return v
+
+
+def _budgets(text: str) -> list[int]:
+    return [_positive_int(x.strip()) for x in text.split(",")]
+
+
+def _rates(text: str) -> list[float]:
+    out = []
+    for x in text.split(","):
+        try:
+            v = float(x)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{x.strip()!r} is not a number") from None
+        if not 0 < v < 1:
+            raise argparse.ArgumentTypeError(f"{x.strip()}: a share of the judgments kept, strictly between 0 and 1")
+        out.append(v)
+    return out
+
+
+def _cmd_incompleteness(args: argparse.Namespace) -> int:
+    inc = run_incompleteness(args.run_dir, args.rates, args.seeds, args.measure, args.permutations, args.report)
+    sys.stdout.write(inc.text())
+    if args.json:
+        atomic_write(args.json, json.dumps(inc.as_json(), indent=2) + "\n")
+    if args.plot:
+        atomic_write(args.plot, plots.incompleteness_chart(inc))
+    return 0
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    if args.simulate:
+        sim = simulate_plans(args.run_dir, args.budget, args.depth, args.seeds, args.measure)
+        sys.stdout.write(sim.text())
+        if args.json:
+            atomic_write(args.json, json.dumps(sim.as_json(), indent=2) + "\n")
+        return 0
+    if len(args.budget) != 1:
+        raise StagebenchError("--budget: one budget for a worksheet (several only with --simulate)")
+    if not args.output:
+        raise StagebenchError("--output: the worksheet's path (a .csv; the .jsonl is written beside it)")
+    csv_path, jsonl_path, n = plan_judgments(args.run_dir, args.budget[0], args.output, args.strategy, args.depth,
+                                             args.measure, args.seed)  # fmt: skip
+    print(f"{n} pairs to judge: {csv_path} and {jsonl_path} (fill the grade column, then: stagebench add-judgments "
+          f"{args.run_dir} {csv_path} --output NEW_DIR)")  # fmt: skip
+    return 0
+
+
+def _cmd_add_judgments(args: argparse.Namespace) -> int:
+    rendered = add_judgments(args.run_dir, args.worksheets, args.output, args.prefer)
+    sys.stdout.write(rendered.text)
     return 0
 
 
@@ -348,6 +413,44 @@ def build_parser() -> argparse.ArgumentParser:
     j.add_argument("--config", help="a config whose judge: section to use (default: the folder's own config's)")
     j.add_argument("--cache-dir", help="cache root (default: $STAGEBENCH_CACHE, the config's cache_dir, .stagebench-cache)")
     j.set_defaults(func=_cmd_judge)
+    inc = sub.add_parser("incompleteness", help="how each view of the unjudged documents ranks the stages when "
+                         "judgments are taken away (and against the truth, when the rules judged the folder)")  # fmt: skip
+    inc.add_argument("run_dir")
+    inc.add_argument("--rates", type=_rates, default=[0.9, 0.7, 0.5, 0.3, 0.1],
+                     help="shares of each query's judgments kept, comma separated (default 0.9,0.7,0.5,0.3,0.1)")
+    inc.add_argument("--seeds", type=_positive_int, default=3, help="random draws per share (default 3)")
+    inc.add_argument("--measure", help="the measure (default: nDCG@10 when scored, else the first)")
+    inc.add_argument("--permutations", type=_positive_int, default=1000, help="randomization test permutations (default 1000)")
+    inc.add_argument("--json", help="also write the results as JSON to this file")
+    inc.add_argument("--plot", help="also write the tau-by-share plot (PNG) to this file")
+    inc.add_argument("--report", action="store_true", help="keep the results in the folder and show them in its report.html")
+    inc.set_defaults(func=_cmd_incompleteness)
+
+    pj = sub.add_parser("plan-judgments", help="pick the unjudged pairs whose grades settle the most open stage orders "
+                        "and write a worksheet for raters (CSV and JSONL); --simulate compares strategies")  # fmt: skip
+    pj.add_argument("run_dir")
+    pj.add_argument("--budget", type=_budgets, required=True, help="judgments to ask for (with --simulate: several, comma separated)")
+    pj.add_argument("--output", help="the worksheet (.csv; the .jsonl beside it); never written over")
+    pj.add_argument("--strategy", choices=list(STRATEGIES), default="plan",
+                    help="plan (default): the pairs that settle the most; depth: depth pooling; random: random holes")
+    pj.add_argument("--depth", type=_positive_int, default=10, help="the pool: unjudged pairs in every stage's top DEPTH (default 10)")
+    pj.add_argument("--measure", help="the measure whose stage orders to settle (default: nDCG@10 when scored)")
+    pj.add_argument("--seed", type=int, default=0, help="random strategy: its seed")
+    pj.add_argument("--simulate", action="store_true", help="answer each strategy's pairs with the folder's judge grades "
+                    "(the rules judge: the truth) and count the stage pairs each settles")  # fmt: skip
+    pj.add_argument("--seeds", type=_positive_int, default=3, help="--simulate: random strategy seeds (default 3)")
+    pj.add_argument("--json", help="--simulate: also write the results as JSON to this file")
+    pj.set_defaults(func=_cmd_plan)
+
+    aj = sub.add_parser("add-judgments", help="score a finished folder again with graded worksheets added to its qrels, "
+                        "into a new folder with where each judgment came from")  # fmt: skip
+    aj.add_argument("run_dir")
+    aj.add_argument("worksheets", nargs="+", help="worksheets plan-judgments wrote, graded (CSV or JSONL)")
+    aj.add_argument("--output", required=True, help="the new results folder (the source folder is left as it is)")
+    aj.add_argument("--prefer", choices=["existing", "worksheet"],
+                    help="when a worksheet grades a pair the folder's qrels grade differently: which wins (default: refuse)")
+    aj.set_defaults(func=_cmd_add_judgments)
+
     e = sub.add_parser("eval", help="score a TREC run file against TREC qrels")
     e.add_argument("qrels")
     e.add_argument("run")

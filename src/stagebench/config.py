@@ -41,6 +41,7 @@ from stagebench.data import LOADERS
 from stagebench.runtime.engine import EngineParams
 from stagebench.errors import ConfigError, StagebenchError
 from stagebench.judge.ask import JudgeParams
+from stagebench.judge.rules import RULES, dataset_problem
 from stagebench.metrics.compute import gain_map
 from stagebench.metrics.names import Measure, parse_measure
 from stagebench.models.resolve import check_model
@@ -411,7 +412,7 @@ def parse_config(raw: Any, path: str = "<config>", engine: str | None = None) ->
         raise ConfigError(f"evaluation.baseline: unknown stage {evaluation.baseline!r}")
     if training is not None:
         training.check_against(stages)
-    judge = None if raw.get("judge") is None else parse_judge(raw["judge"], None, [s.name for s in stages])
+    judge = None if raw.get("judge") is None else parse_judge(raw["judge"], None, [s.name for s in stages], dataset)
     return Config(
         name=name, dataset=dataset, stages=stages, evaluation=evaluation, measures=measures,
         output=output, cache_dir=cache_dir, path=path, raw=raw, training=training, engine=top_engine, judge=judge,
@@ -419,11 +420,14 @@ def parse_config(raw: Any, path: str = "<config>", engine: str | None = None) ->
     )  # fmt: skip
 
 
-def parse_judge(raw: Any, where: str | None, stage_names: list[str]) -> JudgeParams:
-    """The ``judge:`` section, validated: its keys, its model (resolved now), and the stages it pools
-    among ``stage_names``. ``where``: the file to name in an error (None: the caller adds it)."""
+def parse_judge(raw: Any, where: str | None, stage_names: list[str], dataset: DatasetConfig) -> JudgeParams:
+    """The ``judge:`` section, validated: its keys, its model (resolved now), the stages it pools
+    among ``stage_names``, and for backend rules a ``dataset`` generate-data wrote. ``where``: the
+    file to name in an error (None: the caller adds it)."""
     try:
         params = build(JudgeParams, raw, "judge")
+        if params.backend == RULES and (why := dataset_problem(dataset.loader, dataset.options)):
+            raise ConfigError(f"judge.backend: {why}")
         for j, s in enumerate(params.stages or []):
             if s not in stage_names:
                 raise ConfigError(f"judge.stages[{j}]: unknown stage {s!r} (known: {', '.join(stage_names)})")

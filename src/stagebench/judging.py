@@ -1,6 +1,18 @@
-"""The LLM judge on a run: grade the holes in every stage's top ``depth`` and a sample of judged
-pairs (:mod:`stagebench.judge`), inside ``stagebench run`` (a config's ``judge:`` section) or on a
-finished results folder (``stagebench judge RUN_DIR``) without running a stage again.
+"""A finished run's judgments: the judge of its holes, the next judging round, the judgments that
+come back, and how much the missing ones matter.
+
+* The judge (an LLM, or the generator's rules on the embedded data) grades the holes in every
+  stage's top ``depth`` and a sample of judged pairs (:mod:`stagebench.judge`), inside
+  ``stagebench run`` (a config's ``judge:`` section) or on a finished results folder
+  (``stagebench judge RUN_DIR``) without running a stage again.
+* ``stagebench plan-judgments`` writes the worksheet of a budget of holes that settles the most
+  open stage pairs (:mod:`stagebench.results.planning`), and ``--simulate`` measures the plan
+  against depth pooling and random holes with the judge's grades as the answers.
+* ``stagebench add-judgments`` takes graded worksheets back into a new results folder
+  (:mod:`stagebench.results.worksheet`), the source folder untouched.
+* ``stagebench incompleteness`` runs the classic experiment of judgments taken away
+  (:mod:`stagebench.results.incompleteness`), and compares each view with the truth when the
+  folder holds the rules judge's grades.
 
 The judge's grades are a file of the folder (``judge/judgments.tsv``, in the manifest with its
 digest), and its record - identity, settings, pairs, parse health, tokens, seconds - is the
@@ -10,31 +22,52 @@ agreement) is computed from those by :func:`stagebench.report.write.render`, lik
 
 from __future__ import annotations
 
+import json
 import logging
+import shutil
 import time
-from dataclasses import asdict
+from datetime import datetime, timezone
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from stagebench.cache import Cache, cache_root
-from stagebench.config import parse_dataset, parse_judge
+from stagebench.config import DatasetConfig, parse_dataset, parse_judge
 from stagebench.data import LOADERS, Dataset
 from stagebench.runtime.engine import LocalEngine
 from stagebench.errors import StagebenchError
-from stagebench.files import atomic_write, check_destination
+from stagebench.files import atomic_write, check_apart, check_destination, remove_staging, staging, swap_in
 from stagebench.judge.ask import Judge, JudgeParams
+from stagebench.judge.rules import RULES, RulesJudge
 from stagebench.judge.scale import scale_for
-from stagebench.metrics import scored_query_ids
+from stagebench.metrics import holes as hole_views, parse_measure, scored_query_ids
+from stagebench.metrics.compute import gain_map
+from stagebench.metrics.names import Measure
 from stagebench.params import read_yaml
 from stagebench.record import DatasetRecord, JudgeRecord
 from stagebench.report.write import Rendered, render
 from stagebench.results.folder import RESULTS, RunFolder, write_manifest
-from stagebench.results.judged import HOLE, JUDGMENTS, SAMPLE, Judgment, judgments_tsv, pool, sample
+from stagebench.results.incompleteness import FILE as INCOMPLETENESS, Incompleteness, experiment
+from stagebench.results.judged import HOLE, JUDGMENTS, SAMPLE, Judgment, filled_qrels, judgments_tsv, pool, read_judgments, sample
+from stagebench.results.planning import Simulation, depth_pooling, plan, pool_holes, random_holes, simulate
+from stagebench.results.scoring import label_names_of
+from stagebench.results.views import rankings
+from stagebench.results.worksheet import (ADDED, SOURCES, added_tsv, merge, read_worksheet, sources_json, worksheet_csv,
+                                          worksheet_jsonl, worksheet_rows)
+from stagebench.runs import write_trec_qrels
 from stagebench.runs import Run
 
 log = logging.getLogger("stagebench")
 
 
-def judge_runs(params: JudgeParams, judge: Judge, ds: Dataset, runs: dict[str, Run], stages: list[str],
+def make_judge(params: JudgeParams, dataset: DatasetConfig) -> Judge | RulesJudge:
+    """The judge ``params`` describe: an LLM (:class:`Judge`) or the generator's rules over the
+    dataset the config names (:class:`RulesJudge`)."""
+    if params.backend == RULES:
+        return RulesJudge(params, dataset.options.path, dataset.options.labels)
+    return Judge(params)
+
+
+def judge_runs(params: JudgeParams, judge: Judge | RulesJudge, ds: Dataset, runs: dict[str, Run], stages: list[str],
                label_names: dict[int, str], cache: Cache | None) -> tuple[JudgeRecord, str]:  # fmt: skip
     """Ask the judge for every pooled hole and the agreement sample: its record and the judgments file."""
     qrels = ds.qrels
@@ -45,7 +78,8 @@ def judge_runs(params: JudgeParams, judge: Judge, ds: Dataset, runs: dict[str, R
     pairs = [(q, d, HOLE) for q, d in holes] + [(q, d, SAMPLE) for q, d in picked]
     log.info("%s: %d unjudged pairs in the top %d of %s (pooled), and %d judged pairs for the agreement (seed %d)",
              judge.label, len(holes), params.depth, ", ".join(chosen), len(picked), params.sample_seed)  # fmt: skip
-    asked = judge.ask([(ds.queries[q], ds.doc_text.get(d, "")) for q, d, _ in pairs], scale, cache, LocalEngine())
+    asked = judge.grade([(q, d) for q, d, _ in pairs], [(ds.queries[q], ds.doc_text.get(d, "")) for q, d, _ in pairs],
+                        scale, cache, LocalEngine())  # fmt: skip
     judgments = [Judgment(q, d, purpose, a.grade, a.status) for (q, d, purpose), a in zip(pairs, asked.answers)]
     o = asked.outcomes
     log.info("%s: %d pairs: %d from the cache, %d asked; ok %d, repaired %d, unusable %d, failed %d; %d prompt + %d "
@@ -77,14 +111,14 @@ def judge_folder(folder: str | Path, config: str | None = None, cache_dir: str |
     section = raw.get("judge") if isinstance(raw, dict) else None
     if section is None:
         raise StagebenchError(f"{where}: no judge: section; give a config with one (--config FILE; docs/metrics.md#an-llm-judge-for-the-holes)")
-    params = parse_judge(section, where, rf.manifest.stage_names)
     dc = parse_dataset(rf.manifest.config.get("dataset"))
+    params = parse_judge(section, where, rf.manifest.stage_names, dc)
     ds = LOADERS[dc.loader].load(dc.options)
     recorded, here = rf.manifest.dataset, DatasetRecord.from_json(ds.stats())
     if (recorded.fingerprint, recorded.qrels_fingerprint) != (here.fingerprint, here.qrels_fingerprint):
         raise StagebenchError(f"{rf.path}: the dataset its config names ({dc.loader}) is not the one its runs were "
                               "scored on (its corpus or qrels fingerprint differs); the judge needs the same texts")  # fmt: skip
-    judge = Judge(params)
+    judge = make_judge(params, dc)
     judge.preflight()
     cache = Cache(cache_root(cache_dir, raw.get("cache_dir") if isinstance(raw, dict) else None))
     t0 = time.perf_counter()
@@ -94,4 +128,190 @@ def judge_folder(folder: str | Path, config: str | None = None, cache_dir: str |
     rendered = render(rf.path, RunFolder(rf.path, manifest))
     write_manifest(rf.path, manifest, rendered.written)
     log.info("%s: judged in %.1fs; judge/ tables and report.html written", rf.path, time.perf_counter() - t0)
+    return rendered
+
+
+@dataclass
+class Ground:
+    """What every judging-round command reads from a finished folder (verified): the human qrels,
+    each stage's rankings over the scored queries, the measure and the evaluation's conventions,
+    and the judge's grades when the folder holds them."""
+
+    rf: RunFolder
+    qrels: dict
+    queries: list[str]
+    ranked: dict[str, dict[str, list[str]]]
+    measure: Measure
+    top: int
+    rel: int
+    gain: object
+    scale: dict[int, str]
+    judgments: list[Judgment] | None
+
+    @property
+    def judge_name(self) -> str:
+        j = self.rf.manifest.judge
+        if j is None:
+            return ""
+        return "the generator's rules (the truth)" if j.params.get("backend") == RULES else f"the LLM judge {j.params.get('model')}"
+
+    @property
+    def is_truth(self) -> bool:
+        j = self.rf.manifest.judge
+        return j is not None and j.params.get("backend") == RULES
+
+    def answers(self) -> dict[tuple[str, str], int]:
+        """The judge's grades of the holes, (qid, docid) -> grade."""
+        return {(j.qid, j.docid): j.grade for j in self.judgments or [] if j.purpose == HOLE and j.grade is not None}
+
+
+def ground(folder: str | Path, measure: str | None = None) -> Ground:
+    rf = RunFolder.open(folder)
+    ev = rf.manifest.evaluation
+    names = [parse_measure(m).name for m in ev.metrics]
+    if measure is None:
+        measure = "nDCG@10" if "nDCG@10" in names else next((n for n in names if not n.startswith("Judged")), names[0])
+    try:
+        m = parse_measure(measure)
+    except StagebenchError as exc:
+        raise StagebenchError(f"--measure: {exc}") from None
+    if m.family in hole_views.UNAFFECTED:
+        raise StagebenchError(f"--measure {m.name}: describes the judgments, not a stage's quality; every view gives it alike")
+    qrels = rf.qrels()
+    runs = rf.runs()
+    stages = rf.manifest.stage_names
+    if len(stages) < 2:
+        raise StagebenchError(f"{rf.path}: one stage ({stages[0]}): there is no stage order to settle")
+    queries = scored_query_ids(qrels)
+    top = hole_views.top_grade(qrels, gain_map(ev.gain))
+    judgments = None
+    if rf.manifest.judge is not None and rf.holds(JUDGMENTS):
+        judgments = read_judgments(rf.verified(JUDGMENTS).read_text(encoding="utf-8"), str(rf.path / JUDGMENTS))
+    return Ground(rf, qrels, queries, rankings(runs, stages, queries), m, top, ev.relevance_threshold, ev.gain,
+                  label_names_of(rf.manifest, qrels), judgments)  # fmt: skip
+
+
+def run_incompleteness(folder: str | Path, rates: list[float], seeds: int, measure: str | None = None,
+                       permutations: int = 1000, report: bool = False) -> Incompleteness:  # fmt: skip
+    """``stagebench incompleteness RUN_DIR``: the experiment, with the truth when the rules judged;
+    ``report``: kept in the folder (``incompleteness.json``) and shown in its report.html."""
+    g = ground(folder, measure)
+    ev = g.rf.manifest.evaluation
+    truth = None
+    if g.is_truth:
+        truth = filled_qrels(g.qrels, g.judgments or [])[0]
+    inc = experiment(g.ranked, g.qrels, g.queries, g.measure, g.top, g.rel, g.gain, rates, seeds, permutations,
+                      ev.alpha, ev.seed, truth,
+                      f"every hole in the top {g.rf.manifest.judge.depth} of every stage graded by {g.judge_name}"
+                      if truth is not None else "")  # fmt: skip
+    if report:
+        rf = g.rf
+        check_destination(rf.path, RESULTS)
+        atomic_write(rf.path / INCOMPLETENESS, json.dumps(inc.as_json(), indent=2) + "\n")
+        manifest = write_manifest(rf.path, rf.manifest, [INCOMPLETENESS])
+        rendered = render(rf.path, RunFolder(rf.path, manifest))
+        write_manifest(rf.path, manifest, rendered.written)
+    return inc
+
+
+def plan_judgments(folder: str | Path, budget: int, output: str | Path, strategy: str = "plan", depth: int = 10,
+                   measure: str | None = None, seed: int = 0) -> tuple[Path, Path, int]:  # fmt: skip
+    """``stagebench plan-judgments RUN_DIR --budget N``: the worksheet of ``strategy``'s holes as
+    ``output`` (.csv) and beside it the same rows as .jsonl; returns both paths and the rows."""
+    g = ground(folder, measure)
+    holes = pool_holes(g.ranked, g.qrels, g.queries, depth)
+    if strategy == "plan":
+        chosen = plan(g.ranked, g.qrels, g.queries, g.measure, g.top, g.rel, g.gain, budget, depth).holes
+    elif strategy == "depth":
+        chosen = depth_pooling(holes, budget)
+    else:
+        chosen = random_holes(holes, budget, seed)
+    if not chosen:
+        raise StagebenchError(f"{g.rf.path}: no unjudged pair in the top {depth} of any stage"
+                              if not holes else f"{g.rf.path}: every stage pair is settled on {g.measure.name}: "
+                              "no judgment could change an order (the plan is empty)")  # fmt: skip
+    texts = g.rf.texts()
+    rows = worksheet_rows(chosen, texts.get("queries", {}), texts.get("docs", {}), list(g.ranked))
+    out = Path(output)
+    csv_path, jsonl_path = out.with_suffix(".csv"), out.with_suffix(".jsonl")
+    for p in (csv_path, jsonl_path):
+        if p.exists():
+            raise StagebenchError(f"{p}: exists; a worksheet is never written over (raters may have filled it): "
+                                  "give another --output")  # fmt: skip
+    atomic_write(csv_path, worksheet_csv(rows, g.scale))
+    atomic_write(jsonl_path, worksheet_jsonl(rows, g.scale))
+    log.info("%s: %d of the %d unjudged pairs in the top %d (%s); worksheet %s and %s", g.rf.path, len(chosen),
+             len(holes), depth, strategy, csv_path, jsonl_path)  # fmt: skip
+    return csv_path, jsonl_path, len(chosen)
+
+
+def simulate_plans(folder: str | Path, budgets: list[int], depth: int = 10, seeds: int = 3,
+                   measure: str | None = None) -> Simulation:  # fmt: skip
+    """``plan-judgments --simulate``: every strategy at every budget, answered by the folder's judge."""
+    g = ground(folder, measure)
+    j = g.rf.manifest.judge
+    if j is None or g.judgments is None:
+        raise StagebenchError(f"{g.rf.path}: --simulate answers the chosen pairs with the folder's judge grades, and it "
+                              "has none: run its config with judge: {backend: rules} (the embedded data) or any judge")  # fmt: skip
+    if j.depth < depth:
+        raise StagebenchError(f"{g.rf.path}: its judge graded the top {j.depth}, fewer than --depth {depth}")
+    sim = simulate(g.ranked, g.qrels, g.queries, g.measure, g.top, g.rel, g.gain, g.answers(), budgets, depth, seeds,
+                   g.judge_name)  # fmt: skip
+    if not g.is_truth:
+        sim.notes.append("(!) the answers are an LLM judge's, not the truth: its errors move the true order")
+    return sim
+
+
+def _refusal(problems: list[str]) -> StagebenchError:
+    """The error for refused worksheet rows: one problem is the error itself; several are logged one
+    a line, and the error counts them."""
+    if len(problems) == 1:
+        return StagebenchError(problems[0])
+    for p in problems:
+        log.error("%s", p)
+    return StagebenchError(f"{len(problems)} worksheet rows refused, each named above; nothing was written")
+
+
+def add_judgments(folder: str | Path, worksheets: list[str], output: str | Path, prefer: str | None = None) -> Rendered:
+    """``stagebench add-judgments RUN_DIR WORKSHEET... --output NEW_DIR``: a new results folder
+    scored with the folder's qrels plus the worksheets' grades, with where each came from; the
+    source folder and the dataset's files are left as they are."""
+    rf = RunFolder.open(folder)
+    qrels, texts = rf.qrels(), rf.texts()
+    rf.runs()  # every run verified before anything is written
+    scale = label_names_of(rf.manifest, qrels)
+    known = sorted(set(qrels) | set(texts.get("queries", {})))
+    at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    graded, sources, bad = [], [], []
+    for i, w in enumerate(worksheets):
+        rows, src, problems = read_worksheet(w, i, scale, known, at)
+        graded += rows
+        sources.append(src)
+        bad += problems
+    if bad:
+        raise _refusal(bad)
+    if not graded:
+        raise StagebenchError(f"{', '.join(worksheets)}: no row has a grade: nothing to add")
+    merged = merge(qrels, graded, sources, prefer)
+    if isinstance(merged, list):
+        raise _refusal(merged)
+    dest = Path(output)
+    check_apart(rf.path, "results folder", dest, "new results folder")
+    check_destination(dest, RESULTS)
+    tmp = staging(dest)
+    try:
+        shutil.copytree(rf.path, tmp, dirs_exist_ok=True)
+        write_trec_qrels(merged.qrels, tmp / "qrels.trec")
+        atomic_write(tmp / ADDED, added_tsv(merged))
+        atomic_write(tmp / SOURCES, sources_json(merged, str(rf.path)))
+        manifest = write_manifest(tmp, rf.manifest, [ADDED, SOURCES])
+        rendered = render(tmp, RunFolder(tmp, manifest))
+        write_manifest(tmp, manifest, rendered.written)
+        check_destination(dest, RESULTS)  # it may have changed meanwhile
+        swap_in(tmp, dest, kept=RESULTS.kept)
+    except BaseException:
+        remove_staging(tmp)
+        raise
+    log.info("%s: %d judgments added from %d worksheet(s) (%d already there); written to %s", rf.path,
+             len(merged.added), len(sources), merged.kept, dest)  # fmt: skip
     return rendered

@@ -36,7 +36,8 @@ from stagebench.runtime.engine import make_engine, ray_session
 from stagebench.errors import ConfigError, DataError
 from stagebench.execute import latency_sample, measure_latency, package_versions, run_stage, scoring_key, stage_key
 from stagebench.judge.ask import Judge
-from stagebench.judging import judge_runs
+from stagebench.judge.rules import RulesJudge
+from stagebench.judging import judge_runs, make_judge
 from stagebench.files import atomic_write, check_apart, check_destination, check_writable, remove_staging, staging, swap_in
 from stagebench.metrics import SCORED_MIN_GRADE
 from stagebench.metrics.compute import gain_map
@@ -132,12 +133,12 @@ def run_config(config: Config, output: str | Path | None = None, cache_dir: str 
     check_destinations(out, cache)
     check_trained_models(config)
     stages = [stage_class(sc.type, sc.target, sc.name)(sc.name, sc.params, sc.engine) for sc in config.stages]
-    judge = None if config.judge is None else Judge(config.judge)
+    judge = None if config.judge is None else make_judge(config.judge, config.dataset)
     with ray_session(config.ray_engine(), f"{config.path}: engine"):  # a cluster that does not answer: before any stage
         return _run(config, stages, out, cache, judge)
 
 
-def _run(config: Config, stages: list[Stage], out: Path, cache: Cache, judge: Judge | None = None) -> RunResult:
+def _run(config: Config, stages: list[Stage], out: Path, cache: Cache, judge: Judge | RulesJudge | None = None) -> RunResult:
     for stage in stages:  # servers answer, keys are accepted: before anything is loaded or computed
         stage.preflight()
     if judge is not None:
@@ -168,7 +169,7 @@ def shared_scores(config: Config, stages: list[Stage], ds: Dataset) -> dict[str,
 
 
 def _run_into(config: Config, stages: list[Stage], ds: Dataset, folder: Path, cache: Cache, t_start: float,
-              judge: Judge | None = None) -> RunResult:  # fmt: skip
+              judge: Judge | RulesJudge | None = None) -> RunResult:  # fmt: skip
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     runs: dict[str, Run] = {}
     digests: dict[str, str] = {}

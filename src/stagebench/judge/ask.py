@@ -11,7 +11,7 @@ import hashlib
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from stagebench.cache import Cache
 from stagebench.runtime.engine import Engine
@@ -26,6 +26,9 @@ log = logging.getLogger("stagebench")
 
 @dataclass
 class JudgeParams(ChatParams):
+    backend: Literal["transformers", "openai", "rules"] = param(
+        "transformers", "transformers: in process; openai: any OpenAI-compatible chat-completions server (docs/llm.md); "
+        "rules: the synthetic generator's own rules, a perfect judge of a dataset generate-data wrote (docs/metrics.md)")
     depth: PositiveInt = param(10, "the unjudged documents in the top depth of every stage are graded, pooled over "
                                "the stages (each pair asked once)")  # fmt: skip
     stages: list[str] | None = param(None, "the stages whose top depth is pooled (null: every stage)")
@@ -137,6 +140,11 @@ class Judge:
         p = self.params
         return {"llm": self.backend().identity(), "prompt_template": _digest(self.template()),
                 "system_prompt": _digest(p.system_prompt), "prompt_file": bool(p.prompt)}  # fmt: skip
+
+    def grade(self, pairs: list[tuple[str, str]], texts: list[tuple[str, str]], scale: Scale, cache: Cache | None,
+              engine: Engine) -> Asked:  # fmt: skip
+        """Grade every (query id, document id) pair from its (query text, document text)."""
+        return self.ask(texts, scale, cache, engine)
 
     def ask(self, units: list[tuple[str, str]], scale: Scale, cache: Cache | None, engine: Engine) -> Asked:
         """Grade every (query text, document text), in order."""

@@ -128,9 +128,10 @@ def tables_html(table: StageTable, prefix: str = "") -> list[str]:
 def render_html(table: StageTable, significance: Sequence[dict], images: Sequence[tuple[str, bytes]],
                 stages: Sequence[StageRecord] = (), explorer: tuple[dict, dict] | None = None,
                 judge: tuple[StageTable, str] | None = None, segments: Sequence[SegmentTable] = (),
-                matrix: MatrixTable | None = None) -> str:  # fmt: skip
+                matrix: MatrixTable | None = None, sections: Sequence[tuple[str, str, str]] = ()) -> str:  # fmt: skip
     """A self-contained page: tables inline, PNGs as data: URIs, no external assets; with
-    ``explorer`` (its data and the wins/losses), the per-query explorer."""
+    ``explorer`` (its data and the wins/losses), the per-query explorer; ``sections``: (id, title,
+    preformatted text) added after the significance tests (e.g. the incompleteness experiment)."""
     e = html.escape
     title, notes = table.title, table.notes
     parts = [
@@ -160,6 +161,8 @@ def render_html(table: StageTable, significance: Sequence[dict], images: Sequenc
                 format_p(c["p_t_holm"]), format_p(c["p_rand"]), format_p(c["p_rand_holm"]),
                 f"{c['wins']}/{c['ties']}/{c['losses']}")) + "</tr>")  # fmt: skip
         parts.append("</table>")
+    for sid, stitle, text in sections:
+        parts.append(f"<h2 id=\"{e(sid)}\">{e(stitle)}</h2><pre>{e(text)}</pre>")
     if segments:
         measure = primary_measure(table.metrics)
         parts.append("<h2 id=\"segments\">Query segments</h2><p>Each stage within groups of queries, and whether a "

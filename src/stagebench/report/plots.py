@@ -10,6 +10,7 @@ import numpy as np
 
 from stagebench.optional import need
 from stagebench.results.cost import CostPoint
+from stagebench.results.incompleteness import Incompleteness
 from stagebench.results.matrix import MatrixTable
 from stagebench.results.segments import BUILT_IN, SegmentTable
 from stagebench.table import StageRow
@@ -203,4 +204,23 @@ def matrix_heatmaps(t: MatrixTable) -> bytes:
                 v = values[i, j]
                 ax.text(j, i, "no room" if np.isnan(v) else fmt.format(v), ha="center", va="center", fontsize=8)
     fig.suptitle("Each reranker over each candidate pool", fontsize=11)
+    return _png(fig)
+
+
+def incompleteness_chart(inc: Incompleteness) -> bytes:
+    """Each view's Kendall tau (against all the judgments, and against the truth when known) by the
+    share of judgments kept."""
+    plt = _fig()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for view in dict.fromkeys(c.view for c in inc.cells):
+        cells = sorted((c for c in inc.cells if c.view == view), key=lambda c: c.rate)
+        line = ax.plot([100 * c.rate for c in cells], [c.tau for c in cells], marker="o", label=f"{view}: vs all judgments")
+        if inc.truth is not None:
+            ax.plot([100 * c.rate for c in cells], [c.tau_truth for c in cells], marker="x", linestyle="--",
+                    color=line[0].get_color(), label=f"{view}: vs the truth")  # fmt: skip
+    ax.set_xlabel("judgments kept (%)")
+    ax.set_ylabel(f"Kendall's tau of the stage order ({inc.measure})")
+    ax.set_ylim(-1.05, 1.05)
+    ax.set_title("Stage order under fewer judgments, per view of the holes")
+    ax.legend(fontsize=8)
     return _png(fig)

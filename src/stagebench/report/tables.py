@@ -303,9 +303,16 @@ def judge_text(record: JudgeRecord, agreement: Agreement) -> str:
     llm = record.identity.get("llm", {})
     where = llm.get("base_url") or f"in process, {llm.get('precision', '?')} on {llm.get('device', '?')}"
     cost = "-" if record.cost is None else f"{record.cost:.4f}"
+    if p.get("backend") == "rules":
+        spec = record.identity.get("spec", {})
+        who = (f"Rules judge: the synthetic generator's own rules (seed {spec.get('seed')}, {spec.get('n_products')} "
+               "products): a perfect judge of this dataset, so the judge-filled table is its true table")  # fmt: skip
+    else:
+        who = (f"LLM judge: {p.get('model')} ({p.get('backend')}, {where}); prompt template "
+               f"{record.identity.get('prompt_template')}"
+               f"{' (from ' + str(p.get('prompt')) + ')' if p.get('prompt') else ' (built in)'}; temperature {p.get('temperature')}")  # fmt: skip
     lines = [
-        f"LLM judge: {p.get('model')} ({p.get('backend')}, {where}); prompt template {record.identity.get('prompt_template')}"
-        f"{' (from ' + str(p.get('prompt')) + ')' if p.get('prompt') else ' (built in)'}; temperature {p.get('temperature')}",
+        who,
         f"pairs: {record.holes:,} unjudged (the top {record.depth} of {', '.join(record.stages)}, pooled) + {record.sample:,} "
         f"judged (the agreement sample, seed {p.get('sample_seed')}); {record.from_cache:,} answers from the cache",
         f"parse health: ok {_pct(o.get('ok', 0) / n)}, repaired {_pct(o.get('repaired', 0) / n)}, unusable "

@@ -32,6 +32,8 @@ from stagebench.results.judged import FILLED_FLAGS, FILLED_QRELS, JUDGMENTS, jud
 from stagebench.results.queries import build, primary_measure, wins_and_losses
 from stagebench.results.scoring import Scored, label_names_of, score_folder
 from stagebench.results.segments import STORED_FILE, SegmentSources, SegmentTable, read_stored, segment_tables
+from stagebench.results.incompleteness import FILE as INCOMPLETENESS, Incompleteness
+from stagebench.results.worksheet import SOURCES, sources_note
 from stagebench.runs import Run, write_trec_qrels
 from stagebench.table import StageTable
 
@@ -63,6 +65,8 @@ def render(folder: str | Path, rf: RunFolder | None = None) -> Rendered:
     manifest, qrels, runs, texts = rf.manifest, rf.qrels(), rf.runs(), rf.texts()
     scored = score_folder(manifest, qrels, runs)
     table = scored.table
+    if rf.holds(SOURCES):  # judgments added by add-judgments: the table says from where
+        table.notes.insert(2, sources_note(rf.verified(SOURCES).read_text(encoding="utf-8")))
     rendered = Rendered(scored, render_text(table))
     stages = manifest.stages
 
@@ -127,10 +131,16 @@ def render(folder: str | Path, rf: RunFolder | None = None) -> Rendered:
         points = quality_cost(table, stages)
         if all(p.seconds_per_query > 0 for p in points):
             images.append(("quality_cost.png", plots.quality_cost_chart(points)))
+    sections = []
+    if rf.holds(INCOMPLETENESS):  # stagebench incompleteness RUN_DIR --report
+        inc = Incompleteness.from_json(json.loads(rf.verified(INCOMPLETENESS).read_text(encoding="utf-8")))
+        sections.append(("incompleteness", "Incompleteness: the stage order under fewer judgments", inc.text()))
+        images.append(("incompleteness.png", plots.incompleteness_chart(inc)))
     for name, png in images:
         write(f"plots/{name}", png)
     write("report.html", render_html(table, scored.comparisons, images, stages,
-                                     explorer_data(manifest, qrels, runs, scored, texts), judge, segs, matrix))  # fmt: skip
+                                     explorer_data(manifest, qrels, runs, scored, texts), judge, segs, matrix,
+                                     sections))  # fmt: skip
     return rendered
 
 

@@ -138,8 +138,13 @@ def judge_results(manifest: Manifest, qrels: dict, runs: dict[str, Run], judgmen
     k = "-" if agr.weighted_kappa is None else f"{agr.weighted_kappa:.3f}"
     ci = "" if not agr.weighted_kappa_ci else f" [{agr.weighted_kappa_ci[0] + 0.0:.3f}, {agr.weighted_kappa_ci[1] + 0.0:.3f}]"
     holes_left = record.holes - len(added)
-    t.title = f"Judge-filled stage table: {manifest.name} - NOT human judgments"
-    t.notes = [f"labels: the human qrels plus {len(added):,} grades by the LLM judge {model} for unjudged documents in the "
+    if record.params.get("backend") == "rules":
+        t.title = f"True stage table: {manifest.name} - every hole graded by the synthetic generator's own rules"
+        who = "the generator's rules (a perfect judge of this dataset)"
+    else:
+        t.title = f"Judge-filled stage table: {manifest.name} - NOT human judgments"
+        who = f"the LLM judge {model}"
+    t.notes = [f"labels: the human qrels plus {len(added):,} grades by {who} for unjudged documents in the "
                f"top {record.depth} of {', '.join(record.stages)} ({holes_left:,} of the {record.holes:,} pooled holes "
                "stay holes: unusable answers or failed requests); human labels are never replaced",
                f"the judge's agreement with the human labels on {agr.pairs} judged pairs it graded blind: linear-weighted "

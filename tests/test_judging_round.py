@@ -1,0 +1,181 @@
+"""The judging round (issue 47): the rules judge as the truth of the embedded data, the judging plan,
+judgments back in with their provenance, and the incompleteness experiment against a recomputation
+from its definition."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from pathlib import Path
+
+import pytest
+from scipy.stats import kendalltau
+
+from stagebench import api
+from stagebench.cli import main
+from stagebench.config import parse_config
+from stagebench.errors import ConfigError, StagebenchError
+from stagebench.files import file_digest
+from stagebench.judging import add_judgments, ground, run_incompleteness
+from stagebench.metrics import evaluate, parse_measure
+from stagebench.results.folder import RunFolder
+from stagebench.results.incompleteness import subsample
+from stagebench.results.judged import filled_qrels
+from stagebench.results.planning import plan, pool_holes
+from stagebench.results.views import stage_views
+from stagebench.results.worksheet import ADDED, SOURCES
+
+STAGES = [
+    {"name": "bm25", "type": "bm25", "params": {"top_k": 50}},
+    {"name": "bm25_flat", "type": "bm25", "params": {"k1": 0.3, "b": 0.1, "top_k": 50}},
+    {"name": "rrf", "type": "rrf", "inputs": ["bm25", "bm25_flat"]},
+]
+
+
+@pytest.fixture(scope="module")
+def judged_folder(tmp_path_factory, tiny_synthetic) -> Path:
+    """Three cheap stages on the tiny generated dataset, every hole in their top 10 graded by the rules."""
+    root = tmp_path_factory.mktemp("judging-round")
+    cfg = {"name": "round", "output": str(root / "round"), "cache_dir": str(root / "cache"),
+           "dataset": {"loader": "esci", "path": str(tiny_synthetic), "split": "test"}, "stages": STAGES,
+           "evaluation": {"metrics": ["nDCG@10", "P@10"], "permutations": 200, "latency_queries": 0},
+           "judge": {"backend": "rules", "depth": 10, "sample": 60}}  # fmt: skip
+    return api.run(cfg).output
+
+
+def test_the_rules_judge_grades_the_judged_pool_as_the_humans_did_and_fills_every_hole(judged_folder):
+    rf = RunFolder.open(judged_folder)
+    record = rf.manifest.judge
+    agreement = json.loads((judged_folder / "judge" / "agreement.json").read_text())["agreement"]
+    assert agreement["pairs"] == 60 and agreement["exact"] == 1.0  # exact agreement on the judged sample
+    assert record.outcomes["ok"] == record.holes + record.sample and record.holes > 50
+    # every hole in every stage's top 10 is graded: the true table has no hole left there
+    rows = json.loads((judged_folder / "judge" / "stage_table.json").read_text())
+    assert all(r["top10_labels"].get("unjudged", 0.0) == 0.0 for r in rows) and len(rows) == 3
+    assert (judged_folder / "judge" / "stage_table.txt").read_text().startswith("True stage table: round")
+    assert (judged_folder / "judge" / "agreement.txt").read_text().startswith("Rules judge:")
+
+
+def test_the_rules_backend_refuses_data_generate_data_did_not_write(tmp_path):
+    base = {"name": "t", "stages": [{"name": "bm25", "type": "bm25"}], "judge": {"backend": "rules"}}
+    with pytest.raises(ConfigError, match=re.escape("judge.backend: backend rules grades only a dataset stagebench "
+                                                    "generate-data wrote (loader esci), not loader beir")):
+        parse_config({**base, "dataset": {"loader": "beir", "path": str(tmp_path)}})
+    with pytest.raises(ConfigError, match=f"judge.backend: backend rules: {re.escape(str(tmp_path))} is not a dataset"):
+        parse_config({**base, "dataset": {"loader": "esci", "path": str(tmp_path)}})
+
+
+def test_the_plan_picks_the_hole_that_moves_the_open_pair_most_and_never_one_no_grade_could_move():
+    # q1: one judged E; a ranks hole h1 first, b second. q2: three judged E, its hole g1 at the same
+    # ranks weighs less (a larger ideal DCG). hx sits below the cut-off of both stages: weightless.
+    qrels = {"q1": {"j1": 3}, "q2": {"k1": 3, "k2": 3, "k3": 3}}
+    ranked = {"a": {"q1": ["h1", "j1", "h2", "hx"], "q2": ["g1", "k1", "k2", "hx"]},
+              "b": {"q1": ["j1", "h1", "h3", "hx"], "q2": ["k1", "g1", "k2", "hx"]}}  # fmt: skip
+    m = parse_measure("nDCG@3")
+    p = plan(ranked, qrels, ["q1", "q2"], m, 3, 1, "linear", budget=10, depth=4)
+    assert p.open_pairs == [("a", "b")]
+    picked = [(h.qid, h.docid) for h in p.holes]
+    assert picked[0] == ("q1", "h1") and picked[1] == ("q2", "g1")
+    assert ("q1", "hx") not in picked and ("q2", "hx") not in picked
+    assert {("q1", "h2"), ("q1", "h3")} <= set(picked)
+    # the pool the depth strategy draws from holds hx; the plan weighs it nothing
+    assert ("q1", "hx") in {(h.qid, h.docid) for h in pool_holes(ranked, qrels, ["q1", "q2"], 4)}
+    # once the pair is settled no judgment can change its order: the plan is empty
+    settled = {"q1": {"j1": 3, "h1": 0, "h2": 0, "h3": 3, "hx": 0}, "q2": {"k1": 3, "k2": 3, "k3": 3, "g1": 0, "hx": 0}}
+    ranked_b = {"a": {"q1": ["h1", "h2", "j1"], "q2": ["g1", "k1", "k2"]}, "b": {"q1": ["j1", "h3", "h1"], "q2": ["k1", "k2", "k3"]}}
+    assert stage_views(ranked_b, settled, ["q1", "q2"], m, 3, 1, "linear").settled() == {("a", "b"): -1}
+    assert plan(ranked_b, settled, ["q1", "q2"], m, 3, 1, "linear", budget=5, depth=3).holes == []
+
+
+def _worksheet(folder: Path, tmp_path: Path, name: str, grades: list[tuple[str, str]]) -> Path:
+    out = tmp_path / name
+    assert main(["plan-judgments", str(folder), "--budget", str(len(grades) + 1), "--output", str(out)]) == 0
+    rows = list(csv.reader(open(out.with_suffix(".csv"), encoding="utf-8")))
+    g = next(i for i, c in enumerate(rows[0]) if c.startswith("grade ("))
+    assert rows[0][g] == "grade (3 = E, 2 = S, 1 = C, 0 = I)" and rows[0][-1] == "rater"
+    for r, (grade, rater) in zip(rows[1:], grades):
+        r[g], r[-1] = grade, rater
+    with open(out.with_suffix(".csv"), "w", encoding="utf-8", newline="") as fh:
+        csv.writer(fh).writerows(rows)
+    return out.with_suffix(".csv")
+
+
+def test_judgments_come_back_with_their_provenance_and_the_old_folder_is_untouched(judged_folder, tmp_path):
+    before = {p.name: file_digest(p) for p in judged_folder.iterdir() if p.is_file()}
+    sheet = _worksheet(judged_folder, tmp_path, "sheet", [("E", "ann"), ("0", "ann"), ("2", "bo")])
+    rows = list(csv.DictReader(open(sheet, encoding="utf-8")))
+    new = tmp_path / "new"
+    add_judgments(judged_folder, [str(sheet)], new)
+    assert {p.name: file_digest(p) for p in judged_folder.iterdir() if p.is_file()} == before
+    old_q, new_q = RunFolder.open(judged_folder).qrels(), RunFolder.open(new).qrels()
+    added = {(r["qid"], r["docid"]): g for r, g in zip(rows, [3, 0, 2])}
+    assert sum(len(d) for d in new_q.values()) == sum(len(d) for d in old_q.values()) + 3
+    assert all(new_q[q][d] == g and d not in old_q.get(q, {}) for (q, d), g in added.items())
+    src = json.loads((new / SOURCES).read_text())
+    assert src["added"] == 3 and src["sources"][0]["sha256"] == file_digest(sheet) and src["sources"][0]["raters"] == ["ann", "bo"]
+    lines = (new / ADDED).read_text().splitlines()
+    assert len(lines) == 4 and lines[0].split("\t")[:3] == ["qid", "docid", "grade"]
+    table = (new / "stage_table.txt").read_text()
+    assert "plus 3 added by stagebench add-judgments: sheet.csv" in table and "raters ann, bo" in table
+    RunFolder.open(new).runs()  # every file of the new folder verifies against its manifest
+
+
+def test_add_judgments_refuses_bad_grades_and_conflicts_one_line_each(judged_folder, tmp_path, caplog):
+    sheet = _worksheet(judged_folder, tmp_path, "bad", [("7", ""), ("Maybe", ""), ("1", "")])
+    caplog.clear()
+    with pytest.raises(StagebenchError, match="2 worksheet rows refused, each named above; nothing was written"):
+        add_judgments(judged_folder, [str(sheet)], tmp_path / "out")
+    assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == [
+        f"{sheet}: line 2: grade '7' is not on the scale (3 = E, 2 = S, 1 = C, 0 = I)",
+        f"{sheet}: line 3: grade 'Maybe' is not on the scale (3 = E, 2 = S, 1 = C, 0 = I)"]
+    assert not (tmp_path / "out").exists()
+    # a pair the folder's qrels already grade, graded differently: refused unless told which wins
+    qrels = RunFolder.open(judged_folder).qrels()
+    q = sorted(qrels)[0]
+    d, g = sorted(qrels[q].items())[0]
+    other = (g + 1) % 4
+    hand = tmp_path / "hand.csv"
+    hand.write_text(f"qid,docid,grade (3 = E 2 = S 1 = C 0 = I),rater\n{q},{d},{other},cy\n", encoding="utf-8")
+    with pytest.raises(StagebenchError, match=re.escape(f"{hand}: line 2: {q} {d} graded {other}, but the folder's qrels "
+                                                        f"grade it {g} (say which wins: --prefer existing or --prefer worksheet)")):
+        add_judgments(judged_folder, [str(hand)], tmp_path / "out")
+    add_judgments(judged_folder, [str(hand)], tmp_path / "out", prefer="worksheet")
+    assert RunFolder.open(tmp_path / "out").qrels()[q][d] == other
+    assert json.loads((tmp_path / "out" / SOURCES).read_text())["replaced"] == 1
+    # two worksheets grading one pair differently
+    twin = tmp_path / "twin.jsonl"
+    twin.write_text(json.dumps({"qid": q, "docid": d, "grade": (other + 1) % 4}) + "\n", encoding="utf-8")
+    with pytest.raises(StagebenchError, match=re.escape(f"{twin}: line 1: {q} {d} graded")):
+        add_judgments(judged_folder, [str(hand), str(twin)], tmp_path / "out2", prefer="worksheet")
+
+
+def test_the_incompleteness_experiment_matches_a_recomputation_from_its_definition(judged_folder):
+    g = ground(judged_folder)
+    qrels, rf = g.qrels, g.rf
+    runs = rf.runs()
+    inc = run_incompleteness(judged_folder, [0.5], 1, permutations=200)
+    sub = subsample(qrels, 0.5, 0)
+    for q, docs in qrels.items():  # the definition of the draw
+        assert len(sub[q]) == max(1, round(0.5 * len(docs))) and all(docs[d] == x for d, x in sub[q].items())
+        assert any(x >= 1 for x in sub[q].values()) == any(x >= 1 for x in docs.values())
+    truth = filled_qrels(qrels, g.judgments)[0]
+
+    def means(qr, holes):
+        return {s: evaluate(qr, runs[s], ["nDCG@10"], holes=holes).means["nDCG@10"] for s in rf.manifest.stage_names}
+
+    def kt(a, b):
+        return kendalltau(list(a.values()), [b[s] for s in a]).statistic
+
+    true = means(truth, "irrelevant")
+    for view in ("irrelevant", "judged_only"):
+        full, half = means(qrels, view), means(sub, view)
+        cell = next(c for c in inc.cells if c.view == view and c.rate == 0.5)
+        assert cell.tau == pytest.approx(kt(full, half)) and cell.tau_truth == pytest.approx(kt(true, half))
+        assert cell.max_error == pytest.approx(max(abs(half[s] - true[s]) for s in true))
+        assert inc.full[view] == pytest.approx(full)
+    lo, hi = means(sub, "irrelevant"), means(sub, "top_grade")
+    mid = {s: (lo[s] + hi[s]) / 2 for s in lo}
+    cell = next(c for c in inc.cells if c.view == "bounds" and c.rate == 0.5)
+    assert cell.tau_truth == pytest.approx(kt(true, mid))
+    assert inc.truth == pytest.approx(true)
