@@ -81,31 +81,6 @@ def local_reference(tmp_path_factory, tiny) -> tuple[Path, Path]:
     return tmp, tmp / "local"
 
 
-@pytest.mark.slow
-def test_ray_gives_the_local_table_and_shares_the_cache(tmp_path, tiny, local_reference):
-    ltmp, local = local_reference
-    r = run(config(tmp_path, tiny, "ray", "cache", RAY))
-    assert "engine ray: connected to a new local cluster" in r.stderr
-    assert "on 2 Ray worker(s)" in r.stderr
-    assert table(tmp_path / "ray") == table(local)
-    near = same_runs(local, tmp_path / "ray")
-    print("runs identical" if not near else "\n".join(near))
-    manifest = json.loads((tmp_path / "ray" / "manifest.json").read_text())
-    assert {s["name"]: s["engine"]["type"] for s in manifest["resolved"]["stages"]}["ce"] == "ray"
-
-    # the cache is shared: a local run over the Ray run's cache reuses its embeddings (another top_k:
-    # a new run, the same vectors), and a Ray run over the local run's cache reuses the local ones
-    # (bm25, dense and rrf only: the corpus embeddings are what the two engines share)
-    again = "".join(line for line in STAGES.replace("params: {top_k: 100, batch_size: 16}", "params: {top_k: 90, batch_size: 16}")
-                    .splitlines(keepends=True) if "name: ce," not in line and "name: boost," not in line)  # fmt: skip
-    r = run(config(tmp_path, tiny, "local-on-ray-cache", "cache", "", again))
-    assert "stage dense: cached corpus embeddings" in r.stderr
-    assert "from cache: bm25, rrf" not in r.stderr  # rrf's input changed: recomputed, as it must be
-    r = run(config(ltmp, tiny, "ray-on-local-cache", "cache", RAY, again))
-    assert "stage dense: cached corpus embeddings" in r.stderr
-    assert table(ltmp / "ray-on-local-cache") == table(tmp_path / "local-on-ray-cache")
-
-
 def workers() -> list[int]:
     """Ray Data actors running stagebench tasks on this machine (their process title names the class)."""
     out = []
@@ -121,8 +96,10 @@ def workers() -> list[int]:
 
 
 @pytest.mark.slow
-def test_a_worker_killed_mid_stage_is_replaced_and_the_table_is_the_same(tmp_path, tiny, local_reference):
-    _, local = local_reference
+def test_ray_with_a_worker_killed_mid_stage_gives_the_local_table_and_shares_the_cache(tmp_path, tiny, local_reference):
+    """One Ray run of the five stages, one of its workers SIGKILLed mid-stage (Ray replaces it): the
+    same table and runs as the local run; then the cache both engines share."""
+    ltmp, local = local_reference
     cfg = config(tmp_path, tiny, "ray", "cache", RAY)
     proc = subprocess.Popen([sys.executable, "-m", "stagebench", "run", str(cfg)], cwd=REPO, env=ENV,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
@@ -145,8 +122,23 @@ def test_a_worker_killed_mid_stage_is_replaced_and_the_table_is_the_same(tmp_pat
     t.join()
     assert proc.returncode == 0, err[-3000:]
     assert killed, "no Ray worker was seen to kill"
+    assert "engine ray: connected to a new local cluster" in err
+    assert "on 2 Ray worker(s)" in err
     assert table(tmp_path / "ray") == table(local)
-    same_runs(local, tmp_path / "ray")
+    near = same_runs(local, tmp_path / "ray")
+    print("runs identical" if not near else "\n".join(near))
+    manifest = json.loads((tmp_path / "ray" / "manifest.json").read_text())
+    assert {s["name"]: s["engine"]["type"] for s in manifest["resolved"]["stages"]}["ce"] == "ray"
+
+    # the cache is shared: a local run over the Ray run's cache reuses its embeddings (another top_k:
+    # a new run, the same vectors); the key has no engine in it, so the other direction is the same key
+    again = "".join(line for line in STAGES.replace("params: {top_k: 100, batch_size: 16}", "params: {top_k: 90, batch_size: 16}")
+                    .splitlines(keepends=True) if "name: ce," not in line and "name: boost," not in line)  # fmt: skip
+    r = run(config(tmp_path, tiny, "local-on-ray-cache", "cache", "", again))
+    assert "stage dense: cached corpus embeddings" in r.stderr
+    assert "from cache: bm25, rrf" not in r.stderr  # rrf's input changed: recomputed, as it must be
+    r = run(config(ltmp, tiny, "local-on-local-cache", "cache", "", again))
+    assert table(ltmp / "local-on-local-cache") == table(tmp_path / "local-on-ray-cache")
 
 
 def descendants(pid: int) -> list[int]:

@@ -100,6 +100,17 @@ def judge_runs(params: JudgeParams, judge: Judge | RulesJudge, ds: Dataset, runs
     return record, judgments_tsv(judgments)
 
 
+def dataset_of(rf: RunFolder, dc: DatasetConfig, who: str) -> Dataset:
+    """The dataset a folder's config names, loaded, and refused unless it is the one the folder's runs
+    were scored on (corpus and qrels fingerprints): ``who`` needs the same texts."""
+    ds = LOADERS[dc.loader].load(dc.options)
+    recorded, here = rf.manifest.dataset, DatasetRecord.from_json(ds.stats())
+    if (recorded.fingerprint, recorded.qrels_fingerprint) != (here.fingerprint, here.qrels_fingerprint):
+        raise StagebenchError(f"{rf.path}: the dataset its config names ({dc.loader}) is not the one its runs were "
+                              f"scored on (its corpus or qrels fingerprint differs); {who} needs the same texts")  # fmt: skip
+    return ds
+
+
 def judge_folder(folder: str | Path, config: str | None = None, cache_dir: str | None = None) -> Rendered:
     """``stagebench judge RUN_DIR``: the judge of ``config``'s ``judge:`` section (else of the config
     recorded in the folder) on a finished folder; its stages are not run again. The dataset is
@@ -113,11 +124,7 @@ def judge_folder(folder: str | Path, config: str | None = None, cache_dir: str |
         raise StagebenchError(f"{where}: no judge: section; give a config with one (--config FILE; docs/metrics.md#an-llm-judge-for-the-holes)")
     dc = parse_dataset(rf.manifest.config.get("dataset"))
     params = parse_judge(section, where, rf.manifest.stage_names, dc)
-    ds = LOADERS[dc.loader].load(dc.options)
-    recorded, here = rf.manifest.dataset, DatasetRecord.from_json(ds.stats())
-    if (recorded.fingerprint, recorded.qrels_fingerprint) != (here.fingerprint, here.qrels_fingerprint):
-        raise StagebenchError(f"{rf.path}: the dataset its config names ({dc.loader}) is not the one its runs were "
-                              "scored on (its corpus or qrels fingerprint differs); the judge needs the same texts")  # fmt: skip
+    ds = dataset_of(rf, dc, "the judge")
     judge = make_judge(params, dc)
     judge.preflight()
     cache = Cache(cache_root(cache_dir, raw.get("cache_dir") if isinstance(raw, dict) else None))
@@ -230,8 +237,8 @@ def plan_judgments(folder: str | Path, budget: int, output: str | Path, strategy
         raise StagebenchError(f"{g.rf.path}: no unjudged pair in the top {depth} of any stage"
                               if not holes else f"{g.rf.path}: every stage pair is settled on {g.measure.name}: "
                               "no judgment could change an order (the plan is empty)")  # fmt: skip
-    texts = g.rf.texts()
-    rows = worksheet_rows(chosen, texts.get("queries", {}), texts.get("docs", {}), list(g.ranked))
+    ds = dataset_of(g.rf, parse_dataset(g.rf.manifest.config.get("dataset")), "the worksheet")
+    rows = worksheet_rows(chosen, ds.queries, ds.doc_text, list(g.ranked))
     out = Path(output)
     csv_path, jsonl_path = out.with_suffix(".csv"), out.with_suffix(".jsonl")
     for p in (csv_path, jsonl_path):

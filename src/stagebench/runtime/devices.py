@@ -6,9 +6,12 @@
 ``precision: auto`` picks the fastest path measured to keep quality (``make perf``'s precision
 table, docs/models.md):
 
-* on a CPU with native bf16 (AVX512-BF16 or AMX), torch models run under bf16 autocast: about
-  2.5x the fp32 speed for MiniLM-L6 here, nDCG@10 within the 0.002 the precision table checks;
-* on other CPUs, fp32;
+* on a CPU where bf16 autocast was measured faster than fp32 - AMX (``amx_bf16``), or an AMD CPU
+  with AVX512-BF16 (Zen 4: 1.74-1.94x for MiniLM-L6) - torch models run under bf16 autocast,
+  nDCG@10 within the 0.002 the precision table checks;
+* on other CPUs, fp32 - an Intel CPU with AVX512-BF16 but no AMX included: there bf16 autocast
+  measured slower than fp32 (a Xeon, family 6 model 207, AMX not exposed; MiniLM-L6 on 1,500
+  products, 2 threads: 131-134 docs/s against 191-197; docs/models.md);
 * on a GPU, fp32 (fp16 and bf16 are there to ask for; they were not measured on a GPU here);
 * ONNX graphs quantized dynamically (the bundled carriers) run on a CPU at ``int8-token``:
   their INT8 weights with one activation scale per token, so that a pair's score or a text's
@@ -47,6 +50,9 @@ PRECISIONS = ("auto", "fp32", "bf16", "fp16", "int8", "int8-token")
 BACKENDS = ("torch", "onnx", "onnx-dynamic-int8")
 #: CPU flags that mean native bf16 matrix arithmetic
 BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
+#: where bf16 autocast was measured faster than fp32: AMX tiles, or AVX512-BF16 on an AMD CPU (on
+#: an Intel CPU without AMX it was measured slower)
+FAST_BF16_FLAG, FAST_BF16_VENDOR = "amx_bf16", "AuthenticAMD"
 FEATURES_ENV = "STAGEBENCH_CPU_FEATURES"
 
 
@@ -56,7 +62,7 @@ class HardwareParams:
 
     device: DeviceSpec = param("auto", "where the model runs: auto (CUDA, else MPS, else CPU) | cpu | cuda | cuda:N | mps")
     precision: Literal["auto", "fp32", "bf16", "fp16", "int8", "int8-token"] = param(
-        "auto", "auto: torch models bf16 autocast on CPUs with native bf16, else fp32; INT8 ONNX carriers int8-token on a CPU, "
+        "auto", "auto: torch models bf16 autocast on CPUs where it measured faster (AMX; AVX512-BF16 on AMD), else fp32; INT8 ONNX carriers int8-token on a CPU, "
         "dequantized fp32 on a GPU "
         "(docs/models.md#precision); int8: one activation scale per batch (batch-dependent); int8-token: per token "
         "(batch-invariant, CPU); fp32 of an INT8 ONNX model: its weights dequantized")
@@ -64,18 +70,25 @@ class HardwareParams:
 
 @lru_cache(maxsize=1)
 def _detected_features() -> frozenset[str]:
+    """The flags of the first CPU in ``/proc/cpuinfo``, and its vendor as ``vendor=<vendor_id>``."""
     try:
         text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
     except OSError:
         return frozenset()
+    flags: list[str] = []
+    vendor = ""
     for line in text.splitlines():
-        if line.startswith("flags"):
-            return frozenset(line.partition(":")[2].split())
-    return frozenset()
+        if line.startswith("vendor_id") and not vendor:
+            vendor = line.partition(":")[2].strip()
+        elif line.startswith("flags"):
+            flags = line.partition(":")[2].split()
+            break
+    return frozenset(flags + ([f"vendor={vendor}"] if vendor else []))
 
 
 def cpu_features() -> frozenset[str]:
-    """The CPU's feature flags (``$STAGEBENCH_CPU_FEATURES``, comma- or space-separated, if set)."""
+    """The CPU's feature flags and ``vendor=<vendor_id>`` (``$STAGEBENCH_CPU_FEATURES``, comma- or
+    space-separated, if set)."""
     forced = os.environ.get(FEATURES_ENV)
     if forced is not None:
         return frozenset(forced.replace(",", " ").split())
@@ -84,6 +97,12 @@ def cpu_features() -> frozenset[str]:
 
 def cpu_has_bf16() -> bool:
     return bool(BF16_FLAGS & cpu_features())
+
+
+def cpu_has_fast_bf16() -> bool:
+    """Whether bf16 autocast was measured faster than fp32 on a CPU like this one (module docstring)."""
+    f = cpu_features()
+    return FAST_BF16_FLAG in f or ("avx512_bf16" in f and f"vendor={FAST_BF16_VENDOR}" in f)
 
 
 @dataclass(frozen=True)
@@ -156,10 +175,12 @@ def place(device: str, precision: str, backend: str, what: str, auto_bf16: bool 
     if backend != "torch":
         return _place_onnx(dev, kind, precision, backend == "onnx-dynamic-int8", what)
     if precision == "auto":
-        if kind == "cpu" and cpu_has_bf16() and auto_bf16:
-            return Placement(dev, "bf16", "auto: the CPU has native bf16 (avx512_bf16/amx_bf16): bf16 autocast, "
-                                          "measured to keep nDCG@10 (make perf)")  # fmt: skip
-        why = kind if kind != "cpu" else "no native bf16 on this CPU" if auto_bf16 else "bf16 not measured for this model kind"
+        if kind == "cpu" and cpu_has_fast_bf16() and auto_bf16:
+            return Placement(dev, "bf16", "auto: the CPU has AMX, or AVX512-BF16 on AMD: bf16 autocast, measured "
+                                          "faster than fp32 and to keep nDCG@10 (make perf)")  # fmt: skip
+        why = (kind if kind != "cpu" else "bf16 not measured for this model kind" if not auto_bf16 else
+               "native bf16 (avx512_bf16) without AMX on a non-AMD CPU, where bf16 autocast measured slower than fp32" if cpu_has_bf16()
+               else "no native bf16 on this CPU")  # fmt: skip
         return Placement(dev, "fp32", f"auto: {why}: fp32")
     if precision == "fp16" and kind == "cpu":
         raise StagebenchError(f"{what}: precision fp16 is for GPUs; on a CPU use bf16 (native on "
