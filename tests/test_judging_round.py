@@ -17,13 +17,13 @@ from stagebench.cli import main
 from stagebench.config import parse_config
 from stagebench.errors import ConfigError, StagebenchError
 from stagebench.files import file_digest
-from stagebench.judging import add_judgments, ground, run_incompleteness
+from stagebench.judging import add_judgments, ground
 from stagebench.metrics import evaluate, parse_measure
 from stagebench.results.folder import RunFolder
 from stagebench.results.incompleteness import subsample
 from stagebench.results.judged import filled_qrels
 from stagebench.results.planning import plan, pool_holes
-from stagebench.results.views import stage_views
+from stagebench.results.views import pair_bounds, pair_settled, stage_views
 from stagebench.results.worksheet import ADDED, SOURCES
 
 STAGES = [
@@ -67,8 +67,10 @@ def test_the_rules_backend_refuses_data_generate_data_did_not_write(tmp_path):
 
 
 def test_the_plan_picks_the_hole_that_moves_the_open_pair_most_and_never_one_no_grade_could_move():
-    # q1: one judged E; a ranks hole h1 first, b second. q2: three judged E, its hole g1 at the same
-    # ranks weighs less (a larger ideal DCG). hx sits below the cut-off of both stages: weightless.
+    # the main table ranks b above a (q1: b has the judged E first; q2: likewise). To settle b > a the
+    # upper bound of a - b must fall: at the prior grade (2 of 3) the hole only b ranks (h3, rank 3)
+    # lowers it most (by its whole gain), h2 (only a, rank 3) less, h1 (a 1st, b 2nd) least; in q2
+    # the same kind of hole counts less (a larger ideal DCG); hx sits below both cut-offs: weightless
     qrels = {"q1": {"j1": 3}, "q2": {"k1": 3, "k2": 3, "k3": 3}}
     ranked = {"a": {"q1": ["h1", "j1", "h2", "hx"], "q2": ["g1", "k1", "k2", "hx"]},
               "b": {"q1": ["j1", "h1", "h3", "hx"], "q2": ["k1", "g1", "k2", "hx"]}}  # fmt: skip
@@ -76,16 +78,38 @@ def test_the_plan_picks_the_hole_that_moves_the_open_pair_most_and_never_one_no_
     p = plan(ranked, qrels, ["q1", "q2"], m, 3, 1, "linear", budget=10, depth=4)
     assert p.open_pairs == [("a", "b")]
     picked = [(h.qid, h.docid) for h in p.holes]
-    assert picked[0] == ("q1", "h1") and picked[1] == ("q2", "g1")
+    assert picked[:3] == [("q1", "h3"), ("q1", "h2"), ("q1", "h1")]
     assert ("q1", "hx") not in picked and ("q2", "hx") not in picked
-    assert {("q1", "h2"), ("q1", "h3")} <= set(picked)
     # the pool the depth strategy draws from holds hx; the plan weighs it nothing
     assert ("q1", "hx") in {(h.qid, h.docid) for h in pool_holes(ranked, qrels, ["q1", "q2"], 4)}
     # once the pair is settled no judgment can change its order: the plan is empty
     settled = {"q1": {"j1": 3, "h1": 0, "h2": 0, "h3": 3, "hx": 0}, "q2": {"k1": 3, "k2": 3, "k3": 3, "g1": 0, "hx": 0}}
     ranked_b = {"a": {"q1": ["h1", "h2", "j1"], "q2": ["g1", "k1", "k2"]}, "b": {"q1": ["j1", "h3", "h1"], "q2": ["k1", "k2", "k3"]}}
     assert stage_views(ranked_b, settled, ["q1", "q2"], m, 3, 1, "linear").settled() == {("a", "b"): -1}
+    assert pair_settled(ranked_b, settled, ["q1", "q2"], m, 3, 1, "linear") == {("a", "b"): -1}
     assert plan(ranked_b, settled, ["q1", "q2"], m, 3, 1, "linear", budget=5, depth=3).holes == []
+
+
+@pytest.mark.parametrize("measure", ["nDCG@3", "P@3", "RR@3"])
+def test_the_pair_bounds_hold_every_grading_of_the_holes_and_close_on_the_exact_difference(measure):
+    """The bounds of a - b contain the difference under every grading of the holes (all 3^4 here), and
+    equal it once every hole is graded; the stage table's own bounds never settle a pair they do not."""
+    import itertools
+
+    qrels = {"q1": {"j1": 3, "j2": 1}, "q2": {"k1": 2}}
+    ranked = {"a": {"q1": ["h1", "j1", "h2"], "q2": ["g1", "k1", "g2"]},
+              "b": {"q1": ["j2", "h1", "j1"], "q2": ["k1", "g2", "h9"]}}  # fmt: skip
+    m, holes_ = parse_measure(measure), [("q1", "h1"), ("q1", "h2"), ("q2", "g1"), ("q2", "g2"), ("q2", "h9")]
+    lo, hi = pair_bounds(ranked, qrels, ["q1", "q2"], m, 3, 1, "linear", "a", "b")
+    for grades in itertools.product(range(4), repeat=len(holes_)):
+        full = {q: dict(d) for q, d in qrels.items()}
+        for (q, d), g in zip(holes_, grades):
+            full[q][d] = g
+        diff = sum(evaluate(full, {q: {d: -i for i, d in enumerate(ranked[s][q])} for q in full}, [measure]).per_query[m.name][q]
+                   * (1 if s == "a" else -1) for s in ("a", "b") for q in ("q1", "q2")) / 2
+        assert lo - 1e-9 <= diff <= hi + 1e-9, (grades, lo, diff, hi)
+        if grades == (3, 0, 2, 1, 0):
+            assert pair_bounds(ranked, full, ["q1", "q2"], m, 3, 1, "linear", "a", "b") == pytest.approx((diff, diff))
 
 
 def _worksheet(folder: Path, tmp_path: Path, name: str, grades: list[tuple[str, str]]) -> Path:
@@ -154,7 +178,7 @@ def test_the_incompleteness_experiment_matches_a_recomputation_from_its_definiti
     g = ground(judged_folder)
     qrels, rf = g.qrels, g.rf
     runs = rf.runs()
-    inc = run_incompleteness(judged_folder, [0.5], 1, permutations=200)
+    inc = api.open(judged_folder).incompleteness([0.5], 1, permutations=200)  # the Python API, as a notebook calls it
     sub = subsample(qrels, 0.5, 0)
     for q, docs in qrels.items():  # the definition of the draw
         assert len(sub[q]) == max(1, round(0.5 * len(docs))) and all(docs[d] == x for d, x in sub[q].items())

@@ -30,7 +30,7 @@ shared with the CLI.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,6 +43,7 @@ from stagebench.models.encoders import BiEncoder, CrossEncoderModel, load_bi_enc
 from stagebench.runtime.engine import EngineParams, make_engine
 from stagebench.errors import ConfigError, DataError
 from stagebench.execute import StageRun, canonical, run_stage, stage_key
+from stagebench.judging import add_judgments, plan_judgments, run_incompleteness
 from stagebench.metrics import Evaluation, Measure
 from stagebench.metrics import evaluate as _evaluate
 from stagebench.files import check_apart, check_destination, remove_staging, staging, swap_in
@@ -51,6 +52,7 @@ from stagebench.pipeline import RunResult, read_dataset, run_config
 from stagebench.report.write import render
 from stagebench.results.compare import Comparison, compare_folders
 from stagebench.results.folder import RESULTS, RunFolder
+from stagebench.results.incompleteness import Incompleteness
 from stagebench.results.scoring import score_folder
 from stagebench.runs import Run, checked_qrels, checked_run, run_digest
 from stagebench.stages import StageContext, stage_class
@@ -133,6 +135,24 @@ class Result:
         """Score and render the folder again from its verified runs (``stagebench table``)."""
         rendered = render(self.output)
         return Result(self.output, rendered.table, self.runs, rendered.per_query, rendered.text)
+
+    def incompleteness(self, rates: Sequence[float] = (0.9, 0.7, 0.5, 0.3, 0.1), seeds: int = 3,
+                       measure: str | None = None, permutations: int = 1000) -> Incompleteness:  # fmt: skip
+        """Each view's stage order with judgments taken away, and against the truth when the rules
+        judged the folder (``stagebench incompleteness``; docs/metrics.md#a-judging-round)."""
+        return run_incompleteness(self.output, list(rates), seeds, measure, permutations)
+
+    def plan_judgments(self, budget: int, output: str | Path, *, strategy: str = "plan", depth: int = 10,
+                       measure: str | None = None, seed: int = 0) -> Path:  # fmt: skip
+        """The worksheet of the ``budget`` unjudged pairs that settle the most open stage orders (a
+        CSV at ``output``, the same rows as JSONL beside it); its path (``stagebench plan-judgments``)."""
+        return plan_judgments(self.output, budget, output, strategy, depth, measure, seed)[0]
+
+    def add_judgments(self, worksheets: Sequence[str | Path], output: str | Path, prefer: str | None = None) -> Result:
+        """A new results folder scored with graded worksheets added to this one's qrels, with their
+        provenance; this folder is left as it is (``stagebench add-judgments``)."""
+        add_judgments(self.output, [str(w) for w in worksheets], output, prefer)
+        return open(output)
 
     def __repr__(self) -> str:
         return f"Result({self.output}, stages={[r.stage for r in self.stage_table.rows]})"

@@ -82,10 +82,14 @@ def judge_runs(params: JudgeParams, judge: Judge | RulesJudge, ds: Dataset, runs
                         scale, cache, LocalEngine())  # fmt: skip
     judgments = [Judgment(q, d, purpose, a.grade, a.status) for (q, d, purpose), a in zip(pairs, asked.answers)]
     o = asked.outcomes
-    log.info("%s: %d pairs: %d from the cache, %d asked; ok %d, repaired %d, unusable %d, failed %d; %d prompt + %d "
-             "completion tokens [%.1fs]", judge.label, len(pairs), asked.from_cache, len(pairs) - asked.from_cache,
-             o["ok"], o["repaired"], o["unusable"], o["failed"], asked.prompt_tokens, asked.completion_tokens,
-             asked.seconds)  # fmt: skip
+    if isinstance(judge, RulesJudge):
+        log.info("%s: %d pairs graded by the generator's rules (nothing asked or cached) [%.1fs]", judge.label,
+                 len(pairs), asked.seconds)  # fmt: skip
+    else:
+        log.info("%s: %d pairs: %d from the cache, %d asked; ok %d, repaired %d, unusable %d, failed %d; %d prompt + "
+                 "%d completion tokens [%.1fs]", judge.label, len(pairs), asked.from_cache, len(pairs) - asked.from_cache,
+                 o["ok"], o["repaired"], o["unusable"], o["failed"], asked.prompt_tokens, asked.completion_tokens,
+                 asked.seconds)  # fmt: skip
     backend = judge.backend()
     tokens = asked.prompt_tokens + asked.completion_tokens
     record = JudgeRecord(

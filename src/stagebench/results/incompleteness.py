@@ -6,7 +6,7 @@ had one, so every query stays scored; seeded); every stage is scored under each 
 (:mod:`stagebench.results.views`) on the same queries; and each view's stage order is compared with
 the order under all the judgments (Kendall's tau-b), as are its significant pairs (paired
 randomization test, Holm over the stage pairs: a pair that flips, vanishes or appears) and, for the
-bounds, the pairs they settle (a pair settled against the full order is an error). With the truth
+bounds, the pairs the judgments settle (:func:`stagebench.results.views.pair_settled`). With the truth
 (a folder the rules judge graded: every hole in every stage's top ``depth``), each view is also
 compared with the true order and values.
 """
@@ -21,7 +21,7 @@ from itertools import combinations
 from stagebench import stats
 from stagebench.metrics import SCORED_MIN_GRADE
 from stagebench.metrics.names import Measure
-from stagebench.results.views import VIEWS, StageViews, stage_views, tau
+from stagebench.results.views import VIEWS, StageViews, pair_settled, stage_views, tau
 
 
 def subsample(qrels: Mapping[str, Mapping[str, int]], rate: float, seed: int) -> dict[str, dict[str, int]]:
@@ -120,16 +120,20 @@ def experiment(ranked: Mapping[str, Mapping[str, list[str]]], qrels: Mapping[str
     true_values = None
     if truth is not None:
         true_values = stage_views(ranked, truth, queries, measure, top, rel, gain).values["irrelevant"]
-    ref = {v: (full.settled() if v == "bounds" else significant(full, v, permutations, alpha, seed)) for v in VIEWS}
+    def settled(qr: Mapping[str, Mapping[str, int]]) -> dict[tuple[str, str], int]:
+        return pair_settled(ranked, qr, queries, measure, top, rel, gain)
+
+    ref = {v: (settled(qrels) if v == "bounds" else significant(full, v, permutations, alpha, seed)) for v in VIEWS}
     cells: list[Cell] = []
-    variants = [(rate, [stage_views(ranked, subsample(qrels, rate, s), queries, measure, top, rel, gain)
-                        for s in range(seeds)]) for rate in rates]  # fmt: skip
+    drawn = [(rate, [subsample(qrels, rate, s) for s in range(seeds)]) for rate in rates]
+    variants = [(rate, [(stage_views(ranked, qr, queries, measure, top, rel, gain), qr) for qr in qrs])
+                for rate, qrs in drawn]  # fmt: skip
     for view in VIEWS:
-        for rate, done in [(1.0, [full]), *variants]:
+        for rate, done in [(1.0, [(full, qrels)]), *variants]:
             taus, flips, gone, new, taus_t, errs = [], [], [], [], [], []
-            for v in done:
+            for v, qr in done:
                 taus.append(tau(full.values[view], v.values[view]))
-                now = v.settled() if view == "bounds" else significant(v, view, permutations, alpha, seed)
+                now = settled(qr) if view == "bounds" else significant(v, view, permutations, alpha, seed)
                 flips.append(sum(1 for p, s in now.items() if s and ref[view][p] and s != ref[view][p]))
                 gone.append(sum(1 for p, s in now.items() if not s and ref[view][p]))
                 new.append(sum(1 for p, s in now.items() if s and not ref[view][p]))
@@ -144,7 +148,8 @@ def experiment(ranked: Mapping[str, Mapping[str, list[str]]], qrels: Mapping[str
              "tau: Kendall's tau-b of the stage order against the order under all the judgments (1 = the same order); "
              f"flipped / vanished / appeared: stage pairs significantly different (paired randomization test, "
              f"{permutations} permutations, Holm over the {len(list(combinations(ranked, 2)))} pairs, alpha {alpha}) or, "
-             "for the bounds, settled (no overlap), compared with all the judgments",
+             "for the bounds, settled (the bounds of the pair's difference over every grading of the holes exclude 0), "
+             "compared with all the judgments",
              "each query keeps round(share x its judgments), at least one, and one positive when it had one"]  # fmt: skip
     if true_values is not None:
         notes.append(f"tau truth / max error: each view's order and values against the truth ({truth_source}); "

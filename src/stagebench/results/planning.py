@@ -2,28 +2,29 @@
 judgments settles the most open stage orders (``stagebench plan-judgments``), and how a plan fares
 against the usual strategies when the answers are known (``--simulate``).
 
-Two stages are *settled* on a measure when their bounds (every hole irrelevant .. every hole at the
-top grade; :mod:`stagebench.results.views`) no longer overlap. Grading a hole ``h`` of query ``q``
-closes the overlap of a pair (a, b) by ``g x w_a(h) + (top - g) x w_b(h)`` when a is the better
-stage (``g``: its grade; ``w_s(h)``: what one unit of gain at h's rank in s's top k is worth to
-the mean - for nDCG the rank's discount over the query's ideal DCG, over the number of queries; 0
-when s does not rank h in its top k). Not knowing ``g``, the plan counts its expected closure at
-the middle grade, ``top x (w_a + w_b) / 2``, and picks holes greedily: each next hole is the one
-whose expected closures, each capped by what its pair still needs, sum highest (the pairs already
-settled need nothing; a hole that no open pair ranks in its top k weighs nothing). This follows the
-minimal-test-collection idea (Carterette, Allan and Sitaraman, SIGIR 2006: judge the documents
-whose grades can change a comparison) for the bounds the stage table shows.
+A pair of stages is *settled* when the bounds of their difference, over every grading of the holes
+left (a hole takes one grade for both stages), exclude 0 (:func:`stagebench.results.views.pair_bounds`).
+The plan settles the pairs one at a time, cheapest first: for each open pair it takes the direction
+the main table orders it, and greedily picks the holes that move the pair's bound towards 0 the
+most if each took the prior grade (the middle of the scale: 2 of ESCI's 0-3), recomputed exactly on
+the hole's query after every pick, until the bound would pass 0 with a margin (:data:`MARGIN`);
+it commits the pair that needs the fewest holes and fits the budget left (else the one the budget
+brings nearest), takes its holes at the prior grade, and starts again. A hole the two stages rank
+alike moves their difference only through the ideal ranking, and one neither ranks in its top k
+not at all, so it weighs nothing. This follows the minimal-test-collection idea (Carterette, Allan
+and Sitaraman, SIGIR 2006: judge the documents whose grades can change a comparison) for
+guaranteed (worst-case) bounds rather than probabilities.
 
 The other strategies: ``depth`` - depth pooling, the holes at every stage's rank 1, then rank 2, ...
-(Cormack et al. 1998; the classic TREC pool) up to the budget; ``random`` - holes drawn at random
-from the pool (seeded).
+(the classic TREC pool) up to the budget; ``random`` - holes drawn at random from the pool (seeded).
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from itertools import combinations
 
@@ -31,15 +32,18 @@ import numpy as np
 
 from stagebench.metrics.compute import gain_map
 from stagebench.metrics.names import Measure
-from stagebench.results.views import stage_views
+from stagebench.results.views import pair_query_bounds, pair_settled, stage_views
 
 STRATEGIES = ("plan", "depth", "random")
+#: how far past 0 the plan moves a pair's bound, as a share of the distance to 0, with the holes at
+#: the prior grade (the grades are not known: a margin makes an expected settlement a likelier one)
+MARGIN = 1.25
 
 
 @dataclass(frozen=True)
 class Hole:
     """One unjudged (query, document) in the top ``depth`` of some stage: its rank in each stage
-    (None: not in that stage's top ``depth``) and the plan's weight for it (0 unless planned)."""
+    (None: not in that stage's top ``depth``) and the plan's weight for it: how far it moves its pair's bound, in the mean (0 unless planned)."""
 
     qid: str
     docid: str
@@ -95,37 +99,105 @@ class Plan:
 
 def plan(ranked: Mapping[str, Mapping[str, list[str]]], qrels: Mapping[str, Mapping[str, int]], queries: Sequence[str],
          measure: Measure, top: int, rel: int, gain: object, budget: int, depth: int) -> Plan:  # fmt: skip
-    """The greedy plan of the module's rule: at most ``budget`` holes from the top ``depth`` pool."""
-    v = stage_views(ranked, qrels, queries, measure, top, rel, gain)
+    """The plan of the module's rule: at most ``budget`` holes from the top ``depth`` pool."""
     pairs = list(combinations(ranked, 2))
-    need = np.array([max(0.0, min(v.bounds[a][1], v.bounds[b][1]) - max(v.bounds[a][0], v.bounds[b][0]))
-                     for a, b in pairs])  # fmt: skip
     holes = pool_holes(ranked, qrels, queries, depth)
-    n = len(queries)
-    top_gain = gain_map(gain)(top)
-    ideal = {q: _ideal_dcg(qrels.get(q, {}), gain, measure.cutoff) for q in queries}
-    closure = np.zeros((len(holes), len(pairs)))
+    n, prior = len(queries), (top + 1) // 2
+    state = {q: dict(qrels.get(q, {})) for q in queries}
+    in_query: dict[str, list[int]] = {}
     for i, h in enumerate(holes):
-        w = {s: _unit_worth(measure, r, ideal[h.qid], n) for s, r in h.ranks.items()}
-        for j, (a, b) in enumerate(pairs):
-            closure[i, j] = top_gain * (w[a] + w[b]) / 2
-    open_ = need > 0
-    tiebreak = closure[:, open_].sum(axis=1) if open_.any() else closure.sum(axis=1)
-    left = need.copy()
-    chosen: list[Hole] = []
-    free = np.ones(len(holes), dtype=bool)
-    for _ in range(min(budget, len(holes))):
-        score = np.minimum(closure, left).sum(axis=1)
-        score = np.where(free, score + 1e-9 * tiebreak, -1.0)
-        i = int(np.argmax(score))
-        if score[i] <= 0:  # nothing left that any pair's order could use
-            break
-        free[i] = False
-        left = np.maximum(0.0, left - closure[i])
-        chosen.append(Hole(holes[i].qid, holes[i].docid, holes[i].ranks, round(float(score[i]), 9)))
-    return Plan(chosen, [p for p, o in zip(pairs, open_) if o], {f"{a}|{b}": round(float(x), 6) for (a, b), x in zip(pairs, need)})
+        in_query.setdefault(h.qid, []).append(i)
+
+    def bounds(j: int, q: str, judged: Mapping[str, int]) -> tuple[float, float]:
+        a, b = pairs[j]
+        return pair_query_bounds(measure, ranked[a][q], ranked[b][q], judged, top, rel, gain)
+
+    cur = [{q: bounds(j, q, state[q]) for q in queries} for j in range(len(pairs))]
+
+    def totals(j: int) -> tuple[float, float]:
+        return sum(lo for lo, _ in cur[j].values()) / n, sum(hi for _, hi in cur[j].values()) / n
+
+    first = [totals(j) for j in range(len(pairs))]
+    main = stage_views(ranked, qrels, queries, measure, top, rel, gain).values["irrelevant"]
+    overlap = {f"{a}|{b}": round(max(0.0, min(-lo, hi)), 6) for (a, b), (lo, hi) in zip(pairs, first)}
+    open_at_start = [pairs[j] for j, (lo, hi) in enumerate(first) if lo <= 0 <= hi]
+    chosen: list[int] = []
+    taken: set[int] = set()
+    worth: dict[int, float] = {}
+    while len(chosen) < min(budget, len(holes)):
+        room = min(budget, len(holes)) - len(chosen)
+        options = []
+        for j in range(len(pairs)):
+            lo, hi = totals(j)
+            if not lo <= 0 <= hi:
+                continue
+            a, b = pairs[j]  # settle it the way the main table orders it (the midpoint where it ties)
+            up = main[a] > main[b] if main[a] != main[b] else lo + hi >= 0
+            need = (-lo if up else hi) * MARGIN
+            options.append((*_complete(j, up, need, n, holes, in_query, taken, state, cur[j], bounds, prior), need))
+        if not options:
+            break  # every pair settled, if the holes take the prior grade: no judgment left that the plan needs
+        done = [o for o in options if o[2] and len(o[0]) <= room]
+        # the cheapest pair the budget left settles; else the pair it brings nearest (the largest share of its need)
+        picks, gains, _, _ = (min(done, key=lambda o: len(o[0])) if done else
+                              max(options, key=lambda o: sum(o[1][:room]) / o[3] if o[3] > 0 else 0.0))  # fmt: skip
+        picks = picks[:room]
+        if not picks:
+            break  # nothing left that any open pair's order could use
+        for i, g in zip(picks, gains):
+            h = holes[i]
+            taken.add(i)
+            worth[i] = g
+            state[h.qid][h.docid] = prior
+            for j in range(len(pairs)):
+                cur[j][h.qid] = bounds(j, h.qid, state[h.qid])
+        chosen += picks
+    return Plan([Hole(holes[i].qid, holes[i].docid, holes[i].ranks, round(worth[i], 9)) for i in chosen],
+                open_at_start, overlap)  # fmt: skip
 
 
+def _complete(j: int, up: bool, need: float, n: int, holes: Sequence[Hole], in_query: Mapping[str, list[int]],
+              taken: set[int], state: Mapping[str, Mapping[str, int]], cur: Mapping[str, tuple[float, float]],
+              bounds: Callable[[int, str, Mapping[str, int]], tuple[float, float]],
+              prior: int) -> tuple[list[int], list[float], bool]:  # fmt: skip
+    """The holes (best first) that move pair ``j``'s bound by ``need`` in its mean, each taken at the
+    prior grade, greedily by how far one moves it (a lazy heap: a pick changes only its own query's
+    gains); each pick's gain; and whether they reach ``need`` (else: every pick that moves it)."""
+    local: dict[str, dict[str, int]] = {}
+    at: dict[str, tuple[float, float]] = {}
+    version: dict[str, int] = {}
+
+    def gain_of(i: int) -> float:
+        h = holes[i]
+        judged = local.get(h.qid, state[h.qid])
+        now = at.get(h.qid, cur[h.qid])
+        after = bounds(j, h.qid, {**judged, h.docid: prior})
+        return ((after[0] - now[0]) if up else (now[1] - after[1])) / n
+
+    heap = []
+    for q, idx in in_query.items():
+        for i in idx:
+            if i not in taken:
+                g = gain_of(i)
+                if g > 0:
+                    heap.append((-g, i, 0))
+    heapq.heapify(heap)
+    picks, gains, left = [], [], need
+    while left > 0 and heap:
+        g, i, v = heapq.heappop(heap)
+        q = holes[i].qid
+        if v != version.get(q, 0):
+            g2 = gain_of(i)
+            if g2 > 0:
+                heapq.heappush(heap, (-g2, i, version.get(q, 0)))
+            continue
+        picks.append(i)
+        gains.append(-g)
+        left += g
+        local.setdefault(q, dict(state[q]))[holes[i].docid] = prior
+        at[q] = bounds(j, q, local[q])
+        version[q] = version.get(q, 0) + 1
+    return picks, gains, left <= 0
 def depth_pooling(holes: Sequence[Hole], budget: int) -> list[Hole]:
     """Depth pooling cut at ``budget``: the holes at every stage's rank 1, then rank 2, ... (query
     order within a rank)."""
@@ -146,8 +218,9 @@ class SimRow:
     strategy: str
     budget: int
     judged: float  # judgments the strategy got (a hole the answers lack stays a hole), mean over seeds
-    settled: float  # stage pairs whose bounds no longer overlap
+    settled: float  # stage pairs the judgments settle (the bounds of their difference exclude 0)
     settled_true: float  # of those, settled in the true order
+    table_settled: float = 0.0  # stage pairs whose own bounds no longer overlap (the stage table's marks)
     seeds: int = 1
 
 
@@ -158,7 +231,8 @@ class Simulation:
     pairs: int
     depth: int
     pool: int  # holes in the top depth of any stage
-    before: int  # pairs settled before any new judgment
+    before: int  # pairs settled before any new judgment (their difference's bounds)
+    table_before: int  # the same, by the stage table's own bounds
     true_order: dict[str, float]
     rows: list[SimRow]
     answers: str
@@ -168,13 +242,13 @@ class Simulation:
         return {**{k: v for k, v in asdict(self).items() if k != "rows"}, "rows": [asdict(r) for r in self.rows]}
 
     def text(self) -> str:
-        lines = [f"Judging strategies on {self.measure}: stage pairs settled (bounds no longer overlap) after each budget "
-                 f"of judgments, answered by {self.answers}", "", *[f"# {n}" for n in self.notes], ""]  # fmt: skip
-        rows = [["strategy", "budget", "judged", f"settled (of {self.pairs})", "in the true order"]]
-        rows.append(["(none)", "0", "0", str(self.before), "-"])
+        lines = [f"Judging strategies on {self.measure}: stage pairs the judgments settle after each budget, answered "
+                 f"by {self.answers}", "", *[f"# {n}" for n in self.notes], ""]  # fmt: skip
+        rows = [["strategy", "budget", "judged", f"settled (of {self.pairs})", "in the true order", "table's bounds apart"]]
+        rows.append(["(none)", "0", "0", str(self.before), "-", str(self.table_before)])
         for r in self.rows:
             rows.append([r.strategy + (f" ({r.seeds} seeds)" if r.seeds > 1 else ""), str(r.budget), f"{r.judged:g}",
-                         f"{r.settled:g}", f"{r.settled_true:g}"])  # fmt: skip
+                         f"{r.settled:g}", f"{r.settled_true:g}", f"{r.table_settled:g}"])  # fmt: skip
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
         lines += ["  ".join(x.ljust(w) for x, w in zip(r, widths)).rstrip() for r in rows]
         return "\n".join(lines) + "\n"
@@ -193,7 +267,7 @@ def simulate(ranked: Mapping[str, Mapping[str, list[str]]], qrels: Mapping[str, 
     true_values = stage_views(ranked, truth, queries, measure, top, rel, gain).values["irrelevant"]
     pairs = list(combinations(ranked, 2))
 
-    def outcome(chosen: Sequence[Hole]) -> tuple[int, int, int]:
+    def outcome(chosen: Sequence[Hole]) -> tuple[int, int, int, int]:
         added = {q: dict(d) for q, d in qrels.items()}
         got = 0
         for h in chosen:
@@ -201,9 +275,10 @@ def simulate(ranked: Mapping[str, Mapping[str, list[str]]], qrels: Mapping[str, 
             if g is not None:
                 added.setdefault(h.qid, {})[h.docid] = g
                 got += 1
-        settled = stage_views(ranked, added, queries, measure, top, rel, gain).settled()
+        settled = pair_settled(ranked, added, queries, measure, top, rel, gain)
         right = sum(1 for (a, b), s in settled.items() if s and s == np.sign(true_values[a] - true_values[b]))
-        return got, sum(1 for s in settled.values() if s), right
+        table = stage_views(ranked, added, queries, measure, top, rel, gain).settled()
+        return got, sum(1 for s in settled.values() if s), right, sum(1 for s in table.values() if s)
 
     rows = []
     for budget in budgets:
@@ -217,14 +292,14 @@ def simulate(ranked: Mapping[str, Mapping[str, list[str]]], qrels: Mapping[str, 
             outs = [outcome(c) for c in picks]
             k = len(outs)
             rows.append(SimRow(strategy, budget, sum(o[0] for o in outs) / k, sum(o[1] for o in outs) / k,
-                               sum(o[2] for o in outs) / k, k))  # fmt: skip
-    before = outcome([])[1]
+                               sum(o[2] for o in outs) / k, sum(o[3] for o in outs) / k, k))  # fmt: skip
+    none = outcome([])
     notes = [f"pool: the {len(holes):,} unjudged pairs in the top {depth} of any stage over {len(queries)} queries; "
              "plan = the greedy plan (docs/metrics.md#a-judging-round), depth = depth pooling (every stage's rank 1, "
              f"then rank 2, ...), random = holes drawn from the pool (mean over {seeds} seeds)",
              "true order: " + " > ".join(sorted(true_values, key=lambda s: -true_values[s])) + " ("
              + ", ".join(f"{s} {v:.4f}" for s, v in true_values.items()) + "; the human judgments plus every answer)"]  # fmt: skip
-    return Simulation(measure.name, list(ranked), len(pairs), depth, len(holes), before,
+    return Simulation(measure.name, list(ranked), len(pairs), depth, len(holes), none[1], none[3],
                       {s: round(v, 6) for s, v in true_values.items()}, rows, answers_name, notes)  # fmt: skip
 
 

@@ -9,6 +9,13 @@ ground the judging round stands on (:mod:`stagebench.results.incompleteness`,
 
 The query set is fixed by the caller (the folder's scored queries), so qrels with judgments taken
 away or added still average over the same queries.
+
+Whether the judgments settle the order of two stages is asked of the *pair*
+(:func:`pair_bounds`): the bounds of the mean difference over every grading of the holes, a hole
+taking one grade for both stages. Two stages' own bounds can overlap while their difference is
+settled: a hole both rank at the same place moves both alike, never their order. The table's
+bounds (:meth:`StageViews.settled`, the stage table's ``~x`` marks) ask each stage alone, so
+they never settle more than the pair does.
 """
 
 from __future__ import annotations
@@ -17,7 +24,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import combinations
 
+import math
+
 from stagebench.metrics import holes
+from stagebench.metrics.compute import gain_map
 from stagebench.metrics.names import Measure
 from stagebench.results.agreement import kendall_tau_b
 from stagebench.runs import Run, ranked_ids
@@ -75,6 +85,84 @@ def stage_views(ranked: Mapping[str, Mapping[str, list[str]]], qrels: Mapping[st
     return StageViews(values, bounds, per_query)
 
 
+def _pair_query(m: Measure, ra: list[str], rb: list[str], judged: Mapping[str, int], top: int, rel: int,
+                gain: object) -> tuple[float, float] | None:  # fmt: skip
+    """The bounds of ``m(a) - m(b)`` on one query over every grading of its holes in either top k (each
+    hole 0..``top``, the same for both stages): nDCG (the numerator exactly, the ideal bounded by its
+    values with every hole irrelevant and every one at the top grade) and P; None for other measures."""
+    k = m.cutoff
+    A, B = (ra, rb) if k is None else (ra[:k], rb[:k])
+    if m.family in ("nDCG", "nDCG_Burges"):
+        g = gain_map("exponential" if m.family == "nDCG_Burges" else (m.gain or gain))
+        worth_a = {d: 1.0 / math.log2(i + 1) for i, d in enumerate(A, start=1)}
+        worth_b = {d: 1.0 / math.log2(i + 1) for i, d in enumerate(B, start=1)}
+        full = g(top)
+    elif m.family == "P" and k is not None:
+        g = _relevant(m.rel if m.rel is not None else rel)
+        worth_a, worth_b, full = dict.fromkeys(A, 1.0 / k), dict.fromkeys(B, 1.0 / k), g(top)
+    else:
+        return None
+    known = sum(g(judged[d]) * w for d, w in worth_a.items() if d in judged) - sum(
+        g(judged[d]) * w for d, w in worth_b.items() if d in judged)
+    open_ = [worth_a.get(d, 0.0) - worth_b.get(d, 0.0) for d in {*worth_a, *worth_b} if d not in judged]
+    lo = known + sum(min(0.0, full * c) for c in open_)
+    hi = known + sum(max(0.0, full * c) for c in open_)
+    if m.family == "P":
+        return lo, hi
+    gains = sorted((g(x) for x in judged.values()), reverse=True)
+    n_holes = sum(1 for d in {*worth_a, *worth_b} if d not in judged)
+    ideal_lo = _dcg(gains[:k] if k else gains)
+    filled = sorted(gains + [full] * n_holes, reverse=True)
+    ideal_hi = _dcg(filled[:k] if k else filled)
+    if ideal_lo <= 0:
+        return (-1.0, 1.0) if open_ else (0.0, 0.0)
+    return (lo / (ideal_hi if lo >= 0 else ideal_lo), hi / (ideal_lo if hi >= 0 else ideal_hi))
+
+
+def _dcg(gains: list[float]) -> float:
+    return sum(x / math.log2(i + 2) for i, x in enumerate(gains))
+
+
+def _relevant(rel: int):
+    return lambda grade: 1.0 if grade >= rel else 0.0
+
+
+def pair_query_bounds(measure: Measure, ra: list[str], rb: list[str], judged: Mapping[str, int], top: int, rel: int,
+                      gain: object) -> tuple[float, float]:  # fmt: skip
+    """The bounds of ``measure(a) - measure(b)`` on one query over every grading of its holes: paired
+    for nDCG and P (:func:`_pair_query`); for other measures the two stages' own bounds."""
+    got = _pair_query(measure, ra, rb, judged, top, rel, gain)
+    if got is None:
+        va = [holes.value(measure, ra, judged, h, top, rel, gain) for h in ("irrelevant", "top_grade")]
+        vb = [holes.value(measure, rb, judged, h, top, rel, gain) for h in ("irrelevant", "top_grade")]
+        got = (min(va) - max(vb), max(va) - min(vb))
+    return got
+
+
+def pair_bounds(ranked: Mapping[str, Mapping[str, list[str]]], qrels: Mapping[str, Mapping[str, int]],
+                queries: Sequence[str], measure: Measure, top: int, rel: int, gain: object, a: str,
+                b: str) -> tuple[float, float]:  # fmt: skip
+    """The bounds of the mean of ``measure(a) - measure(b)`` over ``queries`` across every grading of
+    the holes (module docstring); for a measure other than nDCG and P, each query's difference is
+    bounded by the two stages' own bounds (no tighter than the table's)."""
+    lo = hi = 0.0
+    for q in queries:
+        got = pair_query_bounds(measure, ranked[a][q], ranked[b][q], qrels.get(q, {}), top, rel, gain)
+        lo, hi = lo + got[0], hi + got[1]
+    return lo / len(queries), hi / len(queries)
+
+
+def pair_settled(ranked: Mapping[str, Mapping[str, list[str]]], qrels: Mapping[str, Mapping[str, int]],
+                 queries: Sequence[str], measure: Measure, top: int, rel: int, gain: object) -> dict[tuple[str, str], int]:  # fmt: skip
+    """Every stage pair (in stage order): +1 when the judgments settle the first above the second
+    (its difference's bounds above 0), -1 below, 0 open."""
+    out = {}
+    for a, b in combinations(ranked, 2):
+        lo, hi = pair_bounds(ranked, qrels, queries, measure, top, rel, gain, a, b)
+        out[(a, b)] = 1 if lo > 1e-12 else -1 if hi < -1e-12 else 0
+    return out
+
+
 def tau(a: Mapping[str, float], b: Mapping[str, float]) -> float:
     """Kendall's tau-b between two orders of the same stages (1: the same order, -1: reversed). An
     order that ties every stage says nothing: 1.0 against another such order (or with fewer than two
@@ -86,4 +174,4 @@ def tau(a: Mapping[str, float], b: Mapping[str, float]) -> float:
     return 1.0 if len(keys) < 2 or (len({a[k] for k in keys}) < 2 and len({b[k] for k in keys}) < 2) else 0.0
 
 
-__all__ = ["VIEWS", "StageViews", "rankings", "settled_sign", "stage_views", "tau"]
+__all__ = ["VIEWS", "StageViews", "pair_bounds", "pair_query_bounds", "pair_settled", "rankings", "settled_sign", "stage_views", "tau"]
