@@ -24,7 +24,7 @@ def pipeline(tmp_path, dataset) -> dict:
             {"name": "stem", "type": "bm25", "params": {"top_k": 100, "stemmer": "english"}},
             {"name": "rrf", "type": "rrf", "inputs": ["bm25", "stem"]},
         ],
-        "evaluation": {"metrics": ["nDCG@10", "RR@10", "R@100"], "permutations": 500, "bootstrap": 200},
+        "evaluation": {"metrics": ["nDCG@10", "RR@10", "R@100"], "permutations": 500, "bootstrap": 200, "latency_queries": 0},
     }
 
 

@@ -49,7 +49,7 @@ stages:
   - {{name: rrf, type: rrf, inputs: [bm25, bm25_stem]}}
   - {{name: tb, type: plugin, target: "examples.title_boost:TitleBoostReranker", inputs: [rrf], params: {{top_n: {top_n}}}}}
 {extra}
-evaluation: {{metrics: [nDCG@10, RR@10, R@100], permutations: 500, bootstrap: 200}}
+evaluation: {{metrics: [nDCG@10, RR@10, R@100], permutations: 500, bootstrap: 200, latency_queries: 0}}
 """)
     return p
 

@@ -29,7 +29,7 @@ stages:
 {extra_stage}
 training:
 {training}
-evaluation: {{metrics: [nDCG@10, RR@10], permutations: 200, bootstrap: 100}}
+evaluation: {{metrics: [nDCG@10, RR@10], permutations: 200, bootstrap: 100, latency_queries: 0}}
 """)
     return p
 

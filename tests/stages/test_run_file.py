@@ -14,7 +14,7 @@ from tests.conftest import esci_config
 
 
 def config(tmp_path, dataset, stages: str, name: str = "rf"):
-    return esci_config(tmp_path, dataset, stages, name, evaluation="{metrics: [nDCG@10, R@100]}")
+    return esci_config(tmp_path, dataset, stages, name, evaluation="{metrics: [nDCG@10, R@100], latency_queries: 0}")
 
 
 @pytest.mark.slow
