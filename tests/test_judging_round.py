@@ -92,7 +92,7 @@ def test_the_plan_picks_the_hole_that_moves_the_open_pair_most_and_never_one_no_
 
 @pytest.mark.parametrize("measure", ["nDCG@3", "P@3", "RR@3"])
 def test_the_pair_bounds_hold_every_grading_of_the_holes_and_close_on_the_exact_difference(measure):
-    """The bounds of a - b contain the difference under every grading of the holes (all 3^4 here), and
+    """The bounds of a - b contain the difference under every grading of the holes (all 4^5 here), and
     equal it once every hole is graded; the stage table's own bounds never settle a pair they do not."""
     import itertools
 
