@@ -34,7 +34,7 @@ def test_half_way_reranker():
     inp = from_ranking({"q": ["x", "y", "a"]})
     out = from_ranking({"q": ["x", "a", "y"]})
     c = ceiling(inp, out, qrels, ["q"], depth=3, rel=1, gain="linear")
-    expected = (1 / compute._discount(2) - 1 / compute._discount(3)) / (1 - 1 / compute._discount(3))
+    expected = (1 / compute.discount(2) - 1 / compute.discount(3)) / (1 - 1 / compute.discount(3))
     assert abs(c.headroom_captured - expected) < 1e-12
 
 

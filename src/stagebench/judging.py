@@ -53,8 +53,7 @@ from stagebench.results.scoring import label_names_of
 from stagebench.results.views import rankings
 from stagebench.results.worksheet import (ADDED, SOURCES, added_tsv, merge, read_worksheet, sources_json, worksheet_csv,
                                           worksheet_jsonl, worksheet_rows)
-from stagebench.runs import write_trec_qrels
-from stagebench.runs import Run
+from stagebench.runs import Run, write_trec_qrels
 
 log = logging.getLogger("stagebench")
 
@@ -160,16 +159,16 @@ class Ground:
     judgments: list[Judgment] | None
 
     @property
+    def is_truth(self) -> bool:
+        j = self.rf.manifest.judge
+        return j is not None and j.params.get("backend") == RULES
+
+    @property
     def judge_name(self) -> str:
         j = self.rf.manifest.judge
         if j is None:
             return ""
-        return "the generator's rules (the truth)" if j.params.get("backend") == RULES else f"the LLM judge {j.params.get('model')}"
-
-    @property
-    def is_truth(self) -> bool:
-        j = self.rf.manifest.judge
-        return j is not None and j.params.get("backend") == RULES
+        return "the generator's rules (the truth)" if self.is_truth else f"the LLM judge {j.params.get('model')}"
 
     def answers(self) -> dict[tuple[str, str], int]:
         """The judge's grades of the holes, (qid, docid) -> grade."""

@@ -91,20 +91,26 @@ def gain_of(grade: int, gain: Any) -> float:
     return gain_map(gain)(grade)
 
 
-def _discount(rank: int) -> float:
+def discount(rank: int) -> float:
+    """DCG's discount of a 1-based rank: gain / log2(rank + 1)."""
     return math.log2(rank + 1)
+
+
+def dcg(gains: Sequence[float]) -> float:
+    """The DCG of gains in rank order (the ideal DCG of gains sorted best first)."""
+    return sum(g / discount(i) for i, g in enumerate(gains, start=1))
 
 
 def ndcg(ranking: Sequence[str], judgments: Mapping[str, int], cutoff: int | None, gain: Any) -> float:
     """nDCG; the ideal order sorts the judged documents by the same gain map (not by grade)."""
     g_of = gain_map(gain)
     top = ranking if cutoff is None else ranking[:cutoff]
-    dcg = sum(g_of(judgments[d]) / _discount(i) for i, d in enumerate(top, start=1) if d in judgments)
+    got = sum(g_of(judgments[d]) / discount(i) for i, d in enumerate(top, start=1) if d in judgments)
     ideal_gains = sorted((g_of(g) for g in judgments.values()), reverse=True)
     if cutoff is not None:
         ideal_gains = ideal_gains[:cutoff]
-    idcg = sum(g / _discount(i) for i, g in enumerate(ideal_gains, start=1))
-    return dcg / idcg if idcg > 0 else 0.0
+    idcg = dcg(ideal_gains)
+    return got / idcg if idcg > 0 else 0.0
 
 
 def _num_rel(judgments: Mapping[str, int], rel: int) -> int:

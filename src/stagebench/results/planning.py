@@ -22,15 +22,11 @@ The other strategies: ``depth`` - depth pooling, the holes at every stage's rank
 from __future__ import annotations
 
 import heapq
-import math
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from itertools import combinations
 
-import numpy as np
-
-from stagebench.metrics.compute import gain_map
 from stagebench.metrics.names import Measure
 from stagebench.results.views import pair_query_bounds, pair_settled, stage_views
 
@@ -70,31 +66,13 @@ def pool_holes(ranked: Mapping[str, Mapping[str, list[str]]], qrels: Mapping[str
     return out
 
 
-def _unit_worth(measure: Measure, rank: int | None, ideal: float, n_queries: int) -> float:
-    """What one unit of gain at ``rank`` is worth to the mean of ``measure`` (see the module)."""
-    k = measure.cutoff
-    if rank is None or (k is not None and rank > k):
-        return 0.0
-    if measure.family in ("nDCG", "nDCG_Burges"):
-        return 1.0 / math.log2(rank + 1) / ideal / n_queries if ideal > 0 else 0.0
-    return 1.0 / n_queries
-
-
-def _ideal_dcg(judgments: Mapping[str, int], gain: object, k: int | None) -> float:
-    g = gain_map(gain)
-    gains = sorted((g(x) for x in judgments.values() if g(x) > 0), reverse=True)[:k]
-    return sum(x / math.log2(i + 2) for i, x in enumerate(gains))
-
-
 @dataclass
 class Plan:
     """The chosen holes, best first, and what the plan knew when it chose them."""
 
     holes: list[Hole]
     open_pairs: list[tuple[str, str]]
-    overlap: dict[str, float]  # "a|b" -> how far the pair's bounds overlap now
-    strategy: str = "plan"
-    seed: int | None = None
+    overlap: dict[str, float]  # "a|b" -> how far the bounds of the pair's difference reach past 0 now
 
 
 def plan(ranked: Mapping[str, Mapping[str, list[str]]], qrels: Mapping[str, Mapping[str, int]], queries: Sequence[str],
@@ -201,8 +179,7 @@ def _complete(j: int, up: bool, need: float, n: int, holes: Sequence[Hole], in_q
 def depth_pooling(holes: Sequence[Hole], budget: int) -> list[Hole]:
     """Depth pooling cut at ``budget``: the holes at every stage's rank 1, then rank 2, ... (query
     order within a rank)."""
-    order = {id(h): i for i, h in enumerate(holes)}
-    return sorted(holes, key=lambda h: (h.best_rank, order[id(h)]))[:budget]
+    return sorted(holes, key=lambda h: h.best_rank)[:budget]  # a stable sort keeps the query order
 
 
 def random_holes(holes: Sequence[Hole], budget: int, seed: int) -> list[Hole]:
@@ -276,7 +253,7 @@ def simulate(ranked: Mapping[str, Mapping[str, list[str]]], qrels: Mapping[str, 
                 added.setdefault(h.qid, {})[h.docid] = g
                 got += 1
         settled = pair_settled(ranked, added, queries, measure, top, rel, gain)
-        right = sum(1 for (a, b), s in settled.items() if s and s == np.sign(true_values[a] - true_values[b]))
+        right = sum(1 for (a, b), s in settled.items() if s and s == (true_values[a] > true_values[b]) - (true_values[a] < true_values[b]))
         table = stage_views(ranked, added, queries, measure, top, rel, gain).settled()
         return got, sum(1 for s in settled.values() if s), right, sum(1 for s in table.values() if s)
 

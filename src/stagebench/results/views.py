@@ -24,10 +24,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import combinations
 
-import math
 
 from stagebench.metrics import holes
-from stagebench.metrics.compute import gain_map
+from stagebench.metrics.compute import dcg, discount, gain_map
 from stagebench.metrics.names import Measure
 from stagebench.results.agreement import kendall_tau_b
 from stagebench.runs import Run, ranked_ids
@@ -94,8 +93,8 @@ def _pair_query(m: Measure, ra: list[str], rb: list[str], judged: Mapping[str, i
     A, B = (ra, rb) if k is None else (ra[:k], rb[:k])
     if m.family in ("nDCG", "nDCG_Burges"):
         g = gain_map("exponential" if m.family == "nDCG_Burges" else (m.gain or gain))
-        worth_a = {d: 1.0 / math.log2(i + 1) for i, d in enumerate(A, start=1)}
-        worth_b = {d: 1.0 / math.log2(i + 1) for i, d in enumerate(B, start=1)}
+        worth_a = {d: 1.0 / discount(i) for i, d in enumerate(A, start=1)}
+        worth_b = {d: 1.0 / discount(i) for i, d in enumerate(B, start=1)}
         full = g(top)
     elif m.family == "P" and k is not None:
         g = _relevant(m.rel if m.rel is not None else rel)
@@ -111,16 +110,12 @@ def _pair_query(m: Measure, ra: list[str], rb: list[str], judged: Mapping[str, i
         return lo, hi
     gains = sorted((g(x) for x in judged.values()), reverse=True)
     n_holes = sum(1 for d in {*worth_a, *worth_b} if d not in judged)
-    ideal_lo = _dcg(gains[:k] if k else gains)
+    ideal_lo = dcg(gains[:k] if k else gains)
     filled = sorted(gains + [full] * n_holes, reverse=True)
-    ideal_hi = _dcg(filled[:k] if k else filled)
+    ideal_hi = dcg(filled[:k] if k else filled)
     if ideal_lo <= 0:
         return (-1.0, 1.0) if open_ else (0.0, 0.0)
     return (lo / (ideal_hi if lo >= 0 else ideal_lo), hi / (ideal_lo if hi >= 0 else ideal_hi))
-
-
-def _dcg(gains: list[float]) -> float:
-    return sum(x / math.log2(i + 2) for i, x in enumerate(gains))
 
 
 def _relevant(rel: int):
