@@ -742,6 +742,7 @@ def main() -> None:
     ap.add_argument("--encode-docs", type=int, default=2000)
     ap.add_argument("--sections", default="bm25,cross_encoder,precision,precision-rule,latency,scaling,catalog")
     ap.add_argument("--rule-collections", default="", help="precision-rule: only these collections (comma-separated)")
+    ap.add_argument("--rule-depth", type=int, default=20, help="precision-rule: BM25's top N reranked per query")
     ap.add_argument("--latency-config", default="configs/default.yaml")
     ap.add_argument("--latency-queries", type=int, default=100)
     ap.add_argument("--catalog-sizes", default="1000000,2000000")
@@ -785,7 +786,7 @@ def main() -> None:
         parts = ("cross_encoder",) if "precision" not in sections else ("dense", "cross_encoder")
         figures["precision"] = precision_section(ds, root, parts, figures.get("precision"))
     if "precision-rule" in sections:
-        figures["precision_rule"] = precision_rule_section(ds, only=tuple(x for x in args.rule_collections.split(",") if x))
+        figures["precision_rule"] = precision_rule_section(ds, depth=args.rule_depth, only=tuple(x for x in args.rule_collections.split(",") if x))
     if "latency" in sections:
         figures["latency"] = latency_section(Path(args.latency_config), root, args.latency_queries)
     if "scaling" in sections:

@@ -91,7 +91,7 @@ def test_without_native_bf16_auto_is_exactly_fp32(monkeypatch, tiny_synthetic):
     from stagebench.stages.dense import DenseStage
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    ds = load_esci(EsciOptions(path=str(tiny_synthetic), max_queries=20))
+    ds = load_esci(EsciOptions(path=str(tiny_synthetic), max_queries=20, corpus_scope="judged"))  # a few hundred products
     monkeypatch.setenv("STAGEBENCH_CPU_FEATURES", "")
     auto = DenseStage("d", build(DenseParams, {"top_k": 50}, "p"))
     fp32 = DenseStage("d", build(DenseParams, {"top_k": 50, "precision": "fp32"}, "p"))

@@ -58,11 +58,11 @@ def test_run_perf_latency_section_reports_each_stage_and_the_cascade(tmp_path, s
 
 
 @pytest.mark.slow
-def test_run_perf_precision_rule_section_weighs_each_path_against_fp32(tmp_path, small_synthetic):
+def test_run_perf_precision_rule_section_weighs_each_path_against_fp32(tmp_path, tiny_synthetic):
     out = tmp_path / "perf"
-    cmd = [sys.executable, str(REPO / "benchmarks" / "run_perf.py"), "--output", str(out), "--data", str(small_synthetic),
+    cmd = [sys.executable, str(REPO / "benchmarks" / "run_perf.py"), "--output", str(out), "--data", str(tiny_synthetic),
            "--scale-root", str(tmp_path / "scale"), "--sections", "precision-rule",
-           "--rule-collections", "embedded (20K synthetic)"]  # fmt: skip
+           "--rule-collections", "embedded (20K synthetic)", "--rule-depth", "8"]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
            "STAGEBENCH_CACHE": str(tmp_path / "cache")}  # fmt: skip
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env, timeout=900)
@@ -70,7 +70,7 @@ def test_run_perf_precision_rule_section_weighs_each_path_against_fp32(tmp_path,
     rule = json.loads((out / "perf.json").read_text())["precision_rule"]
     assert rule["paths"] == ["fp32", "int8-token", "int8"] and list(rule["collections"]) == ["embedded (20K synthetic)"]
     col = rule["collections"]["embedded (20K synthetic)"]
-    assert col["queries"] > 0 and col["pairs"] > col["queries"]
+    assert rule["depth"] == 8 and col["queries"] > 0 and col["queries"] < col["pairs"] <= 8 * col["queries"]
     for prec in ("int8-token", "int8"):
         row = col[prec]
         assert row["ndcg10_change"] == pytest.approx(row["ndcg10"] - col["fp32"]["ndcg10"], abs=2e-4)
