@@ -21,7 +21,12 @@ def test_index_is_cached_and_reused(tmp_path, cranfield, caplog):
     assert "cached BM25 index" in caplog.text and "computed BM25 index" not in caplog.text
     assert {q: list(v)[:20] for q, v in again.items()} == {q: list(v) for q, v in first.items()}
     caplog.clear()
-    BM25Stage("a", BM25Params(top_k=20, k1=0.9))(ctx, [])  # k1 is baked into the weights: a new index
+    k1 = BM25Stage("a", BM25Params(top_k=20, k1=0.9, b=0.4))(ctx, [])  # k1 and b weigh the same analysed corpus
+    assert "cached BM25 index" in caplog.text and "computed BM25 index" not in caplog.text
+    assert k1 == BM25Stage("a", BM25Params(top_k=20, k1=0.9, b=0.4))(StageContext(dataset=ds), [])  # as computed afresh
+    assert k1 != first
+    caplog.clear()
+    BM25Stage("a", BM25Params(top_k=20, stemmer="english"))(ctx, [])  # another analyzer: a new index
     assert "computed BM25 index" in caplog.text
 
 

@@ -64,14 +64,54 @@ class BM25Params:
         return []
 
 
+class TermCounts:
+    """The analysed corpus: a doc-major CSR matrix of term frequencies and the vocabulary - what
+    the analyzer params decide, and nothing of k1, b or epsilon. A grid over those (``stagebench
+    tune``) weighs one cached TermCounts again per trial instead of tokenising the corpus again.
+    Building it keeps no per-token Python objects: token ids go into one int32 array, and CSR
+    construction sums the duplicates into tf."""
+
+    def __init__(self, tf, vocab: dict[str, int]) -> None:
+        self.tf = tf  # scipy.sparse.csr_matrix, documents x vocabulary, float64 counts
+        self.vocab = vocab
+        self.n_docs = tf.shape[0]
+
+    @classmethod
+    def build(cls, corpus_tokens: Iterable[list[str]]) -> TermCounts:
+        vocab: dict[str, int] = {}
+        ids = array("i")
+        lengths = array("l")
+        for toks in corpus_tokens:
+            ids.extend([vocab.setdefault(t, len(vocab)) for t in toks])
+            lengths.append(len(toks))
+        n_docs, n_terms = len(lengths), len(vocab)
+        lens = np.frombuffer(lengths, dtype=np.int64) if n_docs else np.zeros(0, dtype=np.int64)
+        indptr = np.zeros(n_docs + 1, dtype=np.int64)
+        np.cumsum(lens, out=indptr[1:])
+        term_ids = np.frombuffer(ids, dtype=np.int32) if len(ids) else np.zeros(0, dtype=np.int32)
+        # doc-major counts; duplicates (a term twice in a doc) are summed into tf
+        tf = sparse.csr_matrix((np.ones(len(term_ids), dtype=np.float64), term_ids, indptr), shape=(n_docs, n_terms))
+        tf.sum_duplicates()
+        return cls(tf, vocab)
+
+    # ---------------------------------------------------------------- cache entry files
+    def save(self, folder: Path) -> None:
+        sparse.save_npz(folder / "counts.npz", self.tf, compressed=False)
+        (folder / "vocab.json").write_text(json.dumps(list(self.vocab)), encoding="utf-8")
+
+    @classmethod
+    def load(cls, folder: Path) -> TermCounts:
+        terms = json.loads((folder / "vocab.json").read_text(encoding="utf-8"))
+        return cls(sparse.load_npz(folder / "counts.npz").tocsr(), {t: i for i, t in enumerate(terms)})
+
+
 class SparseBM25:
     """rank-bm25's BM25Okapi, vectorised with scipy.sparse.
 
     The index is one term-major CSR matrix of precomputed BM25 term weights
     ``w(t, d) = idf(t) * tf * (k1 + 1) / (tf + k1 * (1 - b + b * |d| / avgdl))``, so a batch
     of queries is one sparse product ``Q @ W`` (Q holds query-term counts, as rank-bm25
-    adds a repeated query term twice). Building it keeps no per-token Python objects:
-    token ids go into one int32 array, and CSR construction sums the duplicates into tf.
+    adds a repeated query term twice); the weights are computed from :class:`TermCounts`.
     Memory: 12 bytes per (term, document) pair (float64 weight + int32 doc id), plus the
     vocabulary.
     """
@@ -83,22 +123,14 @@ class SparseBM25:
 
     @classmethod
     def build(cls, corpus_tokens: Iterable[list[str]], k1: float, b: float, epsilon: float) -> SparseBM25:
-        vocab: dict[str, int] = {}
-        ids = array("i")
-        lengths = array("l")
-        for toks in corpus_tokens:
-            ids.extend([vocab.setdefault(t, len(vocab)) for t in toks])
-            lengths.append(len(toks))
-        n_docs, n_terms = len(lengths), len(vocab)
-        lens = np.frombuffer(lengths, dtype=np.int64) if n_docs else np.zeros(0, dtype=np.int64)
-        doc_len = lens.astype(np.float64)
-        indptr = np.zeros(n_docs + 1, dtype=np.int64)
-        np.cumsum(lens, out=indptr[1:])
-        term_ids = np.frombuffer(ids, dtype=np.int32) if len(ids) else np.zeros(0, dtype=np.int32)
-        # doc-major counts; duplicates (a term twice in a doc) are summed into tf
-        tf = sparse.csr_matrix((np.ones(len(term_ids), dtype=np.float64), term_ids, indptr), shape=(n_docs, n_terms))
-        tf.sum_duplicates()
-        del ids, term_ids
+        return cls.weigh(TermCounts.build(corpus_tokens), k1, b, epsilon)
+
+    @classmethod
+    def weigh(cls, counts: TermCounts, k1: float, b: float, epsilon: float) -> SparseBM25:
+        """The BM25 weights of analysed documents (``counts`` is left as it is)."""
+        tf = counts.tf.copy()
+        n_docs, n_terms = tf.shape
+        doc_len = np.asarray(tf.sum(axis=1), dtype=np.float64).ravel()  # tokens per document (exact: integer counts)
         df = np.bincount(tf.indices, minlength=n_terms).astype(np.float64)
         idf = np.log(n_docs - df + 0.5) - np.log(df + 0.5)
         # rank-bm25: negative idf values are replaced by epsilon * the mean idf over the vocabulary
@@ -109,7 +141,7 @@ class SparseBM25:
         rows = np.repeat(np.arange(n_docs, dtype=np.int32), np.diff(tf.indptr))
         tf.data = idf[tf.indices] * tf.data * (k1 + 1) / (tf.data + norm[rows])
         del rows
-        return cls(tf.T.tocsr(), vocab)  # term-major, so a query picks whole rows
+        return cls(tf.T.tocsr(), counts.vocab)  # term-major, so a query picks whole rows
 
     def score_batch(self, queries_tokens: list[list[str]]) -> np.ndarray:
         rows, cols, vals = [], [], []
@@ -122,16 +154,6 @@ class SparseBM25:
                     vals.append(float(c))
         q = sparse.csr_matrix((vals, (rows, cols)), shape=(len(queries_tokens), len(self.vocab)))
         return (q @ self.weights).toarray()
-
-    # ---------------------------------------------------------------- cache entry files
-    def save(self, folder: Path) -> None:
-        sparse.save_npz(folder / "weights.npz", self.weights, compressed=False)
-        (folder / "vocab.json").write_text(json.dumps(list(self.vocab)), encoding="utf-8")
-
-    @classmethod
-    def load(cls, folder: Path) -> SparseBM25:
-        terms = json.loads((folder / "vocab.json").read_text(encoding="utf-8"))
-        return cls(sparse.load_npz(folder / "weights.npz").tocsr(), {t: i for i, t in enumerate(terms)})
 
 
 def top_k_run(qids: list[str], doc_ids: list[str], scores: np.ndarray, k: int, keep_zero: bool = True) -> Run:
@@ -158,28 +180,33 @@ def top_k_run(qids: list[str], doc_ids: list[str], scores: np.ndarray, k: int, k
     return run
 
 
-#: the BM25 params the sparse index is built from (the weights and the tokenizer); the others
-#: (top_k, backend, query_batch, threads) only change how it is searched. Every field of
-#: BM25Params is in exactly one of the two groups (tests/test_cache_keys.py checks it).
-INDEX_PARAMS = ("k1", "b", "epsilon", "lowercase", "stopwords", "stemmer", "tokens")
+#: the BM25 params the cached index (the analysed corpus, :class:`TermCounts`) is built from; the
+#: weights are computed from it with WEIGHT_PARAMS when a stage runs (a fraction of a second at 20K
+#: products), so trials over k1 and b analyse the corpus once; the others (top_k, backend, query_batch,
+#: threads) only change how it is searched. Every field of BM25Params is in exactly one of the three
+#: groups (tests/test_cache_keys.py checks it).
+INDEX_PARAMS = ("lowercase", "stopwords", "stemmer", "tokens")
+WEIGHT_PARAMS = ("k1", "b", "epsilon")
 SEARCH_PARAMS = ("top_k", "backend", "query_batch", "threads")
 
 
 def index_key_parts(ds_fingerprint: str, p: BM25Params) -> dict:
-    """What the sparse index depends on: the corpus, every index param, the code."""
+    """What the cached index (the analysed corpus) depends on: the corpus, every index param, the code."""
     return {"corpus": ds_fingerprint, "params": {name: getattr(p, name) for name in INDEX_PARAMS},
             "code": code_identity(("stagebench.stages.bm25", "stagebench.analyzer"))}  # fmt: skip
 
 
 def sparse_index(ctx: StageContext, p: BM25Params, tok: Tokenizer, stage: str) -> SparseBM25:
-    """The sparse index, from the cache when the corpus and every index param are unchanged."""
+    """The sparse index: the analysed corpus from the cache when the corpus and every index param
+    are unchanged, weighted with this stage's k1, b and epsilon."""
     ds = ctx.dataset
-    return memo(ctx.cache, "bm25-index", index_key_parts(ds.fingerprint, p),
-                lambda: SparseBM25.build((tok(t) for t in ds.doc_texts), p.k1, p.b, p.epsilon),
-                save=lambda index, folder: index.save(folder), load=lambda entry: SparseBM25.load(entry.path),
-                meta=lambda index: {"terms": len(index.vocab), "postings": int(index.weights.nnz)},
-                describe=lambda index: f"{len(index.vocab)} terms x {index.n_docs} docs, {index.weights.nnz} postings",
-                label=f"stage {stage}", what="BM25 index").value  # fmt: skip
+    counts = memo(ctx.cache, "bm25-index", index_key_parts(ds.fingerprint, p),
+                  lambda: TermCounts.build(tok(t) for t in ds.doc_texts),
+                  save=lambda index, folder: index.save(folder), load=lambda entry: TermCounts.load(entry.path),
+                  meta=lambda index: {"terms": len(index.vocab), "postings": int(index.tf.nnz)},
+                  describe=lambda index: f"{len(index.vocab)} terms x {index.n_docs} docs, {index.tf.nnz} postings",
+                  label=f"stage {stage}", what="BM25 index").value  # fmt: skip
+    return SparseBM25.weigh(counts, p.k1, p.b, p.epsilon)
 
 
 def query_batch_size(p: BM25Params, n_docs: int) -> int:
