@@ -24,7 +24,7 @@ LAYERS = {
         "results.views", "results.incompleteness", "results.planning", "results.worksheet", "judge.rules",
         "judge.ask"],
     3: ["config", "report", "report.tables", "report.plots", "report.explorer", "report.html", "report.write"],
-    4: ["execute", "judging", "pipeline", "training", "reproductions", "runtime.supervisor"],
+    4: ["execute", "judging", "pipeline", "training", "tuning", "reproductions", "runtime.supervisor"],
     5: ["api", "cli", "docgen", "", "__main__"],
 }  # fmt: skip
 LAYER = {f"stagebench.{m}".rstrip("."): n for n, mods in LAYERS.items() for m in mods}

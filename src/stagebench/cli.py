@@ -36,6 +36,7 @@ from stagebench.results.scoring import conventions_line
 from stagebench.runs import read_trec_qrels, read_trec_run
 from stagebench.runtime.supervisor import report_finished, run_watched, watched
 from stagebench.training import train_reranker
+from stagebench.tuning import tune
 from stagebench.version import __version__
 
 
@@ -176,6 +177,14 @@ def _cmd_train(args: argparse.Namespace) -> int:
           f"train queries, {report['steps']} steps in {report['train_seconds']} s")
     print(f"dev ({d['dev_queries']} queries held out of the {d['split']} split): before {report['dev_before']}, "
           f"after {report['dev_after']}")  # fmt: skip
+    return 0
+
+
+def _cmd_tune(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    result = tune(config, args.output, args.cache_dir)
+    sys.stdout.write(result.text)
+    logging.getLogger("stagebench").info("tuned config: %s", result.output / "tuned.yaml")
     return 0
 
 
@@ -365,6 +374,13 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--cache-dir", help="cache root for the hard-negative stage run")
     tr.set_defaults(func=_cmd_train)
 
+    tu = sub.add_parser("tune", help="search the params of the stages a config's tune: section names, on queries held "
+                        "apart from the test queries; write the tuned config and default against tuned (docs/baselines.md)")  # fmt: skip
+    tu.add_argument("config")
+    tu.add_argument("--output", help="the tuning folder (default: tune.output, else <output>-tuning)")
+    tu.add_argument("--cache-dir", help="cache root (default: $STAGEBENCH_CACHE, the config's cache_dir, .stagebench-cache)")
+    tu.set_defaults(func=_cmd_tune)
+
     k = sub.add_parser("check", help="compare a run folder's metrics with expected values (exit 1 on FAIL)")
     k.add_argument("run_dir")
     k.add_argument("expected", help="expected-values YAML, e.g. results/default/expected.yaml")
@@ -521,7 +537,7 @@ def _main(args: argparse.Namespace) -> int:
     except StagebenchError as exc:
         return _fail(str(exc), debug)
     except KeyboardInterrupt as exc:
-        if args.command in ("run", "train-reranker"):
+        if args.command in ("run", "train-reranker", "tune"):
             kept = ("no results folder was written or changed; every stage that finished is in the cache, so the "
                     "same command resumes after the last finished stage")  # fmt: skip
         else:

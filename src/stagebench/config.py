@@ -285,6 +285,27 @@ def check_trained_models(config) -> None:
 
 
 @dataclass
+class TuneConfig:
+    """The ``tune:`` section (``stagebench tune``, docs/baselines.md): which stages' params are
+    searched, over what, on which queries, chosen by which measure."""
+
+    stages: list[str] = param(doc="the stages tuned, in pipeline order; each with the ones before it at their tuned params")
+    space: dict[str, dict[str, list[Any]]] = param(doc="stage -> param -> the values tried (a stage not named: its "
+                                                   "type's space, docs/baselines.md)", factory=dict)  # fmt: skip
+    measure: str = param("nDCG@10", "what a trial is chosen by: its mean over the tuning queries")
+    queries: Literal["auto", "split", "kfold"] = param("auto", "split: the queries of the dataset's split `split`; "
+                                                       "kfold: k-fold cross-validation over the test queries; auto: split "
+                                                       "when the loader has that split, else kfold")  # fmt: skip
+    split: str = param("train", "the split that tunes (never the test split)")
+    max_queries: PositiveInt | None = param(None, "tuning queries drawn from that split with seed (null: all)")
+    folds: Annotated[int, Range(ge=2, le=20)] = param(5, "k of the k-fold cross-validation")
+    search: Literal["grid", "random"] = param("grid", "grid: every combination; random: `trials` combinations drawn with seed")
+    trials: PositiveInt = param(100, "the budget per stage: random draws this many; a larger grid is refused")
+    seed: Seed = param(42, "seed of the random search, the folds and the query draw")
+    output: str | None = param(None, "the tuning folder (null: <output>-tuned)")
+
+
+@dataclass
 class Config:
     name: str
     dataset: DatasetConfig
@@ -299,6 +320,7 @@ class Config:
     matrix: MatrixRecord | None = None  # the reranker-by-pool matrix (its stages are in stages)
     judge: JudgeParams | None = None  # the LLM judge of the holes (stagebench.judging)
     engine: EngineParams = field(default_factory=EngineParams)  # the top-level engine: (stages may override it)
+    tune: TuneConfig | None = None  # for `stagebench tune` (stagebench.tuning)
 
     def ray_engine(self) -> EngineParams | None:
         """The settings of the Ray cluster this run connects to (one per run), or None."""
@@ -310,7 +332,8 @@ class Config:
 #: config and stage names become file and folder names: no separators, no "..", no whitespace
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
-_TOP_KEYS = ("name", "output", "cache_dir", "engine", "dataset", "stages", "evaluation", "matrix", "training", "judge")
+_TOP_KEYS = ("name", "output", "cache_dir", "engine", "dataset", "stages", "evaluation", "matrix", "training", "judge",
+             "tune")
 _STAGE_KEYS = ("name", "type", "inputs", "params", "target", "cache", "engine")
 
 
@@ -413,11 +436,73 @@ def parse_config(raw: Any, path: str = "<config>", engine: str | None = None) ->
     if training is not None:
         training.check_against(stages)
     judge = None if raw.get("judge") is None else parse_judge(raw["judge"], None, [s.name for s in stages], dataset)
+    tune = None
+    if raw.get("tune") is not None:
+        tune = build(TuneConfig, raw["tune"], "tune")
+        check_tune(tune, stages, stages_raw, stage_engines, training)
     return Config(
         name=name, dataset=dataset, stages=stages, evaluation=evaluation, measures=measures,
         output=output, cache_dir=cache_dir, path=path, raw=raw, training=training, engine=top_engine, judge=judge,
-        matrix=matrix,
+        matrix=matrix, tune=tune,
     )  # fmt: skip
+
+
+def tune_space(tune: TuneConfig, sc: StageConfig) -> dict[str, list[Any]]:
+    """The values tried for each tuned param of stage ``sc``: the config's ``tune.space`` for it,
+    else its type's (:meth:`stagebench.stages.Stage.tune_space`)."""
+    if sc.name in tune.space:
+        return tune.space[sc.name]
+    return stage_class(sc.type, sc.target, sc.name).tune_space(sc.params, sc.inputs)
+
+
+def trial_stage(stages_raw: list, index: int, assignment: dict[str, Any], engine: EngineParams, training: Any,
+                where: str) -> StageConfig:  # fmt: skip
+    """Stage ``index`` of the config with ``assignment`` (param -> value) over its params, validated
+    as the config's own stages are (:func:`parse_stage`); ``where`` names the trial in errors."""
+    raw = dict(stages_raw[index])
+    raw["params"] = {**(raw.get("params") or {}), **assignment}
+    seen = {s["name"] for s in stages_raw[:index]}
+    return parse_stage(raw, where, seen, engine, training, stages_raw)
+
+
+def check_tune(tune: TuneConfig, stages: list[StageConfig], stages_raw: list, engines: list[EngineParams],
+               training: Any) -> None:  # fmt: skip
+    """Every name, param and value of ``tune:`` makes sense before anything runs: the stages are
+    the config's own (not the matrix's copies), each has a space, every value builds a valid
+    stage, the measure parses, a grid fits the trials budget."""
+    try:
+        parse_measure(tune.measure)
+    except StagebenchError as exc:
+        raise ConfigError(f"tune.measure: {exc}") from None
+    if not tune.stages:
+        raise ConfigError("tune.stages: name at least one stage to tune")
+    own = {sc.name: i for i, sc in enumerate(stages[: len(stages_raw)])}
+    for name in tune.space:
+        if name not in tune.stages:
+            raise ConfigError(f"tune.space.{name}: not one of tune.stages ({', '.join(tune.stages)})")
+    last = -1
+    for j, name in enumerate(tune.stages):
+        if name not in own:
+            raise ConfigError(f"tune.stages[{j}]: unknown stage {name!r} (stages: {', '.join(own)})")
+        if own[name] <= last:
+            raise ConfigError(f"tune.stages[{j}]: {name!r} is listed twice or before a stage it comes after")
+        last = own[name]
+        sc = stages[own[name]]
+        space = tune_space(tune, sc)
+        if not space:
+            raise ConfigError(f"tune.stages[{j}]: a {sc.type} stage has no default search space; give its values "
+                              f"in tune.space.{name}")  # fmt: skip
+        size = 1
+        for key, values in space.items():
+            where = f"tune.space.{name}.{key}"
+            if not values:
+                raise ConfigError(f"{where}: give at least one value")
+            for v, value in enumerate(values):
+                trial_stage(stages_raw, own[name], {key: value}, engines[own[name]], training, f"{where}[{v}]")
+            size *= len(values)
+        if tune.search == "grid" and size > tune.trials:
+            raise ConfigError(f"tune.trials: the grid of stage {name} has {size} combinations, above the budget of "
+                              f"{tune.trials}; raise tune.trials or use search: random")  # fmt: skip
 
 
 def parse_judge(raw: Any, where: str | None, stage_names: list[str], dataset: DatasetConfig) -> JudgeParams:

@@ -82,6 +82,15 @@ class Stage:
     # params that do not change the output (cache switches, progress) are left out of the key
     unkeyed_params: ClassVar[tuple[str, ...]] = ()
 
+    @classmethod
+    def tune_space(cls, params: Any, inputs: list[str]) -> dict[str, list[Any]]:
+        """The params ``stagebench tune`` searches when a config's ``tune.space`` names none for the
+        stage: param -> the values tried (docs/baselines.md). Empty: nothing to tune by default; a
+        reranker (``reorders_input`` with a ``top_n``): its candidate depth."""
+        if cls.reorders_input and hasattr(params, "top_n"):
+            return {"top_n": [10, 20, 50, 100]}
+        return {}
+
     def __init__(self, name: str, params: Any, engine: EngineParams | None = None) -> None:
         self.name = name
         self.params = params

@@ -247,6 +247,13 @@ class BM25Stage(Stage):
     packages = ("numpy", "scipy", "rank-bm25", "PyStemmer")
     unkeyed_params = ("query_batch", "threads")
 
+    @classmethod
+    def tune_space(cls, params: BM25Params, inputs: list[str]) -> dict[str, list]:
+        """The analyzer (Snowball stemming, stopwords) and the two BM25 params over the ranges the
+        literature tunes them in (k1 in [0.5, 2], b in [0.3, 1]): 80 trials, 4 analyses of the corpus."""
+        return {"stemmer": [None, "english"], "stopwords": [False, True], "k1": [0.5, 0.9, 1.2, 1.5, 2.0],
+                "b": [0.3, 0.5, 0.75, 1.0]}  # fmt: skip
+
     def _scorer(self, ctx: StageContext) -> tuple[Tokenizer, Callable[[list[list[str]]], np.ndarray], int]:
         """The query tokenizer, the scorer of a batch of tokenized queries (-> batch x docs), and
         the threads to search with."""

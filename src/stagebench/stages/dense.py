@@ -142,6 +142,12 @@ class DenseStage(ModelStage):
     packages = ("faiss-cpu", "numpy", *("onnxruntime", "tokenizers", "sentence-transformers", "transformers", "torch"))
     unkeyed_params = ("cache",)  # device/precision: keyed as written and, in identity(), as resolved
 
+    @classmethod
+    def tune_space(cls, params: DenseParams, inputs: list[str]) -> dict[str, list]:
+        """The query prefix: none, e5's, and bge's retrieval instruction (the corpus embeddings are
+        the same for every trial: the prefix is a query param)."""
+        return {"query_prefix": ["", "query: ", "Represent this sentence for searching relevant passages: "]}
+
     def _prepared(self, ctx: StageContext) -> tuple[EncodeTask, object]:
         """The query encoder and the index of the corpus embeddings (from the cache when computed)."""
         p: DenseParams = self.params

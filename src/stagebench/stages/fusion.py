@@ -116,6 +116,13 @@ class _FusionStage(Stage):
     def check_params(cls, params: RRFParams | ScoreFusionParams, inputs: list[str]) -> list[tuple[str, str]]:
         return check_weights(params.weights, inputs)
 
+    @classmethod
+    def tune_space(cls, params: RRFParams | ScoreFusionParams, inputs: list[str]) -> dict[str, list]:
+        """Equal weights, or one input weighed twice the others."""
+        if len(inputs) < 2:
+            return {}
+        return {"weights": [None, *([2.0 if j == i else 1.0 for j in range(len(inputs))] for i in range(len(inputs)))]}
+
     def server(self, ctx: StageContext) -> Server:
         """Fusion is per query: serving one query is fusing that query's input lists."""
         return lambda qid, inputs: self(ctx, inputs)
@@ -124,6 +131,10 @@ class _FusionStage(Stage):
 class RRFStage(_FusionStage):
     type_name = "rrf"
     Params = RRFParams
+
+    @classmethod
+    def tune_space(cls, params: RRFParams, inputs: list[str]) -> dict[str, list]:
+        return {"k": [5.0, 20.0, 60.0, 100.0], **super().tune_space(params, inputs)}
 
     def __call__(self, ctx: StageContext, inputs: list[Run]) -> Run:
         p: RRFParams = self.params
@@ -134,6 +145,10 @@ class ScoreFusionStage(_FusionStage):
     type_name = "score_fusion"
     Params = ScoreFusionParams
     packages = ("numpy",)
+
+    @classmethod
+    def tune_space(cls, params: ScoreFusionParams, inputs: list[str]) -> dict[str, list]:
+        return {"norm": ["minmax", "zscore"], "method": ["combsum", "combmnz"], **super().tune_space(params, inputs)}
 
     def __call__(self, ctx: StageContext, inputs: list[Run]) -> Run:
         p: ScoreFusionParams = self.params
