@@ -21,7 +21,7 @@ LAYERS = {
         "rerank.windows", "rerank.families", "stages.bm25", "stages.dense", "stages.fusion", "stages.rerank", "stages.run_file",
         "stages.llm_rerank", "stages.oracle", "stages", "results", "results.ceilings", "results.queries", "results.folder", "results.depth",
         "results.scoring", "results.cost", "results.check", "results.compare", "results.segments", "results.matrix", "results.agreement", "results.judged",
-        "results.views", "results.incompleteness", "results.planning", "results.worksheet", "judge.rules",
+        "results.views", "results.incompleteness", "results.planning", "results.worksheet", "results.baselines", "judge.rules",
         "judge.ask"],
     3: ["config", "report", "report.tables", "report.plots", "report.explorer", "report.html", "report.write"],
     4: ["execute", "judging", "pipeline", "training", "tuning", "reproductions", "runtime.supervisor"],
@@ -84,6 +84,7 @@ NOT_MANIFEST_READERS = {
     "stagebench.config", "stagebench.params", "stagebench.cache", "stagebench.runtime.engine",
     "stagebench.files", "stagebench.training",  # the model and dataset records (their own "files")
     "stagebench.rerank.chat",  # a server's answer and its "usage" (prompt_tokens, completion_tokens)
+    "stagebench.tuning",  # its own tuning.json record and the config's raw "stages"
 }  # fmt: skip
 
 

@@ -43,6 +43,7 @@ from stagebench.metrics import SCORED_MIN_GRADE
 from stagebench.metrics.compute import gain_map
 from stagebench.record import Manifest, StageRecord
 from stagebench.report.write import render
+from stagebench.results import baselines
 from stagebench.results.folder import RESULTS, write_manifest
 from stagebench.results.judged import JUDGMENTS
 from stagebench.results.queries import TEXTS_FILE, texts_for
@@ -213,6 +214,12 @@ def _run_into(config: Config, stages: list[Stage], ds: Dataset, folder: Path, ca
         started=started, python=sys.version.split()[0], platform=platform.platform(), machine=machine_info(),
         packages=package_versions(), dataset=ds.stats(), stages=records,
     )  # fmt: skip
+    found = [b for r in records if (b := baselines.find(cache, r.key, config.evaluation.gain,
+                                                          config.evaluation.relevance_threshold)) is not None]  # fmt: skip
+    for b in found:
+        log.info("stage %s: a tuning of it is in the cache (%s); the table compares it", b.stage, b.folder)
+    if found:
+        manifest = manifest.with_tuned_baselines(found)
     if judge is not None and config.judge is not None:
         record, tsv = judge_runs(config.judge, judge, ds, runs, [r.name for r in records], manifest.dataset.label_names,
                                  cache)  # fmt: skip

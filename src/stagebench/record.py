@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -346,6 +346,30 @@ def _latency(raw: Any, where: str) -> dict[str, float] | None:
     return {str(q): float(v) for q, v in raw.items()}
 
 
+@dataclass(frozen=True)
+class TunedBaseline:
+    """A stage's tuned variant on the test queries: its params, where they were chosen, and per
+    measure the default and tuned means with the Holm-corrected p of their paired test."""
+
+    stage: str
+    params: dict[str, Any]
+    chosen_on: str
+    measures: dict[str, dict[str, Any]]  # measure -> default, tuned, p_holm, significant
+    folder: str
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict) -> TunedBaseline:
+        return cls(stage=d["stage"], params=dict(d["params"]), chosen_on=d["chosen_on"], measures=dict(d["measures"]),
+                   folder=d["folder"])  # fmt: skip
+
+    def beats(self) -> list[str]:
+        """The measures on which the tuned variant is significantly better."""
+        return [m for m, r in self.measures.items() if r["significant"] and r["tuned"] > r["default"]]
+
+
 @dataclass
 class Manifest:
     """A results folder's ``manifest.json``: the JSON object as written (``raw``, kept so that it is
@@ -400,6 +424,14 @@ class Manifest:
 
     def with_judge(self, record: JudgeRecord) -> Manifest:
         return Manifest({**self.raw, "judge": record.to_json()}, self.path)
+
+    @property
+    def tuned_baselines(self) -> list[TunedBaseline]:
+        """What ``stagebench tune`` had found for this run's stages when it ran (stagebench.results.baselines)."""
+        return [TunedBaseline.from_json(d) for d in self.raw.get("tuned_baselines", [])]
+
+    def with_tuned_baselines(self, found: list[TunedBaseline]) -> Manifest:
+        return Manifest({**self.raw, "tuned_baselines": [b.to_json() for b in found]}, self.path)
 
     @property
     def files(self) -> dict[str, str]:

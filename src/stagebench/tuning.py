@@ -29,6 +29,7 @@ import json
 import logging
 import random
 import time
+import typing
 from collections import Counter
 from dataclasses import asdict, dataclass, field, is_dataclass, replace
 from pathlib import Path
@@ -45,7 +46,10 @@ from stagebench.files import Owned, atomic_write, check_apart, check_destination
 from stagebench.files import STAGING_MARK, remove_staging, staging, swap_in
 from stagebench.metrics import Evaluation, evaluate, scored_query_ids
 from stagebench.metrics.names import Measure, parse_measure
+from stagebench.params import Range
 from stagebench.pipeline import read_dataset
+from stagebench.record import TunedBaseline
+from stagebench.results import baselines
 from stagebench.runs import Run
 from stagebench.runtime.engine import make_engine, ray_session
 from stagebench.stages import StageContext, stage_class
@@ -164,6 +168,16 @@ def combinations(space: dict[str, list[Any]], search: str, trials: int, seed: in
     return out
 
 
+@dataclass
+class Ran:
+    """A stage run through :class:`Chain`: the run, its digest, its cache key, computed or cached."""
+
+    run: Run
+    digest: str
+    key: str
+    status: str
+
+
 class Chain:
     """A config's stages run through the stage cache on one dataset; the runs of stages other trials
     build on are kept in memory (a trial's own run is scored and let go)."""
@@ -173,21 +187,21 @@ class Chain:
         self.cache = cache
         self.kept: dict[str, tuple[Run, str]] = {}  # stage key -> (run, digest)
 
-    def run(self, scs: dict[str, StageConfig], name: str, keep: bool = True) -> tuple[Run, str, str]:
-        """Stage ``name`` of ``scs`` (with the inputs it needs): its run, digest and status."""
+    def run(self, scs: dict[str, StageConfig], name: str, keep: bool = True) -> Ran:
+        """Stage ``name`` of ``scs`` (with the inputs it needs) through the cache."""
         sc = scs[name]
         ins = [self.run(scs, i) for i in sc.inputs]
         stage = stage_class(sc.type, sc.target, sc.name)(sc.name, sc.params, sc.engine)
-        key, parts = stage_key(sc, stage, self.ds, [d for _, d, _ in ins])
+        key, parts = stage_key(sc, stage, self.ds, [r.digest for r in ins])
         if key in self.kept:
             run, digest = self.kept[key]
-            return run, digest, "cached"
+            return Ran(run, digest, key, "cached")
         stage.preflight()
         ctx = StageContext(dataset=self.ds, cache=self.cache, engine=make_engine(sc.engine))
-        ran = run_stage(sc, stage, ctx, [r for r, _, _ in ins], parts, self.cache)
+        ran = run_stage(sc, stage, ctx, [r.run for r in ins], parts, self.cache)
         if keep:
             self.kept[key] = (ran.run, ran.record.run_digest)
-        return ran.run, ran.record.run_digest, ran.record.status
+        return Ran(ran.run, ran.record.run_digest, key, ran.record.status)
 
 
 @dataclass
@@ -268,7 +282,8 @@ def _tune(config: Config, t: TuneConfig, out: Path, cache: Cache) -> TuneResult:
                     scs[name] = trial_stage(stages_raw, i, full, base.engine, config.training, f"tune ({name})") \
                         if full else base  # fmt: skip
                     started = time.perf_counter()
-                    run, _, status = tuning_chain.run(scs, name, keep=False)
+                    got = tuning_chain.run(scs, name, keep=False)
+                    run, status = got.run, got.status
                     ids = scored_query_ids(held.dataset.qrels)
                     ev = evaluate(held.dataset.qrels, run, [measure], relevance_threshold=config.evaluation.relevance_threshold,
                                   gain=config.evaluation.gain)  # fmt: skip
@@ -293,7 +308,7 @@ def _tune(config: Config, t: TuneConfig, out: Path, cache: Cache) -> TuneResult:
     # only now the test split's judgments are read (kfold: each fold's own queries, under the params chosen without them)
     tuned_params = {name: _consensus([chosen[d.name][name] for d in held.decisions], trials_out, name)
                     for name in t.stages}  # fmt: skip
-    edges = {name: grid_edges(tune_space(t, own[name][1]), tuned_params[name]) for name in t.stages}
+    edges = {name: grid_edges(tune_space(t, own[name][1]), tuned_params[name], own[name][1].params) for name in t.stages}
     for name, at in edges.items():
         for key, value in at.items():
             log.warning("tune %s: %s=%s is at the edge of the values tried; the best may lie beyond it (widen "
@@ -303,11 +318,13 @@ def _tune(config: Config, t: TuneConfig, out: Path, cache: Cache) -> TuneResult:
     ev_kw = dict(relevance_threshold=config.evaluation.relevance_threshold, gain=config.evaluation.gain)
     table: dict[str, dict] = {}
     default_scs = {sc.name: sc for sc in config.stages}
+    default_keys: dict[str, str] = {}
     for name in t.stages:
-        default_ev = evaluate(test.qrels, test_chain.run(default_scs, name)[0], config.measures, **ev_kw)
+        default_ran = test_chain.run(default_scs, name)
+        default_ev = evaluate(test.qrels, default_ran.run, config.measures, **ev_kw)
         tuned_pq: dict[str, dict[str, float]] = {m.name: {} for m in config.measures}
         for d in held.decisions:
-            ev = evaluate(test.qrels, test_chain.run(stage_configs(chosen[d.name]), name)[0], config.measures, **ev_kw)
+            ev = evaluate(test.qrels, test_chain.run(stage_configs(chosen[d.name]), name).run, config.measures, **ev_kw)
             for m in config.measures:
                 pq = _per_query(ev, m.name, test_ids)
                 keep = test_ids if d.report_on is None else d.report_on
@@ -323,6 +340,7 @@ def _tune(config: Config, t: TuneConfig, out: Path, cache: Cache) -> TuneResult:
             rows[m_name]["p_holm"] = round(p, 6)
             rows[m_name]["significant"] = p < config.evaluation.alpha
         table[name] = {"queries": len(test_ids), "measures": rows}
+        default_keys[name] = default_ran.key
 
     seconds = round(time.perf_counter() - t0, 3)
     record = {
@@ -347,6 +365,10 @@ def _tune(config: Config, t: TuneConfig, out: Path, cache: Cache) -> TuneResult:
     except BaseException:
         remove_staging(partial)
         raise
+    for name in t.stages:  # where a later `stagebench run` of a config with this stage finds it (its weak-baseline note)
+        found = TunedBaseline(stage=name, params=tuned_params[name], chosen_on=held.why, measures=table[name]["measures"],
+                              folder=str(out))  # fmt: skip
+        baselines.store(cache, default_keys[name], config.evaluation.gain, config.evaluation.relevance_threshold, found)
     log.info("tune: %d trials, %d computed, %d from the cache [%.1fs]; written to %s", sum(counts.values()),
              counts["computed"], counts["cached"], seconds, out)  # fmt: skip
     return TuneResult(out, record, text, dict(counts))
@@ -362,13 +384,19 @@ def _trial_cap(sc: StageConfig, measure: Measure) -> dict[str, int]:
     return {"top_k": measure.cutoff}
 
 
-def grid_edges(space: dict[str, list[Any]], chosen: dict[str, Any]) -> dict[str, Any]:
-    """The chosen numeric params that sit at the low or high end of three or more values tried."""
+def grid_edges(space: dict[str, list[Any]], chosen: dict[str, Any], params: Any) -> dict[str, Any]:
+    """The chosen numeric params that sit at the low or high end of three or more values tried,
+    unless that end is as far as the param may go (b = 1: its declared range ends there)."""
+    hints = typing.get_type_hints(type(params), include_extras=True) if is_dataclass(params) else {}
     out = {}
     for key, value in chosen.items():
         nums = [v for v in space.get(key, []) if isinstance(v, (int, float)) and not isinstance(v, bool)]
-        if len(nums) >= 3 and isinstance(value, (int, float)) and value in (min(nums), max(nums)):
-            out[key] = value
+        if len(nums) < 3 or not isinstance(value, (int, float)) or value not in (min(nums), max(nums)):
+            continue
+        rng = next((e for e in typing.get_args(hints.get(key)) if isinstance(e, Range)), None)
+        if rng is not None and value in (rng.ge, rng.le):
+            continue
+        out[key] = value
     return out
 
 

@@ -12,7 +12,7 @@ from stagebench import stats
 from stagebench.metrics import Evaluation, evaluate, holes
 from stagebench.metrics.compute import gain_map
 from stagebench.record import LLMStats, Manifest, StageRecord
-from stagebench.results import ceilings
+from stagebench.results import baselines, ceilings
 from stagebench.results.depth import depth_sweep
 from stagebench.runs import Run
 from stagebench.table import CeilingCells, LLMCells, StageRow, StageTable
@@ -164,6 +164,7 @@ def score_folder(manifest: Manifest, qrels: dict, runs: dict[str, Run]) -> Score
             notes.append(f"(!) {r.stage}: {r.llm.failed} of {r.llm.windows} LLM calls failed after every retry and were "
                          "accepted (failed_calls: accept): their products kept the input order (listwise, pointwise) "
                          "or the call said nothing (pairwise, setwise), so the row understates the model")  # fmt: skip
+    notes += baselines.notes(manifest.tuned_baselines, names, {n: evals[n].means for n in names})
     g = gain_map(gain)
     table = StageTable(rows, metric_names, title, notes, {"gain": g.as_json(), "gain_map": g.describe(),
                                                           "relevance_threshold": rel, "top_grade": top})  # fmt: skip

@@ -250,8 +250,8 @@ class BM25Stage(Stage):
     @classmethod
     def tune_space(cls, params: BM25Params, inputs: list[str]) -> dict[str, list]:
         """The analyzer (Snowball stemming, stopwords) and the two BM25 params over the ranges the
-        literature tunes them in (k1 in [0.5, 2], b in [0.3, 1]): 80 trials, 4 analyses of the corpus."""
-        return {"stemmer": [None, "english"], "stopwords": [False, True], "k1": [0.5, 0.9, 1.2, 1.5, 2.0],
+        literature tunes them in (k1 in [0.5, 3], b in [0.3, 1]): 96 trials, 4 analyses of the corpus."""
+        return {"stemmer": [None, "english"], "stopwords": [False, True], "k1": [0.5, 0.9, 1.2, 1.5, 2.0, 3.0],
                 "b": [0.3, 0.5, 0.75, 1.0]}  # fmt: skip
 
     def _scorer(self, ctx: StageContext) -> tuple[Tokenizer, Callable[[list[list[str]]], np.ndarray], int]:
