@@ -12,7 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from stagebench.config import EvaluationConfig, MatrixConfig, NegativesConfig, OracleOptions, TrainingConfig
+from stagebench.config import EvaluationConfig, MatrixConfig, NegativesConfig, OracleOptions, TrainingConfig, TuneConfig
 from stagebench.data import LOADERS
 from stagebench.runtime.engine import EngineParams
 from stagebench.judge.ask import JudgeParams
@@ -53,6 +53,7 @@ def reference() -> str:
             "the stages it adds are named `<reranker>_on_<pool>`.", "", *_table(MatrixConfig), "",
             "#### `matrix.oracle:`", "", *_table(OracleOptions), ""]  # fmt: skip
     out += ["### `training:`", "", *_table(TrainingConfig), "", "#### `training.negatives:`", "", *_table(NegativesConfig), ""]
+    out += ["### `tune:` (`stagebench tune`; docs/baselines.md)", "", *_table(TuneConfig), ""]
     out += ["### `judge:` (an LLM judge for the unjudged documents; docs/metrics.md)", "", *_table(JudgeParams), ""]
     out.append(END)
     return "\n".join(out) + "\n"
