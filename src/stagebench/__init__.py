@@ -7,6 +7,7 @@ The Python API (see docs/python.md)::
     result.table, result.per_query, result.runs, result.save("dir")
     done = stagebench.open("results/default")           # a finished results folder
     stagebench.compare("results/default", "results/default-trained")
+    stagebench.tune("configs/tune-bm25.yaml").record["tuned_params"]   # docs/baselines.md
     (stagebench.stage("bm25") >> stagebench.stage("cross_encoder", top_n=50)).run(dataset={...})
     ds = stagebench.load_dataset({...}); stagebench.stage("bm25").apply(ds).run   # one stage
     stagebench.evaluate(qrels, run, ["nDCG@10", "RR@10"]).means
@@ -28,6 +29,7 @@ from stagebench.api import (
     open,
     run,
     stage,
+    tune,
 )
 from stagebench.config import Config, load_config
 from stagebench.data.model import Dataset
@@ -44,5 +46,5 @@ __all__ = [
     "Cascade", "Comparison", "Config", "Dataset", "Evaluation", "MeasureDelta", "Reranker", "Result", "StageSpec",
     "StageRun", "StagebenchError", "bi_encoder", "compare", "comparison_text", "config_from", "cross_encoder", "evaluate",
     "load_config", "load_dataset", "open", "read_trec_qrels",
-    "read_trec_run", "run", "stage", "write_trec_run", "__version__",
+    "read_trec_run", "run", "stage", "tune", "write_trec_run", "__version__",
 ]  # fmt: skip

@@ -58,6 +58,8 @@ from stagebench.runs import Run, checked_qrels, checked_run, run_digest
 from stagebench.stages import StageContext, stage_class
 from stagebench.models.variants import for_placement, onnx_kind
 from stagebench.table import StageTable
+from stagebench.tuning import TuneResult
+from stagebench.tuning import tune as _tune
 
 
 def config_from(config: Config | Mapping[str, Any] | str | Path, engine: str | None = None) -> Config:
@@ -165,6 +167,14 @@ def run(config: Config | Mapping[str, Any] | str | Path, output: str | Path | No
     res: RunResult = run_config(config_from(config, engine), output, cache_dir=cache_dir, recompute=recompute)
     return Result(output=res.output, stage_table=res.table, runs=res.runs, per_query_values=res.per_query,
                   table_text=res.table_text)  # fmt: skip
+
+
+def tune(config: Config | Mapping[str, Any] | str | Path, output: str | Path | None = None,
+         cache_dir: str | None = None) -> TuneResult:  # fmt: skip
+    """``stagebench tune``: the config's ``tune:`` section run (docs/baselines.md); the result's
+    ``record`` holds every trial, the choices, the tuned params and default against tuned on the
+    test queries, ``output`` the tuning folder (its ``tuned.yaml`` runs with :func:`run`)."""
+    return _tune(config_from(config), output, cache_dir)
 
 
 def open(folder: str | Path) -> Result:  # noqa: A001 - stagebench.open, as a notebook reads it
