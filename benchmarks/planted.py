@@ -42,6 +42,7 @@ DEPTH = ("tests/test_depth_sweep.py",)
 LLM_KEYS = ("tests/test_llm_keys.py",)
 COMPARE = ("tests/test_compare_check.py",)
 EXPLORER = ("tests/test_explorer.py",)
+TUNING = "tests/test_tuning.py::"
 
 BUGS: tuple[Bug, ...] = (
     Bug("depth sweeps", "ceiling at the stage's top_n, not at each depth", "src/stagebench/results/depth.py",
@@ -167,6 +168,20 @@ BUGS: tuple[Bug, ...] = (
         "c.oracle_ndcg10, c.headroom_captured, row.id in pool_row.better_than.get(MEASURE, []),\n"
         "                                    pool_row.id in row.better_than.get(MEASURE, [])))",
         ("tests/test_matrix.py::test_a_cell_is_marked_better_or_worse_than_its_pool_as_the_stage_table_marks_it",)),
+    Bug("tuning", "a k-fold decision is made on every query, its own fold's too", "src/stagebench/tuning.py",
+        "tuple(q for j, f in enumerate(folds) if j != i for q in f)", "tuple(q for f in folds for q in f)",
+        (TUNING + "test_kfold_decisions_never_read_their_own_folds_judgments",)),
+    Bug("tuning", "split tuning scored on the test split", "src/stagebench/tuning.py",
+        'return Held("split", ds, [Decision(tune.split, tuple(ids), None)],',
+        'return Held("split", test, [Decision(tune.split, tuple(scored_query_ids(test.qrels)), None)],',
+        (TUNING + "test_split_tuning_never_reads_the_test_judgments",)),
+    Bug("tuning", "k1 keyed into the analysed corpus (a k1 grid analyses it per trial)", "src/stagebench/stages/bm25.py",
+        'INDEX_PARAMS = ("lowercase", "stopwords", "stemmer", "tokens")\nWEIGHT_PARAMS = ("k1", "b", "epsilon")',
+        'INDEX_PARAMS = ("lowercase", "stopwords", "stemmer", "tokens", "k1")\nWEIGHT_PARAMS = ("b", "epsilon")',
+        (TUNING + "test_kfold_decisions_never_read_their_own_folds_judgments",)),
+    Bug("tuning", "the weak-baseline note's remaining gain measured against the untuned stage", "src/stagebench/results/baselines.py",
+        "left = means[s][m] - tuned", "left = means[s][m] - here[m]",
+        (TUNING + "test_a_run_finds_the_tuning_of_its_first_stage_and_says_its_baseline_is_weak",)),
 )
 
 
