@@ -17,6 +17,7 @@ tests/test_llm_keys.py, a depth sweep's runs in tests/test_depth_sweep.py.
 from __future__ import annotations
 
 import dataclasses
+from importlib import metadata
 import json
 import typing
 from pathlib import Path
@@ -215,6 +216,13 @@ def test_make_key_is_canonical():
     assert make_key({"p": Path("x")}) == make_key({"p": "x"})  # non-JSON values by their str()
 
 
+def _installed(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
 def test_the_run_key_holds_the_dataset_parts_a_stage_reads(dataset, monkeypatch):
     """Corpus: only for stages that read texts; qrels: only for plug-ins and the oracle pool; queries: always;
     packages: exactly the ones the stage declares."""
@@ -228,7 +236,8 @@ def test_the_run_key_holds_the_dataset_parts_a_stage_reads(dataset, monkeypatch)
         assert parts["corpus"] is None or cls.reads_corpus
         assert (parts["qrels"] == dataset.qrels_fingerprint) == cls.reads_qrels, stype
         assert parts["queries"] == dataset.queries_fingerprint
-        assert set(parts["packages"]) <= set(cls.packages) and parts["type"] == stype and parts["target"] == target
+        assert parts["packages"] == {p: _installed(p) for p in cls.packages}, stype  # every one it declares
+        assert parts["type"] == stype and parts["target"] == target
         assert set(parts["code"]) == set(cls.code_modules)
     assert STAGE_TYPES["bm25"].reads_corpus and not STAGE_TYPES["rrf"].reads_corpus and STAGE_TYPES["plugin"].reads_qrels
 

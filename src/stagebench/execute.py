@@ -39,12 +39,19 @@ REPORTED_PACKAGES = (
 
 
 def package_versions() -> dict[str, str]:
-    out = {}
-    for p in REPORTED_PACKAGES:
+    """The versions of the libraries a manifest reports (those installed)."""
+    return {p: v for p, v in declared_versions(REPORTED_PACKAGES).items() if v is not None}
+
+
+def declared_versions(names) -> dict[str, str | None]:
+    """The installed version of each distribution named (None: not installed): what a stage's
+    ``packages`` put into its key, every one of them (PyStemmer for BM25, gguf for the LLM stage)."""
+    out: dict[str, str | None] = {}
+    for p in names:
         try:
             out[p] = metadata.version(p)
         except metadata.PackageNotFoundError:
-            pass
+            out[p] = None
     return out
 
 
@@ -73,7 +80,7 @@ def stage_key(sc: StageConfig, stage: Stage, ds: Dataset, input_digests: list[st
         "qrels": ds.qrels_fingerprint if stage.reads_qrels else None,
         "identity": stage.identity(),
         "code": code_identity(stage.code_modules),
-        "packages": {p: v for p, v in package_versions().items() if p in stage.packages},
+        "packages": declared_versions(stage.packages),
     }
     return make_key(parts), parts
 
