@@ -40,9 +40,9 @@ from stagebench.config import Config, DatasetConfig, load_config, parse_config, 
 from stagebench.data.model import Dataset
 from stagebench.runtime.devices import Placement, place
 from stagebench.models.encoders import BiEncoder, CrossEncoderModel, load_bi_encoder, load_cross_encoder
-from stagebench.runtime.engine import EngineParams, make_engine
+from stagebench.runtime.engine import EngineParams
 from stagebench.errors import ConfigError, DataError
-from stagebench.execute import StageRun, canonical, run_stage, stage_key
+from stagebench.execute import StageRun, canonical, context, make_stage, run_in
 from stagebench.judging import add_judgments, plan_judgments, run_incompleteness
 from stagebench.metrics import Evaluation, Measure
 from stagebench.metrics import evaluate as _evaluate
@@ -55,7 +55,6 @@ from stagebench.results.folder import RESULTS, RunFolder
 from stagebench.results.incompleteness import Incompleteness
 from stagebench.results.scoring import score_folder
 from stagebench.runs import Run, checked_qrels, checked_run, run_digest
-from stagebench.stages import StageContext, stage_class
 from stagebench.models.variants import for_placement, onnx_kind
 from stagebench.table import StageTable
 from stagebench.tuning import TuneResult
@@ -242,11 +241,10 @@ class StageSpec:
                 raise DataError(f"{where} ({sc.name}): input {name}: query {unknown[0]!r} is not a query of dataset {ds.name} "
                                 f"({len(unknown)} unknown)")  # fmt: skip
             runs.append(run)
-        stage = stage_class(sc.type, sc.target, f"{where}.target")(sc.name, sc.params, sc.engine)
+        stage = make_stage(sc, f"{where}.target")
         stage.preflight()
         store = None if cache is False else Cache(cache_root(None if cache is True else str(cache)), read=not recompute)
-        _, parts = stage_key(sc, stage, ds, [run_digest(r) for r in runs])
-        return run_stage(sc, stage, StageContext(ds, store, make_engine(sc.engine)), runs, parts, store)
+        return run_in(sc, stage, context(sc, ds, store), runs, [run_digest(r) for r in runs])
 
     def as_config(self, name: str, inputs: list[str]) -> dict:
         out: dict[str, Any] = {"name": name, "type": self.type}

@@ -17,7 +17,7 @@ import logging
 import math
 import random
 import time
-from dataclasses import asdict, dataclass, is_dataclass, replace
+from dataclasses import asdict, dataclass, field, is_dataclass, replace
 from importlib import metadata
 from pathlib import Path
 
@@ -28,7 +28,8 @@ from stagebench.errors import StagebenchError
 from stagebench.stats import latency_percentiles
 from stagebench.runs import Run, ranked, read_trec_run, run_digest, write_trec_run
 from stagebench.record import StageRecord, Stats, depth_run_name, stats_from_json
-from stagebench.stages import Stage, StageContext, StageOutput
+from stagebench.runtime.engine import make_engine
+from stagebench.stages import Stage, StageContext, StageOutput, stage_class
 
 log = logging.getLogger("stagebench")
 
@@ -85,6 +86,24 @@ def stage_key(sc: StageConfig, stage: Stage, ds: Dataset, input_digests: list[st
     return make_key(parts), parts
 
 
+def make_stage(sc: StageConfig, where: str | None = None) -> Stage:
+    """The stage a config entry describes (its class from the registry, its params, its engine)."""
+    return stage_class(sc.type, sc.target, where or sc.name)(sc.name, sc.params, sc.engine)
+
+
+def context(sc: StageConfig, ds: Dataset, cache: Cache | None,
+            shared_scores: dict[tuple[str, str], float] | None = None) -> StageContext:  # fmt: skip
+    """What a stage of a config runs with: the dataset, the cache, its engine, the pair scores it shares."""
+    return StageContext(dataset=ds, cache=cache, engine=make_engine(sc.engine), shared_scores=shared_scores)
+
+
+def run_in(sc: StageConfig, stage: Stage, ctx: StageContext, inputs: list[Run], input_digests: list[str]) -> StageRun:
+    """A stage keyed (:func:`stage_key`) and run through the cache (:func:`run_stage`) in ``ctx``: the one
+    sequence behind ``run``, ``tune``, ``train-reranker``'s negatives and the API's ``apply``."""
+    _, parts = stage_key(sc, stage, ctx.dataset, input_digests)
+    return run_stage(sc, stage, ctx, inputs, parts, ctx.cache)
+
+
 #: a reranker's params that decide which candidates it scores and how their scores are merged, not
 #: the score of a pair: stages differing only in these (and their inputs) score pairs alike
 RANKING_ONLY = frozenset({"top_n", "depths", "tail", "tail_scale", "activation"})
@@ -126,6 +145,7 @@ class StageRun:
 
     output: StageOutput
     record: StageRecord
+    parts: dict = field(default_factory=dict)  # what its key hashes (stage_key), for the manifest
 
     @property
     def run(self) -> Run:
@@ -193,7 +213,7 @@ def run_stage(sc: StageConfig, stage: Stage, ctx: StageContext, inputs: list[Run
                          status=m.status, seconds=m.seconds, computed_seconds=m.computed_seconds,
                          peak_rss_mb=m.peak_rss_mb, computed_peak_rss_mb=m.computed_peak_rss_mb, run_digest=digest,
                          stats=out.stats, depth_runs=[depth_run_name(sc.name, n) for n in sorted(out.depth_runs)])  # fmt: skip
-    return StageRun(out, record)
+    return StageRun(out, record, parts)
 
 
 def _reads_back(path: Path, digest: str, stage: str) -> None:

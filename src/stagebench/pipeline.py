@@ -32,9 +32,10 @@ from stagebench.cache import Cache, cache_root
 from stagebench.config import Config, DatasetConfig, check_trained_models
 from stagebench.data import LOADERS, Dataset
 from stagebench.data.esci import SOURCES_FILE
-from stagebench.runtime.engine import make_engine, ray_session
+from stagebench.runtime.engine import ray_session
 from stagebench.errors import ConfigError, DataError
-from stagebench.execute import latency_sample, measure_latency, package_versions, run_stage, scoring_key, stage_key
+from stagebench.execute import (context, latency_sample, make_stage, measure_latency, package_versions, run_in, scoring_key,
+                                stage_key)
 from stagebench.judge.ask import Judge
 from stagebench.judge.rules import RulesJudge
 from stagebench.judging import judge_runs, make_judge
@@ -49,7 +50,7 @@ from stagebench.results.judged import JUDGMENTS
 from stagebench.results.queries import TEXTS_FILE, texts_for
 from stagebench.results.segments import FROM_DATASET, STORED_FILE, read_segment_file, stored_here, stored_tsv
 from stagebench.runs import Run, write_trec_qrels, write_trec_run
-from stagebench.stages import Stage, StageContext, stage_class
+from stagebench.stages import Stage
 from stagebench.runtime.system import machine_info
 from stagebench.table import StageTable
 from stagebench.version import __version__
@@ -133,7 +134,7 @@ def run_config(config: Config, output: str | Path | None = None, cache_dir: str 
     cache = Cache(cache_root(cache_dir, config.cache_dir), read=not recompute)
     check_destinations(out, cache)
     check_trained_models(config)
-    stages = [stage_class(sc.type, sc.target, sc.name)(sc.name, sc.params, sc.engine) for sc in config.stages]
+    stages = [make_stage(sc) for sc in config.stages]
     judge = None if config.judge is None else make_judge(config.judge, config.dataset)
     with ray_session(config.ray_engine(), f"{config.path}: engine"):  # a cluster that does not answer: before any stage
         return _run(config, stages, out, cache, judge)
@@ -179,12 +180,12 @@ def _run_into(config: Config, stages: list[Stage], ds: Dataset, folder: Path, ca
     sample = latency_sample(ds.query_ids, config.evaluation.latency_queries, config.evaluation.seed)
     shared = shared_scores(config, stages, ds)
     for sc, stage in zip(config.stages, stages):
-        key, parts = stage_key(sc, stage, ds, [digests[i] for i in sc.inputs])
-        ctx = StageContext(dataset=ds, cache=cache, engine=make_engine(sc.engine), shared_scores=shared.get(sc.name))
+        ctx = context(sc, ds, cache, shared.get(sc.name))
         if sc.engine.type != "local" and stage.uses_engine:
             log.info("stage %s: engine %s", sc.name, sc.engine.describe())
         inputs = [runs[i] for i in sc.inputs]
-        ran = run_stage(sc, stage, ctx, inputs, parts, cache)
+        ran = run_in(sc, stage, ctx, inputs, [digests[i] for i in sc.inputs])
+        key, parts = ran.record.key, ran.parts
         latency = measure_latency(sc, stage, ctx, inputs, ran.run, key, sample, cache)
         runs[sc.name] = ran.run
         digests[sc.name] = ran.record.run_digest

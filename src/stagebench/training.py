@@ -42,13 +42,12 @@ from stagebench.cache import Cache, cache_root
 from stagebench.config import NegativesConfig, TrainingConfig
 from stagebench.data import LOADERS
 from stagebench.errors import ConfigError, DataError, StagebenchError
-from stagebench.execute import run_stage, stage_key
+from stagebench.execute import context, make_stage, run_in
 from stagebench.files import (
     STAGING_MARK, Owned, atomic_write, check_destination, inventory, json_record, remove_staging, staging, swap_in,
 )
 from stagebench.models.finetune import TrainingData
 from stagebench.runs import ranked_ids
-from stagebench.stages import StageContext, stage_class
 from stagebench.stages.rerank import CrossEncoderParams, CrossEncoderStage
 
 log = logging.getLogger("stagebench")
@@ -141,9 +140,8 @@ def mine_negatives(config, ds, n: NegativesConfig, cache) -> dict[str, list[str]
     """Run the named first stage over the train+dev queries (through the stage cache)."""
 
     sc = next(s for s in config.stages if s.name == n.from_stage)
-    stage = stage_class(sc.type, sc.target, sc.name)(sc.name, sc.params, sc.engine)
-    _, parts = stage_key(sc, stage, ds, [])
-    ran = run_stage(sc, stage, StageContext(ds, cache), [], parts, cache)
+    stage = make_stage(sc)
+    ran = run_in(sc, stage, context(sc, ds, cache), [], [])
     run = ran.run
     log.info("training: hard negatives from stage %s over %d train+dev queries (%s)", sc.name, len(ds.queries),
              ran.record.status)  # fmt: skip

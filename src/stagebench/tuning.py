@@ -41,7 +41,7 @@ from stagebench.cache import Cache, cache_root
 from stagebench.config import Config, StageConfig, TuneConfig, trial_stage, tune_space
 from stagebench.data import LOADERS, Dataset
 from stagebench.errors import ConfigError, DataError
-from stagebench.execute import run_stage, stage_key
+from stagebench.execute import context, make_stage, run_in, stage_key
 from stagebench.files import Owned, atomic_write, check_apart, check_destination, check_writable, inventory, json_record
 from stagebench.files import STAGING_MARK, remove_staging, staging, swap_in
 from stagebench.metrics import Evaluation, evaluate, scored_query_ids
@@ -51,8 +51,7 @@ from stagebench.pipeline import read_dataset
 from stagebench.record import TunedBaseline
 from stagebench.results import baselines
 from stagebench.runs import Run
-from stagebench.runtime.engine import make_engine, ray_session
-from stagebench.stages import StageContext, stage_class
+from stagebench.runtime.engine import ray_session
 from stagebench.stats import compare, holm
 from stagebench.ui import progress
 
@@ -191,14 +190,13 @@ class Chain:
         """Stage ``name`` of ``scs`` (with the inputs it needs) through the cache."""
         sc = scs[name]
         ins = [self.run(scs, i) for i in sc.inputs]
-        stage = stage_class(sc.type, sc.target, sc.name)(sc.name, sc.params, sc.engine)
-        key, parts = stage_key(sc, stage, self.ds, [r.digest for r in ins])
+        stage = make_stage(sc)
+        key, _ = stage_key(sc, stage, self.ds, [r.digest for r in ins])
         if key in self.kept:
             run, digest = self.kept[key]
             return Ran(run, digest, key, "cached")
         stage.preflight()
-        ctx = StageContext(dataset=self.ds, cache=self.cache, engine=make_engine(sc.engine))
-        ran = run_stage(sc, stage, ctx, [r.run for r in ins], parts, self.cache)
+        ran = run_in(sc, stage, context(sc, self.ds, self.cache), [r.run for r in ins], [r.digest for r in ins])
         if keep:
             self.kept[key] = (ran.run, ran.record.run_digest)
         return Ran(ran.run, ran.record.run_digest, key, ran.record.status)
