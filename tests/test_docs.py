@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from stagebench import docgen
-from stagebench.config import EvaluationConfig, NegativesConfig, TrainingConfig
+from stagebench.config import EvaluationConfig, NegativesConfig, TrainingConfig, TuneConfig
 from stagebench.data import LOADERS
 from stagebench.params import describe
 from stagebench.stages import STAGE_TYPES
@@ -23,9 +23,15 @@ def test_the_parameter_reference_in_docs_config_md_is_current():
     assert docgen.updated(text) == text, "docs/config.md is stale: run python -m stagebench.docgen"
 
 
+def test_the_stage_type_table_of_docs_config_md_names_every_type():
+    text = docgen.DOC.read_text(encoding="utf-8").split("## Stages", 1)[1].split("\n## ", 1)[0]
+    listed = re.findall(r"^\| `([a-z_0-9]+)` \|", text, flags=re.M)
+    assert sorted(listed) == sorted(STAGE_TYPES), f"docs/config.md's stage-type table lists {listed}"
+
+
 def test_every_declared_parameter_has_a_description():
     sections = [*(c.Params for c in STAGE_TYPES.values()), *(lo.options for lo in LOADERS.values()), EvaluationConfig,
-                TrainingConfig, NegativesConfig]  # fmt: skip
+                TrainingConfig, NegativesConfig, TuneConfig]  # fmt: skip
     for cls in sections:
         assert dataclasses.is_dataclass(cls)
         for name, _, _, doc in describe(cls):
