@@ -7,15 +7,15 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
-from graphlib import TopologicalSorter
+from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "stagebench"
 
 LAYERS = {
     0: ["errors", "version", "optional", "files", "textfile", "params", "runtime.system", "ui", "analyzer", "metrics.compute", "stats",
-        "table", "data.text", "data.corpus", "rerank", "rerank.listwise", "rerank.labels", "rerank.schemes", "runtime.devices", "runtime.engine", "judge", "judge.scale", "models", "runtime", "models.onnx_graphs"],
-    1: ["runs", "metrics.names", "metrics.value", "metrics.holes", "metrics", "cache", "models.resolve", "record", "data.model", "data.esci", "data.jsonl", "data.trec",
+        "table", "data.text", "data.corpus", "rerank", "rerank.schemes", "runtime.devices", "runtime.engine", "judge", "models", "runtime", "models.onnx_graphs"],
+    1: ["rerank.listwise", "rerank.labels", "judge.scale", "runs", "metrics.names", "metrics.value", "metrics.holes", "metrics", "cache", "models.resolve", "record", "data.model", "data.esci", "data.jsonl", "data.trec",
         "data.synthetic", "data", "rerank.merge"],
     2: ["models.encoders", "models.onnx_weights", "models.variants", "models.finetune", "stages.base", "rerank.chat", "rerank.plugins", "rerank.pointwise",
         "rerank.windows", "rerank.families", "stages.bm25", "stages.dense", "stages.fusion", "stages.rerank", "stages.run_file",
@@ -60,6 +60,27 @@ def test_every_module_has_a_layer_and_imports_only_downwards():
     for mod, deps in graph.items():
         for dep in deps:
             assert LAYER[dep] <= LAYER[mod], f"{mod} (layer {LAYER[mod]}) imports {dep} (layer {LAYER[dep]})"
+
+
+def test_no_package_imports_back_from_a_package_that_imports_it():
+    """Packages (and each module at the top) as rooms: no two rooms import each other, directly or
+    round a loop - a room low in the house never reaches back into one above it."""
+    graph = imports()
+
+    def room(module: str) -> str:
+        parts = module.split(".")
+        return ".".join(parts[:2])  # stagebench.rerank, stagebench.record, ...
+
+    rooms: dict[str, set[str]] = {}
+    for mod, deps in graph.items():
+        rooms.setdefault(room(mod), set()).update(room(d) for d in deps if room(d) != room(mod))
+    try:
+        list(TopologicalSorter(rooms).static_order())
+    except CycleError as exc:
+        loop = exc.args[1]
+        arrows = [f"{m} -> {d}" for a, b in zip(loop, loop[1:]) for m, ds in graph.items() if room(m) == a
+                  for d in ds if room(d) == b]  # fmt: skip
+        raise AssertionError(f"rooms import each other round {' -> '.join(loop)}: " + "; ".join(arrows)) from None
 
 
 def test_no_import_cycle_and_every_module_imports_in_dependency_order():

@@ -65,7 +65,7 @@ def test_a_child_ended_without_a_word_is_one_error_and_leaves_nothing_partial(tm
 
     t = in_thread(end_it)
     with pytest.raises(StagebenchError) as got:
-        run_watched(["run", str(cfg)], cfg, EngineParams(type="ray"), tmp_path / "t", cache)
+        run_watched(["run", str(cfg)], cfg, EngineParams(type="ray"), tmp_path / "t", cache.remove_leftovers)
     t.join()
     assert str(got.value).startswith(f"{cfg}: engine: the Ray runtime ended the run mid-stage without a word "
                                      "(signal SIGKILL): the run's local Ray cluster")  # fmt: skip
@@ -77,7 +77,7 @@ def test_a_child_ended_without_a_word_is_one_error_and_leaves_nothing_partial(tm
 
 def test_a_child_that_finishes_or_is_terminated_gives_its_own_exit(tmp_path, small_synthetic, cwd_repo):
     fast = esci_config(tmp_path, small_synthetic, STAGES.replace("pause: 0.5", "pause: 0.0"), name="fast")
-    assert run_watched(["run", str(fast)], fast, EngineParams(type="ray"), tmp_path / "fast", Cache(tmp_path / "c")) == 0
+    assert run_watched(["run", str(fast)], fast, EngineParams(type="ray"), tmp_path / "fast", Cache(tmp_path / "c").remove_leftovers) == 0
     assert (tmp_path / "fast" / "stage_table.txt").is_file()
 
     cfg = esci_config(tmp_path, small_synthetic, STAGES, name="t")
@@ -87,7 +87,7 @@ def test_a_child_that_finishes_or_is_terminated_gives_its_own_exit(tmp_path, sma
         os.kill(os.getpid(), signal.SIGTERM)  # `kill PARENT` (SIGINT is ignored in a background job, as in CI)
 
     t = in_thread(terminate)
-    code = run_watched(["run", str(cfg)], cfg, EngineParams(type="ray"), tmp_path / "t", Cache(tmp_path / "cache"))
+    code = run_watched(["run", str(cfg)], cfg, EngineParams(type="ray"), tmp_path / "t", Cache(tmp_path / "cache").remove_leftovers)
     t.join()
     # the child stops as a local run does on SIGTERM: exit 128 + 15, nothing written or left
     assert code == 128 + signal.SIGTERM and not (tmp_path / "t").exists() and not list(tmp_path.glob(".t.partial-*"))

@@ -45,7 +45,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     engine = config.ray_engine()
     if engine is not None and getattr(args, "argv", None) is not None:
         cache = Cache(cache_root(args.cache_dir, config.cache_dir))
-        return run_watched(args.argv, config.path, engine, Path(args.output or config.output), cache)
+        return run_watched(args.argv, config.path, engine, Path(args.output or config.output), cache.remove_leftovers)
     result = run_config(config, args.output, cache_dir=args.cache_dir, recompute=args.recompute)
     sys.stdout.write(result.table_text)
     if result.judge_text:

@@ -19,7 +19,14 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from stagebench.errors import StagebenchError
-from stagebench.rerank.listwise import OUTCOMES, REPAIRS
+
+#: the words an LLM stage's stats count its calls by (the record's vocabulary: the rerankers that
+#: produce them import them from here): every call's outcome - ``low_mass`` is the label-reading
+#: families' (:mod:`stagebench.rerank.labels`) ...
+OK, REPAIRED, FALLBACK, FAILED, LOW_MASS = "ok", "repaired", "fallback", "failed", "low_mass"
+OUTCOMES = (OK, REPAIRED, FALLBACK, FAILED, LOW_MASS)
+#: ... and the repairs :func:`stagebench.rerank.listwise.parse_permutation` may make
+REPAIRS = ("duplicate", "out_of_range", "missing")
 
 MANIFEST = "manifest.json"
 #: what a manifest must hold to be read
@@ -87,27 +94,27 @@ class LLMStats:
     @property
     def low_mass(self) -> int:
         """Label answers whose labels held less than half of the next-token probability."""
-        return self.outcomes.get(OUTCOMES[4], 0)
+        return self.outcomes.get(LOW_MASS, 0)
 
     @property
     def ok(self) -> int:
         """Windows answered with a complete permutation."""
-        return self.outcomes.get(OUTCOMES[0], 0)
+        return self.outcomes.get(OK, 0)
 
     @property
     def repaired(self) -> int:
         """Windows whose answer was repaired (duplicates or unknown ids dropped, missing ones appended)."""
-        return self.outcomes.get(OUTCOMES[1], 0)
+        return self.outcomes.get(REPAIRED, 0)
 
     @property
     def fallback(self) -> int:
         """Windows whose answer held no usable ranking (they kept their input order)."""
-        return self.outcomes.get(OUTCOMES[2], 0)
+        return self.outcomes.get(FALLBACK, 0)
 
     @property
     def failed(self) -> int:
         """Windows whose request failed after every retry (they kept their input order)."""
-        return self.outcomes.get(OUTCOMES[3], 0)
+        return self.outcomes.get(FAILED, 0)
 
     def priced(self, price_per_1k_tokens: float | None) -> LLMStats:
         cost = None if price_per_1k_tokens is None else round(self.tokens / 1000 * price_per_1k_tokens, 6)

@@ -23,12 +23,10 @@ import re
 from dataclasses import dataclass
 
 from stagebench.data.text import template_problem
+from stagebench.record import FAILED, FALLBACK, LOW_MASS, OK, OUTCOMES, REPAIRED, REPAIRS
 
-OK, REPAIRED, FALLBACK, FAILED, LOW_MASS = "ok", "repaired", "fallback", "failed", "low_mass"
-#: every call's outcome; ``low_mass`` is the label-reading families' (:mod:`stagebench.rerank.labels`)
-OUTCOMES = (OK, REPAIRED, FALLBACK, FAILED, LOW_MASS)
-#: the repairs :func:`parse_permutation` may make, as counted in the stage table
-REPAIRS = ("duplicate", "out_of_range", "missing")
+__all__ = ["FAILED", "FALLBACK", "LOW_MASS", "OK", "OUTCOMES", "REPAIRED", "REPAIRS", "Outcome", "parse_permutation",
+           "render_prompt", "shorten"]  # fmt: skip
 
 DEFAULT_SYSTEM = "You are a search relevance expert for an online shop. You rank products by how well they match a shopper's search query."
 

@@ -29,19 +29,22 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import numpy as np
 
 from stagebench.runtime.devices import Placement, place
+from stagebench.runtime.engine import Engine
 from stagebench.models.encoders import load_cross_encoder
 from stagebench.errors import StagebenchError
 from stagebench.models.resolve import ResolvedModel, on_this_machine, resolve_model
 from stagebench.params import PositiveFloat, PositiveInt, param
 from stagebench.rerank.merge import merge_head_tail, sigmoid_keeping_order, split_head
 from stagebench.runs import Run
-from stagebench.stages.base import StageContext
 from stagebench.models.variants import for_placement, onnx_kind
+
+if TYPE_CHECKING:
+    from stagebench.data.model import Dataset
 
 log = logging.getLogger("stagebench")
 
@@ -160,13 +163,22 @@ class Reranked:
     seconds: dict[int, float]
 
 
-def rerank_run(run: Run, reranker: Any, ctx: StageContext, p: RerankCommon, stage: str, label: str) -> Run:
+class Surroundings(Protocol):
+    """What pointwise reranking needs of where it runs: the dataset (queries, document texts and
+    fields) and the engine its units run on. A stage's context has both; reranking does not import
+    the stage protocol for it (rerank/ sits below stages/)."""
+
+    dataset: Dataset
+    engine: Engine
+
+
+def rerank_run(run: Run, reranker: Any, ctx: Surroundings, p: RerankCommon, stage: str, label: str) -> Run:
     """Rerank each query's top ``p.top_n`` of ``run`` with ``reranker`` (a :class:`ScoreTask`, whose
     units run on ``ctx.engine``, or a reranker object, run here)."""
     return rerank_depths(run, reranker, ctx, p, stage, label).run
 
 
-def rerank_depths(run: Run, reranker: Any, ctx: StageContext, p: RerankCommon, stage: str, label: str,
+def rerank_depths(run: Run, reranker: Any, ctx: Surroundings, p: RerankCommon, stage: str, label: str,
                   quiet: bool = False, shared: dict[tuple[str, str], float] | None = None) -> Reranked:  # fmt: skip
     """:func:`rerank_run` at ``p.top_n`` and at every depth of ``p.depths`` (see the module docstring);
     ``quiet``: its summary logged at debug level (one query served at a time, many calls). ``shared``

@@ -18,10 +18,9 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from stagebench.cache import Cache
 from stagebench.runtime.engine import EngineParams
 from stagebench.errors import StagebenchError
 from stagebench.files import remove_stale_staging
@@ -65,9 +64,11 @@ def report_finished() -> None:
             pass
 
 
-def run_watched(argv: Sequence[str], config_path: Path, engine: EngineParams, out: Path, cache: Cache) -> int:
+def run_watched(argv: Sequence[str], config_path: Path, engine: EngineParams, out: Path,
+                remove_leftovers: Callable[[int], object]) -> int:  # fmt: skip
     """Run ``python -m stagebench *argv`` in a child and return its exit status, or report (one
-    line, exit 2) a child the Ray runtime ended before it could report anything itself."""
+    line, exit 2) a child the Ray runtime ended before it could report anything itself, after
+    ``remove_leftovers(its pid)`` (the cache's half-written entries of that process)."""
     read_end, write_end = os.pipe()
     env = {**os.environ, STATUS_FD_ENV: f"{write_end}:{os.getpid()}"}
     forwarded = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -89,7 +90,7 @@ def run_watched(argv: Sequence[str], config_path: Path, engine: EngineParams, ou
     if FINISHED in said:
         return code
     remove_stale_staging(out)
-    cache.remove_leftovers(child.pid)
+    remove_leftovers(child.pid)
     how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit status {code}"
     address, source = engine.resolved_address()
     cluster = f"the Ray cluster at {address} (from {source})" if address else "the run's local Ray cluster"
