@@ -17,7 +17,7 @@ LAYERS = {
         "table", "data.text", "data.corpus", "rerank", "rerank.schemes", "runtime.devices", "runtime.engine", "judge", "models", "runtime", "models.onnx_graphs"],
     1: ["rerank.listwise", "rerank.labels", "judge.scale", "runs", "metrics.names", "metrics.value", "metrics.holes", "metrics", "cache", "models.resolve", "record", "data.model", "data.esci", "data.jsonl", "data.trec",
         "data.synthetic", "data", "rerank.merge"],
-    2: ["models.encoders", "models.onnx_weights", "models.variants", "models.finetune", "stages.base", "rerank.chat", "rerank.plugins", "rerank.pointwise",
+    2: ["models.encoders", "models.onnx_weights", "models.variants", "models.finetune", "stages.base", "stages.model", "rerank.chat", "rerank.plugins", "rerank.pointwise",
         "rerank.windows", "rerank.families", "stages.bm25", "stages.dense", "stages.fusion", "stages.rerank", "stages.run_file",
         "stages.llm_rerank", "stages.oracle", "stages", "results", "results.ceilings", "results.queries", "results.folder", "results.depth",
         "results.scoring", "results.cost", "results.check", "results.compare", "results.segments", "results.matrix", "results.agreement", "results.judged",

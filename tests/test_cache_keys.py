@@ -16,6 +16,7 @@ tests/test_llm_keys.py, a depth sweep's runs in tests/test_depth_sweep.py.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 from importlib import metadata
 import json
@@ -216,6 +217,36 @@ def test_make_key_is_canonical():
     assert make_key({"p": Path("x")}) == make_key({"p": "x"})  # non-JSON values by their str()
 
 
+def imported_by(module: str) -> set[str]:
+    """``module`` and every stagebench module its source imports, followed to the end."""
+    names = {p.relative_to(REPO / "src").with_suffix("").as_posix().replace("/", ".").removesuffix(".__init__")
+             for p in (REPO / "src" / "stagebench").rglob("*.py")}  # fmt: skip
+    seen, todo = set(), [module]
+    while todo:
+        m = todo.pop()
+        if m in seen:
+            continue
+        seen.add(m)
+        path = REPO / "src" / (m.replace(".", "/") + ".py")
+        path = path if path.is_file() else path.with_suffix("") / "__init__.py"
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("stagebench"):
+                todo += [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in names else node.module for a in node.names]
+            elif isinstance(node, ast.Import):
+                todo += [a.name for a in node.names if a.name.startswith("stagebench")]
+    return seen
+
+
+def test_a_model_the_llm_stage_loads_through_is_in_its_key(dataset):
+    """The defect a hand-kept list had: rerank/chat.py loads GGUF checkpoints through models.variants,
+    which the LLM stage's list left out, so a change there served stale runs."""
+    cls = STAGE_TYPES["llm_rerank"]
+    params = default_params("llm_rerank")
+    sc = StageConfig(name="s", type="llm_rerank", inputs=["a"], params=params)
+    _, parts = stage_key(sc, cls("s", params), dataset, ["0" * 64])
+    assert {"stagebench.models.variants", "stagebench.models.resolve", "stagebench.rerank.chat"} <= set(parts["code"])
+
+
 def _installed(dist: str) -> str | None:
     try:
         return metadata.version(dist)
@@ -238,7 +269,9 @@ def test_the_run_key_holds_the_dataset_parts_a_stage_reads(dataset, monkeypatch)
         assert parts["queries"] == dataset.queries_fingerprint
         assert parts["packages"] == {p: _installed(p) for p in cls.packages}, stype  # every one it declares
         assert parts["type"] == stype and parts["target"] == target
-        assert set(parts["code"]) == set(cls.code_modules)
+        # the code: the stage's module and every stagebench module it imports, directly or not (read from the
+        # source here again, independently of stagebench.cache.import_closure)
+        assert set(parts["code"]) == imported_by(cls.__module__) | set(cls.code_modules), stype
     assert STAGE_TYPES["bm25"].reads_corpus and not STAGE_TYPES["rrf"].reads_corpus and STAGE_TYPES["plugin"].reads_qrels
 
 

@@ -22,6 +22,7 @@ The cache root is, in order: ``--cache-dir``, ``$STAGEBENCH_CACHE``, the config'
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib.util
 import json
@@ -76,6 +77,45 @@ def module_source_hash(module: str) -> str:
 
 def code_identity(modules: Iterable[str]) -> dict[str, str]:
     return {m: module_source_hash(m) for m in modules}
+
+
+def _is_module(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):  # a name inside a module (`from stagebench.runs import ranked`)
+        return False
+
+
+@lru_cache(maxsize=None)
+def stagebench_imports(module: str) -> frozenset[str]:
+    """The stagebench modules ``module``'s source imports, anywhere in it (inside functions and
+    typing-only blocks too: read, not executed)."""
+    spec = importlib.util.find_spec(module)
+    origin = getattr(spec, "origin", None) if spec else None
+    if not origin or not os.path.isfile(origin):
+        return frozenset()
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(Path(origin).read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == "stagebench":
+            for a in node.names:
+                sub = f"{node.module}.{a.name}"
+                out.add(sub if _is_module(sub) else node.module)  # type: ignore[arg-type]
+        elif isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name.split(".")[0] == "stagebench"}
+    return frozenset(out - {module})
+
+
+def import_closure(modules: Iterable[str]) -> tuple[str, ...]:
+    """``modules`` and every stagebench module they import, directly or not: the code a result
+    computed by them can depend on, derived from the source instead of a hand-kept list."""
+    seen: set[str] = set()
+    todo = list(modules)
+    while todo:
+        m = todo.pop()
+        if m not in seen:
+            seen.add(m)
+            todo.extend(stagebench_imports(m))
+    return tuple(sorted(seen))
 
 
 @dataclass

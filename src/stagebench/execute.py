@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field, is_dataclass, replace
 from importlib import metadata
 from pathlib import Path
 
-from stagebench.cache import Cache, code_identity, make_key, memo
+from stagebench.cache import Cache, code_identity, import_closure, make_key, memo
 from stagebench.config import StageConfig
 from stagebench.data import Dataset
 from stagebench.errors import StagebenchError
@@ -67,7 +67,9 @@ def stage_key(sc: StageConfig, stage: Stage, ds: Dataset, input_digests: list[st
     * the dataset: corpus fingerprint (ids + indexed texts) if the stage reads texts, the
       queries fingerprint (ids + texts), the qrels fingerprint if the stage may read them;
     * model identities (name + origin + weight-file hash) and other ``identity()`` parts;
-    * the source hash of the modules that compute it, and the versions of the libraries.
+    * the source hash of the modules that compute it - its class's module, its declared
+      ``code_modules`` and every stagebench module they import, directly or not
+      (:func:`stagebench.cache.import_closure`) - and the versions of the libraries it declares.
     """
     params = asdict(sc.params) if is_dataclass(sc.params) else sc.params
     params = {k: v for k, v in params.items() if k not in stage.unkeyed_params}
@@ -80,7 +82,7 @@ def stage_key(sc: StageConfig, stage: Stage, ds: Dataset, input_digests: list[st
         "queries": ds.queries_fingerprint,
         "qrels": ds.qrels_fingerprint if stage.reads_qrels else None,
         "identity": stage.identity(),
-        "code": code_identity(stage.code_modules),
+        "code": code_identity(import_closure((type(stage).__module__, *stage.code_modules))),
         "packages": declared_versions(stage.packages),
     }
     return make_key(parts), parts

@@ -47,7 +47,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
-from stagebench.cache import Cache, make_key, memo, module_source_hash
+from stagebench.cache import Cache, code_identity, import_closure, make_key, memo
 from stagebench.runtime.devices import HardwareParams, Placement, autocast, gpu_worker_placement, place
 from stagebench.errors import ConfigError, StagebenchError
 from stagebench.models.resolve import ResolvedModel, loading, on_this_machine, resolve_model
@@ -681,7 +681,7 @@ class TransformersBackend:
             except metadata.PackageNotFoundError:
                 versions[dist] = None
         return {"backend": "transformers", "model": self.resolved.identity, **self.placement.key(),
-                "code": module_source_hash(__name__), "packages": versions}  # fmt: skip
+                "code": code_identity(import_closure((__name__,))), "packages": versions}  # fmt: skip
 
     def _load(self) -> None:
         if self._model is not None:

@@ -25,7 +25,8 @@ from stagebench.models.encoders import EncodeTask, encode_with
 from stagebench.optional import need
 from stagebench.params import PositiveInt, Range, param
 from stagebench.runs import Run, ranked
-from stagebench.stages.base import ModelStage, Server, Stage, StageContext
+from stagebench.stages.base import Server, Stage, StageContext
+from stagebench.stages.model import ModelStage
 
 log = logging.getLogger("stagebench")
 

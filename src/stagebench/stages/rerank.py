@@ -21,7 +21,8 @@ from stagebench.rerank.plugins import build_plugin, check_kwargs, import_target
 from stagebench.rerank.pointwise import CrossEncoderReranker, RerankCommon, Reranked, ScoreTask, rerank_depths
 from stagebench.runs import Run
 from stagebench.record import RerankStats
-from stagebench.stages.base import ModelStage, Server, Stage, StageContext, StageOutput
+from stagebench.stages.base import Server, Stage, StageContext, StageOutput
+from stagebench.stages.model import ModelStage
 
 log = logging.getLogger("stagebench")
 

@@ -1,0 +1,51 @@
+"""The stages that run a resolved model (dense, cross-encoder): their placement and identity.
+
+Apart from :mod:`stagebench.stages.base` so that the stage protocol - and every stage's key, which
+holds the code its module imports (:func:`stagebench.cache.import_closure`) - does not pull in the
+model machinery a BM25 or fusion stage never runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from stagebench.cache import code_identity
+from stagebench.models.resolve import ResolvedModel, resolve_model
+from stagebench.models.variants import VARIANT_CODE, for_placement, onnx_kind, variant_recipe
+from stagebench.runtime.devices import Placement, gpu_worker_placement, place
+from stagebench.stages.base import Stage, StageContext
+
+
+class ModelStage(Stage):
+    """A stage that runs a resolved model (params ``model``, ``source``, ``device``, ``precision``):
+    its placement is resolved in :meth:`preflight`, before anything runs, and keyed as resolved."""
+
+    uses_engine = True
+
+    def placement(self) -> Placement:
+        p = self.params
+        backend = onnx_kind(resolve_model(p.model, p.source))
+        if self.engine.gpus and p.device in ("auto", "cuda"):  # the driver may have no GPU; its workers do
+            return gpu_worker_placement(p.precision, backend, f"stage {self.name}")
+        return place(p.device, p.precision, backend, f"stage {self.name}")
+
+    def preflight(self) -> None:
+        self.placement()
+
+    def identity(self) -> dict[str, Any]:
+        """The resolved model and placement; a derived variant (``int8-token``, ``fp32`` of an INT8
+        graph) adds the code that derives it."""
+        resolved = resolve_model(self.params.model, self.params.source)
+        placement = self.placement()
+        out = {"model": resolved.identity, **placement.key()}
+        if variant_recipe(onnx_kind(resolved), placement.precision) is not None:
+            out["variant_code"] = code_identity(VARIANT_CODE)
+        return out
+
+    def model_to_run(self, ctx: StageContext) -> tuple[ResolvedModel, Placement]:
+        """The model this stage runs and where: the resolved model, or the variant its precision
+        runs (:mod:`stagebench.models.variants`, built once into the cache), and its placement."""
+        p = self.params
+        resolved = resolve_model(p.model, p.source)
+        placement = self.placement()
+        return for_placement(resolved, placement, onnx_kind(resolved), ctx.cache, f"stage {self.name}"), placement
