@@ -21,7 +21,7 @@ import pytest
 import stagebench
 from stagebench.cache import Cache
 from stagebench.errors import ConfigError, DataError, StagebenchError
-from stagebench.rerank.chat import ChatRequest, OpenAIBackend, RequestFailed
+from stagebench.llm.chat import ChatRequest, OpenAIBackend, RequestFailed
 from tests.conftest import stagebench_cli
 from tests.test_bad_input import assert_clean, beir, config, error_line, expect_error, run_main
 

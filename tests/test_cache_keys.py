@@ -244,7 +244,7 @@ def test_a_model_the_llm_stage_loads_through_is_in_its_key(dataset):
     params = default_params("llm_rerank")
     sc = StageConfig(name="s", type="llm_rerank", inputs=["a"], params=params)
     _, parts = stage_key(sc, cls("s", params), dataset, ["0" * 64])
-    assert {"stagebench.models.variants", "stagebench.models.resolve", "stagebench.rerank.chat"} <= set(parts["code"])
+    assert {"stagebench.models.variants", "stagebench.models.resolve", "stagebench.llm.chat"} <= set(parts["code"])
 
 
 def _installed(dist: str) -> str | None:

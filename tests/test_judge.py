@@ -19,7 +19,7 @@ from stagebench.judge.ask import Judge, JudgeParams
 from stagebench.judge.scale import ESCI, parse_grade, scale_for
 from stagebench.judging import judge_runs
 from stagebench.params import build
-from stagebench.rerank.chat import ChatRequest, Completion, RequestFailed
+from stagebench.llm.chat import ChatRequest, Completion, RequestFailed
 from stagebench.results.agreement import agreement, kappa, kendall_tau_b
 from stagebench.results.judged import HOLE, SAMPLE, filled_qrels, pool, read_judgments
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stagebench.rerank.listwise import (
+from stagebench.llm.listwise import (
     DEFAULT_TEMPLATE, Outcome, check_template, parse_permutation, render_prompt, shorten, sliding_windows,
 )  # fmt: skip
 

@@ -31,7 +31,7 @@ from stagebench.cache import Cache
 from stagebench.data import Dataset
 from stagebench.params import build
 from stagebench.record import LLMStats
-from stagebench.rerank.chat import ChatParams, ChatRequest, Completion, RequestFailed, cached_answer
+from stagebench.llm.chat import ChatParams, ChatRequest, Completion, RequestFailed, cached_answer
 from stagebench.results.cost import quality_cost
 from stagebench.results.folder import RunFolder
 from stagebench.stages import StageContext

@@ -22,10 +22,10 @@ from stagebench.errors import StagebenchError
 
 #: the words an LLM stage's stats count its calls by (the record's vocabulary: the rerankers that
 #: produce them import them from here): every call's outcome - ``low_mass`` is the label-reading
-#: families' (:mod:`stagebench.rerank.labels`) ...
+#: families' (:mod:`stagebench.llm.labels`) ...
 OK, REPAIRED, FALLBACK, FAILED, LOW_MASS = "ok", "repaired", "fallback", "failed", "low_mass"
 OUTCOMES = (OK, REPAIRED, FALLBACK, FAILED, LOW_MASS)
-#: ... and the repairs :func:`stagebench.rerank.listwise.parse_permutation` may make
+#: ... and the repairs :func:`stagebench.llm.listwise.parse_permutation` may make
 REPAIRS = ("duplicate", "out_of_range", "missing")
 
 MANIFEST = "manifest.json"

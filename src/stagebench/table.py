@@ -45,7 +45,7 @@ class DepthCells:
 
 @dataclass(frozen=True)
 class LLMCells:
-    """An LLM reranker's windows: how each answer was read, what it cost (see stagebench.rerank.listwise).
+    """An LLM reranker's windows: how each answer was read, what it cost (see stagebench.llm.listwise).
 
     Counts only: they are a function of the answers, so a run resumed from the cache has the
     same cells as an uninterrupted one. Timings and retries (which depend on the server's load

@@ -13,8 +13,8 @@ import pytest
 from stagebench.cache import Cache
 from stagebench.data import Dataset
 from stagebench.errors import ConfigError, StagebenchError
-from stagebench.rerank.listwise import sliding_windows
-from stagebench.rerank.chat import ChatRequest, Completion, RequestFailed
+from stagebench.llm.listwise import sliding_windows
+from stagebench.llm.chat import ChatRequest, Completion, RequestFailed
 from stagebench.params import build
 from stagebench.runs import ranked_ids
 from stagebench.stages import StageContext

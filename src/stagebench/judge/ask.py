@@ -1,6 +1,6 @@
 """Asking the LLM judge: its settings (the ``judge:`` section of a config), and one grade per
 (query, document) pair through the same chat backends, retries, preflight and per-answer cache as
-``llm_rerank`` (:mod:`stagebench.rerank.chat`): a killed judge resumes at the next pair, a rerun asks
+``llm_rerank`` (:mod:`stagebench.llm.chat`): a killed judge resumes at the next pair, a rerun asks
 nothing, and a changed prompt, scale, model or decoding setting asks again. Pairs run
 ``concurrency`` at a time against a server, one at a time in process.
 """
@@ -17,7 +17,7 @@ from stagebench.cache import Cache
 from stagebench.runtime.engine import Engine
 from stagebench.judge.scale import DEFAULT_SYSTEM, DEFAULT_TEMPLATE, FAILED, OUTCOMES, Scale, check_template, parse_grade, render_prompt
 from stagebench.params import NonNegativeInt, PositiveInt, Range, Seed, param
-from stagebench.rerank.chat import (
+from stagebench.llm.chat import (
     ChatParams, ChatRequest, Completion, RequestFailed, cached_answer, keep_models_in, make_backend, prompt_problems, read_prompt,
 )
 

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 
 from stagebench.data.text import template_problem
-from stagebench.rerank.listwise import shorten
+from stagebench.llm.listwise import shorten
 
 OK, REPAIRED, UNUSABLE, FAILED = "ok", "repaired", "unusable", "failed"
 OUTCOMES = (OK, REPAIRED, UNUSABLE, FAILED)

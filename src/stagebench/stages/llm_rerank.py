@@ -5,12 +5,12 @@ its order below, as with every reranker).
 
 * ``pointwise``, ``pairwise``, ``setwise`` ask questions answered by one label (yes/no or an
   ESCI letter per product; A/B per pair; the letter of the best of ``set_size``), read from
-  the label tokens' probabilities where the backend gives them (:mod:`stagebench.rerank.labels`,
-  :mod:`stagebench.rerank.schemes`, :mod:`stagebench.rerank.families`); their calls are counted,
+  the label tokens' probabilities where the backend gives them (:mod:`stagebench.llm.labels`,
+  :mod:`stagebench.llm.schemes`, :mod:`stagebench.llm.families`); their calls are counted,
   cached and resumed exactly as listwise windows are (below).
 * ``listwise`` (RankGPT): windows of ``window`` candidates, ``stride`` apart,
-go from the back of the list to the front (:func:`stagebench.rerank.listwise.sliding_windows`),
-``passes`` times; each window's answer is read by :func:`stagebench.rerank.listwise.parse_permutation`
+go from the back of the list to the front (:func:`stagebench.llm.listwise.sliding_windows`),
+``passes`` times; each window's answer is read by :func:`stagebench.llm.listwise.parse_permutation`
 and its outcome counted (ok / repaired / fallback / failed after retries).
 
 Every window's request -> answer is kept in the content-addressed cache (kind ``llm``) under
@@ -35,12 +35,12 @@ from typing import Any, Literal
 
 from stagebench.runtime.engine import EngineParams
 from stagebench.record import LLMStats, Stats
-from stagebench.rerank.chat import ChatParams, OpenAIBackend, TransformersBackend, keep_models_in, make_backend, prompt_problems, read_prompt
-from stagebench.rerank.families import TASKS
-from stagebench.rerank.labels import check_template as check_label_template, default_template
-from stagebench.rerank.listwise import DEFAULT_SYSTEM, DEFAULT_TEMPLATE, FAILED, LOW_MASS, check_template, sliding_windows
-from stagebench.rerank.schemes import prp_sliding_comparisons, setwise_heap_calls
-from stagebench.rerank.windows import QueryTask, WindowStats
+from stagebench.llm.chat import ChatParams, OpenAIBackend, TransformersBackend, keep_models_in, make_backend, prompt_problems, read_prompt
+from stagebench.llm.families import TASKS
+from stagebench.llm.labels import check_template as check_label_template, default_template
+from stagebench.llm.listwise import DEFAULT_SYSTEM, DEFAULT_TEMPLATE, FAILED, LOW_MASS, check_template, sliding_windows
+from stagebench.llm.schemes import prp_sliding_comparisons, setwise_heap_calls
+from stagebench.llm.windows import QueryTask, WindowStats
 from stagebench.params import PositiveInt, param
 from stagebench.runs import Run
 from stagebench.rerank.merge import merge_head_tail, split_head
@@ -85,9 +85,9 @@ class LLMRerankStage(Stage):
     min_inputs = max_inputs = 1
     reorders_input = True
     uses_engine = True
-    code_modules = (*Stage.code_modules, "stagebench.stages.llm_rerank", "stagebench.rerank.listwise",
-                    "stagebench.rerank.windows", "stagebench.rerank.families", "stagebench.rerank.labels",
-                    "stagebench.rerank.schemes", "stagebench.rerank.chat", "stagebench.rerank.merge", "stagebench.record",
+    code_modules = (*Stage.code_modules, "stagebench.stages.llm_rerank", "stagebench.llm.listwise",
+                    "stagebench.llm.windows", "stagebench.llm.families", "stagebench.llm.labels",
+                    "stagebench.llm.schemes", "stagebench.llm.chat", "stagebench.rerank.merge", "stagebench.record",
                     "stagebench.runtime.devices")  # fmt: skip
     packages = ("transformers", "torch", "gguf")
     unkeyed_params = (*ChatParams.UNKEYED, "failed_calls")

@@ -1,5 +1,5 @@
 """The label-reading LLM reranking families of one query: the engine tasks of the LLM stage
-beside the listwise one (:class:`stagebench.rerank.windows.QueryTask`).
+beside the listwise one (:class:`stagebench.llm.windows.QueryTask`).
 
 * :class:`PointwiseTask` - each candidate alone: "is this product what the shopper wants?";
   the score is the expected grade under the labels' probabilities (``yes_no``: P(Yes);
@@ -8,9 +8,9 @@ beside the listwise one (:class:`stagebench.rerank.windows.QueryTask`).
   its score, depends on the pair only.
 * :class:`PairwiseTask` - PRP: two candidates, asked in both orders; ``a`` beats ``b`` when
   the average of P(A | a first) and P(B | b first) is above one half (from text: when both
-  orders name it; a split is no preference). Sorted by :func:`~stagebench.rerank.schemes.prp_sliding`.
+  orders name it; a split is no preference). Sorted by :func:`~stagebench.llm.schemes.prp_sliding`.
 * :class:`SetwiseTask` - the best of ``set_size`` candidates per call, sorted by
-  :func:`~stagebench.rerank.schemes.setwise_heap`.
+  :func:`~stagebench.llm.schemes.setwise_heap`.
 
 Every call goes through the content-addressed cache (kind ``llm``) like a listwise window:
 a rerun asks nothing, a killed run resumes at the next call not yet answered. A question a
@@ -25,12 +25,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from stagebench.rerank.chat import ChatRequest, RequestFailed, cached_answers
-from stagebench.rerank.labels import (
+from stagebench.llm.chat import ChatRequest, RequestFailed, cached_answers
+from stagebench.llm.labels import (
     LABEL_SETS, LabelReading, letters, read_labels, render_pairwise, render_pointwise, render_setwise,
 )
-from stagebench.rerank.schemes import prp_sliding, setwise_heap
-from stagebench.rerank.windows import QueryTask, WindowAnswer, Stopped
+from stagebench.llm.schemes import prp_sliding, setwise_heap
+from stagebench.llm.windows import QueryTask, WindowAnswer, Stopped
 
 #: the longest answer a label request asks a server for (the label is its first token; a few
 #: more let a text-only server write "Product B")

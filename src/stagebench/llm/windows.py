@@ -15,10 +15,10 @@ from typing import Any
 from stagebench.cache import Cache
 from stagebench.errors import StagebenchError
 from stagebench.record import LLMStats
-from stagebench.rerank.chat import (
+from stagebench.llm.chat import (
     ChatRequest, Completion, OpenAIBackend, RequestFailed, TransformersBackend, cached_answer,
 )
-from stagebench.rerank.listwise import FAILED, OUTCOMES, REPAIRS, parse_permutation, render_prompt
+from stagebench.llm.listwise import FAILED, OUTCOMES, REPAIRS, parse_permutation, render_prompt
 
 
 @dataclass

@@ -52,7 +52,7 @@ from stagebench.runtime.devices import HardwareParams, Placement, autocast, gpu_
 from stagebench.errors import ConfigError, StagebenchError
 from stagebench.models.resolve import ResolvedModel, loading, on_this_machine, resolve_model
 from stagebench.optional import need
-from stagebench.rerank.labels import label_variants
+from stagebench.llm.labels import label_variants
 from stagebench.params import NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, Seed, param
 from stagebench.textfile import read_text
 from stagebench.models.variants import gguf_checkpoint
@@ -296,7 +296,7 @@ def _usage_count(usage: dict, key: str, where: str) -> int:
 def label_logprobs(logprobs: Any, labels: tuple[str, ...], where: str) -> tuple[float, ...] | None:
     """Each label's log-probability as the first token of a chat completion's ``logprobs``
     (``content[0]``: the token and its ``top_logprobs``); a label's spellings
-    (:func:`~stagebench.rerank.labels.label_variants`) are summed, a label not listed is -inf.
+    (:func:`~stagebench.llm.labels.label_variants`) are summed, a label not listed is -inf.
     None when the answer carries no logprobs; a malformed listing is an error naming the field."""
     if logprobs is None:
         return None
@@ -331,7 +331,7 @@ class ChatRequest:
     temperature: float
     seed: int
     #: a label request: the answer's first-token log-probability of each label is wanted
-    #: (:mod:`stagebench.rerank.labels`); empty: a plain completion
+    #: (:mod:`stagebench.llm.labels`); empty: a plain completion
     labels: tuple[str, ...] = ()
 
     def as_json(self) -> dict:

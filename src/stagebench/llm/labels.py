@@ -1,6 +1,6 @@
 """Label-reading LLM rerankers, free of any model: prompts, label sets, and reading an answer.
 
-The pointwise, pairwise and setwise families (:mod:`stagebench.rerank.families`) each ask a
+The pointwise, pairwise and setwise families (:mod:`stagebench.llm.families`) each ask a
 question whose answer is one *label*: ``Yes``/``No`` (or an ESCI letter) for one product,
 ``A``/``B`` for a pair, a letter for the best of a set. A backend answers such a request
 with the log-probability of each label as the answer's first token where it can
@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass
 
 from stagebench.data.text import template_problem
-from stagebench.rerank.listwise import FALLBACK, LOW_MASS, OK, shorten
+from stagebench.llm.listwise import FALLBACK, LOW_MASS, OK, shorten
 
 #: label sets of the pointwise family: (label, grade); the score is the expected grade
 LABEL_SETS: dict[str, tuple[tuple[str, float], ...]] = {
