@@ -53,7 +53,7 @@ from stagebench.report.write import render
 from stagebench.results.compare import Comparison, compare_folders
 from stagebench.results.folder import RESULTS, RunFolder
 from stagebench.results.incompleteness import Incompleteness
-from stagebench.results.scoring import score_folder
+from stagebench.results.scoring import stage_evaluations
 from stagebench.runs import Run, checked_qrels, checked_run, run_digest
 from stagebench.models.variants import for_placement, onnx_kind
 from stagebench.table import StageTable
@@ -188,8 +188,9 @@ def open(folder: str | Path) -> Result:  # noqa: A001 - stagebench.open, as a no
     if not all(rf.holds(f"runs/{s.name}.trec") for s in rf.stages):
         return Result(output=rf.path, stage_table=table, runs={}, per_query_values=rf.per_query(), table_text=text)
     runs = rf.runs()
-    scored = score_folder(rf.manifest, rf.qrels(), runs)
-    return Result(output=rf.path, stage_table=table, runs=runs, per_query_values=scored.per_query, table_text=text)
+    evals = stage_evaluations(rf.manifest, rf.qrels(), runs)  # the per-query values only: the table was read
+    return Result(output=rf.path, stage_table=table, runs=runs, per_query_values={n: e.per_query for n, e in evals.items()},
+                  table_text=text)  # fmt: skip
 
 
 def compare(a: Result | str | Path, b: Result | str | Path, *, permutations: int = 10000, seed: int = 42,
