@@ -44,7 +44,7 @@ from stagebench.runtime.engine import EngineParams
 from stagebench.errors import ConfigError, DataError
 from stagebench.execute import StageRun, canonical, context, make_stage, run_in
 from stagebench.judging import add_judgments, plan_judgments, run_incompleteness
-from stagebench.metrics import Evaluation, Measure
+from stagebench.metrics import Evaluation, Measure, check_thresholds
 from stagebench.metrics import evaluate as _evaluate
 from stagebench.files import check_apart, check_destination, remove_staging, staging, swap_in
 from stagebench.models.resolve import ResolvedModel, resolve_model
@@ -344,5 +344,7 @@ def evaluate(qrels: Mapping[Any, Mapping[Any, Any]], run: Mapping[Any, Mapping[A
     integers read as their decimal strings; no null, float, whitespace or newline), scores
     finite, grades integers - anything else is one :class:`~stagebench.errors.DataError`
     naming the query and document."""
-    return _evaluate(checked_qrels(qrels, "qrels"), checked_run(run, "run"), measures,
-                     relevance_threshold=relevance_threshold, gain=gain)  # fmt: skip
+    measures = list(measures)
+    q = checked_qrels(qrels, "qrels")
+    check_thresholds(q, relevance_threshold, measures, "qrels", "relevance_threshold")
+    return _evaluate(q, checked_run(run, "run"), measures, relevance_threshold=relevance_threshold, gain=gain)

@@ -37,7 +37,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from stagebench.files import file_digest, named, swap_in
+from stagebench.files import file_digest, named, process_alive, swap_in
 from stagebench.runtime.system import PeakMemory
 from stagebench.version import __version__
 
@@ -267,6 +267,9 @@ class Cache:
         gone = []
         for row in self.list():
             why = None
+            writer = _writer(Path(row["path"])) if row["partial"] else None
+            if writer is not None and writer != os.getpid() and process_alive(writer):
+                continue  # a live run is writing it (it renames it into place, or removes it, itself)
             if everything:
                 why = "all"
             elif row["partial"]:
@@ -283,6 +286,12 @@ class Cache:
                 if not dry_run:
                     shutil.rmtree(row["path"], ignore_errors=True)
         return gone
+
+
+def _writer(path: Path) -> int | None:
+    """The pid in a half-written entry's name (``.tmp-<key>-<pid>-<ns>``)."""
+    parts = path.name.split("-")
+    return int(parts[-2]) if len(parts) >= 4 and parts[-2].isdigit() else None
 
 
 def _du(path: Path) -> int:

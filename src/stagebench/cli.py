@@ -9,24 +9,26 @@ import logging
 import os
 import signal
 import sys
+import typing
 import time
 import traceback
 from pathlib import Path
 
 from stagebench.cache import Cache, cache_root, human_bytes
-from stagebench.config import load_config
+from stagebench.config import EvaluationConfig, load_config
+from stagebench.params import coerce
 from stagebench.data.synthetic import SyntheticSpec, generate
 from stagebench.errors import StagebenchError
 from stagebench.files import atomic_write
 from stagebench.judging import add_judgments, judge_folder, plan_judgments, run_incompleteness, simulate_plans
-from stagebench.metrics import evaluate, holes, parse_measure
+from stagebench.metrics import check_thresholds, evaluate, holes, parse_measure
 from stagebench.pipeline import run_config
 from stagebench.report.tables import (check_text, comparison_text, matrix_csv, matrix_markdown, matrix_text, segments_csv,
                                      segments_markdown, segments_text)  # fmt: skip
 from stagebench.report import plots
 from stagebench.report.write import rerender, show_query
 from stagebench.reproductions import matrix, reproduce
-from stagebench.results.check import compare_with_expected, write_expected
+from stagebench.results.check import Expected, compare_with_expected, write_expected
 from stagebench.results.compare import compare_folders
 from stagebench.results.folder import RunFolder
 from stagebench.results.matrix import matrix_table
@@ -60,6 +62,12 @@ def _cmd_judge(args: argparse.Namespace) -> int:
     return 0
 
 
+def _declared(value, section: type, name: str, flag: str):
+    """A flag's value checked by the declaration of the config key it stands for (one schema for
+    both: ``compare --alpha`` is ``evaluation.alpha``): its type, range and finiteness."""
+    return None if value is None else coerce(value, typing.get_type_hints(section, include_extras=True)[name], flag)
+
+
 def _positive_int(text: str, most: int = 1_000_000) -> int:
     """An argparse type: an integer in 1..``most`` (argparse names the flag in its one-line error)."""
     try:
@@ -89,7 +97,8 @@ def _rates(text: str) -> list[float]:
 
 
 def _cmd_incompleteness(args: argparse.Namespace) -> int:
-    inc = run_incompleteness(args.run_dir, args.rates, args.seeds, args.measure, args.permutations, args.report)
+    permutations = _declared(args.permutations, EvaluationConfig, "permutations", "--permutations")
+    inc = run_incompleteness(args.run_dir, args.rates, args.seeds, args.measure, permutations, args.report)
     sys.stdout.write(inc.text())
     if args.json:
         atomic_write(args.json, json.dumps(inc.as_json(), indent=2) + "\n")
@@ -133,8 +142,9 @@ def _cmd_show(args: argparse.Namespace) -> int:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    sys.stdout.write(comparison_text(compare_folders(args.run_dir_a, args.run_dir_b, permutations=args.permutations,
-                                                     seed=args.seed, alpha=args.alpha)))  # fmt: skip
+    permutations, seed, alpha = (_declared(getattr(args, k), EvaluationConfig, k, f"--{k}") for k in ("permutations", "seed", "alpha"))
+    sys.stdout.write(comparison_text(compare_folders(args.run_dir_a, args.run_dir_b, permutations=permutations,
+                                                     seed=seed, alpha=alpha)))  # fmt: skip
     return 0
 
 
@@ -190,7 +200,8 @@ def _cmd_tune(args: argparse.Namespace) -> int:
 
 def _cmd_check(args: argparse.Namespace) -> int:
     if args.update:
-        write_expected(args.run_dir, args.expected, tolerance=args.tolerance, stored_table=args.stored_table)
+        tolerance = _declared(args.tolerance, Expected, "tolerance", "--tolerance")
+        write_expected(args.run_dir, args.expected, tolerance=tolerance, stored_table=args.stored_table)
         print(f"wrote {args.expected} from {args.run_dir}")
         return 0
     rows, source = compare_with_expected(args.run_dir, args.expected, stored_table=args.stored_table)
@@ -256,6 +267,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         except StagebenchError as exc:
             raise StagebenchError(f"-m {m}: {exc}") from None
     qrels = read_trec_qrels(args.qrels)
+    check_thresholds(qrels, args.rel, measures, args.qrels, "--rel")
     run = read_trec_run(args.run)
     kw = {"relevance_threshold": args.rel, "gain": args.gain}
     ev = evaluate(qrels, run, measures, **kw, holes="judged_only" if args.view == "judged-only" else "irrelevant")

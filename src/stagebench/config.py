@@ -91,8 +91,10 @@ class EvaluationConfig:
     baseline: str | None = param(None, "the stage every other stage is compared with, besides its inputs (null: the first)")
     test: Literal["randomization", "ttest"] = param("randomization", "which test marks significance (both are in significance.json)")
     alpha: Probability = param(0.05, "significance level, after Holm-Bonferroni correction")
-    permutations: Annotated[int, Range(ge=100)] = param(10000, "randomization-test permutations")
-    bootstrap: Annotated[int, Range(ge=100)] = param(2000, "bootstrap resamples for the 95% confidence intervals")
+    permutations: Annotated[int, Range(ge=100, le=10_000_000)] = param(10000, "randomization-test permutations (at most "
+                                                                       "10 million: a p-value to 1e-7)")  # fmt: skip
+    bootstrap: Annotated[int, Range(ge=100, le=1_000_000)] = param(2000, "bootstrap resamples for the 95% confidence "
+                                                                   "intervals (at most 1 million)")  # fmt: skip
     seed: Seed = param(42, "seed of both, so the numbers are reproducible")
     latency_queries: NonNegativeInt = param(20, "queries each stage serves one at a time, warm, for its p50/p95/p99 "
                                                 "latency in the cost table (drawn with seed; 0: not measured)")  # fmt: skip

@@ -259,20 +259,24 @@ def remove_staging(folder: Path) -> None:
         shutil.rmtree(folder)
 
 
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` is running (one another user owns counts as running)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def remove_stale_staging(target: Path) -> list[Path]:
     """Remove the staging folders of ``target`` left by processes that are gone."""
     gone = []
     for d in target.parent.glob(f".{target.name}.partial-*"):
         pid = d.name.rsplit("-", 1)[-1]
-        if not pid.isdigit() or int(pid) == os.getpid():
-            continue
-        try:
-            os.kill(int(pid), 0)
-            continue  # alive: another run's
-        except ProcessLookupError:
-            pass
-        except PermissionError:
-            continue
+        if not pid.isdigit() or int(pid) == os.getpid() or process_alive(int(pid)):
+            continue  # ours, or another live run's
         if (d / STAGING_MARK).is_file():
             log.info("removing %s, left by an interrupted run", d)
             remove_staging(d)

@@ -252,11 +252,15 @@ def build(cls: type, mapping: Any, where: str) -> Any:
 
 def _strict_loader() -> type:
     class StrictLoader(yaml.SafeLoader):
-        """SafeLoader that refuses a key given twice in one mapping."""
+        """SafeLoader that refuses a key given twice in one mapping. Merge keys (``<<: *anchor``) work
+        as in PyYAML's safe loader: the mapping's own keys override the merged ones, and only its own
+        keys are checked for duplicates."""
 
     def construct_mapping(loader, node, deep=False):  # noqa: ANN001
         seen: dict[Any, int] = {}
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # merged below by SafeLoader.construct_mapping (flatten_mapping)
             key = loader.construct_object(key_node, deep=True)
             try:
                 hash(key)

@@ -73,6 +73,21 @@ def scored_query_ids(qrels: Mapping[str, Mapping[str, int]]) -> list[str]:
     return sorted(q for q, docs in qrels.items() if any(g >= SCORED_MIN_GRADE for g in docs.values()))
 
 
+def check_thresholds(qrels: Mapping[str, Mapping[str, int]], relevance_threshold: int, measures: Iterable[Measure | str],
+                     where: str, flag: str = "relevance threshold") -> None:  # fmt: skip
+    """Refuse a relevance threshold (or a measure's ``rel=``) above every grade the qrels hold: every
+    binary measure would be 0 for every query, an answer that says nothing."""
+    grades = [g for docs in qrels.values() for g in docs.values()]
+    top = max(grades, default=0)
+    if relevance_threshold > top:
+        raise StagebenchError(f"{where}: {flag} {relevance_threshold} is above every grade in the qrels (highest: {top}); "
+                              "every binary measure would be 0")  # fmt: skip
+    for m in measures:
+        m = m if isinstance(m, Measure) else parse_measure(m)
+        if m.rel is not None and m.rel > top:
+            raise StagebenchError(f"{where}: {m.name}: rel={m.rel} is above every grade in the qrels (highest: {top})")
+
+
 def evaluate(
     qrels: Mapping[str, Mapping[str, int]],
     run: Mapping[str, Mapping[str, float]],

@@ -32,7 +32,7 @@ import yaml
 from stagebench.errors import ConfigError, StagebenchError
 from stagebench.files import atomic_write
 from stagebench.metrics import evaluate, parse_measure
-from stagebench.params import build, read_yaml
+from stagebench.params import NonNegativeFloat, build, read_yaml
 from stagebench.record import Manifest
 from stagebench.results.folder import RunFolder
 
@@ -43,8 +43,8 @@ DATASET_KEYS = ("fingerprint", "queries_fingerprint", "qrels_fingerprint")
 @dataclass
 class Expected:
     stages: dict[str, dict[str, float]]
-    tolerance: float = 0.001
-    tolerances: dict[str, float] = field(default_factory=dict)
+    tolerance: NonNegativeFloat = 0.001
+    tolerances: dict[str, NonNegativeFloat] = field(default_factory=dict)
     dataset: dict[str, str] = field(default_factory=dict)
     config: str | None = None
 
