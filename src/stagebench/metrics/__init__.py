@@ -79,6 +79,8 @@ def check_thresholds(qrels: Mapping[str, Mapping[str, int]], relevance_threshold
     binary measure would be 0 for every query, an answer that says nothing."""
     grades = [g for docs in qrels.values() for g in docs.values()]
     top = max(grades, default=0)
+    if top < SCORED_MIN_GRADE:
+        return  # nothing is scorable at all: evaluate says so in its own words
     if relevance_threshold > top:
         raise StagebenchError(f"{where}: {flag} {relevance_threshold} is above every grade in the qrels (highest: {top}); "
                               "every binary measure would be 0")  # fmt: skip
