@@ -9,6 +9,8 @@ import os
 import re
 import shutil
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -201,7 +203,9 @@ def test_manifest_records_keys_machine_memory_and_versions(tmp_path, small_synth
 def test_cache_ls_and_prune(tmp_path, small_synthetic):
     run_config(load_config(write_config(tmp_path, small_synthetic)))
     root = tmp_path / "cache"
-    (root / "runs" / ".tmp-deadbeef-1-2").mkdir()  # what a killed writer leaves
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    (root / "runs" / f".tmp-deadbeef-{gone.pid}-2").mkdir()  # what a killed writer leaves (a live one's is kept)
     entries = Cache(root).list()
     victim = next(e for e in entries if e["kind"] == "runs" and not e["partial"])
     Path(victim["path"], "run.trec").write_text("truncated")
