@@ -168,10 +168,10 @@ BUGS: tuple[Bug, ...] = (
         "c.oracle_ndcg10, c.headroom_captured, row.id in pool_row.better_than.get(MEASURE, []),\n"
         "                                    pool_row.id in row.better_than.get(MEASURE, [])))",
         ("tests/test_matrix.py::test_a_cell_is_marked_better_or_worse_than_its_pool_as_the_stage_table_marks_it",)),
-    Bug("tuning", "a k-fold decision is made on every query, its own fold's too", "src/stagebench/tuning.py",
+    Bug("tuning", "a k-fold decision is made on every query, its own fold's too", "src/stagebench/fitting/tune.py",
         "tuple(q for j, f in enumerate(folds) if j != i for q in f)", "tuple(q for f in folds for q in f)",
         (TUNING + "test_kfold_decisions_never_read_their_own_folds_judgments",)),
-    Bug("tuning", "split tuning scored on the test split", "src/stagebench/tuning.py",
+    Bug("tuning", "split tuning scored on the test split", "src/stagebench/fitting/tune.py",
         'return Held("split", ds, [Decision(tune.split, tuple(ids), None)],',
         'return Held("split", test, [Decision(tune.split, tuple(scored_query_ids(test.qrels)), None)],',
         (TUNING + "test_split_tuning_never_reads_the_test_judgments",)),

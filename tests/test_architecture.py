@@ -24,7 +24,7 @@ LAYERS = {
         "results.views", "results.incompleteness", "results.planning", "results.worksheet", "results.baselines", "judge.rules",
         "judge.ask"],
     3: ["config", "report", "report.tables", "report.plots", "report.explorer", "report.html", "report.write"],
-    4: ["execute", "judging", "pipeline", "training", "tuning", "reproductions", "runtime.supervisor"],
+    4: ["execute", "judging", "pipeline", "fitting", "fitting.train", "fitting.tune", "reproductions", "runtime.supervisor"],
     5: ["api", "cli", "docgen", "", "__main__"],
 }  # fmt: skip
 LAYER = {f"stagebench.{m}".rstrip("."): n for n, mods in LAYERS.items() for m in mods}
@@ -103,9 +103,9 @@ MANIFEST_JSON_KEYS = {
 #: modules that read a config (or another JSON object) whose keys share these names, not a manifest
 NOT_MANIFEST_READERS = {
     "stagebench.config", "stagebench.params", "stagebench.cache", "stagebench.runtime.engine",
-    "stagebench.files", "stagebench.training",  # the model and dataset records (their own "files")
+    "stagebench.files", "stagebench.fitting.train",  # the model and dataset records (their own "files")
     "stagebench.llm.chat",  # a server's answer and its "usage" (prompt_tokens, completion_tokens)
-    "stagebench.tuning",  # its own tuning.json record and the config's raw "stages"
+    "stagebench.fitting.tune",  # its own tuning.json record and the config's raw "stages"
 }  # fmt: skip
 
 

@@ -47,7 +47,7 @@ TINY = """  base_model: sentence-transformers/all-MiniLM-L6-v2   # a bi-encoder:
 
 def test_no_test_query_or_judgment_reaches_training(tmp_path, small_synthetic):
     from stagebench.data.esci import EsciOptions, load_esci
-    from stagebench.training import build_training_data
+    from stagebench.fitting.train import build_training_data
 
     config = load_config(write_config(tmp_path, small_synthetic, TINY.format(out=tmp_path / "m", seed=1)))
     data, ds = build_training_data(config, config.training)

@@ -19,7 +19,7 @@ import pytest
 from stagebench.config import load_config
 from stagebench.errors import ConfigError
 from stagebench.pipeline import run_config
-from stagebench.tuning import tune
+from stagebench.fitting.tune import tune
 from tests.conftest import REPO, stagebench_cli
 
 SPACE = "{stemmer: [null, english], k1: [0.5, 1.2, 3.0]}"

@@ -57,8 +57,8 @@ from stagebench.results.scoring import stage_evaluations
 from stagebench.runs import Run, checked_qrels, checked_run, run_digest
 from stagebench.models.variants import for_placement, onnx_kind
 from stagebench.table import StageTable
-from stagebench.tuning import TuneResult
-from stagebench.tuning import tune as _tune
+from stagebench.fitting.tune import TuneResult
+from stagebench.fitting.tune import tune as _tune
 
 
 def config_from(config: Config | Mapping[str, Any] | str | Path, engine: str | None = None) -> Config:

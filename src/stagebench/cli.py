@@ -37,8 +37,8 @@ from stagebench.results.segments import MIN_QUERIES, folder_segments
 from stagebench.results.scoring import conventions_line
 from stagebench.runs import read_trec_qrels, read_trec_run
 from stagebench.runtime.supervisor import report_finished, run_watched, watched
-from stagebench.training import train_reranker
-from stagebench.tuning import tune
+from stagebench.fitting.train import train_reranker
+from stagebench.fitting.tune import tune
 from stagebench.version import __version__
 
 

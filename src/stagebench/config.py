@@ -322,7 +322,7 @@ class Config:
     matrix: MatrixRecord | None = None  # the reranker-by-pool matrix (its stages are in stages)
     judge: JudgeParams | None = None  # the LLM judge of the holes (stagebench.judging)
     engine: EngineParams = field(default_factory=EngineParams)  # the top-level engine: (stages may override it)
-    tune: TuneConfig | None = None  # for `stagebench tune` (stagebench.tuning)
+    tune: TuneConfig | None = None  # for `stagebench tune` (stagebench.fitting.tune)
 
     def ray_engine(self) -> EngineParams | None:
         """The settings of the Ray cluster this run connects to (one per run), or None."""

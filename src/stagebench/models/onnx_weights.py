@@ -2,7 +2,7 @@
 
 Two uses: the reference the ONNX path is checked against (tests/test_onnx_weights.py,
 make perf), and the starting point for fine-tuning the bundled MS MARCO cross-encoder
-offline (stagebench.training), since an INT8 ONNX graph cannot be trained.
+offline (stagebench.fitting.train), since an INT8 ONNX graph cannot be trained.
 
 The fp32 original (cross-encoder/ms-marco-MiniLM-L-12-v2 on the hub) cannot be fetched
 offline. The closest real reference is built here: the INT8 weights of the ONNX graph are

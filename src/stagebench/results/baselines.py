@@ -1,6 +1,6 @@
 """Weak baselines: what ``stagebench tune`` found for a stage, kept where a later run finds it.
 
-A tuning (:mod:`stagebench.tuning`) stores, for each stage it tuned, a ``tuning`` cache entry under
+A tuning (:mod:`stagebench.fitting.tune`) stores, for each stage it tuned, a ``tuning`` cache entry under
 the key of that stage's default run on the test queries (:func:`key_parts`: the stage run's key,
 the gain and the relevance threshold, so only a table scored the same way reads it). A run looks
 its stages up (:func:`find`), records what it found in the manifest, and the stage table says,
