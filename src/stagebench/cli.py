@@ -337,7 +337,7 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="run a config's stages and write the stage table")
     r.add_argument("config")
     r.add_argument("--output", help="results folder (default: the config's output)")
-    r.add_argument("--cache-dir", help="cache root (default: $STAGEBENCH_CACHE, the config's cache_dir, .stagebench-cache)")
+    r.add_argument("--cache-dir", help=CACHE_DIR_HELP)
     r.add_argument("--recompute", action="store_true", help="ignore cached stage results and replace them")
     r.add_argument("--engine", choices=("local", "ray"),
                    help="run every stage on this engine (with the config's engine: settings when they are of this "
@@ -390,7 +390,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "apart from the test queries; write the tuned config and default against tuned (docs/baselines.md)")  # fmt: skip
     tu.add_argument("config")
     tu.add_argument("--output", help="the tuning folder (default: tune.output, else <output>-tuning)")
-    tu.add_argument("--cache-dir", help="cache root (default: $STAGEBENCH_CACHE, the config's cache_dir, .stagebench-cache)")
+    tu.add_argument("--cache-dir", help=CACHE_DIR_HELP)
     tu.set_defaults(func=_cmd_tune)
 
     k = sub.add_parser("check", help="compare a run folder's metrics with expected values (exit 1 on FAIL)")
@@ -439,7 +439,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "agreement with the human labels measured) and write the judge-filled stage table")  # fmt: skip
     j.add_argument("run_dir")
     j.add_argument("--config", help="a config whose judge: section to use (default: the folder's own config's)")
-    j.add_argument("--cache-dir", help="cache root (default: $STAGEBENCH_CACHE, the config's cache_dir, .stagebench-cache)")
+    j.add_argument("--cache-dir", help=CACHE_DIR_HELP)
     j.set_defaults(func=_cmd_judge)
     inc = sub.add_parser("incompleteness", help="how each view of the unjudged documents ranks the stages when "
                          "judgments are taken away (and against the truth, when the rules judged the folder)")  # fmt: skip
@@ -524,6 +524,13 @@ def _on_signals() -> dict:
     return old
 
 
+CACHE_DIR_HELP = "cache root (default: $STAGEBENCH_CACHE, the config's cache_dir, .stagebench-cache)"
+
+#: commands whose work goes through the stage cache as it finishes: what they write, what resumes
+RESUMABLE = {"run": ("results folder", "stage"), "train-reranker": ("model folder", "stage"),
+             "tune": ("tuning folder", "trial")}  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
@@ -549,9 +556,10 @@ def _main(args: argparse.Namespace) -> int:
     except StagebenchError as exc:
         return _fail(str(exc), debug)
     except KeyboardInterrupt as exc:
-        if args.command in ("run", "train-reranker", "tune"):
-            kept = ("no results folder was written or changed; every stage that finished is in the cache, so the "
-                    "same command resumes after the last finished stage")  # fmt: skip
+        if args.command in RESUMABLE:
+            folder, step = RESUMABLE[args.command]
+            kept = (f"no {folder} was written or changed; every {step} that finished is in the cache, so the "
+                    f"same command resumes after the last finished {step}")  # fmt: skip
         else:
             kept = "nothing was changed"
         if isinstance(exc, Terminated):

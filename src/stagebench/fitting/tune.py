@@ -448,8 +448,7 @@ def tune_text(record: dict) -> str:
     """Default against tuned on the test queries, one block per tuned stage (Markdown)."""
     q = record["queries"]
     lines = [f"# Tuning of {record['name']}: {', '.join(record['stages'])}", "",
-             f"Chosen by {record['measure']} on {q['why']}; {record['counts']['trials']} trials "
-             f"({record['counts']['computed']} computed, {record['counts']['cached']} read from the stage cache). "
+             f"Chosen by {record['measure']} on {q['why']}; {record['counts']['trials']} trials. "
              f"Gain {record['gain']}, relevance threshold {record['relevance_threshold']}, unjudged documents count as "
              f"{record['unjudged']}."]  # fmt: skip
     for name in record["stages"]:
