@@ -17,14 +17,14 @@ LAYERS = {
         "table", "data.text", "data.corpus", "rerank", "llm", "llm.schemes", "runtime.devices", "runtime.engine", "judge", "models", "runtime", "models.onnx_graphs"],
     1: ["llm.listwise", "llm.labels", "judge.scale", "runs", "metrics.names", "metrics.value", "metrics.holes", "metrics", "cache", "models.resolve", "record", "data.model", "data.esci", "data.jsonl", "data.trec",
         "data.synthetic", "data", "rerank.merge"],
-    2: ["models.encoders", "models.onnx_weights", "models.variants", "models.finetune", "stages.base", "stages.model", "llm.chat", "rerank.plugins", "rerank.pointwise",
+    2: ["models.encoders", "models.onnx_weights", "models.variants", "stages.base", "stages.model", "llm.chat", "rerank.plugins", "rerank.pointwise",
         "llm.windows", "llm.families", "stages.bm25", "stages.dense", "stages.fusion", "stages.rerank", "stages.run_file",
         "stages.llm_rerank", "stages.oracle", "stages", "results", "results.ceilings", "results.queries", "results.folder", "results.depth",
         "results.scoring", "results.cost", "results.check", "results.compare", "results.segments", "results.matrix", "results.agreement", "results.judged",
         "results.views", "results.incompleteness", "results.planning", "results.worksheet", "results.baselines", "judge.rules",
-        "judge.ask"],
+        "judge.ask", "judge.section"],
     3: ["config", "report", "report.tables", "report.plots", "report.explorer", "report.html", "report.write"],
-    4: ["execute", "judging", "pipeline", "fitting", "fitting.train", "fitting.tune", "reproductions", "runtime.supervisor"],
+    4: ["execute", "judge.rounds", "pipeline", "fitting", "fitting.finetune", "fitting.train", "fitting.tune", "reproductions", "runtime.supervisor"],
     5: ["api", "cli", "docgen", "", "__main__"],
 }  # fmt: skip
 LAYER = {f"stagebench.{m}".rstrip("."): n for n, mods in LAYERS.items() for m in mods}

@@ -17,7 +17,7 @@ from stagebench.data import Dataset
 from stagebench.errors import ConfigError
 from stagebench.judge.ask import Judge, JudgeParams
 from stagebench.judge.scale import ESCI, parse_grade, scale_for
-from stagebench.judging import judge_runs
+from stagebench.judge.rounds import judge_runs
 from stagebench.params import build
 from stagebench.llm.chat import ChatRequest, Completion, RequestFailed
 from stagebench.results.agreement import agreement, kappa, kendall_tau_b

@@ -17,7 +17,7 @@ from stagebench.cli import main
 from stagebench.config import parse_config
 from stagebench.errors import ConfigError, StagebenchError
 from stagebench.files import file_digest
-from stagebench.judging import add_judgments, ground
+from stagebench.judge.rounds import add_judgments, ground
 from stagebench.metrics import evaluate, parse_measure
 from stagebench.results.folder import RunFolder
 from stagebench.results.incompleteness import subsample

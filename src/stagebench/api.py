@@ -36,14 +36,15 @@ from pathlib import Path
 from typing import Any
 
 from stagebench.cache import Cache, cache_root
-from stagebench.config import Config, DatasetConfig, load_config, parse_config, parse_dataset, parse_stage
+from stagebench.config import Config, load_config, parse_config, parse_stage
+from stagebench.data import DatasetConfig, parse_dataset
 from stagebench.data.model import Dataset
 from stagebench.runtime.devices import Placement, place
 from stagebench.models.encoders import BiEncoder, CrossEncoderModel, load_bi_encoder, load_cross_encoder
 from stagebench.runtime.engine import EngineParams
 from stagebench.errors import ConfigError, DataError
 from stagebench.execute import StageRun, canonical, context, make_stage, run_in
-from stagebench.judging import add_judgments, plan_judgments, run_incompleteness
+from stagebench.judge.rounds import add_judgments, plan_judgments, run_incompleteness
 from stagebench.metrics import Evaluation, Measure, check_thresholds
 from stagebench.metrics import evaluate as _evaluate
 from stagebench.files import check_apart, check_destination, remove_staging, staging, swap_in

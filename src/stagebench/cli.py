@@ -20,7 +20,7 @@ from stagebench.params import coerce
 from stagebench.data.synthetic import SyntheticSpec, generate
 from stagebench.errors import StagebenchError
 from stagebench.files import atomic_write
-from stagebench.judging import add_judgments, judge_folder, plan_judgments, run_incompleteness, simulate_plans
+from stagebench.judge.rounds import add_judgments, judge_folder, plan_judgments, run_incompleteness, simulate_plans
 from stagebench.metrics import check_thresholds, evaluate, holes, parse_measure
 from stagebench.pipeline import run_config
 from stagebench.report.tables import (check_text, comparison_text, matrix_csv, matrix_markdown, matrix_text, segments_csv,

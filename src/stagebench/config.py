@@ -37,14 +37,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from stagebench.data import LOADERS
+from stagebench.data import DatasetConfig, parse_dataset
 from stagebench.runtime.engine import EngineParams
 from stagebench.errors import ConfigError, StagebenchError
 from stagebench.judge.ask import JudgeParams
-from stagebench.judge.rules import RULES, dataset_problem
+from stagebench.judge.section import parse_judge
 from stagebench.metrics.compute import gain_map
 from stagebench.metrics.names import Measure, parse_measure
-from stagebench.models.resolve import check_model
+from stagebench.models.resolve import check_model, check_stage_model
 from stagebench.record import MatrixRecord
 from stagebench.params import (
     DeviceSpec,
@@ -63,12 +63,6 @@ from stagebench.results.segments import BUILT_IN as SEGMENTERS, read_segment_fil
 from stagebench.stages import STAGE_TYPES, stage_class
 
 DEFAULT_METRICS = ("nDCG@10", "RR@10", "R@100")
-
-
-@dataclass
-class DatasetConfig:
-    loader: str
-    options: Any
 
 
 @dataclass
@@ -320,7 +314,7 @@ class Config:
     raw: dict
     training: TrainingConfig | None = None  # for `stagebench train-reranker`
     matrix: MatrixRecord | None = None  # the reranker-by-pool matrix (its stages are in stages)
-    judge: JudgeParams | None = None  # the LLM judge of the holes (stagebench.judging)
+    judge: JudgeParams | None = None  # the LLM judge of the holes (stagebench.judge.rounds)
     engine: EngineParams = field(default_factory=EngineParams)  # the top-level engine: (stages may override it)
     tune: TuneConfig | None = None  # for `stagebench tune` (stagebench.fitting.tune)
 
@@ -507,34 +501,6 @@ def check_tune(tune: TuneConfig, stages: list[StageConfig], stages_raw: list, en
                               f"{tune.trials}; raise tune.trials or use search: random")  # fmt: skip
 
 
-def parse_judge(raw: Any, where: str | None, stage_names: list[str], dataset: DatasetConfig) -> JudgeParams:
-    """The ``judge:`` section, validated: its keys, its model (resolved now), the stages it pools
-    among ``stage_names``, and for backend rules a ``dataset`` generate-data wrote. ``where``: the
-    file to name in an error (None: the caller adds it)."""
-    try:
-        params = build(JudgeParams, raw, "judge")
-        if params.backend == RULES and (why := dataset_problem(dataset.loader, dataset.options)):
-            raise ConfigError(f"judge.backend: {why}")
-        for j, s in enumerate(params.stages or []):
-            if s not in stage_names:
-                raise ConfigError(f"judge.stages[{j}]: unknown stage {s!r} (known: {', '.join(stage_names)})")
-        check_stage_model(params, "judge")
-    except ConfigError as exc:
-        raise ConfigError(str(exc) if where is None else f"{where}: {exc}") from None
-    return params
-
-
-def parse_dataset(raw: Any) -> DatasetConfig:
-    """The ``dataset:`` section: a known loader and its options, validated."""
-    if not isinstance(raw, dict):
-        raise ConfigError("dataset: expected a mapping")
-    loader = raw.get("loader")
-    if loader not in LOADERS:
-        raise ConfigError(f"dataset.loader: unknown loader {loader!r} (known: {', '.join(LOADERS)})")
-    options = build(LOADERS[loader].options, {k: v for k, v in raw.items() if k != "loader"}, "dataset")
-    return DatasetConfig(loader=loader, options=options)
-
-
 def parse_stage(s: Any, where: str, seen: set[str], engine: EngineParams, training: Any = None,
                 siblings: list | tuple = ()) -> StageConfig:  # fmt: skip
     """One entry of ``stages:`` (at ``where``, e.g. ``stages[2]``), validated: its keys, name, type,
@@ -589,16 +555,3 @@ def _name(value: Any, where: str) -> str:
         raise ConfigError(f"{where}: {name!r} is not a valid name (letters, digits, '_', '-', '.'; starting with a "
                           "letter or digit; at most 100 characters): it names files and folders")  # fmt: skip
     return name
-
-
-def check_stage_model(params: Any, where: str, training: Any = None) -> None:
-    """A stage's ``model``/``source`` must resolve (local folder, carrier or hub) when the config
-    is loaded, so an unknown name fails before any stage runs. The one exception: the folder
-    this config's ``training:`` section writes, which may not exist before training."""
-
-    if not hasattr(params, "model") or not hasattr(params, "source") or not getattr(params, "model_is_local", True):
-        return
-    if training is not None and training.produces(params.model):
-        return
-    for key, msg in check_model(params.model, params.source, getattr(params, "max_length", None)):
-        raise ConfigError(f"{where}.{key}: {msg}")

@@ -29,7 +29,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from stagebench.cache import Cache, cache_root
-from stagebench.config import Config, DatasetConfig, check_trained_models
+from stagebench.config import Config, check_trained_models
+from stagebench.data import DatasetConfig
 from stagebench.data import LOADERS, Dataset
 from stagebench.data.esci import SOURCES_FILE
 from stagebench.runtime.engine import ray_session
@@ -38,7 +39,7 @@ from stagebench.execute import (context, latency_sample, make_stage, measure_lat
                                 stage_key)
 from stagebench.judge.ask import Judge
 from stagebench.judge.rules import RulesJudge
-from stagebench.judging import judge_runs, make_judge
+from stagebench.judge.rounds import judge_runs, make_judge
 from stagebench.files import atomic_write, check_apart, check_destination, check_writable, remove_staging, staging, swap_in
 from stagebench.metrics import SCORED_MIN_GRADE
 from stagebench.metrics.compute import gain_map

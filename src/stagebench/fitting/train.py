@@ -46,9 +46,8 @@ from stagebench.execute import context, make_stage, run_in
 from stagebench.files import (
     STAGING_MARK, Owned, atomic_write, check_destination, inventory, json_record, remove_staging, staging, swap_in,
 )
-from stagebench.models.finetune import TrainingData
+from stagebench.fitting.finetune import TrainingData, fine_tune
 from stagebench.runs import ranked_ids
-from stagebench.stages.rerank import CrossEncoderParams, CrossEncoderStage
 
 log = logging.getLogger("stagebench")
 
@@ -150,7 +149,7 @@ def mine_negatives(config, ds, n: NegativesConfig, cache) -> dict[str, list[str]
 
 
 def train_reranker(config, output: str | None = None, cache=None) -> dict:
-    """Build the training data, fit a cross-encoder stage on it (``CrossEncoderStage.fit``), save
+    """Build the training data, fine-tune the base cross-encoder on it (:func:`~stagebench.fitting.finetune.fine_tune`), save
     the model folder with a model card, and return the training report."""
     t: TrainingConfig = config.training
     if t is None:
@@ -165,9 +164,8 @@ def train_reranker(config, output: str | None = None, cache=None) -> dict:
     try:
         work = tmp / WORK
         work.mkdir()
-        stage = CrossEncoderStage("train", CrossEncoderParams(model=t.base_model, source=t.source, max_length=t.max_length))
         try:
-            fitted = stage.fit(data, t, work)
+            fitted = fine_tune(t.base_model, t.source, data, t, work)
         except StagebenchError as exc:
             raise StagebenchError(f"{config.path}: {exc}") from exc
         shutil.rmtree(work)

@@ -30,8 +30,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
-from stagebench.errors import StagebenchError
+from stagebench.errors import ConfigError, StagebenchError
 from stagebench.optional import need
 
 SOURCES = ("auto", "bundled", "hub")
@@ -236,3 +237,15 @@ def on_this_machine(model: ResolvedModel, source: str = "auto") -> ResolvedModel
                               f"({here.identity}), not to the run's {model.origin} ({model.identity}); install the same "
                               "carrier or use a shared folder (docs/scale.md)")  # fmt: skip
     return here
+
+
+def check_stage_model(params: Any, where: str, training: Any = None) -> None:
+    """A stage's ``model``/``source`` must resolve (local folder, carrier or hub) when the config
+    is loaded, so an unknown name fails before any stage runs. The one exception: the folder
+    this config's ``training:`` section writes, which may not exist before training."""
+    if not hasattr(params, "model") or not hasattr(params, "source") or not getattr(params, "model_is_local", True):
+        return
+    if training is not None and training.produces(params.model):
+        return
+    for key, msg in check_model(params.model, params.source, getattr(params, "max_length", None)):
+        raise ConfigError(f"{where}.{key}: {msg}")

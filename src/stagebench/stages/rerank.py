@@ -9,13 +9,11 @@ import logging
 import os
 from dataclasses import dataclass, fields, replace
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 from stagebench.cache import module_source_hash
 from stagebench.runtime.devices import HardwareParams
 from stagebench.errors import ConfigError
-from stagebench.models.finetune import Fitted, TrainingData, fine_tune
 from stagebench.params import PositiveInt, build, param
 from stagebench.rerank.plugins import build_plugin, check_kwargs, import_target
 from stagebench.rerank.pointwise import CrossEncoderReranker, RerankCommon, Reranked, ScoreTask, rerank_depths
@@ -51,11 +49,6 @@ class CrossEncoderStage(ModelStage):
                     "stagebench.rerank.plugins", "stagebench.record", "stagebench.models.encoders",
                     "stagebench.models.resolve", "stagebench.runtime.devices")  # fmt: skip
     packages = ("numpy", *("onnxruntime", "tokenizers", "sentence-transformers", "transformers", "torch"))
-
-    def fit(self, data: TrainingData, recipe: Any, work: Path) -> Fitted:
-        """Fine-tune this stage's model on ``data`` (PyTerrier's ``Estimator.fit``): the recipe is a
-        config's ``training:`` section; see :mod:`stagebench.models.finetune`."""
-        return fine_tune(self.params.model, self.params.source, data, recipe, work)
 
     def _task(self, ctx: StageContext) -> ScoreTask:
         p: CrossEncoderParams = self.params

@@ -31,14 +31,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from stagebench.cache import Cache, cache_root
-from stagebench.config import DatasetConfig, parse_dataset, parse_judge
-from stagebench.data import LOADERS, Dataset
+from stagebench.data import LOADERS, Dataset, DatasetConfig, parse_dataset
 from stagebench.runtime.engine import LocalEngine
 from stagebench.errors import StagebenchError
 from stagebench.files import atomic_write, check_apart, check_destination, remove_staging, staging, swap_in
 from stagebench.judge.ask import Judge, JudgeParams
 from stagebench.judge.rules import RULES, RulesJudge
 from stagebench.judge.scale import scale_for
+from stagebench.judge.section import parse_judge
 from stagebench.metrics import holes as hole_views, parse_measure, scored_query_ids
 from stagebench.metrics.compute import gain_map
 from stagebench.metrics.names import Measure

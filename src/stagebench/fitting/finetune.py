@@ -1,8 +1,9 @@
-"""Fine-tuning a cross-encoder: what ``CrossEncoderStage.fit`` does (PyTerrier's ``Estimator.fit``).
+"""Fine-tuning a cross-encoder (the kernel behind ``stagebench train-reranker``, like PyTerrier's
+``Estimator.fit``).
 
-The stage is handed a :class:`TrainingData` (training pairs and dev pools, built from a
+:func:`fine_tune` is handed a :class:`TrainingData` (training pairs and dev pools, built from a
 dataset's train split by :mod:`stagebench.fitting.train`) and a recipe (``training:`` of a config:
-loss, epochs, batch size, learning rate, ...). It loads its own model as the base - a bundled
+loss, epochs, batch size, learning rate, ...). It loads the named model as the base - a bundled
 INT8 ONNX model is dequantized to fp32 torch weights first (:mod:`stagebench.models.onnx_weights`);
 a bi-encoder such as all-MiniLM-L6-v2 gets a fresh one-logit head - trains it with
 sentence-transformers' ``CrossEncoderTrainer``, and reports graded dev nDCG@10 / RR@10
