@@ -167,7 +167,7 @@ def cross_encoder_section(ds, repeats: int, n_queries: int, top_n: int, ref_dir:
     # the stage as a run applies it; its scoring seconds (RerankStats, model load excluded) timed
     ce = stagebench.stage("cross_encoder", top_n=top_n, max_length=256, batch_size=32, pairs_per_call=512)
     t_fast = statistics.median(ce.apply(ds, head, cache=False).stats.seconds[top_n] for _ in range(repeats))
-    fast = stagebench.cross_encoder("cross-encoder/ms-marco-MiniLM-L-12-v2", max_length=256)
+    fast = stagebench.api.cross_encoder("cross-encoder/ms-marco-MiniLM-L-12-v2", max_length=256)
     fast_scores = np.asarray(fast.predict([(ds.queries[q], text[d]) for q, d in pairs], 32), dtype=np.float64)
     fast_lat = []
     for q in qids:
@@ -282,12 +282,12 @@ def dense_precision(sets: dict, work: Path) -> dict:
     name = "sentence-transformers/all-MiniLM-L6-v2"
     ort = export_onnx(resolve_model(name).path, work / "minilm-l6-onnx")
     dense_paths = {
-        "torch fp32": stagebench.bi_encoder(name, device="cpu", precision="fp32", max_length=256),
-        "torch bf16 autocast": stagebench.bi_encoder(name, device="cpu", precision="bf16", max_length=256),
-        "torch dynamic INT8": stagebench.bi_encoder(name, device="cpu", precision="int8", max_length=256),
-        "onnxruntime fp32 (exported)": stagebench.bi_encoder(str(ort["fp32"]), device="cpu", max_length=256),
-        "onnxruntime per-channel INT8 (exported)": stagebench.bi_encoder(str(ort["int8"]), device="cpu", max_length=256),
-        "onnxruntime per-channel INT8, per-token scales (int8-token)": stagebench.bi_encoder(
+        "torch fp32": stagebench.api.bi_encoder(name, device="cpu", precision="fp32", max_length=256),
+        "torch bf16 autocast": stagebench.api.bi_encoder(name, device="cpu", precision="bf16", max_length=256),
+        "torch dynamic INT8": stagebench.api.bi_encoder(name, device="cpu", precision="int8", max_length=256),
+        "onnxruntime fp32 (exported)": stagebench.api.bi_encoder(str(ort["fp32"]), device="cpu", max_length=256),
+        "onnxruntime per-channel INT8 (exported)": stagebench.api.bi_encoder(str(ort["int8"]), device="cpu", max_length=256),
+        "onnxruntime per-channel INT8, per-token scales (int8-token)": stagebench.api.bi_encoder(
             name, device="cpu", precision="int8-token", max_length=256),
     }  # fmt: skip
     dense: dict = {}
@@ -321,13 +321,13 @@ def cross_encoder_precision(sets: dict, work: Path) -> dict:
     name = "cross-encoder/ms-marco-MiniLM-L-12-v2"
     ref = str(build_reference_folder(resolve_model(name).path, work / "ce-fp32-reference"))
     ce_paths = {
-        "torch fp32 (dequantized weights)": stagebench.cross_encoder(ref, device="cpu", precision="fp32", max_length=256),
-        "torch bf16 autocast (dequantized weights)": stagebench.cross_encoder(ref, device="cpu", precision="bf16", max_length=256),
-        "onnxruntime fp32 (fp32: the carrier dequantized)": stagebench.cross_encoder(name, device="cpu", precision="fp32",
+        "torch fp32 (dequantized weights)": stagebench.api.cross_encoder(ref, device="cpu", precision="fp32", max_length=256),
+        "torch bf16 autocast (dequantized weights)": stagebench.api.cross_encoder(ref, device="cpu", precision="bf16", max_length=256),
+        "onnxruntime fp32 (fp32: the carrier dequantized)": stagebench.api.cross_encoder(name, device="cpu", precision="fp32",
                                                                                       max_length=256),
-        "INT8 carrier, per-token activation scales (int8-token, auto on a CPU)": stagebench.cross_encoder(
+        "INT8 carrier, per-token activation scales (int8-token, auto on a CPU)": stagebench.api.cross_encoder(
             name, device="cpu", precision="int8-token", max_length=256),
-        "INT8 carrier as shipped, per-batch scales (int8)": stagebench.cross_encoder(name, device="cpu", precision="int8",
+        "INT8 carrier as shipped, per-batch scales (int8)": stagebench.api.cross_encoder(name, device="cpu", precision="int8",
                                                                                     max_length=256),
     }  # fmt: skip
     depth, max_q = 20, 100
@@ -499,7 +499,7 @@ def scale_one(path: Path, what: str, queries: int, encode_docs: int | None) -> d
     else:
         from stagebench.stages.dense import DenseParams, build_index
 
-        enc = stagebench.bi_encoder("sentence-transformers/all-MiniLM-L6-v2", device="cpu", precision="int8", max_length=256)
+        enc = stagebench.api.bi_encoder("sentence-transformers/all-MiniLM-L6-v2", device="cpu", precision="int8", max_length=256)
         n = len(texts) if encode_docs is None else min(encode_docs, len(texts))
         t0 = time.perf_counter()
         emb = enc.encode(texts[:n], 128, progress=True, desc=f"encode {n}")

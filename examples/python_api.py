@@ -30,5 +30,5 @@ gain = per_query[per_query.stage == "title_boost"].set_index("qid")["nDCG@10"] -
     per_query[per_query.stage == "rrf"].set_index("qid")["nDCG@10"]  # fmt: skip
 print(f"title_boost vs rrf: {int((gain > 0).sum())} queries better, {int((gain < 0).sum())} worse")
 
-qrels = stagebench.read_trec_qrels(result.output / "qrels.trec")
+qrels = stagebench.api.read_trec_qrels(result.output / "qrels.trec")
 print(stagebench.evaluate(qrels, result.runs["bm25"], ["nDCG@10", "mrr@10", "P@10"]).means)

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 import stagebench
+from stagebench.report.tables import comparison_text
 from tests.conftest import REPO
 
 
@@ -40,7 +41,7 @@ def test_run_a_dict_and_read_the_table(tmp_path, small_synthetic):
     assert set(pq.columns) == {"stage", "qid", "nDCG@10", "RR@10", "R@100"} and len(pq) == 3 * rows["bm25"]["queries"]
     assert pq[pq.stage == "rrf"]["nDCG@10"].mean() == pytest.approx(rows["rrf"]["nDCG@10"], abs=1e-6)
     # evaluate() on a run from the result gives the table's numbers
-    qrels = stagebench.read_trec_qrels(tmp_path / "out" / "qrels.trec")
+    qrels = stagebench.api.read_trec_qrels(tmp_path / "out" / "qrels.trec")
     ev = stagebench.evaluate(qrels, result.runs["bm25"], ["nDCG@10", "rr@10"])
     assert ev.means["nDCG@10"] == pytest.approx(rows["bm25"]["nDCG@10"], abs=1e-6)
     assert ev.means["RR@10"] == pytest.approx(rows["bm25"]["RR@10"], abs=1e-6)
@@ -97,7 +98,7 @@ def test_compare_returns_the_numbers_the_cli_prints(tmp_path, small_synthetic, c
     # stem is untouched by k1 of the first stage: no difference at all
     assert c.row("stem", "nDCG@10").delta == 0 and c.row("stem", "nDCG@10").wins == 0
     assert main(["compare", str(tmp_path / "out"), str(tmp_path / "other"), "--permutations", "500"]) == 0
-    assert capsys.readouterr().out == stagebench.comparison_text(c)
+    assert capsys.readouterr().out == comparison_text(c)
 
 
 def test_a_stage_applied_from_python_shares_the_cache_with_a_yaml_run(tmp_path, small_synthetic):

@@ -127,3 +127,33 @@ def test_no_module_but_the_record_reads_manifest_keys_by_string():
             if isinstance(key, str) and key in MANIFEST_JSON_KEYS:
                 found.append(f"{path.relative_to(SRC)}:{node.lineno}: {key!r}")
     assert not found, "manifest keys read outside stagebench.record:\n" + "\n".join(found)
+
+
+#: what the CLI may import besides stagebench.api: how it prints (renderers), the declarations its
+#: flags are checked by, the Ray driver's watch, and words and constants
+CLI_MAY_IMPORT = {
+    "stagebench.api", "stagebench.errors", "stagebench.version", "stagebench.params", "stagebench.files",
+    "stagebench.cache",  # human_bytes, for cache ls
+    "stagebench.config", "stagebench.results.check", "stagebench.data.synthetic",  # flag declarations
+    "stagebench.metrics",  # --rel and -m checked against the qrels file, named by flag
+    "stagebench.report", "stagebench.report.tables", "stagebench.report.plots", "stagebench.reproductions",  # renderers
+    "stagebench.results.planning", "stagebench.results.segments", "stagebench.results.scoring",  # choices, defaults, words
+    "stagebench.runtime.supervisor",  # run on a Ray engine: the driver in a watched child
+}  # fmt: skip
+
+
+def test_the_cli_is_a_thin_layer_on_the_python_api():
+    """Every command is a call of a public function of stagebench.api (what the CLI can do, a script
+    can), and the CLI imports nothing that computes besides it."""
+    path = SRC / "cli.py"
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    assert imports()["stagebench.cli"] <= CLI_MAY_IMPORT, imports()["stagebench.cli"] - CLI_MAY_IMPORT
+    import stagebench.api as api
+
+    commands = [f for f in tree.body if isinstance(f, ast.FunctionDef) and f.name.startswith("_cmd_")]
+    assert len(commands) >= 18
+    for f in commands:
+        called = {n.attr for n in ast.walk(f) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
+                  and n.value.id == "api"}  # fmt: skip
+        assert called, f"cli.{f.name} calls no stagebench.api function"
+        assert called <= set(api.__all__) | {"HoleViews"}, f"cli.{f.name} uses private api names {called - set(api.__all__)}"

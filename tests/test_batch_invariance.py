@@ -66,7 +66,7 @@ def largest_move(alone, per_query, mixed) -> float:
 def test_cross_encoder_paths_offered_as_invariant_are(pairs, precision, variants, monkeypatch):
     monkeypatch.setenv("STAGEBENCH_CACHE", variants)
     groups, long_pair = pairs
-    model = stagebench.cross_encoder(CE, device="cpu", precision=precision, max_length=256)
+    model = stagebench.api.cross_encoder(CE, device="cpu", precision=precision, max_length=256)
     alone, per_query, mixed = three_ways(lambda ps: model.predict(ps, 32), groups, long_pair)
     assert largest_move(alone, per_query, mixed) <= TOLERANCE
     assert np.ptp(alone) > 1.0  # real scores, not a constant
@@ -77,8 +77,8 @@ def test_the_int8_token_rewrite_keeps_the_model(pairs, variants, monkeypatch):
     applying one scale to every row, moved logits by over 2) and ranks each query's pairs alike."""
     monkeypatch.setenv("STAGEBENCH_CACHE", variants)
     groups, _ = pairs
-    fp32 = stagebench.cross_encoder(CE, device="cpu", precision="fp32", max_length=256)
-    tok = stagebench.cross_encoder(CE, device="cpu", precision="int8-token", max_length=256)
+    fp32 = stagebench.api.cross_encoder(CE, device="cpu", precision="fp32", max_length=256)
+    tok = stagebench.api.cross_encoder(CE, device="cpu", precision="int8-token", max_length=256)
     assert tok.placement.precision == "int8-token" and "per-token" in tok.model.origin
     # two recipes of one carrier in one cache: two entries, each built by its own recipe
     built = {json.loads((Path(m.model.path) / "variant.json").read_text())["recipe"]: m.model.path for m in (fp32, tok)}
@@ -91,7 +91,7 @@ def test_the_int8_token_rewrite_keeps_the_model(pairs, variants, monkeypatch):
 
 def test_the_carriers_own_int8_is_batch_dependent_as_documented(pairs):
     groups, long_pair = pairs
-    model = stagebench.cross_encoder(CE, device="cpu", precision="int8", max_length=256)
+    model = stagebench.api.cross_encoder(CE, device="cpu", precision="int8", max_length=256)
     assert largest_move(*three_ways(lambda ps: model.predict(ps, 32), groups, long_pair)) > 10 * TOLERANCE
 
 
@@ -99,13 +99,13 @@ def test_the_carriers_own_int8_is_batch_dependent_as_documented(pairs):
 def test_bi_encoder_paths_offered_as_invariant_are(pairs, precision, variants, monkeypatch):
     monkeypatch.setenv("STAGEBENCH_CACHE", variants)
     groups, long_pair = pairs
-    enc = stagebench.bi_encoder(BI, device="cpu", precision=precision, max_length=256)
+    enc = stagebench.api.bi_encoder(BI, device="cpu", precision=precision, max_length=256)
     texts = [[d for _, d in g] for g in groups]
     alone = np.concatenate([enc.encode([t], 1) for g in texts for t in g])
     batched = enc.encode([t for g in texts for t in g] + [long_pair[1]], 64)[:-1]
     assert float(np.abs(alone - batched).max()) <= TOLERANCE
     if precision == "int8-token":
-        fp32 = stagebench.bi_encoder(BI, device="cpu", precision="fp32", max_length=256).encode([t for g in texts for t in g], 64)
+        fp32 = stagebench.api.bi_encoder(BI, device="cpu", precision="fp32", max_length=256).encode([t for g in texts for t in g], 64)
         assert float((fp32 * batched).sum(1).min()) > 0.98  # the quantized model is the same model
 
 
@@ -115,10 +115,10 @@ def test_an_opset_11_int8_carrier_runs_per_token_too(pairs, variants, monkeypatc
     monkeypatch.setenv("STAGEBENCH_CACHE", variants)
     groups, long_pair = pairs
     texts = [d for g in groups for _, d in g]
-    enc = stagebench.bi_encoder("BAAI/bge-small-en-v1.5", device="cpu", max_length=256)
+    enc = stagebench.api.bi_encoder("BAAI/bge-small-en-v1.5", device="cpu", max_length=256)
     assert enc.placement.precision == "int8-token"  # auto on a CPU
     alone = np.concatenate([enc.encode([t], 1) for t in texts])
     batched = enc.encode(texts + [long_pair[1]], 64)[:-1]
     assert float(np.abs(alone - batched).max()) <= TOLERANCE
-    fp32 = stagebench.bi_encoder("BAAI/bge-small-en-v1.5", device="cpu", precision="fp32", max_length=256).encode(texts, 64)
+    fp32 = stagebench.api.bi_encoder("BAAI/bge-small-en-v1.5", device="cpu", precision="fp32", max_length=256).encode(texts, 64)
     assert float((fp32 * batched).sum(1).min()) > 0.98

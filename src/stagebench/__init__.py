@@ -12,39 +12,39 @@ The Python API (see docs/python.md)::
     ds = stagebench.load_dataset({...}); stagebench.stage("bm25").apply(ds).run   # one stage
     stagebench.evaluate(qrels, run, ["nDCG@10", "RR@10"]).means
 
+The package exports these verbs and the types they return; :mod:`stagebench.api` holds one call
+for every other command (``stagebench.api.segments(folder)``, ``stagebench.api.judge(folder)``, ...),
+TREC files and models alone.
+
 Importing stagebench loads no model library: torch, sentence-transformers, faiss and
 onnxruntime are imported only by the stages that use them, when they run.
 """
 
 from stagebench.api import (
     Cascade,
+    Comparison,
+    Config,
+    Dataset,
+    Evaluation,
+    Reranker,
     Result,
+    StageRun,
     StageSpec,
-    bi_encoder,
+    StagebenchError,
+    TuneResult,
     compare,
-    config_from,
-    cross_encoder,
     evaluate,
+    load_config,
     load_dataset,
     open,
     run,
     stage,
     tune,
 )
-from stagebench.config import Config, load_config
-from stagebench.data.model import Dataset
-from stagebench.errors import StagebenchError
-from stagebench.execute import StageRun
-from stagebench.metrics import Evaluation
-from stagebench.report.tables import comparison_text
-from stagebench.results.compare import Comparison, MeasureDelta
-from stagebench.rerank.plugins import Reranker
-from stagebench.runs import read_trec_qrels, read_trec_run, write_trec_run
 from stagebench.version import __version__
 
 __all__ = [
-    "Cascade", "Comparison", "Config", "Dataset", "Evaluation", "MeasureDelta", "Reranker", "Result", "StageSpec",
-    "StageRun", "StagebenchError", "bi_encoder", "compare", "comparison_text", "config_from", "cross_encoder", "evaluate",
-    "load_config", "load_dataset", "open", "read_trec_qrels",
-    "read_trec_run", "run", "stage", "tune", "write_trec_run", "__version__",
+    "run", "open", "compare", "tune", "evaluate", "stage", "load_config", "load_dataset",
+    "Result", "Comparison", "Evaluation", "TuneResult", "Config", "Dataset", "StageSpec", "Cascade", "StageRun",
+    "Reranker", "StagebenchError", "__version__",
 ]  # fmt: skip

@@ -17,7 +17,7 @@
     ds = stagebench.load_dataset({"loader": "esci", "path": "data/synthetic-esci"})
     first = stagebench.stage("bm25", k1=0.9).apply(ds)                        # one stage, through the cache
     reranked = stagebench.stage("cross_encoder", top_n=50).apply(ds, first.run)
-    stagebench.cross_encoder("cross-encoder/ms-marco-MiniLM-L-12-v2").predict(pairs, 32)   # a model alone
+    stagebench.api.cross_encoder("cross-encoder/ms-marco-MiniLM-L-12-v2").predict(pairs, 32)   # a model alone
 
     stagebench.evaluate(qrels, run, ["nDCG@10", "RR@10"]).means
 
@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,25 +42,48 @@ from stagebench.data.model import Dataset
 from stagebench.runtime.devices import Placement, place
 from stagebench.models.encoders import BiEncoder, CrossEncoderModel, load_bi_encoder, load_cross_encoder
 from stagebench.runtime.engine import EngineParams
-from stagebench.errors import ConfigError, DataError
+from stagebench.errors import ConfigError, DataError, StagebenchError
+from stagebench.data.synthetic import SyntheticSpec, generate
 from stagebench.execute import StageRun, canonical, context, make_stage, run_in
-from stagebench.judge.rounds import add_judgments, plan_judgments, run_incompleteness
-from stagebench.metrics import Evaluation, Measure, check_thresholds
+from stagebench.judge.rounds import add_judgments as _add_judgments, judge_folder, plan_judgments as _plan_judgments
+from stagebench.judge.rounds import run_incompleteness, simulate_plans as _simulate_plans
+from stagebench.metrics import Evaluation, HoleViews, Measure, check_thresholds, parse_measure
+from stagebench.metrics import evaluate_views as _evaluate_views
 from stagebench.metrics import evaluate as _evaluate
 from stagebench.files import check_apart, check_destination, remove_staging, staging, swap_in
 from stagebench.models.resolve import ResolvedModel, resolve_model
+from stagebench.rerank.plugins import Reranker
 from stagebench.pipeline import RunResult, read_dataset, run_config
-from stagebench.report.write import render
+from stagebench.report.write import rerender, show_query
+from stagebench.reproductions import Reproduced, reproduce as _reproduce
+from stagebench.results.check import Check, compare_with_expected, write_expected
 from stagebench.results.compare import Comparison, compare_folders
 from stagebench.results.folder import RESULTS, RunFolder
 from stagebench.results.incompleteness import Incompleteness
+from stagebench.results.matrix import MatrixTable, matrix_table
+from stagebench.results.planning import Simulation
+from stagebench.results.segments import MIN_QUERIES, SegmentTable, folder_segments
 from stagebench.results.scoring import stage_evaluations
-from stagebench.runs import Run, checked_qrels, checked_run, run_digest
+from stagebench.runs import Run, checked_qrels, checked_run, read_trec_qrels, read_trec_run, run_digest, write_trec_run
 from stagebench.models.variants import for_placement, onnx_kind
 from stagebench.table import StageTable
+from stagebench.fitting.train import train_reranker as _train_reranker
 from stagebench.fitting.tune import TuneResult
 from stagebench.fitting.tune import tune as _tune
 
+
+__all__ = [
+    # the verbs stagebench itself exports, and the types they return
+    "run", "open", "compare", "tune", "evaluate", "stage", "load_config", "load_dataset",
+    "Result", "Comparison", "Evaluation", "TuneResult", "Config", "Dataset", "StageSpec", "Cascade", "StageRun",
+    "Reranker", "StagebenchError",
+    # one call per CLI command on a folder, training, reproductions and upkeep (stagebench.api.<name>)
+    "table", "show", "measure_of", "segments", "matrix", "check", "pin", "judge", "incompleteness", "plan_judgments",
+    "simulate_plans", "add_judgments", "evaluate_views", "train_reranker", "reproduce", "cache", "generate_data",
+    "config_from", "cross_encoder", "bi_encoder", "read_trec_run", "read_trec_qrels", "write_trec_run",
+    # what those return
+    "SegmentTable", "MatrixTable", "Check", "Worksheet", "Simulation", "Incompleteness", "HoleViews", "Reproduced",
+]  # fmt: skip
 
 def config_from(config: Config | Mapping[str, Any] | str | Path, engine: str | None = None) -> Config:
     """A validated config from a YAML path, a mapping or a Config; ``engine`` (local | ray) puts
@@ -84,6 +107,7 @@ class Result:
     runs: dict[str, Run]
     per_query_values: dict[str, dict[str, dict[str, float]]]  # stage -> measure -> qid -> value
     table_text: str
+    judge_text: str = ""  # the judge's summary, when a judge: section ran with the run (or judge() did)
 
     @property
     def table(self):
@@ -135,26 +159,24 @@ class Result:
 
     def rerender(self) -> Result:
         """Score and render the folder again from its verified runs (``stagebench table``)."""
-        rendered = render(self.output)
-        return Result(self.output, rendered.table, self.runs, rendered.per_query, rendered.text)
+        return replace(table(self.output), runs=self.runs)
 
     def incompleteness(self, rates: Sequence[float] = (0.9, 0.7, 0.5, 0.3, 0.1), seeds: int = 3,
                        measure: str | None = None, permutations: int = 1000) -> Incompleteness:  # fmt: skip
         """Each view's stage order with judgments taken away, and against the truth when the rules
         judged the folder (``stagebench incompleteness``; docs/metrics.md#a-judging-round)."""
-        return run_incompleteness(self.output, list(rates), seeds, measure, permutations)
+        return incompleteness(self.output, rates, seeds, measure, permutations)
 
     def plan_judgments(self, budget: int, output: str | Path, *, strategy: str = "plan", depth: int = 10,
                        measure: str | None = None, seed: int = 0) -> Path:  # fmt: skip
         """The worksheet of the ``budget`` unjudged pairs that settle the most open stage orders (a
         CSV at ``output``, the same rows as JSONL beside it); its path (``stagebench plan-judgments``)."""
-        return plan_judgments(self.output, budget, output, strategy, depth, measure, seed)[0]
+        return plan_judgments(self.output, budget, output, strategy=strategy, depth=depth, measure=measure, seed=seed).csv
 
     def add_judgments(self, worksheets: Sequence[str | Path], output: str | Path, prefer: str | None = None) -> Result:
         """A new results folder scored with graded worksheets added to this one's qrels, with their
         provenance; this folder is left as it is (``stagebench add-judgments``)."""
-        add_judgments(self.output, [str(w) for w in worksheets], output, prefer)
-        return open(output)
+        return add_judgments(self.output, worksheets, output, prefer)
 
     def __repr__(self) -> str:
         return f"Result({self.output}, stages={[r.stage for r in self.stage_table.rows]})"
@@ -166,7 +188,7 @@ def run(config: Config | Mapping[str, Any] | str | Path, output: str | Path | No
     ray for every stage (default: what the config says)."""
     res: RunResult = run_config(config_from(config, engine), output, cache_dir=cache_dir, recompute=recompute)
     return Result(output=res.output, stage_table=res.table, runs=res.runs, per_query_values=res.per_query,
-                  table_text=res.table_text)  # fmt: skip
+                  table_text=res.table_text, judge_text=res.judge_text)  # fmt: skip
 
 
 def tune(config: Config | Mapping[str, Any] | str | Path, output: str | Path | None = None,
@@ -200,10 +222,112 @@ def compare(a: Result | str | Path, b: Result | str | Path, *, permutations: int
     it: per stage and measure the means over the common queries, B - A, the paired randomization
     and t-tests Holm-corrected across the matching stages, and win/tie/loss counts. Folders scored
     differently (gain, threshold, corpus, judgments) are refused.
-    :func:`stagebench.comparison_text` renders it as the CLI prints it."""
+    :func:`stagebench.report.tables.comparison_text` renders it as the CLI prints it."""
     pa = a.output if isinstance(a, Result) else a
     pb = b.output if isinstance(b, Result) else b
     return compare_folders(pa, pb, permutations=permutations, seed=seed, alpha=alpha)
+
+
+# -- the commands on a finished results folder (each reads the folder verified, as the CLI's) --------------
+
+
+def table(folder: str | Path) -> Result:
+    """``stagebench table``: score and render a folder again from its verified runs, its new files'
+    digests recorded; the table is :attr:`Result.table_text`."""
+    rendered = rerender(folder)
+    return Result(Path(folder), rendered.table, {}, rendered.per_query, rendered.text)
+
+
+def show(folder: str | Path, query_id: str) -> str:
+    """``stagebench show``: one query's view in text - each stage's top 10 with grades and moves."""
+    return show_query(folder, query_id)
+
+
+def measure_of(folder: str | Path, measure: str | None = None) -> str:
+    """The name of ``measure`` as the folder scored it (its first measure when None); a measure the
+    run did not score is refused."""
+    rf = RunFolder.open(folder)
+    name = parse_measure(measure).name if measure else rf.metrics[0]
+    if name not in rf.metrics:
+        raise StagebenchError(f"{folder} was scored with {', '.join(rf.metrics)}")
+    return name
+
+
+def segments(folder: str | Path, by: Sequence[str] | None = None, min_queries: int = MIN_QUERIES) -> list[SegmentTable]:
+    """``stagebench segments``: the folder's stages within query segments, each stage's change tested per
+    segment. ``by``: built-in segmenters or files (default: the run's own ``evaluation.segments``, else
+    length, negation and - where the folder holds its qrels - judged and relevant)."""
+    rf = RunFolder.open(folder)
+    bys = list(by or rf.manifest.evaluation.segments) or ["length", "negation", *(
+        ["judged", "relevant"] if rf.holds("qrels.trec") else [])]
+    return folder_segments(rf, bys, min_queries)
+
+
+def matrix(folder: str | Path) -> MatrixTable:
+    """``stagebench matrix``: the reranker-by-pool matrix of a run whose config had a ``matrix:`` section."""
+    rf = RunFolder.open(folder)
+    record = rf.manifest.evaluation.matrix
+    if record is None:
+        raise StagebenchError(f"{folder}: the run had no matrix (its config has no matrix: section; see "
+                              "docs/report.md#the-reranker-by-pool-matrix)")  # fmt: skip
+    return matrix_table(record, rf.table(), str(folder))
+
+
+def check(folder: str | Path, expected: str | Path, *, stored_table: bool = False) -> Check:
+    """``stagebench check``: the folder's values against an ``expected.yaml`` (``stored_table``: the
+    stored stage table, not one rescored from the runs); :attr:`Check.failed` when any is off."""
+    rows, source = compare_with_expected(folder, expected, stored_table=stored_table)
+    return Check(rows, source)
+
+
+def pin(folder: str | Path, expected: str | Path, *, tolerance: float | None = None, stored_table: bool = False) -> Path:
+    """``stagebench check --update``: the folder's values written as the expected values (the file's
+    tolerances kept unless ``tolerance`` is given)."""
+    write_expected(folder, expected, tolerance=tolerance, stored_table=stored_table)
+    return Path(expected)
+
+
+def judge(folder: str | Path, config: str | Path | None = None, cache_dir: str | None = None) -> Result:
+    """``stagebench judge``: the judge of ``config``'s ``judge:`` section (else of the folder's own
+    config) grades the holes of a finished folder; its stages are not run again."""
+    rendered = judge_folder(folder, None if config is None else str(config), cache_dir)
+    return Result(Path(folder), rendered.table, {}, rendered.per_query, rendered.text, rendered.judge_text)
+
+
+def incompleteness(folder: str | Path, rates: Sequence[float] = (0.9, 0.7, 0.5, 0.3, 0.1), seeds: int = 3,
+                   measure: str | None = None, permutations: int = 1000, report: bool = False) -> Incompleteness:  # fmt: skip
+    """``stagebench incompleteness``: each view's stage order with judgments taken away (``report``:
+    kept in the folder and shown in its report.html)."""
+    return run_incompleteness(folder, list(rates), seeds, measure, permutations, report)
+
+
+@dataclass(frozen=True)
+class Worksheet:
+    """A judging worksheet :func:`plan_judgments` wrote: the CSV, the same rows as JSONL, and how many."""
+
+    csv: Path
+    jsonl: Path
+    pairs: int
+
+
+def plan_judgments(folder: str | Path, budget: int, output: str | Path, *, strategy: str = "plan", depth: int = 10,
+                   measure: str | None = None, seed: int = 0) -> Worksheet:  # fmt: skip
+    """``stagebench plan-judgments``: the worksheet of ``budget`` unjudged pairs picked by ``strategy``."""
+    return Worksheet(*_plan_judgments(folder, budget, output, strategy, depth, measure, seed))
+
+
+def simulate_plans(folder: str | Path, budgets: Sequence[int], *, depth: int = 10, seeds: int = 3,
+                   measure: str | None = None) -> Simulation:  # fmt: skip
+    """``plan-judgments --simulate``: every strategy at every budget, answered by the folder's judge."""
+    return _simulate_plans(folder, list(budgets), depth, seeds, measure)
+
+
+def add_judgments(folder: str | Path, worksheets: Sequence[str | Path], output: str | Path,
+                  prefer: str | None = None) -> Result:  # fmt: skip
+    """``stagebench add-judgments``: a new results folder scored with graded worksheets added to the
+    folder's qrels; the folder itself is left as it is."""
+    _add_judgments(folder, [str(w) for w in worksheets], output, prefer)
+    return open(output)
 
 
 @dataclass(frozen=True)
@@ -339,13 +463,63 @@ def bi_encoder(model: str = "sentence-transformers/all-MiniLM-L6-v2", *, source:
 
 
 def evaluate(qrels: Mapping[Any, Mapping[Any, Any]], run: Mapping[Any, Mapping[Any, Any]],
-             measures: Iterable[Measure | str], *, relevance_threshold: int = 1, gain: Any = "linear") -> Evaluation:  # fmt: skip
+             measures: Iterable[Measure | str], *, relevance_threshold: int = 1, gain: Any = "linear",
+             holes: str = "irrelevant") -> Evaluation:  # fmt: skip
     """Score ``run`` ({qid: {docid: score}}) against ``qrels`` ({qid: {docid: grade}}) as
     ``stagebench eval`` scores files: ids checked as every loader checks them (strings, or
     integers read as their decimal strings; no null, float, whitespace or newline), scores
     finite, grades integers - anything else is one :class:`~stagebench.errors.DataError`
-    naming the query and document."""
+    naming the query and document. ``holes``: what an unjudged document counts as (irrelevant,
+    judged_only or top_grade: :mod:`stagebench.metrics.holes`)."""
     measures = list(measures)
     q = checked_qrels(qrels, "qrels")
     check_thresholds(q, relevance_threshold, measures, "qrels", "relevance_threshold")
-    return _evaluate(q, checked_run(run, "run"), measures, relevance_threshold=relevance_threshold, gain=gain)
+    return _evaluate(q, checked_run(run, "run"), measures, relevance_threshold=relevance_threshold, gain=gain,
+                     holes=holes)  # fmt: skip
+
+
+def evaluate_views(qrels: Mapping[Any, Mapping[Any, Any]], run: Mapping[Any, Mapping[Any, Any]],
+                   measures: Iterable[Measure | str], *, relevance_threshold: int = 1, gain: Any = "linear") -> HoleViews:  # fmt: skip
+    """:func:`evaluate` under every treatment of the holes, and the bounds between them
+    (``stagebench eval --view bounds|all``), the input checked as :func:`evaluate` checks it."""
+    measures = list(measures)
+    q = checked_qrels(qrels, "qrels")
+    check_thresholds(q, relevance_threshold, measures, "qrels", "relevance_threshold")
+    return _evaluate_views(q, checked_run(run, "run"), measures, relevance_threshold=relevance_threshold, gain=gain)
+
+
+# -- training, reproductions and upkeep ------------------------------------------------------------------
+
+
+def train_reranker(config: Config | Mapping[str, Any] | str | Path, output: str | Path | None = None,
+                   cache_dir: str | None = None) -> dict:  # fmt: skip
+    """``stagebench train-reranker``: the config's ``training:`` section run (docs/training.md); the
+    training report (data, dev nDCG before and after, steps, the model folder as ``output``)."""
+    c = config_from(config)
+    return _train_reranker(c, None if output is None else str(output), Cache(cache_root(cache_dir, c.cache_dir)))
+
+
+def reproduce(root: str | Path = ".", names: Sequence[str] | None = None, output_root: str | Path = "build/reproduce",
+              matrix_path: str | Path | None = None, cache_dir: str | None = None) -> list[Reproduced]:  # fmt: skip
+    """``stagebench reproduce``: the published tables under ``root/reproductions`` run when their
+    inputs are here and checked; ``matrix_path``: where the Markdown matrix is written."""
+    return _reproduce(Path(root), list(names) if names else None, Path(output_root),
+                      None if matrix_path is None else Path(matrix_path), cache_dir)  # fmt: skip
+
+
+def cache(cache_dir: str | None = None, config: Config | None = None) -> Cache:
+    """The stage cache a command uses: ``cache_dir`` > ``$STAGEBENCH_CACHE`` > ``config``'s
+    ``cache_dir`` > the default (``stagebench cache``: ``.list()``, ``.verify(kind, key)``, ``.prune(...)``)."""
+    return Cache(cache_root(cache_dir, None if config is None else config.cache_dir))
+
+
+def generate_data(output: str | Path, *, seed: int = 13, products: int = 20000, test_queries: int = 500,
+                  train_queries: int = 2000) -> dict:  # fmt: skip
+    """``stagebench generate-data``: the synthetic ESCI-style dataset written into ``output``; its
+    statistics. A value that cannot make a dataset is refused naming its keyword."""
+    spec = SyntheticSpec(seed=seed, n_products=products, n_test_queries=test_queries, n_train_queries=train_queries)
+    keywords = {"seed": "seed", "n_products": "products", "n_test_queries": "test_queries",
+                "n_train_queries": "train_queries"}  # fmt: skip
+    for name, why in spec.problems():
+        raise ConfigError(f"{keywords[name]} {getattr(spec, name)}: {why}")
+    return generate(output, spec)

@@ -14,41 +14,33 @@ import time
 import traceback
 from pathlib import Path
 
-from stagebench.cache import Cache, cache_root, human_bytes
-from stagebench.config import EvaluationConfig, load_config
+from stagebench import api
+from stagebench.cache import human_bytes
+from stagebench.config import EvaluationConfig
 from stagebench.params import coerce
-from stagebench.data.synthetic import SyntheticSpec, generate
+from stagebench.data.synthetic import SyntheticSpec
 from stagebench.errors import StagebenchError
 from stagebench.files import atomic_write
-from stagebench.judge.rounds import add_judgments, judge_folder, plan_judgments, run_incompleteness, simulate_plans
-from stagebench.metrics import check_thresholds, evaluate, holes, parse_measure
-from stagebench.pipeline import run_config
+from stagebench.metrics import check_thresholds, parse_measure
 from stagebench.report.tables import (check_text, comparison_text, matrix_csv, matrix_markdown, matrix_text, segments_csv,
                                      segments_markdown, segments_text)  # fmt: skip
 from stagebench.report import plots
-from stagebench.report.write import rerender, show_query
-from stagebench.reproductions import matrix, reproduce
-from stagebench.results.check import Expected, compare_with_expected, write_expected
-from stagebench.results.compare import compare_folders
-from stagebench.results.folder import RunFolder
-from stagebench.results.matrix import matrix_table
+from stagebench.reproductions import matrix
+from stagebench.results.check import Expected
 from stagebench.results.planning import STRATEGIES
-from stagebench.results.segments import MIN_QUERIES, folder_segments
+from stagebench.results.segments import MIN_QUERIES
 from stagebench.results.scoring import conventions_line
-from stagebench.runs import read_trec_qrels, read_trec_run
 from stagebench.runtime.supervisor import report_finished, run_watched, watched
-from stagebench.fitting.train import train_reranker
-from stagebench.fitting.tune import tune
 from stagebench.version import __version__
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    config = load_config(args.config, engine=args.engine)
+    config = api.load_config(args.config, engine=args.engine)
     engine = config.ray_engine()
     if engine is not None and getattr(args, "argv", None) is not None:
-        cache = Cache(cache_root(args.cache_dir, config.cache_dir))
+        cache = api.cache(args.cache_dir, config)
         return run_watched(args.argv, config.path, engine, Path(args.output or config.output), cache.remove_leftovers)
-    result = run_config(config, args.output, cache_dir=args.cache_dir, recompute=args.recompute)
+    result = api.run(config, args.output, cache_dir=args.cache_dir, recompute=args.recompute)
     sys.stdout.write(result.table_text)
     if result.judge_text:
         sys.stdout.write("\n" + result.judge_text + f"(the judge-filled stage table: {result.output / 'judge' / 'stage_table.txt'})\n")
@@ -57,7 +49,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_judge(args: argparse.Namespace) -> int:
-    rendered = judge_folder(args.run_dir, args.config, args.cache_dir)
+    rendered = api.judge(args.run_dir, args.config, args.cache_dir)
     sys.stdout.write(rendered.judge_text + "\n" + (Path(args.run_dir) / "judge" / "stage_table.txt").read_text(encoding="utf-8"))
     return 0
 
@@ -98,7 +90,7 @@ def _rates(text: str) -> list[float]:
 
 def _cmd_incompleteness(args: argparse.Namespace) -> int:
     permutations = _declared(args.permutations, EvaluationConfig, "permutations", "--permutations")
-    inc = run_incompleteness(args.run_dir, args.rates, args.seeds, args.measure, permutations, args.report)
+    inc = api.incompleteness(args.run_dir, args.rates, args.seeds, args.measure, permutations, args.report)
     sys.stdout.write(inc.text())
     if args.json:
         atomic_write(args.json, json.dumps(inc.as_json(), indent=2) + "\n")
@@ -109,7 +101,7 @@ def _cmd_incompleteness(args: argparse.Namespace) -> int:
 
 def _cmd_plan(args: argparse.Namespace) -> int:
     if args.simulate:
-        sim = simulate_plans(args.run_dir, args.budget, args.depth, args.seeds, args.measure)
+        sim = api.simulate_plans(args.run_dir, args.budget, depth=args.depth, seeds=args.seeds, measure=args.measure)
         sys.stdout.write(sim.text())
         if args.json:
             atomic_write(args.json, json.dumps(sim.as_json(), indent=2) + "\n")
@@ -118,44 +110,41 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         raise StagebenchError("--budget: one budget for a worksheet (several only with --simulate)")
     if not args.output:
         raise StagebenchError("--output: the worksheet's path (a .csv; the .jsonl is written beside it)")
-    csv_path, jsonl_path, n = plan_judgments(args.run_dir, args.budget[0], args.output, args.strategy, args.depth,
-                                             args.measure, args.seed)  # fmt: skip
-    print(f"{n} pairs to judge: {csv_path} and {jsonl_path} (fill the grade column, then: stagebench add-judgments "
-          f"{args.run_dir} {csv_path} --output NEW_DIR)")  # fmt: skip
+    sheet = api.plan_judgments(args.run_dir, args.budget[0], args.output, strategy=args.strategy, depth=args.depth,
+                               measure=args.measure, seed=args.seed)  # fmt: skip
+    print(f"{sheet.pairs} pairs to judge: {sheet.csv} and {sheet.jsonl} (fill the grade column, then: stagebench "
+          f"add-judgments {args.run_dir} {sheet.csv} --output NEW_DIR)")  # fmt: skip
     return 0
 
 
 def _cmd_add_judgments(args: argparse.Namespace) -> int:
-    rendered = add_judgments(args.run_dir, args.worksheets, args.output, args.prefer)
-    sys.stdout.write(rendered.text)
+    sys.stdout.write(api.add_judgments(args.run_dir, args.worksheets, args.output, args.prefer).table_text)
     return 0
 
 
 def _cmd_table(args: argparse.Namespace) -> int:
-    sys.stdout.write(rerender(args.run_dir).text)
+    sys.stdout.write(api.table(args.run_dir).table_text)
     return 0
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
-    sys.stdout.write(show_query(args.run_dir, args.query_id))
+    sys.stdout.write(api.show(args.run_dir, args.query_id))
     return 0
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
     permutations, seed, alpha = (_declared(getattr(args, k), EvaluationConfig, k, f"--{k}") for k in ("permutations", "seed", "alpha"))
-    sys.stdout.write(comparison_text(compare_folders(args.run_dir_a, args.run_dir_b, permutations=permutations,
-                                                     seed=seed, alpha=alpha)))  # fmt: skip
+    sys.stdout.write(comparison_text(api.compare(args.run_dir_a, args.run_dir_b, permutations=permutations,
+                                                 seed=seed, alpha=alpha)))  # fmt: skip
     return 0
 
 
 def _cmd_segments(args: argparse.Namespace) -> int:
-    folder = RunFolder.open(args.run_dir)
-    measure = parse_measure(args.measure).name if args.measure else folder.metrics[0]
-    if measure not in folder.metrics:
-        raise StagebenchError(f"--measure {args.measure}: {args.run_dir} was scored with {', '.join(folder.metrics)}")
-    bys = args.by or list(folder.manifest.evaluation.segments) or ["length", "negation", *(
-        ["judged", "relevant"] if folder.holds("qrels.trec") else [])]
-    found = folder_segments(folder, bys, args.min_queries)
+    try:
+        measure = api.measure_of(args.run_dir, args.measure)
+    except StagebenchError as exc:
+        raise StagebenchError(f"--measure {args.measure}: {exc}") from None
+    found = api.segments(args.run_dir, args.by, args.min_queries)
     if args.format == "json":
         print(json.dumps([t.as_dict() for t in found], indent=2))
     elif args.format == "csv":
@@ -167,12 +156,7 @@ def _cmd_segments(args: argparse.Namespace) -> int:
 
 
 def _cmd_matrix(args: argparse.Namespace) -> int:
-    folder = RunFolder.open(args.run_dir)
-    record = folder.manifest.evaluation.matrix
-    if record is None:
-        raise StagebenchError(f"{args.run_dir}: the run had no matrix (its config has no matrix: section; see "
-                              "docs/report.md#the-reranker-by-pool-matrix)")  # fmt: skip
-    t = matrix_table(record, folder.table(), args.run_dir)
+    t = api.matrix(args.run_dir)
     render = {"text": matrix_text, "markdown": matrix_markdown, "csv": matrix_csv,
               "json": lambda t: json.dumps(t.as_dict(), indent=2) + "\n"}[args.format]  # fmt: skip
     sys.stdout.write(render(t))
@@ -180,8 +164,7 @@ def _cmd_matrix(args: argparse.Namespace) -> int:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    config = load_config(args.config)
-    report = train_reranker(config, args.output, Cache(cache_root(args.cache_dir, config.cache_dir)))
+    report = api.train_reranker(args.config, args.output, args.cache_dir)
     d = report["data"]
     print(f"trained {report['output']} from {report['base_model']}: {d['train_pairs']} pairs from {d['train_queries']} "
           f"train queries, {report['steps']} steps in {report['train_seconds']} s")
@@ -191,8 +174,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
-    config = load_config(args.config)
-    result = tune(config, args.output, args.cache_dir)
+    result = api.tune(args.config, args.output, args.cache_dir)
     sys.stdout.write(result.text)
     logging.getLogger("stagebench").info("tuned config: %s", result.output / "tuned.yaml")
     return 0
@@ -201,23 +183,23 @@ def _cmd_tune(args: argparse.Namespace) -> int:
 def _cmd_check(args: argparse.Namespace) -> int:
     if args.update:
         tolerance = _declared(args.tolerance, Expected, "tolerance", "--tolerance")
-        write_expected(args.run_dir, args.expected, tolerance=tolerance, stored_table=args.stored_table)
+        api.pin(args.run_dir, args.expected, tolerance=tolerance, stored_table=args.stored_table)
         print(f"wrote {args.expected} from {args.run_dir}")
         return 0
-    rows, source = compare_with_expected(args.run_dir, args.expected, stored_table=args.stored_table)
-    sys.stdout.write(check_text(rows, args.run_dir, args.expected, source))
-    return 1 if any(r.status == "FAIL" for r in rows) else 0
+    checked = api.check(args.run_dir, args.expected, stored_table=args.stored_table)
+    sys.stdout.write(check_text(checked.rows, args.run_dir, args.expected, checked.source))
+    return 1 if checked.failed else 0
 
 
 def _cmd_reproduce(args: argparse.Namespace) -> int:
-    outcomes = reproduce(Path(args.root), args.names or None, Path(args.output_root), Path(args.matrix), args.cache_dir)
+    outcomes = api.reproduce(args.root, args.names, args.output_root, args.matrix, args.cache_dir)
     sys.stdout.write(matrix(outcomes))
     logging.getLogger("stagebench").info("matrix written to %s", args.matrix)
     return 1 if any(o.failed for o in outcomes) else 0
 
 
 def _cmd_cache(args: argparse.Namespace) -> int:
-    cache = Cache(cache_root(args.cache_dir))
+    cache = api.cache(args.cache_dir)
     if args.cache_command == "ls":
         rows = cache.list()
         print(f"cache {cache.root.resolve()}: {len(rows)} entries, {human_bytes(sum(r['bytes'] for r in rows))}")
@@ -240,7 +222,7 @@ def _cmd_cache(args: argparse.Namespace) -> int:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    config = load_config(args.config)
+    config = api.load_config(args.config)
     print(f"{args.config}: ok ({len(config.stages)} stages: {', '.join(s.name for s in config.stages)})")
     return 0
 
@@ -252,7 +234,8 @@ def _cmd_generate(args: argparse.Namespace) -> int:
              "n_train_queries": "--train-queries"}  # fmt: skip
     for name, why in spec.problems():
         raise StagebenchError(f"{flags[name]} {getattr(spec, name)}: {why}")
-    stats = generate(args.output, spec)
+    stats = api.generate_data(args.output, seed=args.seed, products=args.products, test_queries=args.test_queries,
+                              train_queries=args.train_queries)  # fmt: skip
     print(json.dumps(stats, indent=2))
     return 0
 
@@ -266,22 +249,17 @@ def _cmd_eval(args: argparse.Namespace) -> int:
             measures.append(parse_measure(m))
         except StagebenchError as exc:
             raise StagebenchError(f"-m {m}: {exc}") from None
-    qrels = read_trec_qrels(args.qrels)
+    qrels = api.read_trec_qrels(args.qrels)
     check_thresholds(qrels, args.rel, measures, args.qrels, "--rel")
-    run = read_trec_run(args.run)
+    run = api.read_trec_run(args.run)
     kw = {"relevance_threshold": args.rel, "gain": args.gain}
-    ev = evaluate(qrels, run, measures, **kw, holes="judged_only" if args.view == "judged-only" else "irrelevant")
-    means = ev.means
-    excluded = ", ".join(f"{n} {why}" for why, n in ev.excluded.items())
-    view = {"irrelevant": "unjudged documents count as irrelevant",
-            "judged-only": "unjudged documents removed before the cut at k (trec_eval -J)",
-            "bounds": "bounds: every unjudged document irrelevant .. every one at the top grade",
-            "all": "unjudged documents: as irrelevant, judged only (trec_eval -J), and the bounds"}[args.view]  # fmt: skip
-    print(f"# {conventions_line(args.rel, args.gain)}; {view}; {len(ev.scored_queries)} scored queries (every judged "
-          f"query with a positive grade), {len(ev.missing_queries)} of them without results (scored 0); left out: "
-          f"{excluded}", file=sys.stderr)  # fmt: skip
     if args.view in ("bounds", "all"):
-        return _eval_views(args, qrels, run, measures, ev, kw)
+        views = api.evaluate_views(qrels, run, measures, **kw)
+        _eval_header(args, views.irrelevant)
+        return _eval_views(args, views)
+    ev = api.evaluate(qrels, run, measures, **kw, holes="judged_only" if args.view == "judged-only" else "irrelevant")
+    _eval_header(args, ev)
+    means = ev.means
     if args.json:
         print(json.dumps({k: round(v, 6) for k, v in means.items()}))
         return 0
@@ -294,29 +272,34 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def _eval_views(args: argparse.Namespace, qrels: dict, run: dict, measures: list, low, kw: dict) -> int:
+def _eval_header(args: argparse.Namespace, ev) -> None:
+    """The line on stderr that says how ``eval`` scored: gain, threshold, view, query set."""
+    excluded = ", ".join(f"{n} {why}" for why, n in ev.excluded.items())
+    view = {"irrelevant": "unjudged documents count as irrelevant",
+            "judged-only": "unjudged documents removed before the cut at k (trec_eval -J)",
+            "bounds": "bounds: every unjudged document irrelevant .. every one at the top grade",
+            "all": "unjudged documents: as irrelevant, judged only (trec_eval -J), and the bounds"}[args.view]  # fmt: skip
+    print(f"# {conventions_line(args.rel, args.gain)}; {view}; {len(ev.scored_queries)} scored queries (every judged "
+          f"query with a positive grade), {len(ev.missing_queries)} of them without results (scored 0); left out: "
+          f"{excluded}", file=sys.stderr)  # fmt: skip
+
+
+def _eval_views(args: argparse.Namespace, views: api.HoleViews) -> int:
     """``eval --view bounds|all``: per measure the bounds (and with ``all`` the main and judged-only
     values beside them); a measure the holes cannot move (Judged@k) has the same value everywhere."""
-    high = evaluate(qrels, run, measures, **kw, holes="top_grade")
-    judged = evaluate(qrels, run, measures, **kw, holes="judged_only")
-    qs = low.scored_queries
-    rows: dict[str, dict] = {}
-    per_query: dict[str, dict[str, tuple[float, float]]] = {}
-    for name in low.per_query:
-        lo, hi = holes.bounds(low.per_query[name], high.per_query[name])
-        per_query[name] = {q: (lo[q], hi[q]) for q in qs}
-        rows[name] = {"irrelevant": low.means[name], "judged_only": judged.means[name],
-                      "low": sum(lo.values()) / len(qs), "high": sum(hi.values()) / len(qs)}  # fmt: skip
+    rows = views.means
     if args.json:
         out = {n: ([round(r["low"], 6), round(r["high"], 6)] if args.view == "bounds" else
                    {k: round(v, 6) for k, v in r.items()}) for n, r in rows.items()}  # fmt: skip
         print(json.dumps(out))
         return 0
     if args.per_query:
-        for q in qs:
+        bounds = {name: views.bounds(name) for name in rows}
+        low, judged = views.irrelevant.per_query, views.judged_only.per_query
+        for q in views.scored_queries:
             for name in rows:
-                lo, hi = per_query[name][q]
-                extra = "" if args.view == "bounds" else f"\t{low.per_query[name][q]:.4f}\t{judged.per_query[name][q]:.4f}"
+                lo, hi = bounds[name][q]
+                extra = "" if args.view == "bounds" else f"\t{low[name][q]:.4f}\t{judged[name][q]:.4f}"
                 print(f"{name}\t{q}{extra}\t{lo:.4f}\t{hi:.4f}")
     if args.view == "all":
         print("# measure\tqueries\tirrelevant\tjudged_only\tlow\thigh")

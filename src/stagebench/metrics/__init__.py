@@ -33,7 +33,7 @@ from stagebench.metrics.names import Measure, parse_measure
 from stagebench.metrics.value import per_query_value
 from stagebench.runs import ranked_ids
 
-__all__ = ["Measure", "parse_measure", "evaluate", "Evaluation", "per_query_value", "HOLES"]
+__all__ = ["Measure", "parse_measure", "evaluate", "evaluate_views", "Evaluation", "HoleViews", "per_query_value", "HOLES"]
 
 HOLES = _holes.HOLES
 
@@ -145,3 +145,42 @@ def evaluate(
         judged_without_positive=len(qrels) - len(scored),
         holes=holes,
     )
+
+
+@dataclass
+class HoleViews:
+    """One run scored under every treatment of its holes (``stagebench eval --view bounds|all``):
+    the ``irrelevant``, ``judged_only`` and ``top_grade`` evaluations, and per measure and query the
+    bounds they leave open (:func:`stagebench.metrics.holes.bounds`)."""
+
+    irrelevant: Evaluation
+    judged_only: Evaluation
+    top_grade: Evaluation
+
+    @property
+    def scored_queries(self) -> list[str]:
+        return self.irrelevant.scored_queries
+
+    def bounds(self, name: str) -> dict[str, tuple[float, float]]:
+        """Per query, the low and high value of measure ``name``."""
+        lo, hi = _holes.bounds(self.irrelevant.per_query[name], self.top_grade.per_query[name])
+        return {q: (lo[q], hi[q]) for q in self.scored_queries}
+
+    @property
+    def means(self) -> dict[str, dict[str, float]]:
+        """Per measure the mean of each view: ``irrelevant``, ``judged_only``, ``low``, ``high``."""
+        n = len(self.scored_queries)
+        out = {}
+        for name in self.irrelevant.per_query:
+            b = self.bounds(name).values()
+            out[name] = {"irrelevant": self.irrelevant.means[name], "judged_only": self.judged_only.means[name],
+                         "low": sum(lo for lo, _ in b) / n, "high": sum(hi for _, hi in b) / n}  # fmt: skip
+        return out
+
+
+def evaluate_views(qrels: Mapping[str, Mapping[str, int]], run: Mapping[str, Mapping[str, float]],
+                   measures: Iterable[Measure | str], *, relevance_threshold: int = 1, gain: Any = "linear") -> HoleViews:  # fmt: skip
+    """:func:`evaluate` under each treatment of the holes, with the bounds between them."""
+    ms = list(measures)
+    kw = {"relevance_threshold": relevance_threshold, "gain": gain}
+    return HoleViews(*(evaluate(qrels, run, ms, **kw, holes=h) for h in ("irrelevant", "judged_only", "top_grade")))

@@ -112,6 +112,19 @@ def folder_metrics(folder: Path, stored_table: bool = False) -> tuple[dict[str, 
             "read from stage_table.json as asked (--stored-table), verified against manifest.json; not recomputed")  # fmt: skip
 
 
+@dataclass
+class Check:
+    """A folder's values against expected ones (``stagebench check``): a row per value, and where the
+    folder's values came from (rescored from its runs, or its stored stage table)."""
+
+    rows: list[CheckRow]
+    source: str
+
+    @property
+    def failed(self) -> bool:
+        return any(r.status == "FAIL" for r in self.rows)
+
+
 def compare_with_expected(folder: str | Path, expected_path: str | Path,
                           stored_table: bool = False) -> tuple[list[CheckRow], str]:  # fmt: skip
     folder = Path(folder)
