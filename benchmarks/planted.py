@@ -38,11 +38,11 @@ class Bug:
     tests: tuple[str, ...]  # the tests that must fail (pytest ids or files)
 
 
-DEPTH = ("tests/test_depth_sweep.py",)
-LLM_KEYS = ("tests/test_llm_keys.py",)
-COMPARE = ("tests/test_compare_check.py",)
-EXPLORER = ("tests/test_explorer.py",)
-TUNING = "tests/test_tuning.py::"
+DEPTH = ("tests/results/test_depth.py",)
+LLM_KEYS = ("tests/llm/test_keys.py",)
+COMPARE = ("tests/results/test_compare_check.py",)
+EXPLORER = ("tests/report/test_explorer.py",)
+TUNING = "tests/fitting/test_tune.py::"
 
 BUGS: tuple[Bug, ...] = (
     Bug("depth sweeps", "ceiling at the stage's top_n, not at each depth", "src/stagebench/results/depth.py",
@@ -59,7 +59,7 @@ BUGS: tuple[Bug, ...] = (
     Bug("depth sweeps", "the LLM stage declares depths unkeyed", "src/stagebench/stages/llm_rerank.py",
         'unkeyed_params = (*ChatParams.UNKEYED, "failed_calls")',
         'unkeyed_params = (*ChatParams.UNKEYED, "failed_calls", "depths")',
-        ("tests/test_cache_keys.py", "tests/test_llm_keys.py")),
+        ("tests/test_cache_keys.py", "tests/llm/test_keys.py")),
     Bug("cache keys", "a scoring param counted as ranking-only (pair scores shared across it)", "src/stagebench/execute.py",
         'RANKING_ONLY = frozenset({"top_n", "depths", "tail", "tail_scale", "activation"})',
         'RANKING_ONLY = frozenset({"top_n", "depths", "tail", "tail_scale", "activation", "max_length"})',
@@ -81,11 +81,11 @@ BUGS: tuple[Bug, ...] = (
     Bug("LLM cost", "tokens per query divided by the calls", "src/stagebench/results/cost.py",
         "work = st.tokens / n_q", "work = st.tokens / max(st.windows, 1)", LLM_KEYS),
     Bug("Ray engine", "results matched to units by arrival order", "src/stagebench/runtime/engine.py",
-        'i = int(row["i"])', "i = int(got.sum())", ("tests/test_engine_order.py::test_results_follow_their_units_whatever_order_they_finish_in",)),
+        'i = int(row["i"])', "i = int(got.sum())", ("tests/runtime/test_engine_order.py::test_results_follow_their_units_whatever_order_they_finish_in",)),
     Bug("local engine", "threaded results in completion order", "src/stagebench/runtime/engine.py",
         "return [f.result() for f in futures]",
         "return [f.result() for f in __import__('concurrent.futures').futures.as_completed(futures)]",
-        ("tests/test_engine_order.py::test_threaded_results_follow_their_units_whatever_order_they_finish_in",)),
+        ("tests/runtime/test_engine_order.py::test_threaded_results_follow_their_units_whatever_order_they_finish_in",)),
     Bug("compare and check", "compare marks significance by the uncorrected p", "src/stagebench/results/compare.py",
         "significant=pr < alpha", "significant=c.p_rand < alpha", COMPARE),
     Bug("compare and check", "compare reports the uncorrected p", "src/stagebench/results/compare.py",
@@ -148,26 +148,26 @@ BUGS: tuple[Bug, ...] = (
         "        if j.purpose == HOLE and j.grade is not None and j.docid not in filled.get(j.qid, {}):\n"
         "            filled.setdefault(j.qid, {})[j.docid] = j.grade\n",
         "        if j.grade is not None:\n            filled.setdefault(j.qid, {})[j.docid] = j.grade\n"
-        "        if j.purpose == HOLE and j.grade is not None:\n", ("tests/test_judge.py",)),
+        "        if j.purpose == HOLE and j.grade is not None:\n", ("tests/judge/test_judge.py",)),
     Bug("LLM judge", "the weighted kappa's interval bootstraps unweighted kappa", "src/stagebench/results/agreement.py",
-        "v = kappa(h[idx], j[idx], k, 1)", "v = kappa(h[idx], j[idx], k, 0)", ("tests/test_judge.py",)),
+        "v = kappa(h[idx], j[idx], k, 1)", "v = kappa(h[idx], j[idx], k, 0)", ("tests/judge/test_judge.py",)),
     Bug("segments", "a segment of exactly min_queries queries left untested", "src/stagebench/results/segments.py",
-        "if len(qs) >= min_queries else None", "if len(qs) > min_queries else None", ("tests/test_segments.py",)),
+        "if len(qs) >= min_queries else None", "if len(qs) > min_queries else None", ("tests/results/test_segments.py",)),
     Bug("cache keys", "two recipes of one model variant share a key", "src/stagebench/models/variants.py",
         'parts = {"source": model.identity, "recipe": recipe, "code": code_identity(VARIANT_CODE),',
         'parts = {"source": model.identity, "code": code_identity(VARIANT_CODE),',
-        ("tests/test_batch_invariance.py::test_the_int8_token_rewrite_keeps_the_model",)),
+        ("tests/models/test_batch_invariance.py::test_the_int8_token_rewrite_keeps_the_model",)),
     Bug("report and explorer", "the latency front compares with the other stages' p50", "src/stagebench/results/cost.py",
         "p95 = [(lat[1], q) for", "p95 = [(lat[0], q) for", EXPLORER),
     Bug("LLM families", "pointwise ESCI grades of S and C swapped", "src/stagebench/llm/labels.py",
         '"esci": (("E", 3.0), ("S", 2.0), ("C", 1.0), ("I", 0.0)),', '"esci": (("E", 3.0), ("S", 1.0), ("C", 2.0), ("I", 0.0)),',
-        ("tests/test_llm_families.py::test_pointwise_esci_orders_by_the_expected_grade_e3_s2_c1_i0",)),
+        ("tests/llm/test_families.py::test_pointwise_esci_orders_by_the_expected_grade_e3_s2_c1_i0",)),
     Bug("reranker by pool", "a cell's better and worse than its pool swapped", "src/stagebench/results/matrix.py",
         "c.oracle_ndcg10, c.headroom_captured, pool_row.id in row.better_than.get(MEASURE, []),\n"
         "                                    row.id in pool_row.better_than.get(MEASURE, [])))",
         "c.oracle_ndcg10, c.headroom_captured, row.id in pool_row.better_than.get(MEASURE, []),\n"
         "                                    pool_row.id in row.better_than.get(MEASURE, [])))",
-        ("tests/test_matrix.py::test_a_cell_is_marked_better_or_worse_than_its_pool_as_the_stage_table_marks_it",)),
+        ("tests/results/test_matrix.py::test_a_cell_is_marked_better_or_worse_than_its_pool_as_the_stage_table_marks_it",)),
     Bug("tuning", "a k-fold decision is made on every query, its own fold's too", "src/stagebench/fitting/tune.py",
         "tuple(q for j, f in enumerate(folds) if j != i for q in f)", "tuple(q for f in folds for q in f)",
         (TUNING + "test_kfold_decisions_never_read_their_own_folds_judgments",)),

@@ -41,7 +41,7 @@ def shared_path(name: str) -> Path:
 def pytest_configure(config):
     """Under pytest-xdist each worker gets its share of the cores for the models it runs (and the
     processes it starts): two workers each spinning a thread per core on 2 cores took 1.5x the wall
-    time and 1.6x the CPU time of one thread each (tests/test_batch_invariance.py and four other
+    time and 1.6x the CPU time of one thread each (tests/models/test_batch_invariance.py and four other
     model modules, 169 s against 111 s). A value the caller set is kept."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
     if workers > 1:

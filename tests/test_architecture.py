@@ -157,3 +157,19 @@ def test_the_cli_is_a_thin_layer_on_the_python_api():
                   and n.value.id == "api"}  # fmt: skip
         assert called, f"cli.{f.name} calls no stagebench.api function"
         assert called <= set(api.__all__) | {"HoleViews"}, f"cli.{f.name} uses private api names {called - set(api.__all__)}"
+
+
+def test_the_tests_share_one_scripted_chat_backend():
+    """A chat backend written in a test (a class with ``complete`` or ``identity``) derives from
+    tests/scripted_chat.py's ScriptedChat, the one scripted backend, instead of spelling out the
+    protocol again."""
+    tests = SRC.parents[1] / "tests"
+    found = []
+    for path in tests.rglob("*.py"):
+        if path.name == "scripted_chat.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef) and not node.bases and any(
+                    isinstance(f, ast.FunctionDef) and f.name in ("complete", "identity") for f in node.body):  # fmt: skip
+                found.append(f"{path.relative_to(tests)}:{node.lineno} {node.name}")
+    assert not found, "chat backends that do not derive from ScriptedChat: " + ", ".join(found)

@@ -11,7 +11,7 @@ The other keys the project computes, each against its declaration, and each decl
 to hold (the output really does not change): the BM25 index (INDEX_PARAMS / SEARCH_PARAMS), the
 corpus embeddings (EMBEDDING_PARAMS / QUERY_PARAMS), pair scores shared between rerankers
 (scoring_key, RANKING_ONLY), the params declared unkeyed; an LLM's answers are in
-tests/test_llm_keys.py, a depth sweep's runs in tests/test_depth_sweep.py.
+tests/llm/test_keys.py, a depth sweep's runs in tests/results/test_depth.py.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from tests.conftest import REPO
 # run file's sha256, tests/stages/test_run_file.py); changing them here would need a second model
 IDENTITY_FIELDS = {"model", "source", "target", "path"}
 # an LLM stage's backend, server and prompt file are keyed through identity() too (the server's
-# model listing, the template's digest: tests/test_llm_server.py, test_the_prompt_text_is_in_the_key)
+# model listing, the template's digest: tests/llm/test_server.py, test_the_prompt_text_is_in_the_key)
 STAGE_IDENTITY_FIELDS = {"LLMRerankParams": {"backend", "base_url", "gguf_file", "prompt"}}
 INPUTS = {"bm25": [], "dense": [], "run_file": [], "rrf": ["a", "b"], "score_fusion": ["a", "b"],
           "oracle_pool": ["a"], "cross_encoder": ["a"], "plugin": ["a"], "llm_rerank": ["a"]}  # fmt: skip
@@ -370,7 +370,7 @@ UNKEYED_CHECKED = {
     "bm25": {"query_batch", "threads"},  # test_bm25_and_dense_params_declared_unkeyed_do_not_change_the_run
     "dense": {"cache"},  # test_a_warm_cache_gives_what_a_fresh_computation_gives[dense] (slow: the model)
     "llm_rerank": {"concurrency", "timeout", "retries", "backoff", "price_per_1k_tokens", "api_key_env", "failed_calls"},
-    # ^ tests/test_llm_keys.py::test_params_declared_unkeyed_do_not_change_the_run, every method
+    # ^ tests/llm/test_keys.py::test_params_declared_unkeyed_do_not_change_the_run, every method
 }
 
 

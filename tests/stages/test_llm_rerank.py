@@ -1,12 +1,11 @@
 """The llm_rerank stage with a scripted backend (its windows, parsing, counting and cache).
 
 The backend here is a fake that answers from the prompt it is shown: it unit-tests the
-stage's own logic. The real model and the real server are in tests/test_llm_server.py."""
+stage's own logic. The real model and the real server are in tests/llm/test_server.py."""
 
 from __future__ import annotations
 
 import re
-import threading
 
 import pytest
 
@@ -19,34 +18,20 @@ from stagebench.params import build
 from stagebench.runs import ranked_ids
 from stagebench.stages import StageContext
 from stagebench.stages.llm_rerank import LLMRerankParams, LLMRerankStage
+from tests.scripted_chat import ScriptedChat
 
 N_DOCS = 30
 
 
-class Scripted:
+class Scripted(ScriptedChat):
     """Ranks the shown products by the number in their text ("quality 17"), best first, and
-    answers in the form ``answer`` gives; counts its calls."""
+    answers in the form ``answer`` gives."""
 
-    concurrent = True
-
-    def __init__(self, answer=None, fail_on=None):
-        self.calls = 0
+    def __init__(self, answer=None, fail_on=None, name="scripted"):
+        super().__init__(fail_on=fail_on, name=name)
         self.answer = answer or (lambda ids: " > ".join(f"[{i}]" for i in ids))
-        self.fail_on = fail_on or (lambda req: None)
-        self.lock = threading.Lock()
 
-    def check(self):
-        return None
-
-    def identity(self):
-        return {"backend": "scripted"}
-
-    def complete(self, req: ChatRequest) -> Completion:
-        with self.lock:
-            self.calls += 1
-        exc = self.fail_on(req)
-        if exc is not None:
-            raise exc
+    def reply(self, req: ChatRequest) -> Completion:
         user = req.messages[-1][1]
         shown = re.findall(r"^\[(\d+)\] .*?quality (\d+)", user, re.M)
         best = sorted(shown, key=lambda t: -int(t[1]))

@@ -21,7 +21,7 @@ train split is loaded with the same loader options, only ``split`` replaced) and
       seed: 12
 
 Data separation: only the ``split`` queries are loaded for training - the test split's
-queries and judgments are never read by this module (``tests/test_training.py`` checks it).
+queries and judgments are never read by this module (``tests/fitting/test_train.py`` checks it).
 Bundled INT8 ONNX models (the offline MS MARCO MiniLM) are dequantized to fp32 torch
 weights first (:mod:`stagebench.models.onnx_weights`); a bi-encoder such as all-MiniLM-L6-v2
 gets a fresh one-logit head.

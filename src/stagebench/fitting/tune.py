@@ -10,7 +10,7 @@ the stage cache (:func:`stagebench.execute.run_stage`) and scored on the tuning 
   other folds' queries and its test figure is read on fold f only, so the tuned column is a
   cross-validated estimate in which no query helped choose the params it is scored with.
 
-A decision reads only its own queries' judgments (``tests/test_tuning.py`` changes the judgments
+A decision reads only its own queries' judgments (``tests/fitting/test_tune.py`` changes the judgments
 of the queries a decision must not see, and checks the decision does not move). Later stages are
 tuned with earlier tuned stages at their chosen params. Because every trial run is a cache entry,
 a killed tuning resumes where it stopped, and a BM25 grid over k1 and b analyses the corpus once

@@ -14,7 +14,7 @@ compares, in which order, and how many calls a query can take - counted before i
 Candidates are indices ``0..n-1`` in input order; the result is a permutation of them: the
 top ``k`` as the scheme found them, then the rest in their input order. Nothing is lost or
 invented whatever the comparator answers, and a comparator with no preference anywhere leaves
-the input order (tests/test_llm_families.py property-tests both).
+the input order (tests/llm/test_families.py property-tests both).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """fp32 torch weights from the bundled INT8 ONNX cross-encoder.
 
-Two uses: the reference the ONNX path is checked against (tests/test_onnx_weights.py,
+Two uses: the reference the ONNX path is checked against (tests/models/test_onnx_weights.py,
 make perf), and the starting point for fine-tuning the bundled MS MARCO cross-encoder
 offline (stagebench.fitting.train), since an INT8 ONNX graph cannot be trained.
 

@@ -13,7 +13,7 @@ A reranker with ``score_pairs`` is given the candidates of **every query at once
 ``pairs_per_call`` pairs of similar length** (the longest first, ties in run order): the least
 padding, and full model batches whatever the depth. That is sound because a pair's score is a
 function of the pair: the plug-in protocol asks it of ``score_pairs``, and the built-in
-cross-encoder's paths keep it (``int8-token`` and ``fp32`` exactly: tests/test_batch_invariance.py),
+cross-encoder's paths keep it (``int8-token`` and ``fp32`` exactly: tests/models/test_batch_invariance.py),
 except ``precision: int8``, the carrier's own dynamic INT8, which takes one activation scale per
 batch and is documented as batch-dependent. With ``depths: [10, 20, 50, 100, 200]`` the stage
 scores the largest depth once and derives the run at each depth by reordering only the top N

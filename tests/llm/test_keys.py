@@ -11,7 +11,7 @@
 * Seconds and tokens per query divide by the queries, not the calls.
 
 The backend is scripted (it unit-tests the stage's cache and counting, not a model); the real model
-and server paths are tests/test_llm_families.py and tests/test_llm_server.py.
+and server paths are tests/llm/test_families.py and tests/llm/test_server.py.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import hashlib
 import json
 import math
 import re
-import threading
 import time
 from pathlib import Path
 
@@ -37,6 +36,7 @@ from stagebench.results.folder import RunFolder
 from stagebench.stages import StageContext
 from stagebench.stages.llm_rerank import LLMRerankParams, LLMRerankStage
 from tests.conftest import REPO
+from tests.scripted_chat import ScriptedChat
 
 N_DOCS = 9
 SECONDS = 0.1234  # each answer's model time (four decimals: the stats keep three)
@@ -57,30 +57,13 @@ def _mix(req: ChatRequest) -> int:
     return int.from_bytes(hashlib.sha256("\x00".join(parts).encode()).digest()[:8], "big")
 
 
-class Sampler:
+class Sampler(ScriptedChat):
     """Answers like a sampling model: which order or label it gives depends on the whole request."""
 
-    concurrent = True
-
     def __init__(self):
-        self.calls = 0
-        self.lock = threading.Lock()
-        self.asked: list[tuple[ChatRequest, Completion]] = []
+        super().__init__(name="sampler")
 
-    def check(self):
-        return None
-
-    def identity(self):
-        return {"backend": "sampler"}
-
-    def complete(self, req: ChatRequest) -> Completion:
-        out = self._answer(req)
-        with self.lock:
-            self.calls += 1
-            self.asked.append((req, out))
-        return out
-
-    def _answer(self, req: ChatRequest) -> Completion:
+    def reply(self, req: ChatRequest) -> Completion:
         h, user = _mix(req), req.messages[-1][1]
         if req.labels:
             weights = [((h >> (8 * i)) & 0xFF) + 1 for i in range(len(req.labels))]

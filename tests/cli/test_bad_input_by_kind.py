@@ -23,7 +23,7 @@ from stagebench.cache import Cache
 from stagebench.errors import ConfigError, DataError, StagebenchError
 from stagebench.llm.chat import ChatRequest, OpenAIBackend, RequestFailed
 from tests.conftest import stagebench_cli
-from tests.test_bad_input import assert_clean, beir, config, error_line, expect_error, run_main
+from tests.cli.test_bad_input import assert_clean, beir, config, error_line, expect_error, run_main
 
 PLUGIN = "class Boom:\n    def score(self, query, docs):\n        return [float(len(d)) for d in docs]\n"
 

@@ -21,7 +21,7 @@ from stagebench.results.folder import RunFolder
 from stagebench.results.scoring import significance
 from stagebench.results.segments import length_segments
 from tests.conftest import SWEEP_EVALUATION
-from tests.test_depth_sweep import holm
+from tests.results.test_depth import holm
 
 SEED, PERMS = SWEEP_EVALUATION["seed"], SWEEP_EVALUATION["permutations"]
 

@@ -20,7 +20,6 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -40,12 +39,12 @@ from stagebench.runs import ranked_ids
 from stagebench.stages import StageContext
 from stagebench.stages.llm_rerank import LLMRerankParams, LLMRerankStage
 from tests.conftest import seed_models, stagebench_cli
+from tests.scripted_chat import ScriptedChat
 from tests.stages.test_llm_rerank import N_DOCS, Scripted, dataset, input_run
 
 
-class OtherScripted(Scripted):
-    def identity(self):
-        return {"backend": "another scripted model"}
+def OtherScripted():  # noqa: N802 - a second listwise model, to the cache
+    return Scripted(name="another scripted model")
 
 # ---------------------------------------------------------------------------- schemes
 
@@ -167,33 +166,20 @@ def test_a_label_answer_round_trips_through_json_with_minus_infinity():
 # ---------------------------------------------------------------------------- the stage, scripted
 
 
-class LabelScripted:
+class LabelScripted(ScriptedChat):
     """Answers label requests from the "quality N" of the products in the prompt: pointwise
     P(Yes) = N / 30; pairwise and setwise: the best product's label gets 0.7, the others share
-    the rest. ``text_only``: no probabilities, the label as text (a server without logprobs)."""
+    the rest. ``text_only``: no probabilities, the label as text (a server without logprobs);
+    ``fail_on(user text)``: the exception a request fails with."""
 
-    concurrent = True
-
-    def __init__(self, text_only=False, fail_on=None, position_bias=False):
+    def __init__(self, text_only=False, fail_on=None, position_bias=False, name="label-scripted"):
+        on_user = (lambda req: fail_on(req.messages[-1][1])) if fail_on else None
+        super().__init__(fail_on=on_user, name=name, text_only=text_only)
         self.position_bias = position_bias
-        self.calls = 0
         self.text_only = text_only
-        self.fail_on = fail_on or (lambda user: None)
-        self.lock = threading.Lock()
 
-    def check(self):
-        return None
-
-    def identity(self):
-        return {"backend": "label-scripted", "text_only": self.text_only}
-
-    def complete(self, req: ChatRequest) -> Completion:
-        with self.lock:
-            self.calls += 1
+    def reply(self, req: ChatRequest) -> Completion:
         user = req.messages[-1][1]
-        exc = self.fail_on(user)
-        if exc is not None:
-            raise exc
         labs = req.labels
         q = [int(x) for x in re.findall(r"quality (\d+)", user)]
         if labs == ("Yes", "No"):
@@ -271,10 +257,8 @@ class EsciScripted(LabelScripted):
 
     WEIGHTS = staticmethod(lambda n: ((n * 7) % 5 + 1, (n * 3) % 7 + 1, (n * 5) % 4 + 1, (n * 2) % 3 + 1))
 
-    def complete(self, req: ChatRequest) -> Completion:
+    def reply(self, req: ChatRequest) -> Completion:
         assert req.labels == ("E", "S", "C", "I")
-        with self.lock:
-            self.calls += 1
         n = int(re.findall(r"quality (\d+)", req.messages[-1][1])[0])
         w = self.WEIGHTS(n)
         probs = [0.9 * x / sum(w) for x in w]
@@ -358,12 +342,7 @@ def test_a_pairwise_comparison_needs_both_orders_and_agreement():
     """A model that says A whatever the order has no preference (the input order stays); a
     comparison whose other order failed has none either."""
     class AlwaysA(LabelScripted):
-        def complete(self, req):
-            with self.lock:
-                self.calls += 1
-            exc = self.fail_on(req.messages[-1][1])
-            if exc is not None:
-                raise exc
+        def reply(self, req):
             return Completion("A", 10, 1, 0.01, 0, (math.log(0.5), math.log(0.5)) if self.text_only else None)
 
     inp = input_run()
@@ -412,13 +391,9 @@ def test_answers_of_another_model_are_not_served_from_the_cache(method, extra, t
     every question again."""
     cache = Cache(tmp_path / "cache")
 
-    class Other(LabelScripted):
-        def identity(self):
-            return {"backend": "another model"}
-
     first = LabelScripted() if method != "listwise" else Scripted()
     family(first, method=method, top_n=10, **extra).apply(StageContext(dataset(), cache), [input_run()])
-    second = Other() if method != "listwise" else OtherScripted()
+    second = LabelScripted(name="another model") if method != "listwise" else OtherScripted()
     family(second, method=method, top_n=10, **extra).apply(StageContext(dataset(), cache), [input_run()])
     assert first.calls > 0 and second.calls == first.calls
 
@@ -580,7 +555,7 @@ def test_kill_9_resumes_at_the_next_call(tmp_path, small_synthetic, model_entrie
 
 @pytest.mark.slow
 def test_the_server_path_reads_text_and_pointwise_needs_logprobs(tmp_path, small_synthetic):
-    from tests.test_llm_server import env as katan_env, katan
+    from tests.llm.test_server import env as katan_env, katan
 
     server = {"backend": "openai", "model": "echo-model", "api_key_env": "KATAN_KEY", "backoff": 0.01}
     with katan(tmp_path) as url:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import stagebench_cli
-from tests.test_llm_server import env, katan
+from tests.llm.test_server import env, katan
 
 pytestmark = pytest.mark.slow
 

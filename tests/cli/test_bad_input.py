@@ -507,7 +507,7 @@ def test_9_esci_hf_says_its_corpus_is_judged_only(tmp_path):
 
 
 # items 10-12 (dense ties, no-room headroom, sigmoid order) are unit tests: tests/stages/test_dense_topk.py,
-# tests/test_analysis.py, tests/stages/test_rerank.py
+# tests/results/test_ceilings.py, tests/stages/test_rerank.py
 
 
 # --------------------------------------------------------------------------- 13-15

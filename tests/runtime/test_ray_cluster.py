@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, stagebench_cli
-from tests.test_ray_engine import table
+from tests.runtime.test_ray_engine import table
 
 pytest.importorskip("ray", reason="engine: ray needs the ray extra (make test installs it)")
 # one Ray cluster at a time on this machine: every Ray test runs on one xdist worker

@@ -1,6 +1,6 @@
 """The engine setting (stagebench.runtime.engine): parsed and checked at load, top level / per stage /
 --engine; the local engine; the placement of models on Ray workers with GPUs. The Ray runs
-themselves are in tests/test_ray_engine.py."""
+themselves are in tests/runtime/test_ray_engine.py."""
 
 from __future__ import annotations
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import random
 import re
-import threading
 
 import numpy as np
 import pytest
@@ -22,32 +21,22 @@ from stagebench.params import build
 from stagebench.llm.chat import ChatRequest, Completion, RequestFailed
 from stagebench.results.agreement import agreement, kappa, kendall_tau_b
 from stagebench.results.judged import HOLE, SAMPLE, filled_qrels, pool, read_judgments
+from tests.scripted_chat import ScriptedChat
 
 ESCI_NAMES = {3: "E", 2: "S", 1: "C", 0: "I"}
 WORDS = {g: name for g, (name, _, _) in ESCI.items()}
 
 
-class Scripted:
+class Scripted(ScriptedChat):
     """Answers with the grade written in the product's text ("truth 2"), in the form ``answer`` gives;
-    ``fail`` names products whose request fails after every retry. Counts its calls."""
-
-    concurrent = True
+    ``fail`` names products whose request fails after every retry."""
 
     def __init__(self, answer=None, fail=()):
-        self.calls = 0
+        super().__init__()
         self.answer = answer or (lambda g: WORDS[g])
         self.fail = set(fail)
-        self.lock = threading.Lock()
 
-    def check(self):
-        return None
-
-    def identity(self):
-        return {"backend": "scripted"}
-
-    def complete(self, req: ChatRequest) -> Completion:
-        with self.lock:
-            self.calls += 1
+    def reply(self, req: ChatRequest) -> Completion:
         user = req.messages[-1][1]
         doc = re.search(r"Product: (\S+) truth (\d)", user)
         if doc[1] in self.fail:

@@ -18,7 +18,7 @@ from stagebench.results.folder import RunFolder
 from stagebench.results.queries import QueryView, Shown, StageView, build, read_texts, wins_and_losses
 from stagebench.runs import read_trec_qrels, read_trec_run
 from tests.conftest import SWEEP_EVALUATION
-from tests.test_compare_check import per_query
+from tests.results.test_compare_check import per_query
 
 
 def ranks(path) -> dict[str, dict[str, int]]:
