@@ -1,7 +1,7 @@
 """The one scripted chat backend of the unit tests: it answers a request from its prompt by a
 script the test gives, so the parsers, the LLM stages and the judge can be unit-tested without a
-model. It follows the backend protocol of :mod:`stagebench.llm.chat` (``concurrent``, ``check``,
-``identity``, ``complete``). The real model and the real server are in tests/llm/test_server.py
+model. It follows the backend protocol :class:`stagebench.llm.request.ChatBackend` (``concurrent``,
+``check``, ``identity``, ``complete``). The real model and the real server are in tests/llm/test_server.py
 and tests/judge/test_server.py."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from stagebench.llm.chat import ChatRequest, Completion
+from stagebench.llm.request import ChatRequest, Completion
 
 
 class ScriptedChat:

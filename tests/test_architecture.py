@@ -15,9 +15,9 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "stagebench"
 LAYERS = {
     0: ["errors", "version", "optional", "files", "textfile", "params", "runtime.system", "ui", "analyzer", "metrics.compute", "stats",
         "table", "data.text", "data.corpus", "rerank", "llm", "llm.schemes", "runtime.devices", "runtime.engine", "judge", "models", "runtime", "models.onnx_graphs"],
-    1: ["llm.listwise", "llm.labels", "judge.scale", "runs", "metrics.names", "metrics.value", "metrics.holes", "metrics", "cache", "models.resolve", "record", "data.model", "data.esci", "data.jsonl", "data.trec",
+    1: ["llm.listwise", "llm.labels", "llm.request", "judge.scale", "runs", "metrics.names", "metrics.value", "metrics.holes", "metrics", "cache", "models.resolve", "record", "data.model", "data.esci", "data.jsonl", "data.trec",
         "data.synthetic", "data", "rerank.merge"],
-    2: ["models.encoders", "models.onnx_weights", "models.variants", "stages.base", "stages.model", "llm.chat", "rerank.plugins", "rerank.pointwise",
+    2: ["models.encoders", "models.onnx_weights", "models.variants", "stages.base", "stages.model", "llm.http", "llm.local", "llm.chat", "rerank.plugins", "rerank.pointwise",
         "llm.windows", "llm.families", "stages.bm25", "stages.dense", "stages.fusion", "stages.rerank", "stages.run_file",
         "stages.llm_rerank", "stages.oracle", "stages", "results", "results.ceilings", "results.queries", "results.folder", "results.depth",
         "results.scoring", "results.cost", "results.check", "results.compare", "results.segments", "results.matrix", "results.agreement", "results.judged",
@@ -104,7 +104,8 @@ MANIFEST_JSON_KEYS = {
 NOT_MANIFEST_READERS = {
     "stagebench.config", "stagebench.params", "stagebench.cache", "stagebench.runtime.engine",
     "stagebench.files", "stagebench.fitting.train",  # the model and dataset records (their own "files")
-    "stagebench.llm.chat",  # a server's answer and its "usage" (prompt_tokens, completion_tokens)
+    "stagebench.llm.http",  # a server's answer and its "usage" (prompt_tokens, completion_tokens)
+    "stagebench.llm.request",  # a cached Completion's own JSON (prompt_tokens, completion_tokens)
     "stagebench.fitting.tune",  # its own tuning.json record and the config's raw "stages"
 }  # fmt: skip
 

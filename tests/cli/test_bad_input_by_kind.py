@@ -21,7 +21,8 @@ import pytest
 import stagebench
 from stagebench.cache import Cache
 from stagebench.errors import ConfigError, DataError, StagebenchError
-from stagebench.llm.chat import ChatRequest, OpenAIBackend, RequestFailed
+from stagebench.llm.http import OpenAIBackend
+from stagebench.llm.request import ChatRequest, RequestFailed
 from tests.conftest import stagebench_cli
 from tests.cli.test_bad_input import assert_clean, beir, config, error_line, expect_error, run_main
 

@@ -18,7 +18,7 @@ from stagebench.judge.ask import Judge, JudgeParams
 from stagebench.judge.scale import ESCI, parse_grade, scale_for
 from stagebench.judge.rounds import judge_runs
 from stagebench.params import build
-from stagebench.llm.chat import ChatRequest, Completion, RequestFailed
+from stagebench.llm.request import ChatRequest, Completion, RequestFailed
 from stagebench.results.agreement import agreement, kappa, kendall_tau_b
 from stagebench.results.judged import HOLE, SAMPLE, filled_qrels, pool, read_judgments
 from tests.scripted_chat import ScriptedChat

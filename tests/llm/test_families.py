@@ -30,7 +30,8 @@ from hypothesis import strategies as st
 from stagebench.cache import Cache
 from stagebench.errors import ConfigError
 from stagebench.params import build
-from stagebench.llm.chat import ChatRequest, Completion, RequestFailed, label_logprobs
+from stagebench.llm.http import label_logprobs
+from stagebench.llm.request import ChatRequest, Completion, RequestFailed
 from stagebench.llm.labels import (MIN_MASS, POINTWISE_ESCI, POINTWISE_YES_NO, check_template, default_template,
                                       label_in_text, letters, read_labels, render_pairwise, render_pointwise,
                                       render_setwise)
@@ -405,7 +406,7 @@ def test_answers_of_another_model_are_not_served_from_the_cache(method, extra, t
 def smollm2():
     from stagebench.runtime.devices import place
     from stagebench.models.resolve import resolve_model
-    from stagebench.llm.chat import TransformersBackend
+    from stagebench.llm.local import TransformersBackend
 
     return TransformersBackend(resolve_model("HuggingFaceTB/SmolLM2-135M-Instruct"),
                                place("cpu", "fp32", "torch", "test", auto_bf16=False))  # fmt: skip
@@ -456,7 +457,8 @@ def test_a_gguf_model_loads_from_its_dequantized_checkpoint_with_the_same_answer
     import pickle
 
     import torch
-    from stagebench.llm.chat import TransformersBackend, keep_models_in
+    from stagebench.llm.chat import keep_models_in
+    from stagebench.llm.local import TransformersBackend
 
     labels = [ChatRequest((("user", f"A shopper searched for: red wallet\n\nProduct: {p}\n\nAnswer Yes or No."),), 1,
                           0.0, 0, ("Yes", "No")) for p in PRODUCTS]  # fmt: skip

@@ -30,7 +30,8 @@ from stagebench.cache import Cache
 from stagebench.data import Dataset
 from stagebench.params import build
 from stagebench.record import LLMStats
-from stagebench.llm.chat import ChatParams, ChatRequest, Completion, RequestFailed, cached_answer
+from stagebench.llm.chat import ChatParams, cached_answer
+from stagebench.llm.request import ChatRequest, Completion, RequestFailed
 from stagebench.results.cost import quality_cost
 from stagebench.results.folder import RunFolder
 from stagebench.stages import StageContext

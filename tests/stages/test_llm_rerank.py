@@ -13,7 +13,7 @@ from stagebench.cache import Cache
 from stagebench.data import Dataset
 from stagebench.errors import ConfigError, StagebenchError
 from stagebench.llm.listwise import sliding_windows
-from stagebench.llm.chat import ChatRequest, Completion, RequestFailed
+from stagebench.llm.request import ChatRequest, Completion, RequestFailed
 from stagebench.params import build
 from stagebench.runs import ranked_ids
 from stagebench.stages import StageContext

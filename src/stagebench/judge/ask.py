@@ -17,9 +17,8 @@ from stagebench.cache import Cache
 from stagebench.runtime.engine import Engine
 from stagebench.judge.scale import DEFAULT_SYSTEM, DEFAULT_TEMPLATE, FAILED, OUTCOMES, Scale, check_template, parse_grade, render_prompt
 from stagebench.params import NonNegativeInt, PositiveInt, Range, Seed, param
-from stagebench.llm.chat import (
-    ChatParams, ChatRequest, Completion, RequestFailed, cached_answer, keep_models_in, make_backend, prompt_problems, read_prompt,
-)
+from stagebench.llm.chat import ChatParams, cached_answer, keep_models_in, make_backend, prompt_problems, read_prompt
+from stagebench.llm.request import ChatRequest, Completion, RequestFailed
 
 log = logging.getLogger("stagebench")
 

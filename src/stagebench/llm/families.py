@@ -25,7 +25,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from stagebench.llm.chat import ChatRequest, RequestFailed, cached_answers
+from stagebench.llm.chat import cached_answers
+from stagebench.llm.request import ChatRequest, RequestFailed
 from stagebench.llm.labels import (
     LABEL_SETS, LabelReading, letters, read_labels, render_pairwise, render_pointwise, render_setwise,
 )

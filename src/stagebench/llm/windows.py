@@ -15,9 +15,8 @@ from typing import Any
 from stagebench.cache import Cache
 from stagebench.errors import StagebenchError
 from stagebench.record import LLMStats
-from stagebench.llm.chat import (
-    ChatRequest, Completion, OpenAIBackend, RequestFailed, TransformersBackend, cached_answer,
-)
+from stagebench.llm.chat import cached_answer
+from stagebench.llm.request import ChatBackend, ChatRequest, Completion, RequestFailed
 from stagebench.llm.listwise import FAILED, OUTCOMES, REPAIRS, parse_permutation, render_prompt
 
 
@@ -91,7 +90,7 @@ class QueryTask:
     writes to the same cache folder, which must then be shared: docs/scale.md). Picklable: the
     backend's loaded model and connections are not pickled."""
 
-    def __init__(self, backend: OpenAIBackend | TransformersBackend, identity: dict, cache: Cache | None,
+    def __init__(self, backend: ChatBackend, identity: dict, cache: Cache | None,
                  template: str, p: Any, stage: str) -> None:  # fmt: skip
         self.backend, self.identity, self.cache, self.template, self.stage = backend, identity, cache, template, stage
         self.system = (("system", p.system_prompt),) if p.system_prompt else ()

@@ -35,7 +35,9 @@ from typing import Any, Literal
 
 from stagebench.runtime.engine import EngineParams
 from stagebench.record import LLMStats, Stats
-from stagebench.llm.chat import ChatParams, OpenAIBackend, TransformersBackend, keep_models_in, make_backend, prompt_problems, read_prompt
+from stagebench.llm.chat import ChatParams, keep_models_in, make_backend, prompt_problems, read_prompt
+from stagebench.llm.http import OpenAIBackend
+from stagebench.llm.request import ChatBackend
 from stagebench.llm.families import TASKS
 from stagebench.llm.labels import check_template as check_label_template, default_template
 from stagebench.llm.listwise import DEFAULT_SYSTEM, DEFAULT_TEMPLATE, FAILED, LOW_MASS, check_template, sliding_windows
@@ -94,7 +96,7 @@ class LLMRerankStage(Stage):
 
     def __init__(self, name: str, params: Any, engine: EngineParams | None = None) -> None:
         super().__init__(name, params, engine)
-        self._backend: OpenAIBackend | TransformersBackend | None = None
+        self._backend: ChatBackend | None = None
 
     @classmethod
     def check_params(cls, params: Any, inputs: list[str]) -> list[tuple[str, str]]:
@@ -115,7 +117,7 @@ class LLMRerankStage(Stage):
             return read_prompt(p.prompt)
         return DEFAULT_TEMPLATE if p.method == "listwise" else default_template(p.method, p.labels)
 
-    def backend(self) -> OpenAIBackend | TransformersBackend:
+    def backend(self) -> ChatBackend:
         if self._backend is None:
             self._backend = make_backend(self.params, f"stage {self.name}", bool(self.engine.gpus))
         return self._backend
