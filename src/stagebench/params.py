@@ -84,11 +84,22 @@ Seed = Annotated[int, Range(ge=0, le=2**32 - 1)]
 DeviceSpec = Annotated[str, Pattern(r"auto|cpu|mps|cuda(:[0-9]+)?", "auto | cpu | cuda | cuda:N | mps")]
 
 
-def param(default: Any = dataclasses.MISSING, doc: str = "", *, factory: Any = dataclasses.MISSING) -> Any:
-    """A documented field: ``k1: NonNegativeFloat = param(1.5, "term-frequency saturation")``."""
+def param(default: Any = dataclasses.MISSING, doc: str = "", *, factory: Any = dataclasses.MISSING,
+          keyed: bool = True) -> Any:  # fmt: skip
+    """A documented field: ``k1: NonNegativeFloat = param(1.5, "term-frequency saturation")``.
+    ``keyed=False`` marks a param that cannot change a stage's output (how many threads, a request's
+    timeout, whether to cache): it is left out of the stage's cache key (:func:`unkeyed`)."""
+    meta = {"doc": doc, "keyed": keyed}
     if factory is not dataclasses.MISSING:
-        return dataclasses.field(default_factory=factory, metadata={"doc": doc})
-    return dataclasses.field(default=default, metadata={"doc": doc})
+        return dataclasses.field(default_factory=factory, metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def unkeyed(cls: type) -> tuple[str, ...]:
+    """The fields of params dataclass ``cls`` declared ``keyed=False``, in declaration order."""
+    if not dataclasses.is_dataclass(cls):
+        return ()
+    return tuple(f.name for f in dataclasses.fields(cls) if not f.metadata.get("keyed", True))
 
 
 def type_text(tp: Any) -> str:

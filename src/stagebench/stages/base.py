@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from stagebench.params import unkeyed
 from stagebench.runtime.engine import Engine, EngineParams, LocalEngine
 
 if TYPE_CHECKING:
@@ -75,8 +76,13 @@ class Stage:
     # for built-in stages; plug-ins could, so their key includes them).
     reads_corpus: ClassVar[bool] = True
     reads_qrels: ClassVar[bool] = False
-    # params that do not change the output (cache switches, progress) are left out of the key
+    # params that do not change the output (cache switches, threads, timeouts) are left out of the
+    # key: derived from the fields declared ``param(..., keyed=False)`` on ``Params`` (never listed here)
     unkeyed_params: ClassVar[tuple[str, ...]] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.unkeyed_params = unkeyed(cls.Params)
 
     @classmethod
     def tune_space(cls, params: Any, inputs: list[str]) -> dict[str, list[Any]]:

@@ -55,8 +55,9 @@ class BM25Params:
     stemmer: str | None = param(None, "a PyStemmer (Snowball) language, e.g. english")
     tokens: Literal["letters_digits", "word", "whitespace"] = param("letters_digits", "how text is cut: runs of letters "
                                                                    "and digits; word: Python's \\w+; whitespace: str.split()")  # fmt: skip
-    query_batch: PositiveInt = param(256, "queries per sparse product (capped so a score block stays under 64 MB)")
-    threads: PositiveInt | None = param(None, "sparse backend: query-batch threads (null: all cores)")
+    query_batch: PositiveInt = param(256, "queries per sparse product (capped so a score block stays under 64 MB)",
+                                    keyed=False)  # fmt: skip
+    threads: PositiveInt | None = param(None, "sparse backend: query-batch threads (null: all cores)", keyed=False)
 
     def validate(self) -> list[tuple[str, str]]:
         if self.stemmer is not None and self.stemmer not in Stemmer.algorithms():
@@ -245,7 +246,6 @@ class BM25Stage(Stage):
     Params = BM25Params
     code_modules = (*Stage.code_modules, "stagebench.stages.bm25", "stagebench.analyzer")
     packages = ("numpy", "scipy", "rank-bm25", "PyStemmer")
-    unkeyed_params = ("query_batch", "threads")
 
     @classmethod
     def tune_space(cls, params: BM25Params, inputs: list[str]) -> dict[str, list]:

@@ -44,7 +44,7 @@ class DenseParams(HardwareParams):
     hnsw_m: Annotated[int, Range(ge=2)] = param(32, "HNSW graph degree (faiss needs >= 2)")
     hnsw_ef_construction: PositiveInt = param(200, "HNSW build-time search depth")
     hnsw_ef_search: PositiveInt = param(256, "HNSW query-time search depth (raised to top_k if lower)")
-    cache: bool = param(True, "keep the corpus embeddings in the stage cache")
+    cache: bool = param(True, "keep the corpus embeddings in the stage cache", keyed=False)
     # model/source are checked by the config loader (stagebench.config.parse_config)
 
 
@@ -141,7 +141,7 @@ class DenseStage(ModelStage):
     code_modules = (*Stage.code_modules, "stagebench.stages.dense", "stagebench.models.encoders", "stagebench.models.resolve",
                     "stagebench.runtime.devices")  # fmt: skip
     packages = ("faiss-cpu", "numpy", *("onnxruntime", "tokenizers", "sentence-transformers", "transformers", "torch"))
-    unkeyed_params = ("cache",)  # device/precision: keyed as written and, in identity(), as resolved
+    # device/precision: keyed as written and, in identity(), as resolved
 
     @classmethod
     def tune_space(cls, params: DenseParams, inputs: list[str]) -> dict[str, list]:

@@ -63,11 +63,11 @@ class LLMRerankParams(ChatParams):
     max_new_tokens: PositiveInt | None = param(None, "the longest answer asked for; null: 8 tokens per candidate + 16 (a "
                                                "reasoning model needs more)")  # fmt: skip
     concurrency: PositiveInt = param(4, "openai: queries in flight at once, at most: halved after a timeout or a busy "
-                                     "answer, raised again as answers come (the in-process backend runs one)")  # fmt: skip
+                                     "answer, raised again as answers come (the in-process backend runs one)", keyed=False)  # fmt: skip
     failed_calls: Literal["stop", "accept"] = param(
         "stop", "a request that fails after every retry: stop (one error line, exit 2, no results written; the "
                 "answers that came are cached, so the same command asks only for the rest) | accept (the call keeps "
-                "its input order or says nothing, the table marks the stage, its run is not cached)")  # fmt: skip
+                "its input order or says nothing, the table marks the stage, its run is not cached)", keyed=False)  # fmt: skip
     depths: list[PositiveInt] | None = param(None, "also run at each of these depths (each its own run: the windows "
                                              "depend on N; identical windows come from the cache); the depth table")  # fmt: skip
     method: Literal["listwise", "pointwise", "pairwise", "setwise"] = param(
@@ -92,7 +92,6 @@ class LLMRerankStage(Stage):
                     "stagebench.llm.schemes", "stagebench.llm.chat", "stagebench.rerank.merge", "stagebench.record",
                     "stagebench.runtime.devices")  # fmt: skip
     packages = ("transformers", "torch", "gguf")
-    unkeyed_params = (*ChatParams.UNKEYED, "failed_calls")
 
     def __init__(self, name: str, params: Any, engine: EngineParams | None = None) -> None:
         super().__init__(name, params, engine)
