@@ -71,11 +71,25 @@ def test_open_reads_back_what_run_returned(tmp_path, small_synthetic):
     assert opened.table.equals(done.table)
     assert opened.runs == done.runs and set(opened.runs) == {"bm25", "stem", "rrf"}
     assert opened.per_query.equals(done.per_query)
-    # a file changed behind the manifest's back is refused, not read
+    # a file changed behind the manifest's back is refused, not read: open reads the table only, and
+    # the runs (with the per-query values computed from them) when they are asked for
     run_file = tmp_path / "out" / "runs" / "bm25.trec"
     run_file.write_text(run_file.read_text().replace(" 1 ", " 2 ", 1))
-    with pytest.raises(stagebench.StagebenchError, match="bm25.trec"):
+    reopened = stagebench.open(tmp_path / "out")
+    assert reopened.table.equals(done.table)
+    with pytest.raises(stagebench.StagebenchError, match="bm25.trec: changed after the run"):
+        reopened.runs
+    with pytest.raises(stagebench.StagebenchError, match="bm25.trec: changed after the run"):
+        stagebench.open(tmp_path / "out").per_query
+    # one run deleted: an incomplete folder, refused at open (a committed folder holds no run at all)
+    run_file.unlink()
+    with pytest.raises(stagebench.StagebenchError, match="bm25.trec: missing;.*incomplete"):
         stagebench.open(tmp_path / "out")
+    for runs in (tmp_path / "out" / "runs").iterdir():
+        runs.unlink()
+    (tmp_path / "out" / "qrels.trec").unlink()
+    tables_only = stagebench.open(tmp_path / "out")
+    assert tables_only.runs == {} and tables_only.per_query.round(6).equals(done.per_query.round(6))
 
 
 def test_compare_returns_the_numbers_the_cli_prints(tmp_path, small_synthetic, capsys):

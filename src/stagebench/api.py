@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -100,14 +100,37 @@ def config_from(config: Config | Mapping[str, Any] | str | Path, engine: str | N
 
 @dataclass
 class Result:
-    """A finished run: its stage table, per-query values and runs, and its results folder."""
+    """A finished run: its stage table, per-query values and runs, and its results folder. What a
+    run computed is held; what :func:`open` did not need is read (verified) when first asked for."""
 
     output: Path
     stage_table: StageTable
-    runs: dict[str, Run]
-    per_query_values: dict[str, dict[str, dict[str, float]]]  # stage -> measure -> qid -> value
     table_text: str
     judge_text: str = ""  # the judge's summary, when a judge: section ran with the run (or judge() did)
+    _runs: dict[str, Run] | None = field(default=None, repr=False)
+    _per_query: dict[str, dict[str, dict[str, float]]] | None = field(default=None, repr=False)
+
+    @property
+    def runs(self) -> dict[str, Run]:
+        """``{stage: {qid: {docid: score}}}``, read from the folder on first use (every file verified);
+        empty for a committed folder, which keeps its tables but not its runs."""
+        if self._runs is None:
+            rf = RunFolder.open(self.output)
+            self._runs = rf.runs() if rf.holds_runs() else {}
+        return self._runs
+
+    @property
+    def per_query_values(self) -> dict[str, dict[str, dict[str, float]]]:
+        """stage -> measure -> qid -> value: recomputed from the verified runs on first use (exactly
+        :func:`run`'s), or ``per_query.csv``'s (six decimals) for a folder without its runs."""
+        if self._per_query is None:
+            rf = RunFolder.open(self.output)
+            if self.runs:
+                evals = stage_evaluations(rf.manifest, rf.qrels(), self.runs)
+                self._per_query = {n: e.per_query for n, e in evals.items()}
+            else:
+                self._per_query = rf.per_query()
+        return self._per_query
 
     @property
     def table(self):
@@ -159,7 +182,7 @@ class Result:
 
     def rerender(self) -> Result:
         """Score and render the folder again from its verified runs (``stagebench table``)."""
-        return replace(table(self.output), runs=self.runs)
+        return replace(table(self.output), _runs=self._runs)
 
     def incompleteness(self, rates: Sequence[float] = (0.9, 0.7, 0.5, 0.3, 0.1), seeds: int = 3,
                        measure: str | None = None, permutations: int = 1000) -> Incompleteness:  # fmt: skip
@@ -187,8 +210,7 @@ def run(config: Config | Mapping[str, Any] | str | Path, output: str | Path | No
     """Run a config (path, mapping or Config) and return its :class:`Result`; ``engine``: local or
     ray for every stage (default: what the config says)."""
     res: RunResult = run_config(config_from(config, engine), output, cache_dir=cache_dir, recompute=recompute)
-    return Result(output=res.output, stage_table=res.table, runs=res.runs, per_query_values=res.per_query,
-                  table_text=res.table_text, judge_text=res.judge_text)  # fmt: skip
+    return Result(res.output, res.table, res.table_text, res.judge_text, _runs=res.runs, _per_query=res.per_query)
 
 
 def tune(config: Config | Mapping[str, Any] | str | Path, output: str | Path | None = None,
@@ -201,19 +223,12 @@ def tune(config: Config | Mapping[str, Any] | str | Path, output: str | Path | N
 
 def open(folder: str | Path) -> Result:  # noqa: A001 - stagebench.open, as a notebook reads it
     """A results folder a run wrote (a committed one included) as a :class:`Result`, every file
-    verified against the manifest's digests first. The stage table is read from
-    ``stage_table.json``. Where the folder holds its runs, they are read and the per-query values
-    recomputed from them (exactly :func:`run`'s); a committed folder holds its tables only, and its
-    per-query values are ``per_query.csv``'s (six decimals)."""
+    verified against the manifest's digests first. It reads the stage table (``stage_table.json``)
+    and nothing more: the runs and the per-query values are read and computed when first asked for
+    (:attr:`Result.runs`, :attr:`Result.per_query`), each time from verified files."""
     rf = RunFolder.open(folder)
-    table = rf.table()
-    text = rf.verified("stage_table.txt").read_text(encoding="utf-8")
-    if not all(rf.holds(f"runs/{s.name}.trec") for s in rf.stages):
-        return Result(output=rf.path, stage_table=table, runs={}, per_query_values=rf.per_query(), table_text=text)
-    runs = rf.runs()
-    evals = stage_evaluations(rf.manifest, rf.qrels(), runs)  # the per-query values only: the table was read
-    return Result(output=rf.path, stage_table=table, runs=runs, per_query_values={n: e.per_query for n, e in evals.items()},
-                  table_text=text)  # fmt: skip
+    rf.holds_runs()  # an incomplete folder (some runs missing) is refused now, not when its runs are asked for
+    return Result(rf.path, rf.table(), rf.verified("stage_table.txt").read_text(encoding="utf-8"))
 
 
 def compare(a: Result | str | Path, b: Result | str | Path, *, permutations: int = 10000, seed: int = 42,
@@ -235,7 +250,7 @@ def table(folder: str | Path) -> Result:
     """``stagebench table``: score and render a folder again from its verified runs, its new files'
     digests recorded; the table is :attr:`Result.table_text`."""
     rendered = rerender(folder)
-    return Result(Path(folder), rendered.table, {}, rendered.per_query, rendered.text)
+    return Result(Path(folder), rendered.table, rendered.text, _per_query=rendered.per_query)
 
 
 def show(folder: str | Path, query_id: str) -> str:
@@ -259,7 +274,7 @@ def segments(folder: str | Path, by: Sequence[str] | None = None, min_queries: i
     length, negation and - where the folder holds its qrels - judged and relevant)."""
     rf = RunFolder.open(folder)
     bys = list(by or rf.manifest.evaluation.segments) or ["length", "negation", *(
-        ["judged", "relevant"] if rf.holds("qrels.trec") else [])]
+        ["judged", "relevant"] if rf.holds_runs() else [])]
     return folder_segments(rf, bys, min_queries)
 
 
@@ -291,7 +306,7 @@ def judge(folder: str | Path, config: str | Path | None = None, cache_dir: str |
     """``stagebench judge``: the judge of ``config``'s ``judge:`` section (else of the folder's own
     config) grades the holes of a finished folder; its stages are not run again."""
     rendered = judge_folder(folder, None if config is None else str(config), cache_dir)
-    return Result(Path(folder), rendered.table, {}, rendered.per_query, rendered.text, rendered.judge_text)
+    return Result(Path(folder), rendered.table, rendered.text, rendered.judge_text, _per_query=rendered.per_query)
 
 
 def incompleteness(folder: str | Path, rates: Sequence[float] = (0.9, 0.7, 0.5, 0.3, 0.1), seeds: int = 3,

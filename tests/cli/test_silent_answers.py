@@ -101,3 +101,25 @@ def test_cache_prune_leaves_the_half_written_entry_of_a_live_process(tmp_path):
         live.wait()
     assert [Path(r["path"]) for r in Cache(tmp_path / "cache").prune()] == [writing]
     assert os.listdir(tmp_path / "cache" / "runs") == []
+
+
+def test_a_folder_missing_one_run_is_refused_by_every_reader(tmp_path, sweep_folder, sweep_folder_b, capsys):
+    """A folder whose manifest records a run that is gone (the others here) is incomplete: open, compare
+    and segments each refuse it in one line naming the file, instead of answering from per_query.csv.
+    A committed folder (no run and no qrels at all, by design) is still read from its tables."""
+    import shutil
+
+    broken = tmp_path / "broken"
+    shutil.copytree(sweep_folder, broken)
+    (broken / "runs" / "bm25.trec").unlink()
+    with pytest.raises(StagebenchError, match=r"bm25\.trec: missing;.*incomplete"):
+        stagebench.open(broken)
+    for argv in (["compare", str(broken), str(sweep_folder_b), "--permutations", "100"],
+                 ["compare", str(sweep_folder_b), str(broken), "--permutations", "100"],
+                 ["segments", str(broken), "--by", "length"]):  # fmt: skip
+        assert main(argv) == 2
+        assert "bm25.trec: missing;" in one_error(capsys)
+    shutil.rmtree(broken / "runs")
+    (broken / "qrels.trec").unlink()
+    assert main(["segments", str(broken), "--by", "length"]) == 0  # tables only: from per_query.csv
+    assert "length" in capsys.readouterr().out

@@ -87,7 +87,7 @@ def check_comparable(fa: RunFolder, fb: RunFolder) -> None:
     if da.fingerprint != db.fingerprint:
         raise StagebenchError(f"{a} and {b} ran on different corpora (dataset fingerprints {str(da.fingerprint)[:12]} vs "
                               f"{str(db.fingerprint)[:12]}): their numbers cannot be compared")  # fmt: skip
-    if fa.holds("qrels.trec") and fb.holds("qrels.trec"):
+    if fa.holds_runs() and fb.holds_runs():
         ra, rb = fa.qrels(), fb.qrels()
         for q in sorted(set(ra) & set(rb)):
             if ra[q] != rb[q]:

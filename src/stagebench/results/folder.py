@@ -94,6 +94,19 @@ class RunFolder:
         tables but not its runs); reading it still verifies it."""
         return rel in self.manifest.files and (self.path / rel).is_file()
 
+    def holds_runs(self) -> bool:
+        """Whether the folder holds what its runs were scored from: every stage's run files and the
+        qrels (True), or none of them (False: a committed folder keeps its tables only). Some present
+        and some missing is an incomplete folder: one error naming the first file missing."""
+        wanted = ["qrels.trec", *(f"runs/{n}.trec" for s in self.stages for n in (s.name, *s.depth_runs))]
+        recorded = [rel for rel in wanted if rel in self.manifest.files]
+        here = [rel for rel in recorded if (self.path / rel).is_file()]
+        if here and len(here) < len(recorded):
+            missing = next(rel for rel in recorded if rel not in here)
+            raise StagebenchError(f"{self.path / missing}: missing; {MANIFEST} records it and the folder holds the other "
+                                  "runs (the folder is incomplete: run its config again)")  # fmt: skip
+        return bool(here) and len(here) == len(wanted)
+
     def qrels(self) -> dict:
         return read_trec_qrels(self.verified("qrels.trec"))
 

@@ -333,7 +333,7 @@ def folder_segments(folder: RunFolder, bys: Sequence[str], min_queries: int = MI
     from the runs and qrels where the folder holds them, else read from ``per_query.csv``."""
     ev = folder.manifest.evaluation
     names = [s.name for s in folder.stages]
-    if folder.holds("qrels.trec") and all(folder.holds(f"runs/{n}.trec") for n in names):
+    if folder.holds_runs():
         # exact values, as the run's own segments table has them: rescored from the verified runs
         evals = stage_evaluations(folder.manifest, folder.qrels(), folder.runs())
         per_query = {n: e.per_query for n, e in evals.items()}
