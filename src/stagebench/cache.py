@@ -153,6 +153,18 @@ class Cache:
     def __init__(self, root: str | Path, read: bool = True) -> None:
         self.root = Path(root)
         self.read = read
+        self._swept: set[str] = set()  # the kinds whose dead writers' leftovers this process removed
+
+    @staticmethod
+    def _remove_dead(folder: Path) -> None:
+        """Remove the half-written entries in ``folder`` (one kind) of writers that are gone, and an
+        old entry a killed writer had set aside to replace it (``.<key>.old-<pid>``)."""
+        for d in folder.glob(".*") if folder.is_dir() else ():
+            old = d.name.rsplit(".old-", 1)
+            pid = _writer(d) if d.name.startswith(".tmp-") else int(old[1]) if len(old) == 2 and old[1].isdigit() else None
+            if pid is not None and pid != os.getpid() and not process_alive(pid) and d.is_dir() and not d.is_symlink():
+                log.info("cache: removing %s, left by an interrupted run", d)
+                shutil.rmtree(d, ignore_errors=True)
 
     # ---------------------------------------------------------------- entries
     def _dir(self, kind: str, key: str) -> Path:
@@ -199,6 +211,9 @@ class Cache:
         ``entry.json`` are added and the folder is renamed into place. An entry that does not
         read back is never stored."""
         final = self._dir(kind, key)
+        if kind not in self._swept:  # once per kind: what killed writers left here goes first
+            self._swept.add(kind)
+            self._remove_dead(final.parent)
         tmp = final.parent / f".tmp-{key}-{os.getpid()}-{time.monotonic_ns()}"
         tmp.mkdir(parents=True)
         try:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import glob
 import os
 import shutil
 import stat
@@ -46,6 +47,10 @@ def atomic_write(path: str | Path, data: str | bytes | Iterable[str]) -> None:
     """Write ``data`` (text, bytes, or an iterable of text chunks) to ``path`` atomically."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    for stale in path.parent.glob(f".{glob.escape(path.name)}.part-*"):  # a killed writer's half-written file
+        pid = stale.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and int(pid) != os.getpid() and not process_alive(int(pid)) and stale.is_file():
+            stale.unlink(missing_ok=True)
     tmp = path.with_name(f".{path.name}.part-{os.getpid()}")
     try:
         if isinstance(data, bytes):
@@ -163,7 +168,7 @@ def foreign_entry(folder: Path, owned: Owned) -> str | None:
             return f"{rel} is a symbolic link (stagebench writes none)"
         elif kind == "other":
             return f"{rel} is not a regular file"
-        elif rel in owned.kept or rel == owned.record:
+        elif rel in owned.kept or rel == owned.record or rel == STAGING_MARK:  # the mark: ours (a swap cut short)
             continue
         elif rel not in listed:
             return f"{rel} was not written by stagebench (not listed in {owned.record})"
@@ -248,7 +253,12 @@ def staging(target: Path) -> Path:
     if folder.exists():
         remove_staging(folder)
     folder.mkdir()
-    (folder / STAGING_MARK).write_text(f"{os.getpid()}\n", encoding="utf-8")
+    try:
+        (folder / STAGING_MARK).write_text(f"{os.getpid()}\n", encoding="utf-8")
+    except BaseException:  # no mark, so nothing would ever remove it: the empty folder goes now
+        (folder / STAGING_MARK).unlink(missing_ok=True)
+        folder.rmdir()
+        raise
     return folder
 
 
@@ -270,9 +280,29 @@ def process_alive(pid: int) -> bool:
     return True
 
 
-def remove_stale_staging(target: Path) -> list[Path]:
-    """Remove the staging folders of ``target`` left by processes that are gone."""
+def recover_set_aside(target: Path) -> list[Path]:
+    """A folder a killed :func:`swap_in` had set aside (``.<name>.old-<pid>``, its process gone) is
+    put back where ``target`` is missing (the kill came between the two renames), else removed.
+    Every reader of a folder stagebench replaces calls this first."""
     gone = []
+    for d in target.parent.glob(f".{glob.escape(target.name)}.old-*"):
+        pid = d.name.rsplit("-", 1)[-1]
+        if not pid.isdigit() or int(pid) == os.getpid() or process_alive(int(pid)) or not d.is_dir() or d.is_symlink():
+            continue
+        if not target.exists():
+            log.info("putting back %s, set aside by an interrupted run", target)
+            os.replace(d, target)
+        else:
+            log.info("removing %s, set aside by an interrupted run", d)
+            shutil.rmtree(d)
+            gone.append(d)
+    return gone
+
+
+def remove_stale_staging(target: Path) -> list[Path]:
+    """Remove the staging folders of ``target`` left by processes that are gone (and recover what a
+    killed swap set aside: :func:`recover_set_aside`)."""
+    gone = recover_set_aside(target)
     for d in target.parent.glob(f".{target.name}.partial-*"):
         pid = d.name.rsplit("-", 1)[-1]
         if not pid.isdigit() or int(pid) == os.getpid() or process_alive(int(pid)):
@@ -280,6 +310,9 @@ def remove_stale_staging(target: Path) -> list[Path]:
         if (d / STAGING_MARK).is_file():
             log.info("removing %s, left by an interrupted run", d)
             remove_staging(d)
+            gone.append(d)
+        elif d.is_dir() and not d.is_symlink() and not any(d.iterdir()):  # killed before its mark was written
+            d.rmdir()
             gone.append(d)
     return gone
 
@@ -294,9 +327,11 @@ def swap_in(new: Path, target: Path, kept: Collection[str] = ()) -> None:
         if src.is_file() and not src.is_symlink():
             (new / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, new / rel)
-    (new / STAGING_MARK).unlink(missing_ok=True)
+    # the mark goes in with the folder and is removed from its new place: a process killed before the
+    # rename leaves a marked staging folder that the next run removes (remove_stale_staging)
     if not target.exists():
         os.replace(new, target)
+        (target / STAGING_MARK).unlink(missing_ok=True)
         return
     old = target.parent / f".{target.name}.old-{os.getpid()}"
     os.replace(target, old)
@@ -305,4 +340,5 @@ def swap_in(new: Path, target: Path, kept: Collection[str] = ()) -> None:
     except BaseException:
         os.replace(old, target)
         raise
+    (target / STAGING_MARK).unlink(missing_ok=True)
     shutil.rmtree(old)

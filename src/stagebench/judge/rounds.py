@@ -45,7 +45,7 @@ from stagebench.metrics.names import Measure
 from stagebench.params import read_yaml
 from stagebench.record import DatasetRecord, JudgeRecord
 from stagebench.report.write import Rendered, render
-from stagebench.results.folder import RESULTS, RunFolder, write_manifest
+from stagebench.results.folder import RESULTS, RunFolder, rewritten, write_manifest
 from stagebench.results.incompleteness import FILE as INCOMPLETENESS, Incompleteness, experiment
 from stagebench.results.judged import HOLE, JUDGMENTS, SAMPLE, Judgment, filled_qrels, judgments_tsv, pool, read_judgments, sample
 from stagebench.results.planning import Simulation, depth_pooling, plan, pool_holes, random_holes, simulate
@@ -133,10 +133,11 @@ def judge_folder(folder: str | Path, config: str | None = None, cache_dir: str |
     cache = Cache(cache_root(cache_dir, raw.get("cache_dir") if isinstance(raw, dict) else None))
     t0 = time.perf_counter()
     record, tsv = judge_runs(params, judge, ds, rf.runs(), rf.manifest.stage_names, rf.manifest.dataset.label_names, cache)
-    atomic_write(rf.path / JUDGMENTS, tsv)
-    manifest = write_manifest(rf.path, rf.manifest.with_judge(record), [JUDGMENTS])
-    rendered = render(rf.path, RunFolder(rf.path, manifest))
-    write_manifest(rf.path, manifest, rendered.written)
+    with rewritten(rf.path) as tmp:  # the folder changes whole or not at all
+        atomic_write(tmp / JUDGMENTS, tsv)
+        manifest = write_manifest(tmp, rf.manifest.with_judge(record), [JUDGMENTS])
+        rendered = render(tmp, RunFolder(tmp, manifest))
+        write_manifest(tmp, manifest, rendered.written)
     log.info("%s: judged in %.1fs; judge/ tables and report.html written", rf.path, time.perf_counter() - t0)
     return rendered
 
@@ -216,11 +217,11 @@ def run_incompleteness(folder: str | Path, rates: list[float], seeds: int, measu
                       if truth is not None else "")  # fmt: skip
     if report:
         rf = g.rf
-        check_destination(rf.path, RESULTS)
-        atomic_write(rf.path / INCOMPLETENESS, json.dumps(inc.as_json(), indent=2) + "\n")
-        manifest = write_manifest(rf.path, rf.manifest, [INCOMPLETENESS])
-        rendered = render(rf.path, RunFolder(rf.path, manifest))
-        write_manifest(rf.path, manifest, rendered.written)
+        with rewritten(rf.path) as tmp:  # the folder changes whole or not at all
+            atomic_write(tmp / INCOMPLETENESS, json.dumps(inc.as_json(), indent=2) + "\n")
+            manifest = write_manifest(tmp, rf.manifest, [INCOMPLETENESS])
+            rendered = render(tmp, RunFolder(tmp, manifest))
+            write_manifest(tmp, manifest, rendered.written)
     return inc
 
 
@@ -244,12 +245,21 @@ def plan_judgments(folder: str | Path, budget: int, output: str | Path, strategy
     rows = worksheet_rows(chosen, ds.queries, ds.doc_text, list(g.ranked))
     out = Path(output)
     csv_path, jsonl_path = out.with_suffix(".csv"), out.with_suffix(".jsonl")
-    for p in (csv_path, jsonl_path):
-        if p.exists():
+    sheets = {csv_path: worksheet_csv(rows, g.scale).encode("utf-8"), jsonl_path: worksheet_jsonl(rows, g.scale).encode("utf-8")}
+    for p, data in sheets.items():  # a file this same plan wrote before it was cut short holds exactly these bytes
+        if p.exists() and not (p.is_file() and p.read_bytes() == data):
             raise StagebenchError(f"{p}: exists; a worksheet is never written over (raters may have filled it): "
                                   "give another --output")  # fmt: skip
-    atomic_write(csv_path, worksheet_csv(rows, g.scale))
-    atomic_write(jsonl_path, worksheet_jsonl(rows, g.scale))
+    written = []
+    try:
+        for p, data in sheets.items():
+            if not p.exists():
+                atomic_write(p, data)
+                written.append(p)
+    except BaseException:  # both files or neither: the one written goes again
+        for p in written:
+            p.unlink(missing_ok=True)
+        raise
     log.info("%s: %d of the %d unjudged pairs in the top %d (%s); worksheet %s and %s", g.rf.path, len(chosen),
              len(holes), depth, strategy, csv_path, jsonl_path)  # fmt: skip
     return csv_path, jsonl_path, len(chosen)

@@ -26,7 +26,7 @@ from stagebench.report.tables import (judge_text, matrix_csv, matrix_markdown, m
                                      render_markdown, render_text, segments_csv, segments_markdown, segments_text)  # fmt: skip
 from stagebench.results import ceilings
 from stagebench.results.cost import quality_cost
-from stagebench.results.folder import RunFolder, write_manifest
+from stagebench.results.folder import RunFolder, rewritten, write_manifest
 from stagebench.results.matrix import matrix_table
 from stagebench.results.judged import FILLED_FLAGS, FILLED_QRELS, JUDGMENTS, judge_results, read_judgments, sources_tsv
 from stagebench.results.queries import build, primary_measure, wins_and_losses
@@ -160,8 +160,9 @@ def run_segments(rf: RunFolder, scored: Scored, qrels: dict, texts: dict) -> lis
 def rerender(folder: str | Path) -> Rendered:
     """``stagebench table``: render a finished folder again and record the new files' digests."""
     rf = RunFolder.open(folder)
-    rendered = render(rf.path, rf)
-    write_manifest(rf.path, rf.manifest, rendered.written)
+    with rewritten(rf.path) as tmp:  # the folder changes whole or not at all
+        rendered = render(tmp, RunFolder(tmp, rf.manifest))
+        write_manifest(tmp, rf.manifest, rendered.written)
     return rendered
 
 

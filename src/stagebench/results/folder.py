@@ -5,12 +5,16 @@ of a finished folder - every file it reads verified against those digests first.
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterable
+import os
+import shutil
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from stagebench.errors import StagebenchError
-from stagebench.files import STAGING_MARK, Owned, atomic_write, file_digest, inventory
+from stagebench.files import (STAGING_MARK, Owned, atomic_write, check_destination, file_digest, inventory, recover_set_aside,
+                              remove_staging, staging, swap_in)
 from stagebench.metrics import parse_measure
 from stagebench.record import MANIFEST, Manifest, StageRecord
 from stagebench.results.queries import TEXTS_FILE, read_texts
@@ -50,6 +54,42 @@ def write_manifest(folder: Path, manifest: Manifest, written: Iterable[str] | No
     return manifest
 
 
+def _linked_copy(src: Path, dst: Path) -> None:
+    """``src``'s tree into the existing folder ``dst``: hard links where the file system has them (the
+    copy costs no space), else copies. An error is the OSError itself, naming its path (not
+    shutil.copytree's list of them)."""
+    for dirpath, dirnames, filenames in os.walk(src):
+        rel = Path(dirpath).relative_to(src)
+        for d in dirnames:
+            (dst / rel / d).mkdir(exist_ok=True)
+        for f in filenames:
+            try:
+                os.link(Path(dirpath) / f, dst / rel / f)
+            except FileExistsError:
+                raise
+            except OSError:
+                shutil.copy2(Path(dirpath) / f, dst / rel / f)
+
+
+@contextmanager
+def rewritten(folder: Path) -> Iterator[Path]:
+    """A finished results folder changed as a whole or not at all (``judge``, ``table``,
+    ``incompleteness --report``): the block writes into a copy built beside it (hard links: every
+    file is replaced by :func:`~stagebench.files.atomic_write`, never written in place, so the
+    original's files are never touched), which is swapped in when the block ends. An error or a
+    kill on the way leaves the folder as it was and the copy for the next run to remove."""
+    check_destination(folder, RESULTS)
+    tmp = staging(folder)
+    try:
+        _linked_copy(folder, tmp)
+        yield tmp
+        check_destination(folder, RESULTS)  # it may have changed meanwhile
+        swap_in(tmp, folder)
+    except BaseException:
+        remove_staging(tmp)
+        raise
+
+
 @dataclass
 class RunFolder:
     """A finished results folder, read one way by ``table``, ``check``, ``compare`` and the
@@ -61,6 +101,7 @@ class RunFolder:
 
     @classmethod
     def open(cls, path: str | Path) -> RunFolder:
+        recover_set_aside(Path(path))  # a replacement killed half-way: the folder as it was, first
         return cls(Path(path), Manifest.read(Path(path)))
 
     @property
