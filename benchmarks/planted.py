@@ -182,6 +182,15 @@ BUGS: tuple[Bug, ...] = (
     Bug("tuning", "the weak-baseline note's remaining gain measured against the untuned stage", "src/stagebench/results/baselines.py",
         "left = means[s][m] - tuned", "left = means[s][m] - here[m]",
         (TUNING + "test_a_run_finds_the_tuning_of_its_first_stage_and_says_its_baseline_is_weak",)),
+    Bug("crash safety", "a cache entry's checksums not verified on read", "src/stagebench/cache.py",
+        'if got != want["sha256"]:', 'if False and got != want["sha256"]:', ("tests/test_cache_corruption.py",)),
+    Bug("crash safety", "a swap killed between its renames: the folder set aside never put back", "src/stagebench/files.py",
+        "        if not target.exists():\n            log.info(\"putting back", "        if False:\n            log.info(\"putting back",
+        ("tests/test_faults.py::test_the_judge_and_a_judging_round_survive_a_fault_at_every_kind_of_write",)),
+    Bug("crash safety", "the judge writes into the finished folder in place", "src/stagebench/judge/rounds.py",
+        "    with rewritten(rf.path) as tmp:  # the folder changes whole or not at all\n        atomic_write(tmp / JUDGMENTS, tsv)",
+        "    for tmp in (rf.path,):  # in place\n        atomic_write(tmp / JUDGMENTS, tsv)",
+        ("tests/test_faults.py::test_the_judge_and_a_judging_round_survive_a_fault_at_every_kind_of_write",)),
 )
 
 

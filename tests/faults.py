@@ -28,6 +28,7 @@ every write point with the faults injected there and whether each held.
 from __future__ import annotations
 
 import builtins
+import importlib
 import errno
 import io
 import json
@@ -254,6 +255,8 @@ def drive(spec: dict) -> dict:
     from stagebench.report import plots
 
     plots._fig()  # matplotlib on Agg, imported before the first fork
+    for name in spec.get("preload", ()):  # model libraries a child would import on every run
+        importlib.import_module(name)
     work, roots = Path(spec["work"]), spec["roots"]
     logs = Path(spec["logs"])
     logs.mkdir(parents=True, exist_ok=True)

@@ -127,6 +127,25 @@ evaluation: {latency_queries: 0, permutations: 100, bootstrap: 100}
 tune: {stages: [bm25], queries: kfold, folds: 2, space: {bm25: {k1: [0.9, 1.5]}}}
 """)
     # trials.tsv says which trials were computed or cached, and their seconds: the rest is compared
-    found = drive(tmp_path, {"command": ["tune", "tune.yaml"], "compare": ["out-tuning/table.md", "out-tuning/tuned.yaml"]})
+    found = drive(tmp_path, {"command": ["tune", "tune.yaml"], "compare": ["out-tuning/table.md", "out-tuning/tuned.yaml"],
+                             "only": "tuning|write-test|^mkdir <work>/cache$"})  # its trials' entries: as a run's
     held(found)
     assert any("tuning" in k for k in found["kinds"]), found["kinds"]
+
+
+def test_a_model_variant_survives_a_kill_or_a_full_disk_at_each_of_its_writes(tmp_path, tiny_synthetic):
+    """The cross-encoder's per-token INT8 variant, built once into the cache: a kill or a full disk at
+    the folder, the model file, its record and the rename that stores it (the stage's run and the
+    results folder are written as the model-free run's, above)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "ce.yaml").write_text(CASCADE.format(data=tiny_synthetic).split("stages:")[0].replace(
+        "split: test}", "split: test, max_queries: 3}") + """stages:
+  - {name: bm25, type: bm25, params: {top_k: 20}}
+  - {name: ce, type: cross_encoder, inputs: [bm25], params: {top_n: 5, precision: int8-token, max_length: 64}}
+evaluation: {latency_queries: 0, permutations: 100, bootstrap: 100}
+""")  # fmt: skip
+    found = drive(tmp_path, {"command": ["run", "ce.yaml"], "compare": TABLES, "only": "^rename <work>/cache/models",
+                             "faults": ["kill", "enospc"], "preload": ["onnxruntime", "onnx", "tokenizers"]})  # fmt: skip
+    held(found)
+    assert any("cache/models" in k for k in found["kinds"]), found["kinds"]

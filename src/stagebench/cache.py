@@ -226,8 +226,10 @@ class Cache:
             (tmp / ENTRY_FILE).write_text(json.dumps(info, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
             try:
                 swap_in(tmp, final)  # a stale entry under the same key is replaced once ours is in place
-            except OSError:  # another process put the same key at the same moment: its entry is as good as ours
+            except OSError:
                 shutil.rmtree(tmp, ignore_errors=True)
+                if not final.is_dir():  # not another process's entry under the same key: a real failure
+                    raise
         except OSError as exc:
             shutil.rmtree(tmp, ignore_errors=True)
             raise named(exc, final) from exc

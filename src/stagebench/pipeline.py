@@ -95,6 +95,9 @@ def check_scorable(config: Config, ds: Dataset) -> None:
         raise DataError(f"{ds.source or ds.name}: no query left to score (after the loader's filters)")
     if not ds.corpus:
         raise DataError(f"{ds.source or ds.name}: the corpus has no documents")
+    if not any(t.strip() for t in ds.doc_texts):  # stops at the first document with text
+        raise DataError(f"{ds.source or ds.name}: every document's text is empty under text_template "
+                        f"{ds.text_template!r}: no stage could retrieve anything, and every measure would be 0")  # fmt: skip
     grades = [g for docs in ds.qrels.values() for g in docs.values()]
     if not any(g >= SCORED_MIN_GRADE for g in grades):
         raise DataError(f"{ds.source or ds.name}: no judgment has a positive grade (grades: "
@@ -108,6 +111,10 @@ def check_scorable(config: Config, ds: Dataset) -> None:
     if missing:
         raise ConfigError(f"{config.path}: evaluation.gain: the {g.describe()} has no gain for grade "
                           f"{', '.join(map(str, missing))}, which the qrels hold (grades: {sorted(set(grades))})")  # fmt: skip
+    held = sorted({x for x in grades if x >= SCORED_MIN_GRADE})
+    if not any(g(x) > 0 for x in held):
+        raise ConfigError(f"{config.path}: evaluation.gain: the {g.describe()} gives no positive gain to any grade the "
+                          f"qrels hold ({', '.join(map(str, held))}); every nDCG would be 0")  # fmt: skip
     for j, by in enumerate(config.evaluation.segments):
         if by in FROM_DATASET and by not in ds.query_groups:
             raise ConfigError(f"{config.path}: evaluation.segments[{j}]: {by}: the dataset gives no query {by} (the esci "

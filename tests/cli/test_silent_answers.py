@@ -123,3 +123,42 @@ def test_a_folder_missing_one_run_is_refused_by_every_reader(tmp_path, sweep_fol
     (broken / "qrels.trec").unlink()
     assert main(["segments", str(broken), "--by", "length"]) == 0  # tables only: from per_query.csv
     assert "length" in capsys.readouterr().out
+
+
+def _beir(folder: Path, texts: list[str]) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "corpus.jsonl").write_text("".join(f'{{"_id": "d{i}", "title": "", "text": "{t}"}}\n' for i, t in enumerate(texts)))
+    (folder / "queries.jsonl").write_text('{"_id": "q1", "text": "red shoes"}\n{"_id": "q2", "text": "blue hat"}\n')
+    (folder / "qrels").mkdir()
+    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td0\t2\nq2\td1\t1\n")
+    return folder
+
+
+def test_a_gain_map_or_a_corpus_that_leaves_nothing_to_score_is_refused(tmp_path, capsys):
+    """No grade the qrels hold with a positive gain, or no document with any text: every nDCG (or
+    every measure) would be 0. Refused in one line before a stage runs, in a config, eval's API
+    and the gain table itself; nothing is written."""
+    qrels, run = {"q1": {"d0": 2, "d1": 1}}, {"q1": {"d0": 2.0, "d1": 1.0}}
+    with pytest.raises(StagebenchError, match="a gain table needs a grade with a positive gain"):
+        stagebench.evaluate(qrels, run, ["nDCG@10"], gain={0: 0, 1: 0, 2: 0})
+    with pytest.raises(StagebenchError, match=r"no grade the qrels hold \(1, 2\) has a positive gain"):
+        stagebench.evaluate(qrels, run, ["nDCG@10"], gain={0: 1, 1: 0, 2: 0})
+    assert stagebench.evaluate(qrels, run, ["P@10"], gain={0: 1, 1: 0, 2: 0}).means["P@10"] == 0.2  # no gain read
+
+    data = _beir(tmp_path / "beir", ["red shoes for running", "a blue hat", "green socks"])
+    config = tmp_path / "c.yaml"
+    base = (f"name: t\noutput: {tmp_path / 'out'}\ncache_dir: {tmp_path / 'cache'}\n"
+            f"dataset: {{loader: beir, path: {data}}}\nstages: [{{name: bm25, type: bm25}}]\n")  # fmt: skip
+    config.write_text(base + "evaluation: {gain: {0: 0, 1: 0, 2: 0}}\n")
+    assert main(["run", str(config)]) == 2
+    assert "evaluation.gain: a gain table needs a grade with a positive gain" in one_error(capsys)
+    config.write_text(base + "evaluation: {gain: {0: 1, 1: 0, 2: 0}}\n")
+    assert main(["run", str(config)]) == 2
+    assert "evaluation.gain: the gain map (2=0, 1=0, 0=1) gives no positive gain to any grade the qrels hold (1, 2)" \
+        in one_error(capsys)  # fmt: skip
+
+    empty = _beir(tmp_path / "empty", ["", " ", ""])
+    config.write_text(base.replace(str(data), str(empty)))
+    assert main(["run", str(config)]) == 2
+    assert "every document's text is empty under text_template" in one_error(capsys)
+    assert not (tmp_path / "out").exists() and not (tmp_path / "cache").exists()

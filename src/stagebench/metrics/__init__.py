@@ -114,8 +114,13 @@ def evaluate(
         missing = sorted({g for docs in qrels.values() for g in docs.values()} - {g for g, _ in gain.table})
         if missing:
             raise StagebenchError(f"{gain.describe()}: no gain for grade(s) {missing}, which the qrels hold")
+
     ms = [m if isinstance(m, Measure) else parse_measure(m) for m in measures]
     names = [m.name for m in ms]
+    held = sorted({g for docs in qrels.values() for g in docs.values() if g >= SCORED_MIN_GRADE})
+    if held and not any(gain(g) > 0 for g in held) and any(m.family == "nDCG" for m in ms):
+        raise StagebenchError(f"{gain.describe()}: no grade the qrels hold ({', '.join(map(str, held))}) has a "
+                              "positive gain, so every nDCG would be 0")  # fmt: skip
     if len(set(names)) != len(names):
         raise StagebenchError(f"measures: duplicate names in {names}")
     if relevance_threshold < 1:

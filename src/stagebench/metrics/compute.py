@@ -82,6 +82,8 @@ def gain_map(spec: Any) -> Gain:
             if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
                 raise ValueError(f"gain table grade {grade}: gain {v!r} must be a finite number >= 0")
             table.append((grade, float(v)))
+        if not any(v > 0 for _, v in table):
+            raise ValueError("a gain table needs a grade with a positive gain: with every gain 0, every nDCG is 0")
         return Gain("table", tuple(sorted(table)))
     raise ValueError(f"gain {spec!r}: a name (linear, exponential, esci) or a table grade -> gain")
 
