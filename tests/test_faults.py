@@ -51,14 +51,21 @@ def _cli(work: Path, *argv: str) -> None:
 
 
 def drive(tmp: Path, spec: dict) -> dict:
-    """Run the harness in its own process (it forks a child per command)."""
+    """Run the harness in its own process (it forks a child per command). ``make faults`` sets
+    $STAGEBENCH_FAULT_POINTS=every (every point, not the first of each kind) and
+    $STAGEBENCH_FAULT_REPORT (a folder: what each path found, for the table in results/faults.md)."""
     spec = {"work": str(tmp / "work"), "logs": str(tmp / "logs"), "roots": [str(tmp / "work")], "user_files": USER,
-            "points": "kinds", **spec}  # fmt: skip
+            "points": os.environ.get("STAGEBENCH_FAULT_POINTS", "kinds"), **spec}  # fmt: skip
     (tmp / "spec.json").write_text(json.dumps(spec))
     r = subprocess.run([sys.executable, "-m", "tests.faults", str(tmp / "spec.json")], cwd=REPO, capture_output=True,
                        text=True, env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]
-    return json.loads(r.stdout)
+    found = json.loads(r.stdout)
+    if report := os.environ.get("STAGEBENCH_FAULT_REPORT"):
+        name = " ".join(a for a in spec["command"] if not a.endswith((".yaml", ".csv")) and a not in ("out", "more"))
+        Path(report).mkdir(parents=True, exist_ok=True)
+        (Path(report) / f"{name.replace(' ', '_')}.json").write_text(json.dumps({"command": name, **found}, indent=1))
+    return found
 
 
 def held(found: dict) -> None:
