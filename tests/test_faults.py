@@ -62,9 +62,9 @@ def drive(tmp: Path, spec: dict) -> dict:
     assert r.returncode == 0, r.stderr[-3000:]
     found = json.loads(r.stdout)
     if report := os.environ.get("STAGEBENCH_FAULT_REPORT"):
-        name = " ".join(a for a in spec["command"] if not a.endswith((".yaml", ".csv")) and a not in ("out", "more"))
+        name = " ".join(spec["command"])
         Path(report).mkdir(parents=True, exist_ok=True)
-        (Path(report) / f"{name.replace(' ', '_')}.json").write_text(json.dumps({"command": name, **found}, indent=1))
+        (Path(report) / f"{name.replace(' ', '_').replace('/', '_')}.json").write_text(json.dumps({"command": name, **found}))
     return found
 
 
