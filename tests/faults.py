@@ -287,9 +287,17 @@ def drive(spec: dict) -> dict:
     else:  # the first point of each kind
         chosen = sorted(ns[0] for k, ns in kinds.items() if only.search(k))
     results = []
+    first_mkdir = next((n for n in chosen if ops[n - 1][1] == "mkdir"), None)
     for n in chosen:
         op, path = ops[n - 1][1], ops[n - 1][2]
-        for fault in spec.get("faults", FAULTS_OF[op]):
+        faults = spec.get("faults", FAULTS_OF[op])
+        if spec.get("fast"):  # make test: the faults that take a path of their own (make faults: every one)
+            faults = [f for f in faults if f != "eio"]  # EIO takes ENOSPC's path: an OSError at the same call
+            if op == "rename":  # a rename's torn source is a torn file's .part: the open's torn covers it
+                faults = [f for f in faults if f != "torn"]
+            if op == "mkdir" and n != first_mkdir:  # one folder made: a kill there is a kill at the write before
+                continue
+        for fault in faults:
             _reset(spec, pristine)
             log = logs / f"f{n}-{fault}.json"
             code = _child(spec["command"], Injector(roots, fault, n), log, str(work))

@@ -27,7 +27,8 @@ from stagebench.llm.request import ChatRequest, Completion
 from tests.conftest import REPO
 from tests.scripted_chat import ScriptedChat
 
-pytestmark = pytest.mark.slow
+#: one worker builds the entries once (each worker would build its own module fixture)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("corruption")]
 
 CONFIG = """name: corrupt
 output: out

@@ -8,10 +8,13 @@ file beside them unchanged, nothing partial left behind, and an I/O error one li
 and the cause.
 
 In `make test` each path is faulted at the first point of each kind of write (the kind: the
-operation and where it writes, process ids and cache keys taken out), every fault its operation
-can meet; `make faults` faults every point and writes the table (results/faults.md). The model path
-is faulted only at the writes no other path makes (the embeddings and the model variant entries),
-with a kill and a full disk: a model stage costs seconds per run, not a tenth of one.
+operation and where it writes, process ids and cache keys taken out) with every fault its operation
+can meet, less those that take the path of another: EIO (ENOSPC's), a torn rename (the torn
+file's), every folder made but the first (a kill there is a kill at the write before); the run leaves
+out the latency entries (the runs' Cache.put) and tune its trials' entries (a run's). `make faults` faults every point with every fault and writes
+the table (results/faults.md). The model path is faulted only at the writes no other path makes (the
+model variant entry), with a kill and a full disk: a model stage costs seconds per run, not a tenth
+of one.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ evaluation: {{latency_queries: 2, permutations: 100, bootstrap: 100}}
 """
 TABLES = ["out/runs/*.trec", "out/stage_table.*", "out/per_query.csv", "out/significance.json"]
 USER = {"notes.txt": "the user's own notes, beside the results\n"}
+EVERY = os.environ.get("STAGEBENCH_FAULT_POINTS") == "every"
 
 
 def _cli(work: Path, *argv: str) -> None:
@@ -55,7 +59,7 @@ def drive(tmp: Path, spec: dict) -> dict:
     $STAGEBENCH_FAULT_POINTS=every (every point, not the first of each kind) and
     $STAGEBENCH_FAULT_REPORT (a folder: what each path found, for the table in results/faults.md)."""
     spec = {"work": str(tmp / "work"), "logs": str(tmp / "logs"), "roots": [str(tmp / "work")], "user_files": USER,
-            "points": os.environ.get("STAGEBENCH_FAULT_POINTS", "kinds"), **spec}  # fmt: skip
+            "points": "every" if EVERY else "kinds", **({} if EVERY else {"fast": True}), **spec}  # fmt: skip
     (tmp / "spec.json").write_text(json.dumps(spec))
     r = subprocess.run([sys.executable, "-m", "tests.faults", str(tmp / "spec.json")], cwd=REPO, capture_output=True,
                        text=True, env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
@@ -85,12 +89,13 @@ def test_a_run_survives_a_fault_at_every_kind_of_write(tmp_path, tiny_synthetic)
     """The cascade's run: the staging folder and its mark, every file of the results folder, the
     folder swapped in, and the cache entries of each kind (BM25's analysed corpus, runs, latency)."""
     cascade_work(tmp_path, tiny_synthetic)
-    found = drive(tmp_path, {"command": ["run", "run.yaml"], "compare": TABLES})
+    # make test leaves out the latency entries: written by the same Cache.put as the runs' (make faults: every point)
+    found = drive(tmp_path, {"command": ["run", "run.yaml"], "compare": TABLES, "only": "^(?!.*cache/latency)"})
     held(found)
     kinds = set(found["kinds"])
     assert {"rename <work>/out", "mkdir <work>/.out.partial-<pid>", "rename <work>/cache/runs/<key>",
             "rename <work>/cache/bm25-index/<key>"} <= kinds, kinds  # fmt: skip
-    assert {r["fault"] for r in found["results"]} == {"kill", "torn", "enospc", "eio"}
+    assert {r["fault"] for r in found["results"]} >= {"kill", "torn", "enospc"}
 
 
 def test_the_judge_and_a_judging_round_survive_a_fault_at_every_kind_of_write(tmp_path, tiny_synthetic):
@@ -142,8 +147,8 @@ tune: {stages: [bm25], queries: kfold, folds: 2, space: {bm25: {k1: [0.9, 1.5]}}
 
 def test_a_model_variant_survives_a_kill_or_a_full_disk_at_each_of_its_writes(tmp_path, tiny_synthetic):
     """The cross-encoder's per-token INT8 variant, built once into the cache: a kill or a full disk at
-    the folder, the model file, its record and the rename that stores it (the stage's run and the
-    results folder are written as the model-free run's, above)."""
+    the rename that stores it (make faults: at each of its files' renames too). The stage's run and
+    the results folder are written as the model-free run's, above."""
     work = tmp_path / "work"
     work.mkdir()
     (work / "ce.yaml").write_text(CASCADE.format(data=tiny_synthetic).split("stages:")[0].replace(
@@ -152,7 +157,7 @@ def test_a_model_variant_survives_a_kill_or_a_full_disk_at_each_of_its_writes(tm
   - {name: ce, type: cross_encoder, inputs: [bm25], params: {top_n: 5, precision: int8-token, max_length: 64}}
 evaluation: {latency_queries: 0, permutations: 100, bootstrap: 100}
 """)  # fmt: skip
-    found = drive(tmp_path, {"command": ["run", "ce.yaml"], "compare": TABLES, "only": "^rename <work>/cache/models",
+    found = drive(tmp_path, {"command": ["run", "ce.yaml"], "compare": TABLES, "only": "^rename <work>/cache/models" + ("" if EVERY else "/<key>$"),
                              "faults": ["kill", "enospc"], "preload": ["onnxruntime", "onnx", "tokenizers"]})  # fmt: skip
     held(found)
     assert any("cache/models" in k for k in found["kinds"]), found["kinds"]

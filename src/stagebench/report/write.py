@@ -161,7 +161,7 @@ def rerender(folder: str | Path) -> Rendered:
     """``stagebench table``: render a finished folder again and record the new files' digests."""
     rf = RunFolder.open(folder)
     with rewritten(rf.path) as tmp:  # the folder changes whole or not at all
-        rendered = render(tmp, RunFolder(tmp, rf.manifest))
+        rendered = render(tmp, rf)  # read (and named) in the folder itself, written into the copy
         write_manifest(tmp, rf.manifest, rendered.written)
     return rendered
 

@@ -77,8 +77,9 @@ def rewritten(folder: Path) -> Iterator[Path]:
     ``incompleteness --report``): the block writes into a copy built beside it (hard links: every
     file is replaced by :func:`~stagebench.files.atomic_write`, never written in place, so the
     original's files are never touched), which is swapped in when the block ends. An error or a
-    kill on the way leaves the folder as it was and the copy for the next run to remove."""
-    check_destination(folder, RESULTS)
+    kill on the way leaves the folder as it was and the copy for the next run to remove. The block
+    reads the files it needs verified (a changed one is refused as changed); before the swap, the
+    folder must still hold only what stagebench wrote."""
     tmp = staging(folder)
     try:
         _linked_copy(folder, tmp)
