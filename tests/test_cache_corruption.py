@@ -35,7 +35,7 @@ output: out
 cache_dir: cache
 dataset: {{loader: esci, path: {data}, split: test, max_queries: 4}}
 stages:
-  - {{name: bm25, type: bm25, params: {{top_k: 20}}}}
+  - {{name: bm25, type: bm25, params: {{top_k: 20, threads: 1}}}}
   - {{name: dense, type: dense, params: {{top_k: 20, max_length: 64}}}}
   - {{name: rrf, type: rrf, inputs: [bm25, dense]}}
   - {{name: ce, type: cross_encoder, inputs: [rrf], params: {{top_n: 5, precision: int8-token, max_length: 64}}}}

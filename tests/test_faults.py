@@ -37,8 +37,8 @@ output: out
 cache_dir: cache
 dataset: {{loader: esci, path: {data}, split: test}}
 stages:
-  - {{name: bm25, type: bm25, params: {{top_k: 50}}}}
-  - {{name: bm25s, type: bm25, params: {{top_k: 50, stemmer: english}}}}
+  - {{name: bm25, type: bm25, params: {{top_k: 50, threads: 1}}}}
+  - {{name: bm25s, type: bm25, params: {{top_k: 50, stemmer: english, threads: 1}}}}
   - {{name: rrf, type: rrf, inputs: [bm25, bm25s]}}
   - {{name: boost, type: plugin, target: "examples.title_boost:TitleBoostReranker", inputs: [rrf], params: {{top_n: 20}}}}
 evaluation: {{latency_queries: 2, permutations: 100, bootstrap: 100}}
@@ -134,7 +134,7 @@ def test_a_tuning_survives_a_fault_at_every_kind_of_write(tmp_path, tiny_synthet
     it found stored for the weak-baseline note."""
     work = cascade_work(tmp_path, tiny_synthetic)
     (work / "tune.yaml").write_text(CASCADE.format(data=tiny_synthetic).split("stages:")[0] + """stages:
-  - {name: bm25, type: bm25, params: {top_k: 50}}
+  - {name: bm25, type: bm25, params: {top_k: 50, threads: 1}}
 evaluation: {latency_queries: 0, permutations: 100, bootstrap: 100}
 tune: {stages: [bm25], queries: kfold, folds: 2, space: {bm25: {k1: [0.9, 1.5]}}}
 """)
@@ -145,6 +145,8 @@ tune: {stages: [bm25], queries: kfold, folds: 2, space: {bm25: {k1: [0.9, 1.5]}}
     assert any("tuning" in k for k in found["kinds"]), found["kinds"]
 
 
+@pytest.mark.skipif(not EVERY, reason="make faults only (a model stage costs seconds a run); make test holds the bug it "
+                    "found with test_a_cache_entry_that_cannot_be_renamed_into_place_is_an_error_not_stored")
 def test_a_model_variant_survives_a_kill_or_a_full_disk_at_each_of_its_writes(tmp_path, tiny_synthetic):
     """The cross-encoder's per-token INT8 variant, built once into the cache: a kill or a full disk at
     the rename that stores it (make faults: at each of its files' renames too). The stage's run and
@@ -153,11 +155,35 @@ def test_a_model_variant_survives_a_kill_or_a_full_disk_at_each_of_its_writes(tm
     work.mkdir()
     (work / "ce.yaml").write_text(CASCADE.format(data=tiny_synthetic).split("stages:")[0].replace(
         "split: test}", "split: test, max_queries: 3}") + """stages:
-  - {name: bm25, type: bm25, params: {top_k: 20}}
+  - {name: bm25, type: bm25, params: {top_k: 20, threads: 1}}
   - {name: ce, type: cross_encoder, inputs: [bm25], params: {top_n: 5, precision: int8-token, max_length: 64}}
 evaluation: {latency_queries: 0, permutations: 100, bootstrap: 100}
 """)  # fmt: skip
-    found = drive(tmp_path, {"command": ["run", "ce.yaml"], "compare": TABLES, "only": "^rename <work>/cache/models" + ("" if EVERY else "/<key>$"),
+    found = drive(tmp_path, {"command": ["run", "ce.yaml"], "compare": TABLES, "only": "^rename <work>/cache/models",
                              "faults": ["kill", "enospc"], "preload": ["onnxruntime", "onnx", "tokenizers"]})  # fmt: skip
     held(found)
     assert any("cache/models" in k for k in found["kinds"]), found["kinds"]
+
+
+def test_a_cache_entry_that_cannot_be_renamed_into_place_is_an_error_not_stored(tmp_path, monkeypatch):
+    """What the model-variant path found (make faults): a full disk at the rename that stores an entry
+    was taken for another process storing the same key, and the entry was reported stored while
+    absent. Only a present entry is another writer's; anything else is the error, naming the entry."""
+    import errno
+
+    from stagebench.cache import Cache
+
+    cache = Cache(tmp_path / "cache")
+    real = os.replace
+
+    def full(src, dst, *a, **kw):
+        if not str(os.fspath(src)).endswith(".part-" + str(os.getpid())) and ".tmp-" in str(src):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), os.fspath(dst))
+        return real(src, dst, *a, **kw)
+
+    monkeypatch.setattr(os, "replace", full)
+    with pytest.raises(OSError, match="No space left on device") as err:
+        cache.put("models", "k1", lambda folder: (folder / "model.onnx").write_bytes(b"weights"), {})
+    assert "models/k1" in str(err.value.filename)
+    monkeypatch.setattr(os, "replace", real)
+    assert cache.get("models", "k1") is None and not list((tmp_path / "cache" / "models").iterdir())
