@@ -140,10 +140,13 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _cmd_segments(args: argparse.Namespace) -> int:
-    try:
-        measure = api.measure_of(args.run_dir, args.measure)
-    except StagebenchError as exc:
-        raise StagebenchError(f"--measure {args.measure}: {exc}") from None
+    if args.measure is None:
+        measure = api.measure_of(args.run_dir)  # an error names the folder, as it is
+    else:
+        try:
+            measure = api.measure_of(args.run_dir, args.measure)
+        except StagebenchError as exc:
+            raise StagebenchError(f"--measure {args.measure}: {exc}") from None
     found = api.segments(args.run_dir, args.by, args.min_queries)
     if args.format == "json":
         print(json.dumps([t.as_dict() for t in found], indent=2))
