@@ -11,6 +11,14 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def child_path() -> str:
+    """The PYTHONPATH of a command this test starts: the repository (for tests.*), then whatever the
+    test was given (make planted points it at the planted copy's src)."""
+    return os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])
+
+
 SHARED = REPO.parent / "shared" / "data"
 
 

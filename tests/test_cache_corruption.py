@@ -24,7 +24,7 @@ import pytest
 from stagebench.cache import ENTRY_FILE, Cache, memo
 from stagebench.llm.chat import cached_answer
 from stagebench.llm.request import ChatRequest, Completion
-from tests.conftest import REPO
+from tests.conftest import child_path
 from tests.scripted_chat import ScriptedChat
 
 #: one worker builds the entries once (each worker would build its own module fixture)
@@ -44,6 +44,7 @@ tune: {{stages: [bm25], queries: kfold, folds: 2, space: {{bm25: {{k1: [0.9, 1.5
 """
 KINDS = ("runs", "latency", "bm25-index", "embeddings", "models", "tuning", "llm")
 TABLES = ("stage_table.txt", "per_query.csv", "runs/bm25.trec", "runs/dense.trec", "runs/rrf.trec", "runs/ce.trec")
+
 
 
 def _largest(entry: Path) -> Path:
@@ -83,7 +84,7 @@ def filled(tmp_path_factory, tiny_synthetic) -> Path:
     """A work folder whose cache holds a real entry of every kind, and the run's results folder."""
     work = tmp_path_factory.mktemp("corrupt")
     (work / "c.yaml").write_text(CONFIG.format(data=tiny_synthetic))
-    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    env = {**os.environ, "PYTHONPATH": child_path(), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     for argv in (["run", "c.yaml"], ["tune", "c.yaml"]):
         r = subprocess.run([sys.executable, "-m", "stagebench", "-q", *argv], cwd=work, capture_output=True, text=True, env=env)
         assert r.returncode == 0, r.stderr[-2000:]
@@ -129,7 +130,7 @@ def test_a_rerun_over_a_corrupted_entry_of_every_kind_gives_the_same_tables(fill
     for kind in ("runs", "latency", "bm25-index", "embeddings", "models"):
         for entry in [d for d in (work / "cache" / kind).iterdir() if d.is_dir()]:
             _flip(_largest(entry))
-    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    env = {**os.environ, "PYTHONPATH": child_path(), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     r = subprocess.run([sys.executable, "-m", "stagebench", "run", "c.yaml"], cwd=work, capture_output=True, text=True, env=env)
     assert r.returncode == 0, r.stderr[-2000:]
     for kind in ("runs", "latency", "bm25-index", "embeddings", "models"):
