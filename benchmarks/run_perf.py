@@ -11,8 +11,9 @@ Sections (timings are the median of ``--repeats`` runs unless noted):
    sentence-transformers ``CrossEncoder`` loop (what search-ranking-stack does), same
    pairs, same model family (the fp32 model is the INT8 graph's weights dequantized,
    see src/stagebench/models/onnx_weights.py), with the rank correlation of their scores.
-3. Precision: dense encoding (MiniLM-L6: torch fp32, bf16 autocast, dynamic INT8, and
-   onnxruntime fp32 / per-channel INT8 of an ONNX export) and cross-encoder scoring (the INT8
+3. Precision: dense encoding (MiniLM-L6: torch fp32 at batch 32 and 128, bf16 autocast, and
+   onnxruntime fp32 and int8-token of its ONNX export; batch invariance, and whether queries
+   encoded in a batch rank as encoded alone; ``--sections dense`` runs this part alone) and cross-encoder scoring (the INT8
    ONNX carrier, its dequantized weights in torch fp32 and bf16): docs/s or pairs/s, and the
    nDCG@10 change against fp32 on the embedded test queries, Cranfield and the real ESCI rows
    (../shared/data), all measured in the same run. ``precision: auto`` follows this table.
@@ -276,41 +277,57 @@ def precision_section(embedded, work: Path, parts: tuple[str, ...] = ("dense", "
 
 
 def dense_precision(sets: dict, work: Path) -> dict:
+    """Each dense path: docs/s over each whole corpus (batch 32, the dense stage's default; and torch fp32
+    at batch 128, the default until issue 51), nDCG@10 and R@100 of the dense stage alone (k=1000) and
+    their change against torch fp32, the largest change of an embedding between encoded alone and
+    batched, and how many of 20 queries encoded in a batch of 128 rank exactly as encoded alone (the
+    dense stage encodes each query alone, so a served query ranks as the run did on every path)."""
+    from stagebench.models.encoders import load_bi_encoder
     from stagebench.models.resolve import resolve_model
+    from stagebench.runtime.devices import Placement
+    from stagebench.runs import ranked
     from stagebench.stages.dense import DenseParams, build_index, search_top_k
 
     name = "sentence-transformers/all-MiniLM-L6-v2"
-    ort = export_onnx(resolve_model(name).path, work / "minilm-l6-onnx")
+    torch_fp32 = lambda: load_bi_encoder(resolve_model(name), Placement("cpu", "fp32", "reference"), 256)  # noqa: E731
     dense_paths = {
-        "torch fp32": stagebench.api.bi_encoder(name, device="cpu", precision="fp32", max_length=256),
-        "torch bf16 autocast": stagebench.api.bi_encoder(name, device="cpu", precision="bf16", max_length=256),
-        "torch dynamic INT8": stagebench.api.bi_encoder(name, device="cpu", precision="int8", max_length=256),
-        "onnxruntime fp32 (exported)": stagebench.api.bi_encoder(str(ort["fp32"]), device="cpu", max_length=256),
-        "onnxruntime per-channel INT8 (exported)": stagebench.api.bi_encoder(str(ort["int8"]), device="cpu", max_length=256),
-        "onnxruntime per-channel INT8, per-token scales (int8-token)": stagebench.api.bi_encoder(
-            name, device="cpu", precision="int8-token", max_length=256),
+        "torch fp32 (the reference)": (torch_fp32, 32),
+        "torch fp32, batch 128 (the default until issue 51 on a CPU without AMX)": (torch_fp32, 128),
+        "torch bf16 autocast": (lambda: stagebench.api.bi_encoder(name, device="cpu", precision="bf16", max_length=256), 32),
+        "onnxruntime fp32, exported (fp32 on a CPU)": (
+            lambda: stagebench.api.bi_encoder(name, device="cpu", precision="fp32", max_length=256), 32),
+        "onnxruntime per-channel INT8, per-token scales (int8-token)": (
+            lambda: stagebench.api.bi_encoder(name, device="cpu", precision="int8-token", max_length=256), 32),
     }  # fmt: skip
-    dense: dict = {}
-    for path, enc in dense_paths.items():
-        row = dense[path] = {}
-        enc.encode(["warm up"] * 64, 64)
-        for name, ds in sets.items():
+    auto = stagebench.api.bi_encoder(name, device="cpu", max_length=256).placement
+    dense: dict = {"auto": f"{auto.precision} ({auto.why})"}
+    ref_path = "torch fp32 (the reference)"
+    for path, (make, batch) in dense_paths.items():
+        enc = make()
+        row = dense[path] = {"batch": batch}
+        enc.encode(["warm up"] * 64, batch)
+        for cname, ds in sets.items():
             t0 = time.perf_counter()
-            emb = enc.encode(ds.doc_texts, 128)
+            emb = enc.encode(ds.doc_texts, batch)
             dt = time.perf_counter() - t0
-            qe = enc.encode([ds.queries[q] for q in ds.query_ids], 128)
-            run = search_top_k(build_index(emb, DenseParams()), qe, ds.query_ids, ds.doc_ids, min(1000, len(ds.doc_ids)))
+            qtexts = [ds.queries[q] for q in ds.query_ids]
+            qe = np.concatenate([enc.encode([t], 1) for t in qtexts])  # as the dense stage encodes queries
+            index = build_index(emb, DenseParams())
+            run = search_top_k(index, qe, ds.query_ids, ds.doc_ids, min(1000, len(ds.doc_ids)))
             ev = stagebench.evaluate(ds.qrels, run, ["nDCG@10", "R@100"]).means
-            row[name] = {"docs_per_s": round(len(ds.doc_ids) / dt, 1), "ndcg10": round(ev["nDCG@10"], 4),
-                         "r100": round(ev["R@100"], 4)}  # fmt: skip
-            if name == next(iter(sets)):  # batch invariance: 200 texts alone against batched as above
+            row[cname] = {"docs_per_s": round(len(ds.doc_ids) / dt, 1), "ndcg10": round(ev["nDCG@10"], 4),
+                          "r100": round(ev["R@100"], 4)}  # fmt: skip
+            if cname == next(iter(sets)):  # batch invariance: 200 texts alone against batched as above
                 alone = np.concatenate([enc.encode([t], 1) for t in ds.doc_texts[:200]])
-                row[name]["invariance_max_delta"] = float(np.abs(alone - emb[:200]).max())
-            if path != "torch fp32":
-                ref = dense["torch fp32"][name]
-                row[name]["ndcg10_change"] = round(ev["nDCG@10"] - ref["ndcg10"], 4)
-                row[name]["speedup"] = round(row[name]["docs_per_s"] / ref["docs_per_s"], 2)
-            log(f"precision dense {path} {name}", row[name])
+                row[cname]["invariance_max_delta"] = float(np.abs(alone - emb[:200]).max())
+                few = ds.query_ids[:20]
+                batched = search_top_k(index, enc.encode(qtexts[:20], 128), few, ds.doc_ids, min(1000, len(ds.doc_ids)))
+                row[cname]["batched_queries_rank_as_alone"] = sum(ranked(batched[q]) == ranked(run[q]) for q in few)
+            if path != ref_path and ref_path in dense:
+                ref = dense[ref_path][cname]
+                row[cname]["ndcg10_change"] = round(ev["nDCG@10"] - ref["ndcg10"], 4)
+                row[cname]["speedup"] = round(row[cname]["docs_per_s"] / ref["docs_per_s"], 2)
+            log(f"precision dense {path} {cname}", row[cname])
     return dense
 
 
@@ -641,9 +658,14 @@ def precision_markdown(p: dict) -> list[str]:
              f"Native bf16 on this CPU: {p['bf16_native']}; `precision: auto` chooses **{p['auto']}** for torch "
              "encoders here. Each cell: throughput (speed-up over fp32), nDCG@10 (change against fp32); "
              "all measured in this one run.", "", "Dense encoding, sentence-transformers/all-MiniLM-L6-v2 (max_length 256, "
-             "batch 128; docs/s over each whole corpus; nDCG@10 of the dense stage alone, k=1000):", "",
-             head + " max change alone vs batched |", "|---|" + "---|" * (len(names) + 1)]  # fmt: skip
-    lines += precision_rows(p["dense"], names, "docs_per_s", "docs/s")
+             "batch 32 unless named; docs/s over each whole corpus; nDCG@10 of the dense stage alone, k=1000, each "
+             "query encoded alone as the dense stage encodes it). `precision: auto` for the dense stage here: "
+             f"{p['dense'].get('auto', '-')}. The last column: of 20 queries encoded in one batch of 128, how many "
+             "rank exactly as encoded alone (what a batch-encoded run would have served):", "",
+             head + " max change alone vs batched | batched queries ranked as alone |",
+             "|---|" + "---|" * (len(names) + 2)]  # fmt: skip
+    lines += precision_rows({k: v for k, v in p["dense"].items() if isinstance(v, dict)}, names, "docs_per_s", "docs/s",
+                            "batched_queries_rank_as_alone")  # fmt: skip
     ce = p["cross_encoder"]
     lines += ["", f"Cross-encoder, ms-marco-MiniLM-L-12-v2 (max_length 256, batch 32), reranking BM25's top {ce['depth']} "
                   f"of the first {ce['max_queries']} queries; pairs/s over all those pairs:", "",
@@ -652,7 +674,7 @@ def precision_markdown(p: dict) -> list[str]:
     return lines
 
 
-def precision_rows(table: dict, names: list[str], rate: str, unit: str) -> list[str]:
+def precision_rows(table: dict, names: list[str], rate: str, unit: str, also: str = "") -> list[str]:
     """One Markdown row per path: throughput (speed-up over fp32), nDCG@10 (change against fp32),
     and the largest change of an output between computed alone and batched (the first collection)."""
     out = []
@@ -664,7 +686,8 @@ def precision_rows(table: dict, names: list[str], rate: str, unit: str) -> list[
             extra = f" ({c['speedup']}x)" if "speedup" in c else ""
             change = f" ({c['ndcg10_change']:+.4f})" if "ndcg10_change" in c else ""
             cells.append(f"{c[rate]:,.0f} {unit}{extra}, {c['ndcg10']:.4f}{change}")
-        out.append(f"| {path} | " + " | ".join(cells) + f" | {'-' if inv is None else f'{inv:.2g}'} |")
+        more = f" {row[names[0]].get(also, '-')}/20 |" if also else ""
+        out.append(f"| {path} | " + " | ".join(cells) + f" | {'-' if inv is None else f'{inv:.2g}'} |" + more)
     return out
 
 
@@ -782,8 +805,9 @@ def main() -> None:
     if "cross_encoder" in sections:
         figures["cross_encoder"] = cross_encoder_section(ds, args.repeats, args.ce_queries, 50, root / "ce-fp32-reference")
         log("cross_encoder", figures["cross_encoder"])
-    if "precision" in sections or "precision-ce" in sections:
-        parts = ("cross_encoder",) if "precision" not in sections else ("dense", "cross_encoder")
+    if "precision" in sections or "precision-ce" in sections or "dense" in sections:
+        parts = (("dense", "cross_encoder") if "precision" in sections else
+                 tuple(p for p, sec in (("dense", "dense"), ("cross_encoder", "precision-ce")) if sec in sections))  # fmt: skip
         figures["precision"] = precision_section(ds, root, parts, figures.get("precision"))
     if "precision-rule" in sections:
         figures["precision_rule"] = precision_rule_section(ds, depth=args.rule_depth, only=tuple(x for x in args.rule_collections.split(",") if x))

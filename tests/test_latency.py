@@ -153,18 +153,27 @@ def test_latency_queries_zero_measures_nothing_and_a_negative_count_is_refused_a
 
 
 @pytest.mark.slow
-def test_model_stages_serve_one_query_as_their_batch_run_ranked_it(tmp_path, tiny_synthetic, monkeypatch):
-    """Dense (fp32: a query's embedding alone equals its embedding in a batch up to float rounding,
-    so scores within 1e-5 and ranks that differ only among such ties) and the cross-encoder,
-    exactly (its default path, int8-token, scores a pair the same whatever its batch mates); the ranks of RRF over the dense run then stay the same."""
+def test_model_stages_serve_one_query_exactly_as_their_batch_run_ranked_it(tmp_path, tiny_synthetic, monkeypatch, caplog):
+    """Dense, at its default and at bf16 (whose embedding of a text moves with its batch mates), and
+    the cross-encoder (int8-token: a pair scores the same whatever its batch mates), exactly: the
+    dense run encodes each query alone, as serving does. A run with --recompute encodes the corpus
+    once: the latency check serves from the index the run built."""
     monkeypatch.chdir(tmp_path)
     stages = """  - {name: bm25, type: bm25, params: {top_k: 100}}
-  - {name: dense, type: dense, params: {top_k: 100, precision: fp32}}
+  - {name: dense, type: dense, params: {top_k: 100}}
+  - {name: dense_bf16, type: dense, params: {top_k: 100, precision: bf16}}
   - {name: rrf, type: rrf, inputs: [bm25, dense], params: {top_k: 30}}
   - {name: ce, type: cross_encoder, inputs: [rrf], params: {top_n: 10}}"""
     cfg = config(tmp_path, f"{tiny_synthetic}, max_queries: 12", stages, ", latency_queries: 5")
     result = run_config(load_config(cfg))
     n_q = len(result.dataset.queries)
-    assert served_against_batch(cfg, tmp_path, result.runs, {"dense": 1e-5}) == dict.fromkeys(["bm25", "dense", "rrf", "ce"], n_q)
+    served = served_against_batch(cfg, tmp_path, result.runs)
+    assert served == dict.fromkeys(["bm25", "dense", "dense_bf16", "rrf", "ce"], n_q)
     manifest = json.loads((result.output / "manifest.json").read_text())
     assert all(len(s["latency_ms"]) == 5 for s in manifest["stages"])
+    caplog.set_level(logging.INFO, logger="stagebench")
+    caplog.clear()
+    again = run_config(load_config(cfg), recompute=True)
+    assert caplog.text.count("computed corpus embeddings") == 2  # dense and dense_bf16, once each
+    assert "5 queries served one at a time, 5 ranked exactly as in the batch run" in caplog.text
+    assert again.runs["dense"] == result.runs["dense"]

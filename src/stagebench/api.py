@@ -459,8 +459,8 @@ def _placed(model: str, source: str, device: str, precision: str, what: str) -> 
     variant, e.g. ``int8-token``, is kept in the default cache root: :mod:`stagebench.models.variants`)."""
     resolved = resolve_model(model, source)
     kind = onnx_kind(resolved)
-    placement = place(device, precision, kind, f"{what}({model!r})")
-    return for_placement(resolved, placement, kind, None, what), placement
+    placement = place(device, precision, kind, f"{what}({model!r})", what)
+    return for_placement(resolved, placement, kind, None, what, what), placement
 
 
 def cross_encoder(model: str = "cross-encoder/ms-marco-MiniLM-L-12-v2", *, source: str = "auto", device: str = "auto",

@@ -409,7 +409,7 @@ def smollm2():
     from stagebench.llm.local import TransformersBackend
 
     return TransformersBackend(resolve_model("HuggingFaceTB/SmolLM2-135M-Instruct"),
-                               place("cpu", "fp32", "torch", "test", auto_bf16=False))  # fmt: skip
+                               place("cpu", "fp32", "torch", "test", role="generator"))  # fmt: skip
 
 
 PRODUCTS = ["Men's leather wallet, red", "Stainless steel kettle 1.7 liter with a very long description " * 4,

@@ -95,7 +95,7 @@ def test_the_carriers_own_int8_is_batch_dependent_as_documented(pairs):
     assert largest_move(*three_ways(lambda ps: model.predict(ps, 32), groups, long_pair)) > 10 * TOLERANCE
 
 
-@pytest.mark.parametrize("precision", ["fp32", "int8-token"])
+@pytest.mark.parametrize("precision", ["auto", "fp32", "int8-token"])
 def test_bi_encoder_paths_offered_as_invariant_are(pairs, precision, variants, monkeypatch):
     monkeypatch.setenv("STAGEBENCH_CACHE", variants)
     groups, long_pair = pairs

@@ -14,7 +14,7 @@ def test_feature_override_and_auto_precision(monkeypatch):
     monkeypatch.setenv("STAGEBENCH_CPU_FEATURES", "avx512f, avx512_bf16, amx_bf16")
     assert cpu_features() == {"avx512f", "avx512_bf16", "amx_bf16"} and cpu_has_bf16()
     assert place("cpu", "auto", "torch", "t").precision == "bf16"
-    assert place("cpu", "auto", "torch", "t", auto_bf16=False).precision == "fp32"  # not measured for LLMs
+    assert place("cpu", "auto", "torch", "t", role="generator").precision == "fp32"  # not measured for LLMs
     # AVX512-BF16 without AMX: bf16 autocast measured faster on AMD (Zen 4), slower on an Intel Xeon
     monkeypatch.setenv("STAGEBENCH_CPU_FEATURES", "avx512f avx512_bf16 vendor=AuthenticAMD")
     assert place("cpu", "auto", "torch", "t").precision == "bf16"
@@ -52,7 +52,7 @@ def test_onnx_precisions():
     with pytest.raises(StagebenchError, match="an ONNX model runs at fp32, int8 .* or int8-token; precision bf16 needs a torch"):
         place("cpu", "bf16", "onnx-dynamic-int8", "stage ce")
     with pytest.raises(StagebenchError, match="int8-token is for the encoders"):
-        place("cpu", "int8-token", "torch", "stage llm", auto_bf16=False)
+        place("cpu", "int8-token", "torch", "stage llm", role="generator")
 
 
 def test_refusals_name_the_problem():

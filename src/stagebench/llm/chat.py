@@ -113,7 +113,7 @@ def make_backend(p: ChatParams, label: str, gpu_workers: bool = False) -> OpenAI
     if p.gguf_file and resolved.backend == "hub":
         resolved = type(resolved)(**{**resolved.__dict__, "gguf_file": p.gguf_file})
     placement = gpu_worker_placement(p.precision, "torch", label) if gpu_workers and p.device in ("auto", "cuda") \
-        else place(p.device, p.precision, "torch", label, auto_bf16=False)  # fmt: skip
+        else place(p.device, p.precision, "torch", label, role="generator")  # fmt: skip
     return TransformersBackend(resolved, placement, label)
 
 

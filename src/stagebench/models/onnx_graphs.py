@@ -10,7 +10,8 @@ output a function of its input:
 * :func:`per_token_int8`: each ``DynamicQuantizeLinear`` becomes a symmetric quantization with
   **one scale per token** (``max |x|`` over the hidden axis / 127, zero point 128 on uint8), so a
   token's integer activations depend on that token alone; the weights and the integer matrix
-  products are the graph's own. Padding tokens get their own scales and are masked out by
+  products are the graph's own, each product scaled in its epilogue (onnxruntime's fused
+  ``MatMulIntegerToFloat``, by the weight scales) and then by its rows' token scales. Padding tokens get their own scales and are masked out by
   attention as before (``QuantizeLinear`` with one scale per row from opset 13; in older graphs,
   such as bge-small's opset-11 carrier, its formula spelled out with Div, Round, Add, Clip and
   Cast). Measured on this project's collections in ``make perf``.
@@ -77,6 +78,7 @@ def per_token_int8(src: str | Path, dst: str | Path) -> int:
         for i in n.input:
             consumers.setdefault(i, []).append(n)
     row_scale: dict[str, str] = {}  # quantized tensor -> its per-token scales, shaped [..., 1]
+    act_scale: dict[str, str] = {}  # quantized tensor -> the graph's own activation scale (now 1)
     nodes, replaced = [], 0
     for n in g.node:
         if n.op_type != "DynamicQuantizeLinear":
@@ -94,7 +96,10 @@ def per_token_int8(src: str | Path, dst: str | Path) -> int:
         hidden = node("Slice", [shape, "sb_m1", "sb_end"], f"{p}/hidden")
         rows = node("Slice", [shape, "sb_zero", "sb_m1"], f"{p}/rows")
         flat = node("Reshape", [x, node("Concat", ["sb_m1", hidden], f"{p}/2d", axis=0)], f"{p}/flat")
-        peak = node("ReduceMax", [node("Abs", [flat], f"{p}/abs")], f"{p}/peak", axes=[1], keepdims=0)
+        # max |x| per token as max(max x, -min x): the same value, without writing |x| out
+        high = node("ReduceMax", [flat], f"{p}/high", axes=[1], keepdims=0)
+        low = node("Neg", [node("ReduceMin", [flat], f"{p}/low", axes=[1], keepdims=0)], f"{p}/neg_low")
+        peak = node("Max", [high, low], f"{p}/peak")
         s = node("Div", [node("Max", [peak, "sb_eps"], f"{p}/peak_eps"), "sb_127"], f"{p}/scale")
         if opset >= 13:  # QuantizeLinear with one scale per row (its axis attribute)
             zps = node("Expand", ["sb_zp", node("Shape", [s], f"{p}/n")], f"{p}/zps")
@@ -105,18 +110,32 @@ def per_token_int8(src: str | Path, dst: str | Path) -> int:
             quantized = node("Cast", [node("Clip", [shifted, "sb_0f", "sb_255f"], f"{p}/sat")], f"{p}/q",
                              to=onnx.TensorProto.UINT8)  # fmt: skip
         node("Reshape", [quantized, shape], q)
+        act_scale[q] = scale
         row_scale[q] = node("Reshape", [s, node("Concat", [rows, "sb_one"], f"{p}/scale_shape", axis=0)], f"{p}/rows_scale")
-        # the graph's own scaling after each integer product sees a scale of 1 (a scalar, as
-        # onnxruntime's MatMulIntegerToFloat fusion requires); the per-token scales are applied after it
+        # whatever else reads the graph's own activation scale or zero point sees 1 and 128
         node("Identity", ["sb_unit"], scale)
         node("Identity", ["sb_zp"], zero)
+    producer = {o: n for n in g.node for o in n.output}
+    weights = {i.name for i in g.initializer} | {o for n in g.node if n.op_type == "Constant" for o in n.output}
+    dropped: set[int] = set()
     for n in list(nodes):
         if n.op_type != "MatMulInteger" or n.input[0] not in row_scale:
             continue
         end = _scaled_output(n, consumers, src)
+        # MatMulInteger -> Cast -> Mul(activation scale x weight scale) becomes one fused
+        # MatMulIntegerToFloat (onnxruntime's contrib op: the scaling in the product's epilogue) with
+        # an activation scale of 1; the per-token scales are applied after it
+        w_scale = _weight_scale(end, consumers[n.output[0]][0], producer, weights, act_scale[n.input[0]], src)
         unscaled = f"{end.output[0]}/before_per_token_scale"
+        a, b, a_zero, b_zero = (list(n.input) + ["", ""])[:4]
+        nodes.append(helper.make_node("MatMulIntegerToFloat", [a, b, "sb_unit", w_scale, a_zero, b_zero], [unscaled],
+                                      name=f"{n.name}/to_float", domain="com.microsoft"))  # fmt: skip
         nodes.append(helper.make_node("Mul", [unscaled, row_scale[n.input[0]]], [end.output[0]], name=f"{end.name}/per_token"))
-        end.output[0] = unscaled
+        dropped |= {id(n), id(consumers[n.output[0]][0]), id(end)}
+    # what scaled the products before (the scales' Mul, the activation scale) is left unused
+    nodes = _reachable([n for n in nodes if id(n) not in dropped], {o.name for o in g.output})
+    if dropped and not any(o.domain == "com.microsoft" for o in model.opset_import):
+        model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
     if not replaced:
         raise StagebenchError(f"{src}: no DynamicQuantizeLinear to rewrite (the graph is not dynamically quantized)")
     del g.node[:]
@@ -124,6 +143,19 @@ def per_token_int8(src: str | Path, dst: str | Path) -> int:
     onnx.checker.check_model(model)
     onnx.save(model, str(dst))
     return replaced
+
+
+def _weight_scale(end, cast, producer: dict, weights: set[str], act_scale: str, src) -> str:
+    """The weight scale of a ``MatMulInteger -> Cast -> Mul(scale)`` chain, where ``scale`` is
+    ``Mul(activation scale, weight scale)`` (what onnxruntime's quantizer writes)."""
+    other = next(i for i in end.input if i != cast.output[0])
+    scaling = producer.get(other)
+    if scaling is not None and scaling.op_type == "Mul" and act_scale in scaling.input:
+        w = next((i for i in scaling.input if i != act_scale), None)
+        if w in weights:
+            return w
+    raise StagebenchError(f"{src}: {end.name}: not the dynamic INT8 pattern this rewrite knows "
+                          "(the product scaled by Mul(activation scale, constant weight scale))")
 
 
 def _scaled_output(matmul, consumers: dict[str, list], src) -> object:

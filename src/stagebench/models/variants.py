@@ -8,6 +8,8 @@ the rewriting):
   ONNX graph (the bundled carriers) by rewriting it; from an fp32 ONNX graph by quantizing its
   weights per channel first; from a sentence-transformers model by exporting it to ONNX first.
 * ``fp32`` of a dynamically quantized ONNX graph: its weights dequantized, fp32 activations.
+* ``fp32`` of a torch bi-encoder on a CPU: the model exported to ONNX, the same fp32 arithmetic
+  run by onnxruntime, measured faster there than torch with the same nDCG@10 (docs/models.md).
 
 A variant is built once and kept in the cache (kind ``models``), keyed by the source model's
 identity, the recipe, the code that builds it and the versions of the libraries it uses; its
@@ -61,11 +63,15 @@ def _versions(*dists: str) -> dict[str, str]:
     return out
 
 
-def for_placement(model: ResolvedModel, placement: Placement, kind: str, cache: Cache | None, label: str) -> ResolvedModel:
-    """``model`` itself, or the variant ``placement.precision`` runs (built now, or read from
-    ``cache``; without one, from the default cache root: a variant is a file, not a result)."""
-    recipe = variant_recipe(kind, placement.precision)
+def for_placement(model: ResolvedModel, placement: Placement, kind: str, cache: Cache | None, label: str,
+                  role: str = "cross_encoder") -> ResolvedModel:  # fmt: skip
+    """``model`` itself, or the variant ``placement`` runs for a model of ``role`` (built now, or
+    read from ``cache``; without one, from the default cache root: a variant is a file, not a result)."""
+    recipe = variant_recipe(kind, placement, role)
     if recipe is None:
+        return model
+    if recipe == "export" and not exportable(model):
+        log.info("%s: %s is not a Transformer + Pooling model; it runs in torch at fp32", label, model.name)
         return model
     parts = {"source": model.identity, "recipe": recipe, "code": code_identity(VARIANT_CODE),
              "packages": _versions("onnx", "onnxruntime", *(("torch", "transformers") if kind == "torch" else ()))}  # fmt: skip
@@ -78,6 +84,7 @@ def for_placement(model: ResolvedModel, placement: Placement, kind: str, cache: 
 
 
 _DESCRIBE = {
+    "export": "exported to ONNX, fp32 (onnxruntime)",
     "per-token": "INT8 with per-token activation scales",
     "per-channel+per-token": "per-channel INT8 weights, per-token activation scales",
     "export+per-channel+per-token": "exported to ONNX, per-channel INT8 weights, per-token activation scales",
@@ -85,8 +92,14 @@ _DESCRIBE = {
 }
 
 
-def variant_recipe(kind: str, precision: str) -> str | None:
-    """The recipe of the variant a precision runs for a model of ``kind`` (:func:`onnx_kind`), or None."""
+def variant_recipe(kind: str, placement: Placement, role: str = "cross_encoder") -> str | None:
+    """The recipe of the variant ``placement`` runs for a model of ``kind`` (:func:`onnx_kind`) that
+    plays ``role`` (:data:`stagebench.runtime.devices.ROLES`), or None: the model itself. A torch
+    bi-encoder at fp32 on a CPU runs exported to ONNX: the same fp32 arithmetic through onnxruntime,
+    faster than torch there (docs/models.md#precision)."""
+    precision = placement.precision
+    if precision == "fp32" and kind == "torch" and role == "bi_encoder" and placement.kind == "cpu":
+        return "export"
     if precision == "int8-token":
         return {"onnx-dynamic-int8": "per-token", "onnx": "per-channel+per-token", "torch": "export+per-channel+per-token"}[kind]
     if precision == "fp32" and kind == "onnx-dynamic-int8":
@@ -109,9 +122,10 @@ def _build(model: ResolvedModel, recipe: str) -> Path:
             fp32 = tmp / "model.onnx"
         else:
             fp32 = src / "model.onnx"
-        quantize_dynamic_per_channel(fp32, tmp / "per-channel.onnx")
-        per_token_int8(tmp / "per-channel.onnx", tmp / "model.onnx")  # replaces the fp32 export
-        (tmp / "per-channel.onnx").unlink()
+        if recipe != "export":
+            quantize_dynamic_per_channel(fp32, tmp / "per-channel.onnx")
+            per_token_int8(tmp / "per-channel.onnx", tmp / "model.onnx")  # replaces the fp32 export
+            (tmp / "per-channel.onnx").unlink()
     copy_tokenizer(src, tmp)
     if not (tmp / "tokenizer.json").is_file():
         raise StagebenchError(f"model {model.name!r}: no tokenizer.json in {src}; an ONNX variant needs one")
@@ -202,6 +216,18 @@ def _local_folder(model: ResolvedModel) -> Path:
 def _is_bi(folder: Path) -> bool:
     modules = json.loads((folder / "modules.json").read_text(encoding="utf-8"))
     return any(m.get("type", "").endswith("Pooling") for m in modules)
+
+
+def exportable(model: ResolvedModel) -> bool:
+    """Whether :func:`_check_exportable` passes for a local model folder (a hub id is exported
+    when its download is, and refused then if it cannot be)."""
+    if model.backend == "hub":
+        return True
+    try:
+        _check_exportable(Path(model.path), model)
+    except StagebenchError:
+        return False
+    return True
 
 
 def _check_exportable(folder: Path, model: ResolvedModel) -> None:

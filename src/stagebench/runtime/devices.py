@@ -12,7 +12,11 @@ table, docs/models.md):
 * on other CPUs, fp32 - an Intel CPU with AVX512-BF16 but no AMX included: there bf16 autocast
   measured slower than fp32 (a Xeon, family 6 model 207, AMX not exposed; MiniLM-L6 on 1,500
   products, 2 threads: 131-134 docs/s against 191-197; docs/models.md);
-* on a GPU, fp32 (fp16 and bf16 are there to ask for; they were not measured on a GPU here);
+* a torch bi-encoder at fp32 on a CPU runs exported to ONNX (onnxruntime): the same fp32
+  arithmetic, faster than torch there (:func:`stagebench.models.variants.variant_recipe`);
+* on a GPU, fp32: for MiniLM-L6 on an H200 it was also the fastest (8,918 texts/s at batch 128
+  against 6,301 under fp16 and 6,802 under bf16 autocast, whose casts cost more than they save on
+  a model this small); fp16 and bf16 are there to ask for;
 * ONNX graphs quantized dynamically (the bundled carriers) run on a CPU at ``int8-token``:
   their INT8 weights with one activation scale per token, so that a pair's score or a text's
   embedding does not depend on its batch mates (:mod:`stagebench.models.variants`); measured within
@@ -62,7 +66,8 @@ class HardwareParams:
 
     device: DeviceSpec = param("auto", "where the model runs: auto (CUDA, else MPS, else CPU) | cpu | cuda | cuda:N | mps")
     precision: Literal["auto", "fp32", "bf16", "fp16", "int8", "int8-token"] = param(
-        "auto", "auto: torch models bf16 autocast on CPUs where it measured faster (AMX; AVX512-BF16 on AMD), else fp32; INT8 ONNX carriers int8-token on a CPU, "
+        "auto", "auto: torch models bf16 autocast on CPUs where it measured faster (AMX; AVX512-BF16 on AMD), else fp32 (a torch "
+        "bi-encoder at fp32 on a CPU runs exported to ONNX); INT8 ONNX carriers int8-token on a CPU, "
         "dequantized fp32 on a GPU "
         "(docs/models.md#precision); int8: one activation scale per batch (batch-dependent); int8-token: per token "
         "(batch-invariant, CPU); fp32 of an INT8 ONNX model: its weights dequantized")
@@ -156,10 +161,19 @@ def resolve_device(spec: str) -> str:
     raise StagebenchError(f"device {spec!r}: must be auto, cpu, cuda, cuda:N or mps")
 
 
-def place(device: str, precision: str, backend: str, what: str, auto_bf16: bool = True) -> Placement:
-    """Resolve ``device``/``precision`` for a model of ``backend`` (``torch`` or ``onnx``).
-    ``auto_bf16``: whether ``auto`` may choose bf16 on a CPU with native bf16 (only where that
-    was measured to keep quality: the encoders, not LLM generation)."""
+#: what a model does, which decides what ``precision: auto`` was measured to keep: a bi-encoder
+#: (dense), a cross-encoder, or a generator (an LLM reranker or judge)
+ROLES = ("bi_encoder", "cross_encoder", "generator")
+
+
+def place(device: str, precision: str, backend: str, what: str, role: str = "cross_encoder") -> Placement:
+    """Resolve ``device``/``precision`` for a model of ``backend`` (``torch`` or ``onnx``) that
+    plays ``role`` (:data:`ROLES`): ``auto`` picks only what was measured for that role (bf16 on a
+    CPU where it measured faster: for the encoders, never for generators). Which model runs at the
+    placement (a torch bi-encoder on a CPU runs exported to ONNX) is
+    :func:`stagebench.models.variants.variant_recipe`'s business."""
+    if role not in ROLES:
+        raise StagebenchError(f"{what}: unknown model role {role!r}")
     if precision not in PRECISIONS:
         raise StagebenchError(f"{what}: precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     dev = resolve_device(device)
@@ -169,16 +183,16 @@ def place(device: str, precision: str, backend: str, what: str, auto_bf16: bool 
     if precision == "int8-token":
         if kind != "cpu":
             raise StagebenchError(f"{what}: precision int8-token runs on the CPU (onnxruntime); on {dev} use fp32, bf16 or fp16")
-        if not auto_bf16:
+        if role == "generator":
             raise StagebenchError(f"{what}: precision int8-token is for the encoders (dense, cross_encoder)")
         return Placement(dev, "int8-token", "as configured: INT8 with per-token activation scales (batch-invariant)")
     if backend != "torch":
         return _place_onnx(dev, kind, precision, backend == "onnx-dynamic-int8", what)
     if precision == "auto":
-        if kind == "cpu" and cpu_has_fast_bf16() and auto_bf16:
+        if kind == "cpu" and cpu_has_fast_bf16() and role != "generator":
             return Placement(dev, "bf16", "auto: the CPU has AMX, or AVX512-BF16 on AMD: bf16 autocast, measured "
                                           "faster than fp32 and to keep nDCG@10 (make perf)")  # fmt: skip
-        why = (kind if kind != "cpu" else "bf16 not measured for this model kind" if not auto_bf16 else
+        why = (kind if kind != "cpu" else "bf16 not measured for this model kind" if role == "generator" else
                "native bf16 (avx512_bf16) without AMX on a non-AMD CPU, where bf16 autocast measured slower than fp32" if cpu_has_bf16()
                else "no native bf16 on this CPU")  # fmt: skip
         return Placement(dev, "fp32", f"auto: {why}: fp32")

@@ -7,7 +7,7 @@ model machinery a BM25 or fusion stage never runs.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from stagebench.cache import code_identity
 from stagebench.models.resolve import ResolvedModel, resolve_model
@@ -21,13 +21,15 @@ class ModelStage(Stage):
     its placement is resolved in :meth:`preflight`, before anything runs, and keyed as resolved."""
 
     uses_engine = True
+    #: what the model does (:data:`stagebench.runtime.devices.ROLES`): what ``precision: auto`` picks
+    role: ClassVar[str] = "cross_encoder"
 
     def placement(self) -> Placement:
         p = self.params
         backend = onnx_kind(resolve_model(p.model, p.source))
         if self.engine.gpus and p.device in ("auto", "cuda"):  # the driver may have no GPU; its workers do
             return gpu_worker_placement(p.precision, backend, f"stage {self.name}")
-        return place(p.device, p.precision, backend, f"stage {self.name}")
+        return place(p.device, p.precision, backend, f"stage {self.name}", self.role)
 
     def preflight(self) -> None:
         self.placement()
@@ -38,7 +40,7 @@ class ModelStage(Stage):
         resolved = resolve_model(self.params.model, self.params.source)
         placement = self.placement()
         out = {"model": resolved.identity, **placement.key()}
-        if variant_recipe(onnx_kind(resolved), placement.precision) is not None:
+        if variant_recipe(onnx_kind(resolved), placement, self.role) is not None:
             out["variant_code"] = code_identity(VARIANT_CODE)
         return out
 
@@ -48,4 +50,4 @@ class ModelStage(Stage):
         p = self.params
         resolved = resolve_model(p.model, p.source)
         placement = self.placement()
-        return for_placement(resolved, placement, onnx_kind(resolved), ctx.cache, f"stage {self.name}"), placement
+        return for_placement(resolved, placement, onnx_kind(resolved), ctx.cache, f"stage {self.name}", self.role), placement
