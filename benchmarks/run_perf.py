@@ -48,6 +48,7 @@ from pathlib import Path
 import numpy as np
 
 import stagebench
+from stagebench.runtime.system import machine_info
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -260,6 +261,16 @@ def export_onnx(model_path: str, out: Path) -> dict[str, Path]:
     return folders
 
 
+def cpu_flags() -> str:
+    """The CPU's family/model and the flags that decide the fast paths (the vector, INT8 and bf16 units)."""
+    from stagebench.runtime.devices import cpu_features
+
+    info = Path("/proc/cpuinfo").read_text(errors="replace") if Path("/proc/cpuinfo").is_file() else ""
+    field = lambda k: next((ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith(k)), "?")  # noqa: E731
+    keep = sorted(f for f in cpu_features() if f.startswith(("avx2", "avx512", "amx", "avx_vnni")))
+    return f"{field('vendor_id')} family {field('cpu family')} model {field('model')}: {' '.join(keep) or 'no AVX2'}"
+
+
 def precision_section(embedded, work: Path, parts: tuple[str, ...] = ("dense", "cross_encoder"),
                       previous: dict | None = None) -> dict:
     """Dense encoding and cross-encoder scoring at every precision: speed, and the nDCG@10 change
@@ -267,10 +278,12 @@ def precision_section(embedded, work: Path, parts: tuple[str, ...] = ("dense", "
     from stagebench.runtime.devices import cpu_has_bf16, place
 
     sets = quality_datasets(embedded)
-    out: dict = {**(previous or {}), "bf16_native": cpu_has_bf16(), "auto": place("cpu", "auto", "torch", "perf").precision,
-                 "datasets": {n: {"documents": len(d.doc_ids), "queries": len(d.queries)} for n, d in sets.items()}}  # fmt: skip
+    out: dict = {**(previous or {}), "datasets": {n: {"documents": len(d.doc_ids), "queries": len(d.queries)} for n, d in sets.items()}}
+    if "cross_encoder" in parts:  # what the page's machine (its header) has, where the cross-encoder table was measured
+        out.update({"bf16_native": cpu_has_bf16(), "auto": place("cpu", "auto", "torch", "perf").precision})
     if "dense" in parts:
         out["dense"] = dense_precision(sets, work)
+        out["dense"]["machine"] = {**machine_info(), "flags": cpu_flags()}
     if "cross_encoder" in parts:
         out["cross_encoder"] = cross_encoder_precision(sets, work)
     return out
@@ -655,20 +668,24 @@ def precision_markdown(p: dict) -> list[str]:
     names = list(p["datasets"])
     head = "| path | " + " | ".join(f"{n} ({p['datasets'][n]['documents']:,} docs)" for n in names) + " |"
     lines = ["", "## Precision: speed and nDCG@10 against fp32, on three collections", "",
-             f"Native bf16 on this CPU: {p['bf16_native']}; `precision: auto` chooses **{p['auto']}** for torch "
-             "encoders here. Each cell: throughput (speed-up over fp32), nDCG@10 (change against fp32); "
-             "all measured in this one run.", "", "Dense encoding, sentence-transformers/all-MiniLM-L6-v2 (max_length 256, "
+             f"Native bf16 on the CPU of this page's header: {p['bf16_native']}; `precision: auto` chooses **{p['auto']}** for torch "
+             "cross-encoders there. Each cell: throughput (speed-up over fp32), nDCG@10 (change against fp32); "
+             "each table measured in one run.", "", "Dense encoding, sentence-transformers/all-MiniLM-L6-v2 (max_length 256, "
              "batch 32 unless named; docs/s over each whole corpus; nDCG@10 of the dense stage alone, k=1000, each "
              "query encoded alone as the dense stage encodes it). `precision: auto` for the dense stage here: "
              f"{p['dense'].get('auto', '-')}. The last column: of 20 queries encoded in one batch of 128, how many "
              "rank exactly as encoded alone (what a batch-encoded run would have served):", "",
              head + " max change alone vs batched | batched queries ranked as alone |",
              "|---|" + "---|" * (len(names) + 2)]  # fmt: skip
-    lines += precision_rows({k: v for k, v in p["dense"].items() if isinstance(v, dict)}, names, "docs_per_s", "docs/s",
-                            "batched_queries_rank_as_alone")  # fmt: skip
+    dm = p["dense"].get("machine")
+    if dm:
+        lines[-2:-2] = [f"Measured on {dm['cpu']} ({dm['flags']}), {dm['usable_cores']} usable cores, {dm['ram_gb']} GB, "
+                        f"Python {dm['python']} (`make perf` or `benchmarks/run_perf.py --sections dense`).", ""]
+    lines += precision_rows({k: v for k, v in p["dense"].items() if isinstance(v, dict) and k != "machine"}, names,
+                            "docs_per_s", "docs/s", "batched_queries_rank_as_alone")  # fmt: skip
     ce = p["cross_encoder"]
     lines += ["", f"Cross-encoder, ms-marco-MiniLM-L-12-v2 (max_length 256, batch 32), reranking BM25's top {ce['depth']} "
-                  f"of the first {ce['max_queries']} queries; pairs/s over all those pairs:", "",
+                  f"of the first {ce['max_queries']} queries; pairs/s over all those pairs (on the machine of this page's header):", "",
               head + " max change alone vs batched |", "|---|" + "---|" * (len(names) + 1)]  # fmt: skip
     lines += precision_rows({k: v for k, v in ce.items() if isinstance(v, dict)}, names, "pairs_per_s", "pairs/s")
     return lines
@@ -780,7 +797,6 @@ def main() -> None:
         return
 
     from stagebench.execute import package_versions
-    from stagebench.runtime.system import machine_info
 
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
@@ -791,8 +807,12 @@ def main() -> None:
         (out / "perf.md").write_text(markdown(figures))
         print(f"rewrote {out}/perf.md and perf_scaling.png from perf.json")
         return
-    figures.update({"machine": machine_info(), "packages": package_versions(), "repeats": args.repeats})
     sections = args.sections.split(",")
+    here = {**machine_info(), "flags": cpu_flags()}
+    if set(ap.get_default("sections").split(",")) <= set(sections):
+        figures.update({"machine": here, "packages": package_versions(), "repeats": args.repeats})
+    else:  # some sections re-measured: the page's machine stays the one of the whole run; these name their own
+        log("sections re-measured on", here)
     ds = load(args.data)
     root = Path(args.scale_root)
     if "bm25" in sections:

@@ -131,3 +131,42 @@ def test_llm_device_and_precision_belong_to_the_in_process_backend(tmp_path):
                        "params": {"backend": "openai", "base_url": "http://127.0.0.1:1/v1", "device": "cuda"}}]}  # fmt: skip
     with pytest.raises(ConfigError, match="params.device: applies to backend transformers"):
         parse_config(raw)
+
+
+def test_the_model_a_placement_runs_depends_on_the_role_and_the_device():
+    """A torch bi-encoder at fp32 runs its ONNX export on a CPU (the same fp32 arithmetic, measured
+    faster there) and itself on a GPU; a cross-encoder's and a generator's fp32 stay in torch."""
+    from stagebench.models.variants import variant_recipe
+    from stagebench.runtime.devices import Placement
+
+    cpu, gpu = Placement("cpu", "fp32", "t"), Placement("cuda:0", "fp32", "t")
+    assert variant_recipe("torch", cpu, "bi_encoder") == "export"
+    assert variant_recipe("torch", gpu, "bi_encoder") is None
+    assert variant_recipe("torch", cpu, "cross_encoder") is None
+    assert variant_recipe("torch", Placement("cpu", "bf16", "t"), "bi_encoder") is None
+    assert variant_recipe("torch", Placement("cpu", "int8-token", "t"), "bi_encoder") == "export+per-channel+per-token"
+    with pytest.raises(StagebenchError, match="unknown model role"):
+        place("cpu", "auto", "torch", "t", role="ranker")
+
+
+def test_a_bi_encoder_that_does_not_export_runs_in_torch_at_fp32(tmp_path, caplog):
+    """A sentence-transformers model with a module the export does not cover (here a Dense layer
+    named in modules.json) is not refused at fp32 on a CPU: it runs in torch, and the log says so."""
+    import json
+    import logging
+    import shutil
+
+    from stagebench.models.resolve import resolve_model
+    from stagebench.models.variants import for_placement, onnx_kind
+    from stagebench.runtime.devices import Placement
+
+    src = resolve_model("sentence-transformers/all-MiniLM-L6-v2")
+    folder = tmp_path / "with-dense"
+    shutil.copytree(src.path, folder, ignore=shutil.ignore_patterns("*.safetensors"))
+    modules = json.loads((folder / "modules.json").read_text())
+    (folder / "modules.json").write_text(json.dumps(modules + [{"idx": 9, "name": "9", "path": "9_Dense",
+                                                                "type": "sentence_transformers.models.Dense"}]))  # fmt: skip
+    model = resolve_model(str(folder))
+    caplog.set_level(logging.INFO, logger="stagebench")
+    ran = for_placement(model, Placement("cpu", "fp32", "t"), onnx_kind(model), None, "stage dense", "bi_encoder")
+    assert ran is model and "runs in torch at fp32" in caplog.text
