@@ -95,13 +95,11 @@ XDIST := -n 2 --dist loadgroup
 
 # the suite and, beside it at a lower priority (nice 10: the idle CPU while pytest runs, all of it after), the
 # reproductions (their log printed when both are done); each one's wall time and the 15 slowest tests
-# printed (the budget: docs/architecture.md#the-test-budget). The reproductions' models run on one thread: beside
-# pytest's two workers, onnxruntime's two threads waited on each other (the dense encoder at 15-20 texts/s against 70
-# on one thread), and the outputs are bit-identical at any thread count
+# printed (the budget: docs/architecture.md#the-test-budget)
 test: $(STAMP) data
 	@rm -rf $(TEST_CACHE) build/check-default.log build/check-default.status && mkdir -p $(TEST_CACHE)
 	@t0=$$(date +%s); \
-	( nice -n 10 env STAGEBENCH_THREADS=1 $(MAKE) --no-print-directory check-default \
+	( nice -n 10 $(MAKE) --no-print-directory check-default \
 	    CHECK_CACHE=$(abspath $(TEST_CACHE)) > build/check-default.log 2>&1; \
 	  echo "$$? $$(( $$(date +%s) - t0 ))" > build/check-default.status ) & \
 	STAGEBENCH_TEST_CACHE=$(abspath $(TEST_CACHE)) $(MAKE) --no-print-directory unit-test; rc=$$?; t1=$$(date +%s); \
