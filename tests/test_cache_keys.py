@@ -44,7 +44,8 @@ IDENTITY_FIELDS = {"model", "source", "target", "path"}
 # model listing, the template's digest: tests/llm/test_server.py, test_the_prompt_text_is_in_the_key)
 STAGE_IDENTITY_FIELDS = {"LLMRerankParams": {"backend", "base_url", "gguf_file", "prompt"}}
 INPUTS = {"bm25": [], "dense": [], "run_file": [], "rrf": ["a", "b"], "score_fusion": ["a", "b"],
-          "oracle_pool": ["a"], "cross_encoder": ["a"], "plugin": ["a"], "llm_rerank": ["a"]}  # fmt: skip
+          "oracle_pool": ["a"], "cross_encoder": ["a"], "plugin": ["a"], "llm_rerank": ["a"], "pyterrier": ["a"]}  # fmt: skip
+TARGETS = {"plugin": "examples.title_boost:TitleBoostReranker", "pyterrier": "tests.pt_builders:word_overlap"}
 RUN_FILE = Path(__file__).parent / "data" / "tiny_run.trec"
 DOCS = {"d1": "red running shoes", "d2": "blue running shoes", "d3": "garden hose", "d4": "hose nozzle",
         "d5": "water bottle", "d6": "running socks", "d7": "shoe rack", "d8": "bottle brush"}  # fmt: skip
@@ -120,7 +121,9 @@ def dataset(tmp_path_factory):
 def default_params(stype: str):
     cls = STAGE_TYPES[stype]
     if stype == "plugin":
-        return cls.build_params({"prior_weight": 0.5}, "params", "examples.title_boost:TitleBoostReranker")
+        return cls.build_params({"prior_weight": 0.5}, "params", TARGETS[stype])
+    if stype == "pyterrier":
+        return cls.build_params({"boost": 2.0}, "params", TARGETS[stype])
     if stype == "run_file":
         return cls.Params(path=str(RUN_FILE))
     return cls.Params()
@@ -130,7 +133,7 @@ def default_params(stype: str):
 def test_every_param_that_can_change_the_output_changes_the_run_key(stype, dataset, monkeypatch):
     monkeypatch.chdir(REPO)
     cls = STAGE_TYPES[stype]
-    target = "examples.title_boost:TitleBoostReranker" if stype == "plugin" else None
+    target = TARGETS.get(stype)
     base = default_params(stype)
     digests = ["0" * 64] * len(INPUTS[stype])
 
@@ -319,7 +322,7 @@ def test_pair_scores_are_shared_exactly_between_stages_that_score_alike(stype, d
     RANKING_ONLY changes that key, those in it do not."""
     monkeypatch.chdir(REPO)
     cls = STAGE_TYPES[stype]
-    target = "examples.title_boost:TitleBoostReranker" if stype == "plugin" else None
+    target = TARGETS.get(stype)
     base = default_params(stype)
 
     def key(params):
@@ -371,6 +374,7 @@ UNKEYED_CHECKED = {
     "dense": {"cache"},  # test_a_warm_cache_gives_what_a_fresh_computation_gives[dense] (slow: the model)
     "llm_rerank": {"concurrency", "timeout", "retries", "backoff", "price_per_1k_tokens", "api_key_env", "failed_calls"},
     # ^ tests/llm/test_keys.py::test_params_declared_unkeyed_do_not_change_the_run, every method
+    "pyterrier": {"queries_per_call"},  # tests/stages/test_pyterrier.py: 1 and 4 queries a call, the same run
 }
 
 

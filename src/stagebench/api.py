@@ -50,6 +50,7 @@ from stagebench.judge.rounds import run_incompleteness, simulate_plans as _simul
 from stagebench.metrics import Evaluation, HoleViews, Measure, check_thresholds, parse_measure
 from stagebench.metrics import evaluate_views as _evaluate_views
 from stagebench.metrics import evaluate as _evaluate
+from stagebench.metrics.delegate import delegated_per_query, ir_measures_version, parse_delegated
 from stagebench.files import check_apart, check_destination, remove_staging, staging, swap_in
 from stagebench.models.resolve import ResolvedModel, resolve_model
 from stagebench.rerank.plugins import Reranker
@@ -60,6 +61,7 @@ from stagebench.results.check import Check, compare_with_expected, write_expecte
 from stagebench.results.compare import Comparison, compare_folders
 from stagebench.results.folder import RESULTS, RunFolder
 from stagebench.results.incompleteness import Incompleteness
+from stagebench.results import interop
 from stagebench.results.matrix import MatrixTable, matrix_table
 from stagebench.results.planning import Simulation
 from stagebench.results.segments import MIN_QUERIES, SegmentTable, folder_segments
@@ -81,6 +83,7 @@ __all__ = [
     "table", "show", "measure_of", "segments", "matrix", "check", "pin", "judge", "incompleteness", "plan_judgments",
     "simulate_plans", "add_judgments", "evaluate_views", "train_reranker", "reproduce", "cache", "generate_data",
     "config_from", "cross_encoder", "bi_encoder", "read_trec_run", "read_trec_qrels", "write_trec_run",
+    "parse_delegated", "delegated_per_query", "ir_measures_version",
     # what those return
     "SegmentTable", "MatrixTable", "Check", "Worksheet", "Simulation", "Incompleteness", "HoleViews", "Reproduced",
 ]  # fmt: skip
@@ -131,6 +134,35 @@ class Result:
             else:
                 self._per_query = rf.per_query()
         return self._per_query
+
+    @property
+    def qrels(self) -> dict[str, dict[str, int]]:
+        """The judgments the stages were scored against (the folder's qrels, verified)."""
+        return RunFolder.open(self.output).qrels()
+
+    def _held_runs(self, what: str) -> dict[str, Run]:
+        if not self.runs:
+            raise StagebenchError(f"{self.output}: {what} needs the stages' runs, and this folder keeps its tables "
+                                  "but not its runs (a committed folder); run the config to get them")  # fmt: skip
+        return self.runs
+
+    def to_ranx(self, ties: str = "trec_eval"):
+        """``(ranx.Qrels, {stage: ranx.Run})``: the stage table's query set and every stage's run,
+        for ranx's ``evaluate`` (with ``make_comparable=True``), ``compare``, ``fuse`` and tests.
+        ``ties="trec_eval"`` (default) moves tied scores apart by float steps so that ranx ranks
+        each query as the table did; ``"keep"`` gives the stored scores (:mod:`stagebench.results.interop`)."""
+        return interop.to_ranx(self.qrels, self._held_runs("to_ranx()"), ties)  # type: ignore[arg-type]
+
+    def ir_measures_qrels(self):
+        """The judgments as ``ir_measures.Qrel`` records (for ``ir_measures.calc_aggregate``)."""
+        return interop.ir_measures_qrels(self.qrels)
+
+    def ir_measures_run(self, stage: str):
+        """One stage's run as ``ir_measures.ScoredDoc`` records."""
+        runs = self._held_runs("ir_measures_run()")
+        if stage not in runs:
+            raise StagebenchError(f"{self.output}: no stage {stage!r} (stages: {', '.join(runs)})")
+        return interop.ir_measures_run(runs[stage])
 
     @property
     def table(self):

@@ -21,7 +21,7 @@ from stagebench.params import coerce
 from stagebench.data.synthetic import SyntheticSpec
 from stagebench.errors import StagebenchError
 from stagebench.files import atomic_write
-from stagebench.metrics import check_thresholds, parse_measure
+from stagebench.metrics import check_thresholds, claims, parse_measure
 from stagebench.report.tables import (check_text, comparison_text, matrix_csv, matrix_markdown, matrix_text, segments_csv,
                                      segments_markdown, segments_text)  # fmt: skip
 from stagebench.report import plots
@@ -246,12 +246,19 @@ def _cmd_generate(args: argparse.Namespace) -> int:
 def _cmd_eval(args: argparse.Namespace) -> int:
     if args.rel < 1:
         raise StagebenchError(f"--rel {args.rel}: must be >= 1 (grade 0 means not relevant)")
-    measures = []
+    measures, delegated = [], []
     for m in args.metrics:
         try:
             measures.append(parse_measure(m))
         except StagebenchError as exc:
-            raise StagebenchError(f"-m {m}: {exc}") from None
+            other = None if claims(m) else api.parse_delegated(m)
+            if other is None:
+                hint = "" if api.ir_measures_version() else " (ir_measures, not installed here, may know it: pip install 'stagebench[interop]')"
+                raise StagebenchError(f"-m {m}: {exc}{hint}") from None
+            delegated.append(other)
+    if delegated and args.view != "irrelevant":
+        raise StagebenchError(f"--view {args.view}: ir_measures' measures ({', '.join(map(str, delegated))}) count an "
+                              "unjudged document as irrelevant only; score them with the default view")  # fmt: skip
     qrels = api.read_trec_qrels(args.qrels)
     check_thresholds(qrels, args.rel, measures, args.qrels, "--rel")
     run = api.read_trec_run(args.run)
@@ -261,22 +268,32 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         _eval_header(args, views.irrelevant)
         return _eval_views(args, views)
     ev = api.evaluate(qrels, run, measures, **kw, holes="judged_only" if args.view == "judged-only" else "irrelevant")
-    _eval_header(args, ev)
-    means = ev.means
+    per_query = dict(ev.per_query)
+    if delegated:
+        try:
+            per_query.update(api.delegated_per_query(delegated, qrels, run, ev.scored_queries))
+        except Exception as exc:  # noqa: BLE001 - any failure of the library (a provider's subprocess too) is one line
+            first = (str(exc).splitlines() or [type(exc).__name__])[0]
+            raise StagebenchError(f"-m {', '.join(map(str, delegated))}: ir_measures could not compute it "
+                                  f"({type(exc).__name__}: {first[:300]})") from None  # fmt: skip
+    _eval_header(args, ev, [str(m) for m in delegated])
+    n = len(ev.scored_queries)
+    means = {name: (sum(v.values()) / n if n else 0.0) for name, v in per_query.items()}
     if args.json:
         print(json.dumps({k: round(v, 6) for k, v in means.items()}))
         return 0
     if args.per_query:
         for q in ev.scored_queries:
             for name in means:
-                print(f"{name}\t{q}\t{ev.per_query[name][q]:.4f}")
+                print(f"{name}\t{q}\t{per_query[name][q]:.4f}")
     for name, v in means.items():
         print(f"{name}\tall\t{v:.4f}")
     return 0
 
 
-def _eval_header(args: argparse.Namespace, ev) -> None:
-    """The line on stderr that says how ``eval`` scored: gain, threshold, view, query set."""
+def _eval_header(args: argparse.Namespace, ev, delegated: list[str] = ()) -> None:  # type: ignore[assignment]
+    """The line on stderr that says how ``eval`` scored: gain, threshold, view, query set, and
+    which measures ir_measures computed."""
     excluded = ", ".join(f"{n} {why}" for why, n in ev.excluded.items())
     view = {"irrelevant": "unjudged documents count as irrelevant",
             "judged-only": "unjudged documents removed before the cut at k (trec_eval -J)",
@@ -285,6 +302,10 @@ def _eval_header(args: argparse.Namespace, ev) -> None:
     print(f"# {conventions_line(args.rel, args.gain)}; {view}; {len(ev.scored_queries)} scored queries (every judged "
           f"query with a positive grade), {len(ev.missing_queries)} of them without results (scored 0); left out: "
           f"{excluded}", file=sys.stderr)  # fmt: skip
+    if delegated:
+        print(f"# delegated to ir_measures {api.ir_measures_version()}: {', '.join(delegated)} (ir_measures' own implementation "
+              "and the conventions each string states; unjudged documents as irrelevant; the same scored queries, one "
+              "without results scored 0)", file=sys.stderr)  # fmt: skip
 
 
 def _eval_views(args: argparse.Namespace, views: api.HoleViews) -> int:

@@ -35,7 +35,7 @@ log = logging.getLogger("stagebench")
 
 REPORTED_PACKAGES = (
     "stagebench", "numpy", "scipy", "pandas", "pyarrow", "rank-bm25", "pytrec-eval-terrier", "torch",
-    "sentence-transformers", "transformers", "faiss-cpu", "onnxruntime", "tokenizers", "datasets",
+    "sentence-transformers", "transformers", "faiss-cpu", "onnxruntime", "tokenizers", "datasets", "ir_datasets", "pyterrier",
 )  # fmt: skip
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stagebench.data.esci import EsciHfOptions, EsciOptions, load_esci, load_esci_hf
+from stagebench.data.irds import IrdsOptions, load_irds
 from stagebench.data.jsonl import BeirOptions, SrsJsonlOptions, load_beir, load_srs_jsonl
 from stagebench.data.model import Dataset
 from stagebench.data.trec import TrecOptions, load_trec
@@ -28,6 +29,8 @@ LOADERS: dict[str, Loader] = {
     "srs_jsonl": Loader(SrsJsonlOptions, load_srs_jsonl, "search-ranking-stack corpus/queries/qrels.jsonl"),
     "beir": Loader(BeirOptions, load_beir, "BEIR folder: corpus.jsonl, queries.jsonl, qrels/<split>.tsv"),
     "trec": Loader(TrecOptions, load_trec, "TREC qrels + topics file + corpus file"),
+    "ir_datasets": Loader(IrdsOptions, load_irds, "any ir_datasets id (beir/scifact/test, cranfield, ...), read "
+                          "through ir_datasets and its cache (extra: stagebench[irds])"),
 }
 
 @dataclass

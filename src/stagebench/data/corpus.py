@@ -17,6 +17,7 @@ from functools import cached_property
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 #: rows per Arrow chunk: Python lists of this many strings are the most any conversion holds at once
 CHUNK = 1 << 16
@@ -101,6 +102,40 @@ class Corpus(Mapping[str, dict[str, str]]):
         for fields in docs.values():
             names.update(dict.fromkeys(fields))
         return cls(TextColumn.build(docs), {f: TextColumn.build((d.get(f) or "") for d in docs.values()) for f in names})
+
+    @classmethod
+    def from_records(cls, records: Iterable[tuple[str, Sequence[str]]], names: Sequence[str]) -> Corpus:
+        """From ``(id, (value of each of names))`` records in one pass, :data:`CHUNK` rows at a time:
+        a streamed corpus is never held as Python strings all at once."""
+        ids: list[pa.Array] = []
+        cols: list[list[pa.Array]] = [[] for _ in names]
+        buf_ids: list[str] = []
+        bufs: list[list[str]] = [[] for _ in names]
+
+        def flush() -> None:
+            ids.append(pa.array(buf_ids, pa.large_string()))
+            for col, buf in zip(cols, bufs):
+                col.append(pa.array(buf, pa.large_string()))
+                buf.clear()
+            buf_ids.clear()
+
+        for doc_id, values in records:
+            buf_ids.append(doc_id)
+            for buf, v in zip(bufs, values):
+                buf.append(v)
+            if len(buf_ids) == CHUNK:
+                flush()
+        if buf_ids or not ids:
+            flush()
+        return cls(TextColumn(pa.chunked_array(ids, pa.large_string())),
+                   {n: TextColumn(pa.chunked_array(c, pa.large_string())) for n, c in zip(names, cols)})  # fmt: skip
+
+    def duplicate_id(self) -> str | None:
+        """A document id held twice, or None (counted in Arrow, not in a Python set)."""
+        if pc.count_distinct(self.ids.column).as_py() == len(self):
+            return None
+        counts = pc.value_counts(self.ids.column)
+        return next(str(c["values"]) for c in counts.to_pylist() if c["counts"] > 1)
 
     @classmethod
     def from_arrow(cls, ids: pa.Array | pa.ChunkedArray, fields: Mapping[str, pa.Array | pa.ChunkedArray],

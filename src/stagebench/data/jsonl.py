@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Literal
 
 from stagebench.data.esci import ESCI_LABEL_NAMES
-from stagebench.data.model import Dataset, check_queries
+from stagebench.data.model import Dataset, check_queries, judged_queries
 from stagebench.data.text import strip_html
 from stagebench.errors import DataError
 from stagebench.params import PositiveInt, param
@@ -67,15 +67,8 @@ def load_beir(opts: BeirOptions) -> Dataset:
         if not isinstance(text, str) or not text.strip():
             raise DataError(f"{qpath}:{lineno}: query {qid!r} has empty text")
         all_queries[qid] = text
-    qrels = _read_beir_qrels(root / "qrels" / f"{opts.split}.tsv")
-    unknown_q = [q for q in qrels if q not in all_queries]
-    if unknown_q:
-        raise DataError(f"{root / 'qrels' / (opts.split + '.tsv')}: query id {unknown_q[0]!r} not in {qpath}")
-    qids = [q for q in all_queries if q in qrels]
-    if opts.max_queries is not None:
-        qids = qids[: opts.max_queries]
-        qrels = {q: qrels[q] for q in qids}
-    queries = {q: all_queries[q] for q in qids}
+    qrels_path = root / "qrels" / f"{opts.split}.tsv"
+    queries, qrels = judged_queries(all_queries, _read_beir_qrels(qrels_path), opts.max_queries, str(qrels_path), str(qpath))
     return _finish(Dataset(
         name=f"beir:{root.name}", corpus=corpus, queries=queries, qrels=qrels,
         text_template=opts.text_template, corpus_scope="catalog",

@@ -149,6 +149,19 @@ class Dataset:
         return replace(self, warnings=(*self.warnings, *messages))
 
 
+def judged_queries(all_queries: dict[str, str], qrels: dict[str, dict[str, int]], max_queries: int | None,
+                   where: str, queries_source: str) -> tuple[dict[str, str], dict[str, dict[str, int]]]:  # fmt: skip
+    """The queries that have judgments, in the queries' order (the first ``max_queries``), and
+    their qrels; a judged query missing from the queries is an error naming ``where``."""
+    unknown = [q for q in qrels if q not in all_queries]
+    if unknown:
+        raise DataError(f"{where}: query id {unknown[0]!r} not in {queries_source}")
+    qids = [q for q in all_queries if q in qrels]
+    if max_queries is not None:
+        qids = qids[:max_queries]
+    return {q: all_queries[q] for q in qids}, {q: qrels[q] for q in qids}
+
+
 def check_queries(queries: dict[str, str], source: str) -> None:
     for qid, text in queries.items():
         if not isinstance(text, str) or not text.strip():

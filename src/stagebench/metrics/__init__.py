@@ -29,11 +29,11 @@ from dataclasses import dataclass, field
 from stagebench.errors import StagebenchError
 from stagebench.metrics import compute
 from stagebench.metrics import holes as _holes
-from stagebench.metrics.names import Measure, parse_measure
+from stagebench.metrics.names import Measure, claims, parse_measure
 from stagebench.metrics.value import per_query_value
 from stagebench.runs import ranked_ids
 
-__all__ = ["Measure", "parse_measure", "evaluate", "evaluate_views", "Evaluation", "HoleViews", "per_query_value", "HOLES"]
+__all__ = ["Measure", "claims", "parse_measure", "evaluate", "evaluate_views", "Evaluation", "HoleViews", "per_query_value", "HOLES"]
 
 HOLES = _holes.HOLES
 

@@ -70,6 +70,19 @@ class Measure:
         return str(self)
 
 
+def claims(text: str) -> bool:
+    """Whether ``text`` is stagebench's to parse (and to refuse): one of its families, with only
+    parameters that family takes. Anything else (``ERR@10``, ``nDCG(judged_only=True)@10``) may
+    be another library's measure (:mod:`stagebench.metrics.delegate`)."""
+    m = _NAME_RE.fullmatch(text.strip())
+    family = ALIASES.get(m["family"].lower()) if m else None
+    if family is None:
+        return False
+    keys = {part.partition("=")[0].strip().lower() for part in (m["params"] or "").split(",") if part.strip()}
+    allowed = ({"rel"} if family in BINARY else set()) | ({"gain"} if family == "nDCG" else set())
+    return keys <= allowed
+
+
 def parse_measure(text: str) -> Measure:
     """Parse a measure name; raises :class:`StagebenchError` with the reason."""
     m = _NAME_RE.fullmatch(text.strip())

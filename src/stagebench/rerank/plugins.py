@@ -43,8 +43,9 @@ class Reranker(Protocol):
     def score(self, query: str, docs: Sequence[str]) -> Sequence[float]: ...
 
 
-def import_target(target: str, where: str) -> type:
-    """Import ``"package.module:Attr"``; the working directory is importable too."""
+def import_target(target: str, where: str, needs_score: bool = True) -> type:
+    """Import ``"package.module:Attr"``; the working directory is importable too. ``needs_score``:
+    a class must have the reranker's ``score`` method (a plug-in; not a PyTerrier builder)."""
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
         raise ConfigError(f"{where}: target {target!r} must look like 'package.module:ClassName'")
@@ -66,7 +67,7 @@ def import_target(target: str, where: str) -> type:
         obj = getattr(obj, part)
     if not callable(obj):
         raise ConfigError(f"{where}: {target!r} is not a class or factory")
-    if inspect.isclass(obj) and not hasattr(obj, "score"):
+    if needs_score and inspect.isclass(obj) and not hasattr(obj, "score"):
         raise ConfigError(f"{where}: {target!r} has no score(query, docs) method (see stagebench.rerank.plugins.Reranker)")
     return obj
 

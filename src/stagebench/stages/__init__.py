@@ -9,21 +9,24 @@ from stagebench.stages.dense import DenseStage
 from stagebench.stages.fusion import RRFStage, ScoreFusionStage
 from stagebench.stages.llm_rerank import LLMRerankStage
 from stagebench.stages.oracle import OraclePoolStage
+from stagebench.stages.pyterrier import PyTerrierStage
 from stagebench.stages.rerank import CrossEncoderStage, PluginStage
 from stagebench.stages.run_file import RunFileStage
 
 STAGE_TYPES: dict[str, type[Stage]] = {
     cls.type_name: cls
     for cls in (BM25Stage, DenseStage, RunFileStage, RRFStage, ScoreFusionStage, OraclePoolStage, CrossEncoderStage,
-                PluginStage, LLMRerankStage)
+                PluginStage, LLMRerankStage, PyTerrierStage)
 }
 
 
 def stage_class(type_name: str, target: str | None, where: str) -> type[Stage]:
-    """The Stage class for a type name. ``target`` is only for plug-in stages."""
-    if target is not None and type_name != PluginStage.type_name:
-        raise ConfigError(f"{where}: 'target' only applies to type: plugin")
-    return STAGE_TYPES[type_name]
+    """The Stage class for a type name. ``target`` is only for stages that run user code."""
+    cls = STAGE_TYPES[type_name]
+    if target is not None and not cls.takes_target:
+        raise ConfigError(f"{where}: 'target' only applies to "
+                          f"{' and '.join('type: ' + n for n, c in STAGE_TYPES.items() if c.takes_target)}")
+    return cls
 
 
 __all__ = ["STAGE_TYPES", "Stage", "StageContext", "StageOutput", "stage_class"]

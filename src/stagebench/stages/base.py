@@ -66,6 +66,8 @@ class Stage:
     reorders_input: ClassVar[bool] = False
     #: whether its work runs on the configured engine (model stages); the others run here
     uses_engine: ClassVar[bool] = False
+    #: whether the stage names user code with a ``target:`` key beside ``type`` (plug-ins, PyTerrier)
+    takes_target: ClassVar[bool] = False
 
     # What a cached run of this stage depends on besides its params, inputs and the
     # dataset (see stagebench.execute.stage_key): the source of these modules ...

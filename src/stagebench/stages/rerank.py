@@ -90,6 +90,7 @@ class PluginStage(Stage):
     min_inputs = max_inputs = 1
     reorders_input = True
     uses_engine = True
+    takes_target = True
     code_modules = (*Stage.code_modules, "stagebench.stages.rerank", "stagebench.rerank.merge", "stagebench.rerank.pointwise",
                     "stagebench.rerank.plugins")
     reads_qrels = True  # a plug-in gets the whole dataset; key on the judgments too, to be safe

@@ -1,0 +1,37 @@
+"""PyTerrier transformers for the ``type: pyterrier`` tests, built by plain functions as a user's are."""
+
+from __future__ import annotations
+
+import pyterrier as pt
+
+
+def reverse():
+    """Reverses the ranked documents it is given (its score: the input rank, from 0 at the top)."""
+    return pt.apply.doc_score(lambda row: float(row["rank"]))
+
+
+def word_overlap(boost: float = 1.0):
+    """Scores a document by the query words its text holds (times ``boost``): a reranker on the text column."""
+    return pt.apply.doc_score(lambda row: boost * len(set(row["query"].lower().split()) & set(row["text"].lower().split())))
+
+
+def fixed(docnos: list[str]):
+    """A retriever without input: every query gets ``docnos``, in that order."""
+    def rank(queries):
+        import pandas as pd
+
+        return pd.DataFrame([{"qid": q, "docno": d, "score": float(len(docnos) - i)}
+                             for q in queries["qid"] for i, d in enumerate(docnos)])  # fmt: skip
+    return pt.apply.generic(rank)
+
+
+def adds_a_document():
+    """A broken reranker: it answers a document it was not given."""
+    def rank(df):
+        extra = df.groupby("qid", as_index=False).first().assign(docno="not-a-candidate", score=0.0)
+        return __import__("pandas").concat([df, extra], ignore_index=True)
+    return pt.apply.generic(rank)
+
+
+def not_a_transformer():
+    return lambda df: df

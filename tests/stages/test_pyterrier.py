@@ -1,0 +1,65 @@
+"""``type: pyterrier``: a PyTerrier transformer built by a user function, as a reranker over its
+input's top_n and as a retriever without input; what it answers is checked."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+import stagebench
+from stagebench.errors import ConfigError, DataError, StagebenchError
+from stagebench.runs import ranked_ids
+
+pytest.importorskip("pyterrier", reason="PyTerrier is not installed (pip install pyterrier)")
+
+
+def run(tmp_path, dataset, stages, latency=0):
+    return stagebench.run({
+        "name": "pt", "output": str(tmp_path / "out"), "cache_dir": str(tmp_path / "cache"),
+        "dataset": {"loader": "esci", "path": str(dataset), "split": "test", "max_queries": 6},
+        "stages": [{"name": "bm25", "type": "bm25", "params": {"top_k": 30}}, *stages],
+        "evaluation": {"metrics": ["nDCG@10"], "latency_queries": latency, "permutations": 100, "bootstrap": 100},
+    })  # fmt: skip
+
+
+def test_a_pyterrier_reranker_reorders_the_head_and_keeps_the_tail_and_serves_as_it_ran(tmp_path, tiny_synthetic, caplog):
+    caplog.set_level(logging.INFO, logger="stagebench")
+    result = run(tmp_path, tiny_synthetic, [
+        {"name": "rev", "type": "pyterrier", "target": "tests.pt_builders:reverse", "inputs": ["bm25"],
+         "params": {"top_n": 10}},
+        {"name": "overlap", "type": "pyterrier", "target": "tests.pt_builders:word_overlap", "inputs": ["bm25"],
+         "params": {"top_n": 20, "boost": 2.0, "queries_per_call": 4}},
+        {"name": "overlap1", "type": "pyterrier", "target": "tests.pt_builders:word_overlap", "inputs": ["bm25"],
+         "params": {"top_n": 20, "boost": 2.0, "queries_per_call": 1}, "cache": False},
+    ], latency=3)  # fmt: skip
+    assert result.runs["overlap1"] == result.runs["overlap"]  # queries_per_call is declared not to change the run
+    assert "stage overlap1: computing run" in caplog.text  # (cache: false) computed, not read
+    for q, docs in result.runs["bm25"].items():
+        order, got = ranked_ids(docs), ranked_ids(result.runs["rev"][q])
+        assert got == order[:10][::-1] + order[10:]  # the head reversed, the tail below in its order
+    ds = stagebench.load_dataset({"loader": "esci", "path": str(tiny_synthetic), "split": "test"})
+    texts, queries = ds.doc_text, ds.queries
+    for q, docs in result.runs["overlap"].items():
+        head = ranked_ids(result.runs["bm25"][q])[:20]
+        words = set(queries[q].lower().split())
+        assert {d: docs[d] for d in head} == {d: 2.0 * len(words & set(texts[d].lower().split())) for d in head}
+    assert caplog.text.count("3 queries served one at a time, 3 ranked exactly as in the batch run") == 4
+
+
+def test_a_pyterrier_retriever_without_input_and_answers_that_cannot_be_a_run(tmp_path, tiny_synthetic):
+    docs = list(stagebench.load_dataset({"loader": "esci", "path": str(tiny_synthetic), "split": "test"}).corpus)[:3]
+    result = run(tmp_path / "a", tiny_synthetic, [
+        {"name": "fixed", "type": "pyterrier", "target": "tests.pt_builders:fixed", "params": {"docnos": docs, "top_k": 2}}])
+    assert all(ranked_ids(r) == docs[:2] for r in result.runs["fixed"].values())
+    with pytest.raises(DataError, match=r"stage added: the transformer's answer: query '\S+' has document 'not-a-candidate', "
+                                        r"which is not among the 10 candidates it was given"):  # fmt: skip
+        run(tmp_path / "b", tiny_synthetic, [{"name": "added", "type": "pyterrier", "inputs": ["bm25"],
+                                              "target": "tests.pt_builders:adds_a_document", "params": {"top_n": 10}}])  # fmt: skip
+    with pytest.raises(StagebenchError, match=r"stage nt: tests.pt_builders:not_a_transformer returned a function, not a "
+                                              r"pyterrier.Transformer"):  # fmt: skip
+        run(tmp_path / "c", tiny_synthetic, [{"name": "nt", "type": "pyterrier", "inputs": ["bm25"],
+                                              "target": "tests.pt_builders:not_a_transformer"}])  # fmt: skip
+    with pytest.raises(ConfigError, match=r"stages\[1\] \(typo\).params.boots: unknown key for word_overlap \(known: boost\)"):
+        run(tmp_path / "d", tiny_synthetic, [{"name": "typo", "type": "pyterrier", "inputs": ["bm25"],
+                                              "target": "tests.pt_builders:word_overlap", "params": {"boots": 2}}])  # fmt: skip
