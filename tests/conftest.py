@@ -22,9 +22,17 @@ def child_path() -> str:
 SHARED = REPO.parent / "shared" / "data"
 
 
+#: what the suite's environment says about compute threads, passed to every command a test starts
+#: even when the test gives the whole environment (`make test` runs one thread a pytest worker)
+THREAD_VARS = ("STAGEBENCH_THREADS", "OMP_NUM_THREADS")
+
+
 def stagebench_cli(*args, cwd=None, env=None, **kw) -> subprocess.CompletedProcess:
     """``python -m stagebench ARGS`` in a subprocess, text output captured: the one way tests
-    run the real command line. ``env``, when given, is the whole environment."""
+    run the real command line. ``env``, when given, is the whole environment (with the suite's
+    :data:`THREAD_VARS`)."""
+    if env is not None:
+        env = {**{v: os.environ[v] for v in THREAD_VARS if v in os.environ}, **env}
     return subprocess.run([sys.executable, "-m", "stagebench", *map(str, args)], capture_output=True, text=True,
                           cwd=cwd, env=env, **kw)  # fmt: skip
 

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from stagebench.runtime.devices import resolve_device
+from stagebench.runtime.system import compute_threads
 from stagebench.errors import StagebenchError
 from stagebench.metrics import evaluate
 from stagebench.models.resolve import resolve_model
@@ -91,7 +91,7 @@ def fine_tune(base_model: str, source: str, data: TrainingData, recipe: Any, wor
     base, base_desc = base_model_folder(base_model, source, work)
     device = resolve_device(recipe.device)
     log.info("training: on %s, fp32", device)
-    torch.set_num_threads(os.cpu_count() or 1)
+    torch.set_num_threads(compute_threads())
     transformers.set_seed(recipe.seed)
     try:
         model = CrossEncoder(base, num_labels=1, max_length=recipe.max_length, device=device)

@@ -15,7 +15,6 @@ precision inside.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -23,15 +22,12 @@ import numpy as np
 
 import stagebench.ui as ui
 from stagebench.runtime.devices import Placement, autocast, onnx_providers
+from stagebench.runtime.system import compute_threads
 from stagebench.runtime.engine import Engine
 from stagebench.models.resolve import ResolvedModel, loading, on_this_machine
 from stagebench.optional import need
 
 log = logging.getLogger("stagebench")
-
-
-def _threads() -> int:
-    return max(1, int(os.environ.get("STAGEBENCH_THREADS", os.cpu_count() or 1)))
 
 
 def _normalize(x: np.ndarray) -> np.ndarray:
@@ -55,7 +51,7 @@ class OnnxSession:
         self.tokenizer.enable_truncation(max_length=max_length, strategy="longest_first")
         self.tokenizer.no_padding()
         opts = ort.SessionOptions()
-        opts.intra_op_num_threads = _threads()
+        opts.intra_op_num_threads = compute_threads()
         opts.inter_op_num_threads = 1
         providers, self.runs_on = onnx_providers(device)
         self.session = ort.InferenceSession(str(folder_p / "model.onnx"), opts, providers=providers)
@@ -159,7 +155,7 @@ class STBiEncoder(BiEncoder):
 
     def encode(self, texts, batch_size, progress=False, desc="encode"):
         torch = need("torch", "a sentence-transformers model")
-        torch.set_num_threads(_threads())
+        torch.set_num_threads(compute_threads())
         with torch.inference_mode(), autocast(self.placement):
             emb = self.st.encode(list(texts), batch_size=batch_size, show_progress_bar=progress,
                                  convert_to_tensor=True, normalize_embeddings=True)  # fmt: skip
@@ -270,7 +266,7 @@ class STCrossEncoder(CrossEncoderModel):
 
     def predict(self, pairs, batch_size):
         torch = need("torch", "a sentence-transformers model")
-        torch.set_num_threads(_threads())
+        torch.set_num_threads(compute_threads())
         with torch.inference_mode(), autocast(self.placement):
             scores = self.ce.predict([list(p) for p in pairs], batch_size=batch_size, show_progress_bar=False,
                                      activation_fn=torch.nn.Identity(), convert_to_tensor=True)  # fmt: skip

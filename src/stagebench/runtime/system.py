@@ -25,6 +25,12 @@ def _status_kb(field: str) -> int | None:
     return None
 
 
+def compute_threads() -> int:
+    """The threads a model computes with (torch, onnxruntime, BM25's pool): ``STAGEBENCH_THREADS``
+    when set (an engine's workers, a machine shared with other work), else every core."""
+    return max(1, int(os.environ.get("STAGEBENCH_THREADS", os.cpu_count() or 1)))
+
+
 def rss_mb() -> float:
     kb = _status_kb("VmRSS")
     if kb is None:
