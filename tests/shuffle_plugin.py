@@ -53,3 +53,16 @@ class HeadHash(HashShuffle):
     def score(self, query: str, docs: list[str]) -> list[float]:
         self.salt = f"{len(docs)}:"
         return super().score(query, docs)
+
+
+class Fails:
+    """A reranker that raises its own error on the query it is shown (``on``: a word of the query; empty: every
+    query): the words must reach the user, on every engine."""
+
+    def __init__(self, on: str = "") -> None:
+        self.on = on
+
+    def score(self, query: str, docs: list[str]) -> list[float]:
+        if self.on in query:
+            raise RuntimeError(f"the plug-in's own words about {query!r}")
+        return [0.0] * len(docs)

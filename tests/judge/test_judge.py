@@ -10,6 +10,8 @@ import re
 import numpy as np
 import pytest
 
+from stagebench.errors import StagebenchError
+
 from stagebench.cache import Cache
 from stagebench.config import parse_config
 from stagebench.data import Dataset
@@ -106,9 +108,12 @@ def test_malformed_answers_are_repaired_or_unusable_and_counted():
     assert sum(record.outcomes.values()) == 12 and record.outcomes["unusable"] == sum(j.grade is None for j in js)
 
 
-def test_a_failed_request_stays_a_hole_is_not_cached_and_is_asked_again(tmp_path):
+def test_a_failed_request_stops_the_judge_or_when_accepted_stays_a_hole_is_not_cached_and_is_asked_again(tmp_path):
     cache = Cache(tmp_path / "cache")
-    record, js = ask(Scripted(fail={"p10"}), cache)
+    with pytest.raises(StagebenchError, match=r"^judge: a pair's request failed after every retry \(.*\); the judge's "
+                                              r"tables were not written\. .*failed_calls: accept keeps such pairs as holes"):
+        ask(Scripted(fail={"p10"}), cache)  # the default: failed_calls: stop
+    record, js = ask(Scripted(fail={"p10"}), cache, failed_calls="accept")
     failed = [j for j in js if j.outcome == "failed"]
     assert record.outcomes["failed"] == 2 and {j.docid for j in failed} == {"p10"} and all(j.grade is None for j in failed)
     _, added = filled_qrels(dataset().qrels, js)

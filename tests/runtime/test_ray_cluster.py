@@ -144,6 +144,45 @@ def test_the_documented_steps_give_the_local_table_and_a_driver_without_the_toke
     assert r.stderr.strip().splitlines() == error_lines(r.stderr)
 
 
+def test_a_killed_command_takes_its_driver_with_it_and_a_workers_error_keeps_its_words(tmp_path, tiny, cluster):
+    """kill -9 of ``stagebench run`` (the parent) mid-stage: its driver (the watched child, in a session of its
+    own) stops too - no results folder appears afterwards - and the same command resumes from the cache. Then a
+    stagebench error raised inside a Ray task reaches the user as its own one line."""
+    cfg = config(tmp_path, tiny, "killed", "engine: {type: ray, num_workers: 2, batch_size: 1}\n")
+    env = cluster.env | {"RAY_ADDRESS": cluster.address}
+    log = tmp_path / "killed.err"
+    with log.open("w") as err:
+        parent = subprocess.Popen([sys.executable, "-m", "stagebench", "run", str(cfg)], cwd=REPO, stderr=err,
+                                  stdout=subprocess.DEVNULL, env=env)  # fmt: skip
+        deadline = time.monotonic() + 300
+        while "dense: corpus:" not in log.read_text() and time.monotonic() < deadline:
+            assert parent.poll() is None, log.read_text()[-3000:]
+            time.sleep(0.2)
+        driver = int(next(tmp_path.glob(".killed.partial-*")).name.rsplit("-", 1)[1])
+        parent.kill()
+        parent.wait(timeout=30)
+        t0 = time.monotonic()
+        while Path(f"/proc/{driver}").exists() and (Path(f"/proc/{driver}/stat").read_text().split()[2] != "Z"):
+            assert time.monotonic() - t0 < 60, "the driver kept running after its parent was killed"
+            time.sleep(0.1)
+    stopped_in = time.monotonic() - t0
+    time.sleep(3)  # long enough for a driver still running to have written its results
+    assert not (tmp_path / "killed").exists() and not list(tmp_path.glob(".killed.partial-*")), stopped_in
+    r = stagebench_cli("run", cfg, cwd=REPO, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "stage bm25: cached run" in r.stderr  # resumed: the finished stage came from the cache
+
+    bad = tmp_path / "fails.yaml"
+    bad.write_text(config(tmp_path, tiny, "fails", "engine: {type: ray, num_workers: 1}\n").read_text().replace(
+        STAGES, STAGES.splitlines()[0] + '\n  - {name: boom, type: plugin, target: "tests.shuffle_plugin:Fails", '
+                                         'inputs: [bm25], params: {top_n: 5}}\n'))  # fmt: skip
+    r = stagebench_cli("run", bad, cwd=REPO, env=env)
+    assert r.returncode == 2, r.stderr[-3000:]
+    lines = error_lines(r.stderr)
+    assert len(lines) == 1 and "stage boom: plug-in tests.shuffle_plugin:Fails raised in score() on" in lines[0], lines
+    assert "RuntimeError: the plug-in's own words about" in lines[0] and "DataContext" not in lines[0]
+
+
 def test_the_cluster_stopped_mid_stage_is_one_line_a_non_zero_exit_and_nothing_partial(tmp_path, tiny, cluster):
     cfg = config(tmp_path, tiny, "stopped", "engine: {type: ray, num_workers: 2, batch_size: 1}\n")
     (tmp_path / ".stopped.partial-1" / "keep").mkdir(parents=True)  # not ours (no mark): left alone

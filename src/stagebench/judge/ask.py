@@ -13,12 +13,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
+from stagebench.errors import StagebenchError
 from stagebench.cache import Cache
 from stagebench.runtime.engine import Engine
 from stagebench.judge.scale import DEFAULT_SYSTEM, DEFAULT_TEMPLATE, FAILED, OUTCOMES, Scale, check_template, parse_grade, render_prompt
 from stagebench.params import NonNegativeInt, PositiveInt, Range, Seed, param
 from stagebench.llm.chat import ChatParams, cached_answer, keep_models_in, make_backend, prompt_problems, read_prompt
-from stagebench.llm.request import ChatRequest, Completion, RequestFailed
+from stagebench.llm.request import Abandoned, ChatRequest, Completion, RequestFailed
 
 log = logging.getLogger("stagebench")
 
@@ -41,6 +42,10 @@ class JudgeParams(ChatParams):
     max_new_tokens: PositiveInt | None = param(None, "the longest answer asked for; null: 8 tokens (a label; a "
                                                "reasoning model needs more)")  # fmt: skip
     concurrency: PositiveInt = param(4, "openai: pairs in flight at once (the in-process backend runs one)")
+    failed_calls: Literal["stop", "accept"] = param(
+        "stop", "a pair whose request fails after every retry: stop (one error line, exit 2, the judge's tables not "
+                "written; the answers that came are cached, so the same command asks only for the rest) | accept (the "
+                "pair stays a hole, and the judge's summary counts the failed pairs)", keyed=False)  # fmt: skip
 
     def validate(self) -> list[tuple[str, str]]:
         return self.check()
@@ -100,6 +105,14 @@ class PairTask:
         self.system = (("system", p.system_prompt),) if p.system_prompt else ()
         self.max_doc_words, self.max_new_tokens, self.temperature, self.seed = (p.max_doc_words, p.max_new_tokens or 8,
                                                                                p.temperature, p.seed)  # fmt: skip
+        self.failed_calls = p.failed_calls
+
+    def cancel(self) -> None:
+        """Another pair failed for good (``failed_calls: stop``): the backend abandons its retries and
+        the requests in flight (the engine starts no further pair)."""
+        abandon = getattr(self.backend, "abandon", None)
+        if callable(abandon):
+            abandon()
 
     def request(self, query: str, document: str) -> ChatRequest:
         user = render_prompt(self.template, query, document, self.scale, self.max_doc_words)
@@ -110,7 +123,14 @@ class PairTask:
         try:
             comp, cached = cached_answer(self.cache, self.backend, self.identity, self.request(query, document),
                                          self.model, self.label, "judgment")  # fmt: skip
+        except Abandoned:
+            raise
         except RequestFailed as exc:
+            if self.failed_calls == "stop":
+                raise StagebenchError(
+                    f"{self.label}: a pair's request failed after every retry ({exc}); the judge's tables were not "
+                    "written. The answers that came back are cached, so the same command asks only for the rest; "
+                    "failed_calls: accept keeps such pairs as holes instead (the judge's summary counts them)") from None  # fmt: skip
             return Answer(None, FAILED, error=str(exc))
         g = parse_grade(comp.text, self.scale)
         return Answer(g.grade, g.status, comp, cached)
@@ -153,9 +173,10 @@ class Judge:
         answers = engine.map(task, units, desc=f"{self.label}: pairs", unit="pair",
                              threads=self.params.concurrency if self.backend().concurrent else 1)  # fmt: skip
         asked = Asked(answers, seconds=time.perf_counter() - t0)
-        for a in answers:
-            if a.status == FAILED:
-                log.warning("%s: a request failed after every retry (%s); the pair stays a hole", self.label, a.error)
+        failed = [a for a in answers if a.status == FAILED]
+        if failed:
+            log.warning("%s: %d of %d pairs failed after every retry (failed_calls: accept; the first: %s); they stay "
+                        "holes", self.label, len(failed), len(answers), failed[0].error)  # fmt: skip
         return asked
 
 

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from stagebench.llm.chat import cached_answers
-from stagebench.llm.request import ChatRequest, RequestFailed
+from stagebench.llm.request import Abandoned, ChatRequest, RequestFailed
 from stagebench.llm.labels import (
     LABEL_SETS, LabelReading, letters, read_labels, render_pairwise, render_pointwise, render_setwise,
 )
@@ -55,6 +55,8 @@ class _LabelTask(QueryTask):
         reqs = [ChatRequest((*self.system, ("user", users[i])), self.label_tokens, self.temperature, self.seed, labels)
                 for i in new]  # fmt: skip
         answers = cached_answers(self.cache, self.backend, self.identity, reqs, self.model, f"stage {self.stage}", "call")
+        if any(isinstance(got, Abandoned) for got in answers):
+            raise Stopped()
         for i, got in zip(new, answers):
             if isinstance(got, RequestFailed):
                 asked[users[i]] = None

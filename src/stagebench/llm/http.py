@@ -42,7 +42,7 @@ from typing import Any
 
 from stagebench.errors import StagebenchError
 from stagebench.llm.labels import label_variants
-from stagebench.llm.request import TOP_LOGPROBS, ChatRequest, Completion, RequestFailed
+from stagebench.llm.request import TOP_LOGPROBS, Abandoned, ChatRequest, Completion, RequestFailed
 
 log = logging.getLogger("stagebench")
 
@@ -68,13 +68,17 @@ class _Watch:
 
     def __init__(self, seconds: float) -> None:
         self.at = time.monotonic() + seconds
-        self.fired = False
+        self.fired = self.abandoned = False
         self._timer: threading.Timer | None = None
+        self._sock: socket.socket | None = None
 
     def arm(self, sock: socket.socket) -> None:
+        self._sock = sock
         self._timer = threading.Timer(max(0.0, self.at - time.monotonic()), self._fire, (sock,))
         self._timer.daemon = True
         self._timer.start()
+        if self.abandoned:  # abandoned while it connected
+            self._fire(sock)
 
     def _fire(self, sock: socket.socket) -> None:
         self.fired = True
@@ -82,6 +86,12 @@ class _Watch:
             sock.shutdown(socket.SHUT_RDWR)
         except OSError:  # already closed: the request ended on its own
             pass
+
+    def abandon(self) -> None:
+        """End the request now (the run is stopping): its socket is shut down as at the deadline."""
+        self.abandoned = True
+        if self._sock is not None:
+            self._fire(self._sock)
 
     def cancel(self) -> None:
         if self._timer is not None:
@@ -177,6 +187,20 @@ def label_logprobs(logprobs: Any, labels: tuple[str, ...], where: str) -> tuple[
 
 
 #: how many alternatives per position a server is asked for (OpenAI's largest ``top_logprobs``)
+
+def _answer_text(out: Any, where: str, labels: bool) -> str | None:
+    """The answer's text (``choices[0].message.content``); None when it has none - null, or empty
+    where the text is what was asked for (``labels``: the label probabilities are read instead)."""
+    try:
+        text = out["choices"][0]["message"]["content"]
+    except (KeyError, IndexError, TypeError):
+        raise StagebenchError(f"{where} answered without choices[0].message.content: {str(out)[:200]}") from None
+    if text is None or (text == "" and not labels):
+        return None
+    if not isinstance(text, str):
+        raise StagebenchError(f"{where} answered choices[0].message.content = {str(text)[:80]!r}, not text")
+    return text
+
 
 class _Transient(Exception):
     def __init__(self, message: str, wait: float | None = None) -> None:
@@ -281,14 +305,28 @@ class OpenAIBackend:
         self.label = label
         self._served: dict | None = None
         self._lock = threading.Lock()
+        self._abandon = threading.Event()
+        self._in_flight: set[_Watch] = set()
 
-    def __getstate__(self) -> dict:  # sent to Ray workers: the lock and the limit's state are not
-        return {k: v for k, v in self.__dict__.items() if k not in ("_lock", "_limit")}
+    def __getstate__(self) -> dict:  # sent to Ray workers: the lock, the limit's and the stop's state are not
+        return {k: v for k, v in self.__dict__.items() if k not in ("_lock", "_limit", "_abandon", "_in_flight")}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
         self._limit = InFlightLimit(self.concurrency)
+        self._abandon = threading.Event()
+        self._in_flight = set()
+
+    def abandon(self) -> None:
+        """The run is stopping (a call failed for good, with ``failed_calls: stop``): no request or
+        retry is started from now on, a retry's wait ends, and every request in flight is cut
+        (each then raises :class:`~stagebench.llm.request.Abandoned`)."""
+        self._abandon.set()
+        with self._lock:
+            watches = list(self._in_flight)
+        for w in watches:
+            w.abandon()
 
     # ------------------------------------------------------------------ HTTP
     def _headers(self) -> dict[str, str]:
@@ -308,15 +346,23 @@ class OpenAIBackend:
         data = None if body is None else json.dumps(body).encode("utf-8")
         req = urllib.request.Request(url, data=data, method=method, headers=self._headers())
         watch = _CURRENT.watch = _Watch(self.timeout)
+        with self._lock:
+            self._in_flight.add(watch)
+        if self._abandon.is_set():
+            watch.abandoned = True
         try:
             try:
                 with _opener().open(req, timeout=self.timeout) as resp:
                     raw = _read_capped(resp, MAX_ANSWER_BYTES)
             except Exception:
+                if watch.abandoned:
+                    raise Abandoned() from None
                 if watch.fired:  # the shutdown at the deadline ended the read, whatever it raised
                     raise TimeoutError(f"timed out: no complete answer within timeout ({self.timeout:g} s for the "
                                        "whole request)") from None  # fmt: skip
                 raise
+            if watch.abandoned:
+                raise Abandoned()
             if watch.fired:  # the deadline cut the answer short
                 raise TimeoutError(f"timed out: no complete answer within timeout ({self.timeout:g} s for the whole "
                                    "request)")  # fmt: skip
@@ -344,6 +390,8 @@ class OpenAIBackend:
         finally:
             watch.cancel()
             _CURRENT.watch = None
+            with self._lock:
+                self._in_flight.discard(watch)
         try:
             return json.loads(raw)
         except ValueError:
@@ -390,16 +438,27 @@ class OpenAIBackend:
         if req.labels:
             body.update(logprobs=True, top_logprobs=TOP_LOGPROBS)
         last = ""
+        where = f"{self.label}: {self.base_url}/chat/completions"
         for attempt in range(self.retries + 1):
+            if self._abandon.is_set():
+                raise Abandoned()
             with self._limit.slot():
+                if self._abandon.is_set():  # stopped while it waited for a slot
+                    raise Abandoned()
                 t0 = time.perf_counter()
                 try:
                     out = self._call("POST", "/chat/completions", body)
                 except _Transient as exc:
                     out, last, hint = None, str(exc), exc.wait
                 dt = time.perf_counter() - t0
+            answered = out is not None
+            if answered:
+                text = _answer_text(out, where, bool(req.labels))
+                if text is None:  # content null, or no text where text was asked: a failed call, never cached
+                    out, last, hint = None, "the server answered without text (choices[0].message.content is null" \
+                        f"{'' if req.labels else ' or empty'})", None  # fmt: skip
             if out is None:
-                lowered = self._limit.overloaded()
+                lowered = None if answered else self._limit.overloaded()
                 if lowered:
                     log.warning("%s: %s: %s; requests in flight lowered to %d of %d, so retries do not pile on a busy "
                                 "server (raised again one at a time as answers come back)", self.label, self.base_url,
@@ -409,26 +468,20 @@ class OpenAIBackend:
                 wait = self.backoff * 2**attempt if hint is None else hint
                 log.warning("%s: request failed (%s); retry %d of %d in %.1f s", self.label, last, attempt + 1,
                             self.retries, wait)  # fmt: skip
-                time.sleep(wait)
+                if self._abandon.wait(wait):
+                    raise Abandoned()
                 continue
             raised = self._limit.succeeded()
             if raised:
                 log.info("%s: requests in flight raised to %d of %d", self.label, raised, self.concurrency)
-            try:
-                text = out["choices"][0]["message"]["content"] or ""
-            except (KeyError, IndexError, TypeError):
-                raise StagebenchError(f"{self.label}: {self.base_url}/chat/completions answered without "
-                                      f"choices[0].message.content: {str(out)[:200]}") from None  # fmt: skip
-            where = f"{self.label}: {self.base_url}/chat/completions"
-            if not isinstance(text, str):
-                raise StagebenchError(f"{where} answered choices[0].message.content = {str(text)[:80]!r}, not text")
             usage = out.get("usage") or {}
             if not isinstance(usage, dict):
                 raise StagebenchError(f"{where} answered usage = {str(usage)[:80]!r}, not an object")
             lp = label_logprobs(out["choices"][0].get("logprobs"), req.labels, where) if req.labels else None
             return Completion(text, _usage_count(usage, "prompt_tokens", where),
                               _usage_count(usage, "completion_tokens", where), dt, attempt, lp)  # fmt: skip
-        raise RequestFailed(f"{last} (after {self.retries + 1} attempts)", self.retries + 1)
+        n = self.retries + 1
+        raise RequestFailed(f"{last} (after {n} attempt{'s' if n > 1 else ''})", n)
 
     def check_logprobs(self) -> None:
         """Before any stage runs, for a family that reads label probabilities only (pointwise):

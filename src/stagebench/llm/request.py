@@ -68,6 +68,14 @@ class RequestFailed(Exception):
         self.attempts = attempts
 
 
+class Abandoned(RequestFailed):
+    """A request given up because the run is stopping (another call failed for good, with
+    ``failed_calls: stop``): not a failure of its own."""
+
+    def __init__(self) -> None:
+        super().__init__("abandoned: the run is stopping", 0)
+
+
 class ChatBackend(Protocol):
     """A chat-completion backend: ``concurrent`` (requests may be sent from several threads),
     ``check()`` before any stage runs (one clear error when it cannot answer), ``identity()`` (who

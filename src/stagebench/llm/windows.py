@@ -16,7 +16,7 @@ from stagebench.cache import Cache
 from stagebench.errors import StagebenchError
 from stagebench.record import LLMStats
 from stagebench.llm.chat import cached_answer
-from stagebench.llm.request import ChatBackend, ChatRequest, Completion, RequestFailed
+from stagebench.llm.request import Abandoned, ChatBackend, ChatRequest, Completion, RequestFailed
 from stagebench.llm.listwise import FAILED, OUTCOMES, REPAIRS, parse_permutation, render_prompt
 
 
@@ -107,8 +107,12 @@ class QueryTask:
         self._stop = threading.Event()
 
     def cancel(self) -> None:
-        """Stop at the next window (the engine calls it when another query's task failed)."""
+        """Stop now (the engine calls it when a query's task failed): no further window is asked,
+        and the backend abandons its retries and the requests in flight."""
         self._stop.set()
+        abandon = getattr(self.backend, "abandon", None)
+        if callable(abandon):
+            abandon()
 
     def answer(self, req: ChatRequest) -> tuple[Completion, bool]:
         return cached_answer(self.cache, self.backend, self.identity, req, self.model, f"stage {self.stage}", "window")
@@ -144,6 +148,8 @@ class QueryTask:
                               self.temperature, self.seed)  # fmt: skip
             try:
                 comp, cached = self.answer(req)
+            except Abandoned:
+                raise Stopped() from None
             except RequestFailed as exc:
                 windows.append(self.failed(f"products {start + 1}-{end}", exc))
                 continue

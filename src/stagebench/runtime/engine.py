@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import threading
 import pickle
 import socket
 import tempfile
@@ -125,21 +126,59 @@ class LocalEngine(Engine):
 
 def _threaded(task: Callable[[Any], Any], units: Sequence[Any], sizes: list[int], threads: int, bar: Any,
               desc: str) -> list[Any]:  # fmt: skip
-    pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix=f"stagebench-{desc.split(':')[0]}")
-    try:
-        futures = [pool.submit(task, u) for u in units]
-        for f, n in zip(futures, sizes):
-            f.add_done_callback(lambda _f, n=n: bar.update(n))
-        done, _ = wait(futures, return_when=FIRST_EXCEPTION)
-        for f in done:
-            if f.exception() is not None:
-                raise f.exception()  # type: ignore[misc]
-        return [f.result() for f in futures]
-    finally:
-        cancel = getattr(task, "cancel", None)
+    """The units on ``threads`` threads. The first unit that fails stops the map at once, from its
+    own thread: no unit starts after it (a freed thread would otherwise take the next one before
+    the map could cancel), and a task with ``cancel()`` is told to stop the ones in flight."""
+    stop = threading.Event()
+    first: list[BaseException] = []
+    lock = threading.Lock()
+    cancel = getattr(task, "cancel", None)
+
+    def stopping(exc: BaseException | None) -> None:
+        with lock:
+            if stop.is_set():
+                return
+            if exc is not None:
+                first.append(exc)
+            stop.set()
         if callable(cancel):
             cancel()
+
+    def guarded(u: Any) -> Any:
+        if stop.is_set():
+            raise _NotStarted()
+        try:
+            return task(u)
+        except BaseException as exc:
+            stopping(exc)
+            raise
+
+    pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix=f"stagebench-{desc.split(':')[0]}")
+    try:
+        futures = [pool.submit(guarded, u) for u in units]
+        for f, n in zip(futures, sizes):
+            f.add_done_callback(lambda _f, n=n: bar.update(n))
+        wait(futures, return_when=FIRST_EXCEPTION)
+        if first:
+            raise first[0]
+        return [f.result() for f in futures]
+    except BaseException:
+        stopping(None)  # Ctrl-C in this thread: the units in flight are told too
+        raise
+    finally:
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+class _Raised(Exception):
+    """A unit's stagebench error that came back from a Ray worker (:class:`_WorkerError`)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class _NotStarted(Exception):
+    """A unit the map did not start because an earlier one failed."""
 
 
 def _worker_class(task_blob: bytes, threads: str) -> type:
@@ -154,10 +193,25 @@ def _worker_class(task_blob: bytes, threads: str) -> type:
 
         def __call__(self, batch: dict) -> dict:
             np = need("numpy", "the ray engine")
-            outs = [pickle.dumps(self.task(pickle.loads(b)), protocol=5) for b in batch["unit"]]
-            return {"i": batch["i"], "out": np.array(outs, dtype=object)}
+            outs = []
+            for b in batch["unit"]:
+                try:
+                    outs.append(pickle.dumps(self.task(pickle.loads(b)), protocol=5))
+                except StagebenchError as exc:  # its words travel as data: Ray's wrapping cannot lose them
+                    outs.append(pickle.dumps(_WorkerError(str(exc)), protocol=5))
+                    break
+            return {"i": batch["i"][: len(outs)], "out": np.array(outs, dtype=object)}
 
     return StagebenchWorker
+
+
+class _WorkerError:
+    """A stagebench error a unit raised on a Ray worker, sent back as the unit's result: every Ray
+    version wraps a task's exception differently (``RayTaskError``, a ``UserCodeException`` with no
+    cause), so the one line is carried as data and raised again here, word for word."""
+
+    def __init__(self, message: str) -> None:
+        self.message = message
 
 
 def _root_cause(exc: BaseException) -> BaseException:
@@ -218,8 +272,12 @@ class RayEngine(Engine):
                 for row in out.iter_rows():
                     i = int(row["i"])
                     results[i] = pickle.loads(row["out"])
+                    if isinstance(results[i], _WorkerError):
+                        raise _Raised(results[i].message)
                     got[i] = True
                     bar.update(sizes[i])
+            except _Raised as exc:
+                raise StagebenchError(exc.message) from None
             except Exception as exc:
                 root = _root_cause(exc)
                 if isinstance(root, StagebenchError):

@@ -10,6 +10,14 @@ error line printed); a child that ends without saying so is reported here in one
 non-zero exit, and its staging folder (``.<name>.partial-<pid>``, marked as ours) and its
 half-written cache entries are removed. Signals sent to the parent (Ctrl-C, SIGTERM, SIGHUP)
 are passed to the child, which stops as a local run does.
+
+The child runs in a session of its own (a terminal's Ctrl-C reaches it once, through the
+parent), so nothing ties it to its parent by default: a parent killed with SIGKILL would leave
+the run going on behind the user's back. The parent therefore holds the write end of a second
+pipe, its lifeline, that nothing else holds; the child watches the read end, and when it reads
+end-of-file (the parent is gone, however it died) it stops as on SIGTERM - no results folder,
+every finished stage in the cache - and, should it not have stopped within
+:data:`LIFELINE_GRACE` seconds, ends at once.
 """
 
 from __future__ import annotations
@@ -18,6 +26,8 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -29,20 +39,30 @@ from stagebench.files import remove_stale_staging
 STATUS_FD_ENV = "STAGEBENCH_STATUS_FD"
 #: what a watched child writes there when it ends the way stagebench ends
 FINISHED = b"finished\n"
+#: the environment variable naming the read end of the parent's lifeline (``fd:parent pid``)
+LIFELINE_FD_ENV = "STAGEBENCH_LIFELINE_FD"
+#: seconds a child whose parent died has to stop on its own before it ends at once
+LIFELINE_GRACE = 20.0
 
 
-def _status_fd() -> int | None:
-    """The pipe to report on, when this process is the child of :func:`run_watched` (the variable
-    names the parent, so a process further down that inherits the variable does not use it)."""
-    fd, _, parent = os.environ.get(STATUS_FD_ENV, "").partition(":")
+def _inherited_fd(variable: str) -> int | None:
+    """A pipe end :func:`run_watched` gave this process (the variable names the parent, so a
+    process further down that inherits the variable does not use it)."""
+    fd, _, parent = os.environ.get(variable, "").partition(":")
     if fd.isdigit() and parent.isdigit() and int(parent) == os.getppid():
         return int(fd)
     return None
 
 
+def _status_fd() -> int | None:
+    """The pipe to report on, when this process is the child of :func:`run_watched`."""
+    return _inherited_fd(STATUS_FD_ENV)
+
+
 def watched() -> bool:
-    """Whether this process is the child of :func:`run_watched`; its report pipe is then kept
-    from the processes it starts (a Ray cluster's must not hold the parent's pipe open)."""
+    """Whether this process is the child of :func:`run_watched`; its pipes are then kept from the
+    processes it starts (a Ray cluster's must not hold the parent's pipe open), and it starts
+    watching its parent's lifeline."""
     fd = _status_fd()
     if fd is None:
         return False
@@ -50,7 +70,24 @@ def watched() -> bool:
         os.set_inheritable(fd, False)
     except OSError:
         return False
+    life = _inherited_fd(LIFELINE_FD_ENV)
+    if life is not None:
+        os.set_inheritable(life, False)
+        threading.Thread(target=_watch_lifeline, args=(life,), name="stagebench-lifeline", daemon=True).start()
     return True
+
+
+def _watch_lifeline(fd: int) -> None:
+    """Block until the parent's end of the lifeline closes (nothing is ever written on it), then
+    stop this run as SIGTERM stops it; end at once if that has not ended it in the grace time."""
+    try:
+        while os.read(fd, 1):
+            pass
+    except OSError:
+        pass
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(LIFELINE_GRACE)
+    os._exit(128 + signal.SIGTERM)
 
 
 def report_finished() -> None:
@@ -70,12 +107,19 @@ def run_watched(argv: Sequence[str], config_path: Path, engine: EngineParams, ou
     line, exit 2) a child the Ray runtime ended before it could report anything itself, after
     ``remove_leftovers(its pid)`` (the cache's half-written entries of that process)."""
     read_end, write_end = os.pipe()
-    env = {**os.environ, STATUS_FD_ENV: f"{write_end}:{os.getpid()}"}
+    life_read, life_write = os.pipe()  # the lifeline: only this process holds its write end (not inheritable)
+    env = {**os.environ, STATUS_FD_ENV: f"{write_end}:{os.getpid()}", LIFELINE_FD_ENV: f"{life_read}:{os.getpid()}"}
     forwarded = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     # its own session: a terminal's Ctrl-C reaches the child once, through the parent
-    child = subprocess.Popen([sys.executable, "-m", "stagebench", *argv], env=env, pass_fds=(write_end,),
-                             start_new_session=True)  # fmt: skip
-    os.close(write_end)
+    try:
+        child = subprocess.Popen([sys.executable, "-m", "stagebench", *argv], env=env,
+                                 pass_fds=(write_end, life_read), start_new_session=True)  # fmt: skip
+    except BaseException:
+        os.close(life_write)
+        raise
+    finally:
+        os.close(write_end)
+        os.close(life_read)
     # a signal this process ignores (SIGINT in a background job) stays ignored, and the child inherits that
     old = {sig: signal.signal(sig, lambda signum, _frame: child.send_signal(signum))
            for sig in forwarded if signal.getsignal(sig) is not signal.SIG_IGN}  # fmt: skip
@@ -84,6 +128,7 @@ def run_watched(argv: Sequence[str], config_path: Path, engine: EngineParams, ou
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)
+        os.close(life_write)
     os.set_blocking(read_end, False)
     with os.fdopen(read_end, "rb") as status:
         said = status.read() or b""
@@ -91,7 +136,13 @@ def run_watched(argv: Sequence[str], config_path: Path, engine: EngineParams, ou
         return code
     remove_stale_staging(out)
     remove_leftovers(child.pid)
-    how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit status {code}"
+    if code < 0:  # a signal from outside: Ray's runtime ends a driver with an exit status, not a signal
+        raise StagebenchError(f"{config_path}: the run's process (pid {child.pid}) was ended by signal "
+                              f"{signal.Signals(-code).name}, sent by something outside stagebench (a kill, the "
+                              "out-of-memory killer, a job scheduler's limit); no results folder was written or "
+                              "changed, every stage that finished is in the cache, so the same command resumes "
+                              "after the last finished stage")  # fmt: skip
+    how = f"exit status {code}"
     address, source = engine.resolved_address()
     cluster = f"the Ray cluster at {address} (from {source})" if address else "the run's local Ray cluster"
     raise StagebenchError(f"{config_path}: engine: the Ray runtime ended the run mid-stage without a word ({how}): "
@@ -100,4 +151,4 @@ def run_watched(argv: Sequence[str], config_path: Path, engine: EngineParams, ou
                           "command resumes after the last finished stage once the cluster is back")  # fmt: skip
 
 
-__all__ = ["FINISHED", "STATUS_FD_ENV", "report_finished", "run_watched", "watched"]
+__all__ = ["FINISHED", "LIFELINE_FD_ENV", "STATUS_FD_ENV", "report_finished", "run_watched", "watched"]

@@ -1,0 +1,61 @@
+"""A real OpenAI-compatible HTTP server on 127.0.0.1 that fails the way a server in the field
+fails, for what llm-katan cannot do: it never answers a completion (``hang``), or answers one
+with ``content: null`` (``null``). It lists its model, and counts (and times) the completions it
+is sent."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+MODEL = "plain-model"
+
+
+class PlainServer:
+    def __init__(self, mode: str) -> None:
+        assert mode in ("hang", "null")
+        self.mode = mode
+        self.posts: list[float] = []  # time.monotonic() of every completion request
+        self.closing = threading.Event()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:
+                pass
+
+            def _json(self, obj: dict) -> None:
+                body = json.dumps(obj).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self) -> None:  # noqa: N802
+                self._json({"object": "list", "data": [{"id": MODEL, "object": "model"}]})
+
+            def do_POST(self) -> None:  # noqa: N802
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                server.posts.append(time.monotonic())
+                if server.mode == "hang":
+                    server.closing.wait()  # never answers
+                    return
+                self._json({"id": "x", "object": "chat.completion", "model": MODEL,
+                            "choices": [{"index": 0, "message": {"role": "assistant", "content": None},
+                                         "finish_reason": "stop"}],
+                            "usage": {"prompt_tokens": 10, "completion_tokens": 0}})  # fmt: skip
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def __enter__(self) -> PlainServer:
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.closing.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()

@@ -1,0 +1,105 @@
+"""Servers that fail the way servers in the field do: one that never answers (``failed_calls: stop``
+stops at once: no query, window or retry starts after a call failed for good, and the run ends within
+one request timeout), and one that answers ``content: null`` (a failed call, never cached) - for the
+reranker and for the judge. Real HTTP servers on 127.0.0.1 (tests/llm/plain_server.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import stagebench_cli
+from tests.llm.plain_server import MODEL, PlainServer
+
+pytestmark = pytest.mark.slow  # real commands against real servers
+
+ENV = {**{k: v for k, v in os.environ.items()}, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+
+def config(tmp_path: Path, dataset: Path, name: str, llm: dict | None = None, judge: dict | None = None) -> Path:
+    stages = "  - {name: bm25, type: bm25, params: {top_k: 30}}\n"
+    if llm is not None:
+        stages += f"  - {{name: llm, type: llm_rerank, inputs: [bm25], params: {json.dumps(llm)}}}\n"
+    cfg = tmp_path / f"{name}.yaml"
+    cfg.write_text(f"name: {name}\noutput: {tmp_path / name}\ncache_dir: {tmp_path / 'cache'}\n"
+                   f"dataset: {{loader: esci, path: {dataset}, split: test, max_queries: 6}}\nstages:\n{stages}"
+                   "evaluation: {metrics: [nDCG@10], latency_queries: 0, permutations: 100, bootstrap: 100}\n"
+                   + (f"judge: {json.dumps(judge)}\n" if judge else ""))  # fmt: skip
+    return cfg
+
+
+def llm(url: str, **extra) -> dict:
+    return {"backend": "openai", "model": MODEL, "base_url": url, "top_n": 10, "window": 5, "stride": 3, **extra}
+
+
+def errors(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("stagebench: error:")]
+
+
+def answers(tmp_path: Path) -> list[Path]:
+    d = tmp_path / "cache" / "llm"
+    return [p for p in d.iterdir() if not p.name.startswith(".")] if d.is_dir() else []
+
+
+def test_a_call_that_failed_for_good_stops_the_run_at_once(tmp_path, small_synthetic):
+    """Two queries in flight, each call timing out: the first timeouts lower the requests in flight to
+    one, so one retry goes out and the other waits for a slot; when that retry fails, the waiting one
+    is abandoned and no further query starts."""
+    timeout = 3.0
+    with PlainServer("hang") as srv:
+        cfg = config(tmp_path, small_synthetic, "t", llm(srv.url, timeout=timeout, retries=1, backoff=0.5,
+                                                           concurrency=2, failed_calls="stop"))  # fmt: skip
+        r = stagebench_cli("run", cfg, env=ENV)
+        ended = time.monotonic()
+        posts = list(srv.posts)
+    assert r.returncode == 2, r.stderr[-3000:]
+    lines = errors(r.stderr)
+    assert len(lines) == 1 and "the request failed after every retry (" in lines[0] and "timed out" in lines[0], lines
+    assert len(posts) == 3, posts  # q1 and q2, then q1's retry; q2's retry abandoned, no third query started
+    failed_at = posts[-1] + timeout  # the retry's deadline: the call failed for good
+    assert ended - failed_at < timeout, f"the run ended {ended - failed_at:.1f} s after the failure"
+    assert not (tmp_path / "t").exists() and not list(tmp_path.glob(".t.partial-*"))
+
+
+def test_content_null_is_a_failed_call_that_is_never_cached(tmp_path, small_synthetic):
+    with PlainServer("null") as srv:
+        params = llm(srv.url, retries=1, backoff=0.01, concurrency=1)
+        r = stagebench_cli("run", config(tmp_path, small_synthetic, "stop", params), env=ENV)
+        assert r.returncode == 2, r.stderr[-3000:]
+        assert len(errors(r.stderr)) == 1 and "the server answered without text (choices[0].message.content is null" \
+            in errors(r.stderr)[0]  # fmt: skip
+        assert len(srv.posts) == 2 and answers(tmp_path) == []  # one call, two attempts; nothing cached
+        accept = config(tmp_path, small_synthetic, "accept", {**params, "failed_calls": "accept"})
+        r = stagebench_cli("run", accept, env=ENV)
+        assert r.returncode == 0, r.stderr[-3000:]
+        stats = json.loads((tmp_path / "accept" / "manifest.json").read_text())["stages"][1]["stats"]
+        sent = len(srv.posts)
+        assert stats["failed"] == stats["windows"] > 0 and sent == 2 + 2 * stats["windows"] and answers(tmp_path) == []
+        r = stagebench_cli("run", accept, env=ENV)  # asked again: nothing was cached
+        assert r.returncode == 0 and len(srv.posts) == sent + 2 * stats["windows"]
+
+
+def test_the_judge_stops_on_a_failed_pair_or_when_accepted_counts_its_holes(tmp_path, small_synthetic):
+    with PlainServer("null") as srv:
+        section = {"backend": "openai", "model": MODEL, "base_url": srv.url, "depth": 3, "sample": 0, "retries": 0,
+                   "concurrency": 2}  # fmt: skip
+        r = stagebench_cli("run", config(tmp_path, small_synthetic, "stop", judge=section), env=ENV)
+        assert r.returncode == 2, r.stderr[-3000:]
+        lines = errors(r.stderr)
+        assert len(lines) == 1 and lines[0].startswith("stagebench: error: judge: a pair's request failed after every "
+                                                       "retry (the server answered without text"), lines  # fmt: skip
+        assert "failed_calls: accept keeps such pairs as holes" in lines[0]
+        assert not (tmp_path / "stop").exists() and len(srv.posts) <= 2  # two in flight, none started after
+        r = stagebench_cli("run", config(tmp_path, small_synthetic, "accept", judge={**section, "failed_calls": "accept"}),
+                           env=ENV)  # fmt: skip
+        assert r.returncode == 0, r.stderr[-3000:]
+    judge = json.loads((tmp_path / "accept" / "manifest.json").read_text())["judge"]
+    assert judge["outcomes"]["failed"] == judge["holes"] > 0
+    assert f"failed {judge['holes']} (failed and unusable pairs stay holes)" in \
+        (tmp_path / "accept" / "judge" / "agreement.txt").read_text()  # fmt: skip
+    warned = [line for line in r.stderr.splitlines() if "failed after every retry" in line]
+    assert len(warned) == 1 and f"{judge['holes']} of {judge['holes']} pairs failed" in warned[0]  # one line, not one a pair
