@@ -40,7 +40,7 @@ TINY = """  base_model: sentence-transformers/all-MiniLM-L6-v2   # a bi-encoder:
   negatives: {{from_stage: bm25, per_query: 3, depth: 20}}
   epochs: 1
   batch_size: 16
-  max_length: 32
+  max_length: 16
   learning_rate: 5.0e-5
   seed: {seed}"""
 

@@ -42,7 +42,8 @@ def tied_result(tmp_path_factory, small_synthetic):
     })  # fmt: skip
 
 
-def test_ranx_evaluates_every_stage_as_the_table_and_fuses_its_runs(tied_result):
+@pytest.mark.slow  # ranx compiles its numba kernels on first use: about 35 s in a fresh environment
+def test_ranx_evaluates_every_stage_as_the_table(tied_result):
     ranx = pytest.importorskip("ranx", reason="the interop extra is not installed (pip install 'stagebench[interop]')")
     folder = stagebench.open(tied_result.output)  # a results folder read back: its files verified
     qrels, runs = folder.to_ranx()
@@ -54,8 +55,6 @@ def test_ranx_evaluates_every_stage_as_the_table_and_fuses_its_runs(tied_result)
         mean = sum(exact[stage]["nDCG@10"].values()) / len(exact[stage]["nDCG@10"])
         assert abs(ranx.evaluate(qrels, run, "ndcg@10", make_comparable=True) - mean) < 1e-9, stage
         assert run.scores["ndcg@10"] == pytest.approx(exact[stage]["nDCG@10"], abs=1e-12)
-    fused = ranx.fuse(runs=[runs["bm25"], runs["shuffle"]], method="rrf")
-    assert set(fused.keys()) == set(runs["bm25"].keys())
 
 
 def test_ir_measures_reads_the_records_and_gives_the_tables_values(tied_result):

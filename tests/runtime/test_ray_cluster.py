@@ -148,16 +148,21 @@ def test_a_killed_command_takes_its_driver_with_it_and_a_workers_error_keeps_its
     """kill -9 of ``stagebench run`` (the parent) mid-stage: its driver (the watched child, in a session of its
     own) stops too - no results folder appears afterwards - and the same command resumes from the cache. Then a
     stagebench error raised inside a Ray task reaches the user as its own one line."""
-    cfg = config(tmp_path, tiny, "killed", "engine: {type: ray, num_workers: 2, batch_size: 1}\n")
+    slow = '  - {name: bm25, type: bm25, params: {top_k: 50}}\n  - {name: slow, type: plugin, target: ' \
+           '"tests.shuffle_plugin:Sleepy", inputs: [bm25], params: {top_n: 10, pause: 0.5}}\n'  # no model: cheap on Ray
+    cfg = tmp_path / "killed.yaml"
+    cfg.write_text(config(tmp_path, tiny, "killed", "engine: {type: ray, num_workers: 2, batch_size: 1}\n").read_text()
+                   .replace(STAGES, slow))  # fmt: skip
     env = cluster.env | {"RAY_ADDRESS": cluster.address}
     log = tmp_path / "killed.err"
     with log.open("w") as err:
         parent = subprocess.Popen([sys.executable, "-m", "stagebench", "run", str(cfg)], cwd=REPO, stderr=err,
                                   stdout=subprocess.DEVNULL, env=env)  # fmt: skip
         deadline = time.monotonic() + 300
-        while "dense: corpus:" not in log.read_text() and time.monotonic() < deadline:
-            assert parent.poll() is None, log.read_text()[-3000:]
+        while "stage slow: " not in log.read_text() or "Ray worker(s)" not in log.read_text():
+            assert parent.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
             time.sleep(0.2)
+        time.sleep(2)  # the workers are scoring
         driver = int(next(tmp_path.glob(".killed.partial-*")).name.rsplit("-", 1)[1])
         parent.kill()
         parent.wait(timeout=30)
