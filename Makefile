@@ -90,11 +90,9 @@ bench-trained: $(STAMP) data
 # reproduction's stages and the reproduction check read and fill the same one, so nothing is
 # computed twice, and the default benchmark is still computed once from nothing
 TEST_CACHE := build/test-cache
-# pytest on both cores (pytest-xdist; the Ray tests share one worker: tests marked xdist_group("ray")), each
-# worker's models on its share of the cores: two workers whose models each ran on every core waited on each
-# other's descheduled threads (a fine-tuning test: 43.6 s beside a busy core on 2 threads, 23.3 s on 1)
+# pytest on both cores (pytest-xdist; the Ray tests share one worker: tests marked xdist_group("ray")); each
+# worker's models take its share of the cores (tests/conftest.py)
 XDIST := -n 2 --dist loadgroup
-WORKER_THREADS := STAGEBENCH_THREADS=$$(( $$(nproc) / 2 > 1 ? $$(nproc) / 2 : 1 )) OMP_NUM_THREADS=$$(( $$(nproc) / 2 > 1 ? $$(nproc) / 2 : 1 ))
 
 # the suite and, beside it at a lower priority (nice 10: the idle CPU while pytest runs, all of it after), the
 # reproductions (their log printed when both are done); each one's wall time and the 15 slowest tests
@@ -114,10 +112,10 @@ test: $(STAMP) data
 
 # the unit layer: no subprocess, no model, no browser (tests marked slow are left out); under 90 s
 test-fast: $(STAMP)
-	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(WORKER_THREADS) $(PY) -m pytest -q -m "not slow" $(XDIST)
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(PY) -m pytest -q -m "not slow" $(XDIST)
 
 unit-test: $(STAMP)
-	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(WORKER_THREADS) $(PY) -m pytest -q $(XDIST) --durations=15
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(PY) -m pytest -q $(XDIST) --durations=15
 
 # the reproduction check: a change that moves the default numbers must update
 # results/default/expected.yaml on purpose (stagebench check ... --update)

@@ -22,8 +22,9 @@ def child_path() -> str:
 SHARED = REPO.parent / "shared" / "data"
 
 
-#: what the suite's environment says about compute threads, passed to every command a test starts
-#: even when the test gives the whole environment (`make test` runs one thread a pytest worker)
+#: what the suite's environment says about compute threads (each xdist worker's share, pytest_configure),
+#: passed to every command a test starts even when the test gives the whole environment: without it, a
+#: fine-tuning command took every core beside the other worker (test_train: 179 s in CI, then 68-121 s)
 THREAD_VARS = ("STAGEBENCH_THREADS", "OMP_NUM_THREADS")
 
 
