@@ -25,10 +25,7 @@ from __future__ import annotations
 
 import logging
 import math
-import os
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from stagebench.cache import module_source_hash
@@ -88,8 +85,6 @@ class PyTerrierStage(Stage):
     def _transformer(self) -> Any:
         p: PyTerrierParams = self.params
         pt = need("pyterrier", f"stage {self.name} (type: pyterrier)")
-        if os.getcwd() not in sys.path and Path(os.getcwd()).is_dir():
-            sys.path.append(os.getcwd())
         builder = import_target(p.target, f"stage {self.name}.target", needs_score=False)
         try:
             transformer = builder(**(p.kwargs or {}))
