@@ -23,6 +23,12 @@ Sections (timings are the median of ``--repeats`` runs unless noted):
 5. Scaling: generated catalogs of 10K, 100K and 1M products; per size, in a fresh
    process: BM25 index time, postings, query latency and peak RSS; dense (10K, 100K):
    encoding time, faiss build/search and peak RSS.
+6. Catalog memory: loading and BM25-indexing 1M and 2M products, bytes per product.
+7. The dense index at 1M products (``--index-size``): ``index: hnsw`` against ``index: flat`` through the
+   dense stage itself, one run of both stages over one encoding of the corpus (the stage cache under
+   ``--scale-root``, so only the first ``make perf`` encodes; on a GPU when ``device: auto`` finds one,
+   about 75 minutes on a 2-core CPU): recall@100 against flat, nDCG@10, compute seconds, queries
+   served one at a time (p50/p95/p99), peak RSS, and the machine it ran on.
 
 Run ``python benchmarks/run_perf.py --help`` for the knobs (sizes, repeats).
 
@@ -259,6 +265,15 @@ def export_onnx(model_path: str, out: Path) -> dict[str, Path]:
     quantize_dynamic(str(folders["fp32"] / "model.onnx"), str(folders["int8"] / "model.onnx"), per_channel=True,
                      weight_type=QuantType.QInt8)  # fmt: skip
     return folders
+
+
+def gpu_name() -> str:
+    """The CUDA device ``device: auto`` encodes on, or "" (no torch, or no GPU)."""
+    try:
+        import torch
+    except ImportError:
+        return ""
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else ""
 
 
 def cpu_flags() -> str:
@@ -664,6 +679,72 @@ def scaling_plot(res: dict, path: Path) -> None:
 # --------------------------------------------------------------------------- report
 
 
+# --------------------------------------------------------------------------- 7. the dense index at catalog scale
+
+
+def index_section(n_products: int, root: Path, queries: int, latency_queries: int, batch_size: int,
+                  model: str = "sentence-transformers/all-MiniLM-L6-v2") -> dict:
+    """``index: hnsw`` against ``index: flat`` on a generated catalog of ``n_products``, through the dense stage
+    itself (one run, two stages, the stage cache under ``root``): the corpus is encoded once, by the first stage,
+    on the device ``auto`` picks (a GPU when there is one) and read back by the second. Per index: recall@100 of
+    its top 100 against flat's (the exact one), nDCG@10, the stage's compute seconds (flat: encoding the corpus
+    and the queries, adding, searching; hnsw: building the graph from the cached embeddings, encoding the
+    queries, searching), queries served one at a time (a query encoded and searched), peak RSS."""
+    from stagebench.results.folder import RunFolder
+
+    path = ensure_catalog(n_products, root)
+    dense = {"model": model, "top_k": 100, "batch_size": batch_size}
+    conf = {"name": f"index-{n_products}", "output": str(root / f"index-{n_products}"), "cache_dir": str(root / "index-cache"),
+            "dataset": {"loader": "esci", "path": str(path), "split": "test", "max_queries": queries},
+            "stages": [{"name": "flat", "type": "dense", "params": {**dense, "index": "flat"}},
+                       {"name": "hnsw", "type": "dense", "params": {**dense, "index": "hnsw"}}],
+            "evaluation": {"metrics": ["nDCG@10", "R@100"], "latency_queries": latency_queries}}  # fmt: skip
+    t0 = time.perf_counter()
+    res = stagebench.run(conf)
+    wall = time.perf_counter() - t0
+    rf = RunFolder.open(res.output)
+    flat, hnsw = res.runs["flat"], res.runs["hnsw"]
+    recall = [len(set(hnsw.get(q, {})) & set(docs)) / len(docs) for q, docs in flat.items() if docs]
+    rows = {r.stage: r for r in rf.table().rows}
+    manifest = json.loads((Path(res.output) / "manifest.json").read_text())
+    p = {s["name"]: s for s in manifest["resolved"]["stages"]}["hnsw"]["params"]
+    out = {"products": n_products, "model": model, "queries": len(flat), "latency_queries": latency_queries, "wall_s": round(wall, 1),
+           "hnsw": {k: p[k] for k in ("hnsw_m", "hnsw_ef_construction", "hnsw_ef_search")},
+           "recall_at_100": {"mean": round(float(np.mean(recall)), 4), "min": round(float(np.min(recall)), 4),
+                             "queries_at_1": int(sum(r == 1.0 for r in recall))},
+           "stages": {}}  # fmt: skip
+    for s in rf.stages:
+        lat = s.latency_ms and percentiles([v / 1000 for v in s.latency_ms.values()])
+        out["stages"][s.name] = {"computed_s": s.computed_seconds, "peak_rss_mb": s.computed_peak_rss_mb,
+                                 "served": lat or None, "nDCG@10": round(rows[s.name].metrics["nDCG@10"], 4),
+                                 "R@100": round(rows[s.name].metrics["R@100"], 4)}  # fmt: skip
+    log(f"index {n_products}", out)
+    return out
+
+
+def index_markdown(x: dict) -> list[str]:
+    h = x["hnsw"]
+    r = x["recall_at_100"]
+    lines = ["", f"## The dense index at {x['products']:,} products: `index: hnsw` against `flat`", "",
+             f"The dense stage itself, `{x['model']}` (`precision: auto`), top 100, on a generated catalog (seed 101), "
+             f"{x['queries']} test queries; one run of two stages sharing the corpus embeddings (encoded once, by "
+             f"`flat`). HNSW: M {h['hnsw_m']}, efConstruction {h['hnsw_ef_construction']}, efSearch {h['hnsw_ef_search']} "
+             f"(faiss `IndexHNSWFlat`). Recall@100: the share of flat's exact top 100 that HNSW returns, mean "
+             f"**{r['mean']:.4f}** (lowest query {r['min']:.4f}; {r['queries_at_1']} of {x['queries']} queries complete). "
+             f"Served: {x['latency_queries']} queries one at a time, a query encoded and searched. Compute s: flat "
+             "encodes the corpus; hnsw builds its graph from the cached embeddings.", "",
+             "| index | nDCG@10 | R@100 | compute s | served p50 / p95 / p99 (ms) | peak RSS |", "|---|---|---|---|---|---|"]  # fmt: skip
+    for name, s in x["stages"].items():
+        lat = s["served"]
+        cell = "-" if not lat else f"{lat['p50_ms']:.1f} / {lat['p95_ms']:.1f} / {lat['p99_ms']:.1f}"
+        lines.append(f"| {name} | {s['nDCG@10']:.4f} | {s['R@100']:.4f} | {s['computed_s']:.1f} | {cell} | {s['peak_rss_mb']:,.0f} MB |")
+    if "machine" in x:
+        m = x["machine"]
+        lines += ["", f"Measured on {m['cpu']}, {m['usable_cores']} usable cores, {m['ram_gb']} GB RAM"
+                      + (f", {m['gpu']}" if m.get("gpu") else "") + f"; CPU flags: {m.get('flags', '-')}."]  # fmt: skip
+    return lines
+
+
 def precision_markdown(p: dict) -> list[str]:
     names = list(p["datasets"])
     head = "| path | " + " | ".join(f"{n} ({p['datasets'][n]['documents']:,} docs)" for n in names) + " |"
@@ -740,6 +821,8 @@ def markdown(f: dict) -> str:
         lines += latency_markdown(f["latency"])
     if "catalog" in f:
         lines += catalog_markdown(f["catalog"])
+    if "index" in f:
+        lines += index_markdown(f["index"])
     s = f["scaling"]
     lines += ["", "## Scaling with catalog size", "", "![scaling](perf_scaling.png)", "",
               "One fresh process and one run per size (so peak RSS is that size's alone); generated catalogs "
@@ -780,12 +863,17 @@ def main() -> None:
     ap.add_argument("--dense-sizes", default="10000,100000")
     ap.add_argument("--ce-queries", type=int, default=20)
     ap.add_argument("--encode-docs", type=int, default=2000)
-    ap.add_argument("--sections", default="bm25,cross_encoder,precision,precision-rule,latency,scaling,catalog")
+    ap.add_argument("--sections", default="bm25,cross_encoder,precision,precision-rule,latency,scaling,catalog,index")
     ap.add_argument("--rule-collections", default="", help="precision-rule: only these collections (comma-separated)")
     ap.add_argument("--rule-depth", type=int, default=20, help="precision-rule: BM25's top N reranked per query")
     ap.add_argument("--latency-config", default="configs/default.yaml")
     ap.add_argument("--latency-queries", type=int, default=100)
     ap.add_argument("--catalog-sizes", default="1000000,2000000")
+    ap.add_argument("--index-size", type=int, default=1000000, help="index: the generated catalog (products)")
+    ap.add_argument("--index-queries", type=int, default=200, help="index: test queries searched")
+    ap.add_argument("--index-latency-queries", type=int, default=100, help="index: queries served one at a time")
+    ap.add_argument("--index-batch", type=int, default=32, help="index: the dense stage's batch_size (a GPU takes more)")
+    ap.add_argument("--index-model", default="sentence-transformers/all-MiniLM-L6-v2", help="index: the dense model")
     ap.add_argument("--render-only", action="store_true", help="rewrite perf.md and the plot from perf.json")
     ap.add_argument("--scale-one", help=argparse.SUPPRESS)
     ap.add_argument("--what", help=argparse.SUPPRESS)
@@ -813,7 +901,8 @@ def main() -> None:
         figures.update({"machine": here, "packages": package_versions(), "repeats": args.repeats})
     else:  # some sections re-measured: the page's machine stays the one of the whole run; these name their own
         log("sections re-measured on", here)
-    ds = load(args.data)
+    embedded = {"bm25", "cross_encoder", "precision", "precision-ce", "dense", "precision-rule"}
+    ds = load(args.data) if embedded & set(sections) else None  # the sections that read the embedded catalog
     root = Path(args.scale_root)
     if "bm25" in sections:
         figures["bm25"] = {"embedded": bm25_section(ds, args.repeats, 50)}
@@ -841,6 +930,9 @@ def main() -> None:
     if "catalog" in sections:
         cs = [int(x) for x in args.catalog_sizes.split(",") if x]
         figures["catalog"] = catalog_section(cs, root, args.queries, figures.get("catalog"))
+    if "index" in sections:
+        figures["index"] = {**index_section(args.index_size, root, args.index_queries, args.index_latency_queries,
+                                            args.index_batch, args.index_model), "machine": {**here, "gpu": gpu_name()}}  # fmt: skip
     jpath.write_text(json.dumps(figures, indent=2) + "\n")
     if all(k in figures for k in ("bm25", "cross_encoder", "precision", "scaling")):
         (out / "perf.md").write_text(markdown(figures))

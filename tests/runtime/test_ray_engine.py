@@ -95,52 +95,6 @@ def workers() -> list[int]:
     return out
 
 
-@pytest.mark.slow
-def test_ray_with_a_worker_killed_mid_stage_gives_the_local_table_and_shares_the_cache(tmp_path, tiny, local_reference):
-    """One Ray run of the five stages, one of its workers SIGKILLed mid-stage (Ray replaces it): the
-    same table and runs as the local run; then the cache both engines share."""
-    ltmp, local = local_reference
-    cfg = config(tmp_path, tiny, "ray", "cache", RAY)
-    proc = subprocess.Popen([sys.executable, "-m", "stagebench", "run", str(cfg)], cwd=REPO, env=ENV,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
-    killed: list[int] = []
-
-    def kill_one() -> None:  # the first worker that has worked for 3 s (model loaded, encoding)
-        first_seen: dict[int, float] = {}
-        while proc.poll() is None and not killed:
-            for pid in workers():
-                first_seen.setdefault(pid, time.monotonic())
-                if time.monotonic() - first_seen[pid] > 3.0:
-                    os.kill(pid, signal.SIGKILL)
-                    killed.append(pid)
-                    break
-            time.sleep(0.1)
-
-    t = threading.Thread(target=kill_one)
-    t.start()
-    out, err = proc.communicate(timeout=600)
-    t.join()
-    assert proc.returncode == 0, err[-3000:]
-    assert killed, "no Ray worker was seen to kill"
-    assert "engine ray: connected to a new local cluster" in err
-    assert "on 2 Ray worker(s)" in err
-    assert table(tmp_path / "ray") == table(local)
-    near = same_runs(local, tmp_path / "ray")
-    print("runs identical" if not near else "\n".join(near))
-    manifest = json.loads((tmp_path / "ray" / "manifest.json").read_text())
-    assert {s["name"]: s["engine"]["type"] for s in manifest["resolved"]["stages"]}["ce"] == "ray"
-
-    # the cache is shared: a local run over the Ray run's cache reuses its embeddings (another top_k:
-    # a new run, the same vectors); the key has no engine in it, so the other direction is the same key
-    again = "".join(line for line in STAGES.replace("params: {top_k: 100, batch_size: 16}", "params: {top_k: 90, batch_size: 16}")
-                    .splitlines(keepends=True) if "name: ce," not in line and "name: boost," not in line)  # fmt: skip
-    r = run(config(tmp_path, tiny, "local-on-ray-cache", "cache", "", again))
-    assert "stage dense: cached corpus embeddings" in r.stderr
-    assert "from cache: bm25, rrf" not in r.stderr  # rrf's input changed: recomputed, as it must be
-    r = run(config(ltmp, tiny, "local-on-local-cache", "cache", "", again))
-    assert table(ltmp / "local-on-local-cache") == table(tmp_path / "local-on-ray-cache")
-
-
 def descendants(pid: int) -> list[int]:
     children: dict[int, list[int]] = {}
     for d in Path("/proc").iterdir():
@@ -159,8 +113,11 @@ def descendants(pid: int) -> list[int]:
 
 
 @pytest.mark.slow
-def test_the_driver_killed_mid_stage_resumes_from_the_cache(tmp_path, tiny, local_reference):
-    _, local = local_reference
+def test_ray_resumes_after_its_driver_is_killed_survives_a_killed_worker_and_shares_the_cache(tmp_path, tiny, local_reference):
+    """The five stages on a new local Ray cluster: the driver SIGKILLed while the cross-encoder's workers score
+    (nothing written); the same command resumes from the cache with one of its Ray workers SIGKILLed mid-stage
+    (Ray replaces it) and gives the local run's table and runs; then the cache both engines share."""
+    ltmp, local = local_reference
     cfg = config(tmp_path, tiny, "ray", "cache", RAY)
     log = (tmp_path / "first.err").open("w")
     proc = subprocess.Popen([sys.executable, "-m", "stagebench", "run", str(cfg)], cwd=REPO, env=ENV,
@@ -179,9 +136,46 @@ def test_the_driver_killed_mid_stage_resumes_from_the_cache(tmp_path, tiny, loca
         except ProcessLookupError:
             pass
     assert not (tmp_path / "ray").exists()
-    r = run(cfg)
-    assert "stages computed: ce, boost; from cache: bm25, dense, rrf" in r.stderr
+
+    proc = subprocess.Popen([sys.executable, "-m", "stagebench", "run", str(cfg)], cwd=REPO, env=ENV,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    killed: list[int] = []
+
+    def kill_one() -> None:  # the first worker that has worked for 2 s (model loaded, scoring)
+        first_seen: dict[int, float] = {}
+        while proc.poll() is None and not killed:
+            for pid in workers():
+                first_seen.setdefault(pid, time.monotonic())
+                if time.monotonic() - first_seen[pid] > 2.0:
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+                    break
+            time.sleep(0.1)
+
+    t = threading.Thread(target=kill_one)
+    t.start()
+    out, err = proc.communicate(timeout=600)
+    t.join()
+    assert proc.returncode == 0, err[-3000:]
+    assert killed, "no Ray worker was seen to kill"
+    assert "stages computed: ce, boost; from cache: bm25, dense, rrf" in err
+    assert "engine ray: connected to a new local cluster" in err
+    assert "on 2 Ray worker(s)" in err
     assert table(tmp_path / "ray") == table(local)
+    near = same_runs(local, tmp_path / "ray")
+    print("runs identical" if not near else "\n".join(near))
+    manifest = json.loads((tmp_path / "ray" / "manifest.json").read_text())
+    assert {s["name"]: s["engine"]["type"] for s in manifest["resolved"]["stages"]}["ce"] == "ray"
+
+    # the cache is shared: a local run over the Ray run's cache reuses its embeddings (another top_k:
+    # a new run, the same vectors); the key has no engine in it, so the other direction is the same key
+    again = "".join(line for line in STAGES.replace("params: {top_k: 100, batch_size: 16}", "params: {top_k: 90, batch_size: 16}")
+                    .splitlines(keepends=True) if "name: ce," not in line and "name: boost," not in line)  # fmt: skip
+    r = run(config(tmp_path, tiny, "local-on-ray-cache", "cache", "", again))
+    assert "stage dense: cached corpus embeddings" in r.stderr
+    assert "from cache: bm25, rrf" not in r.stderr  # rrf's input changed: recomputed, as it must be
+    r = run(config(ltmp, tiny, "local-on-local-cache", "cache", "", again))
+    assert table(ltmp / "local-on-local-cache") == table(tmp_path / "local-on-ray-cache")
 
 
 @pytest.mark.slow
