@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import t as student_t
+from scipy.special import stdtr  # Student's t CDF: what scipy.stats.t.sf computes, without scipy.stats' 0.6 s import
 
 
 def paired_t_test(a: Sequence[float], b: Sequence[float]) -> tuple[float, float]:
@@ -35,7 +35,7 @@ def paired_t_test(a: Sequence[float], b: Sequence[float]) -> tuple[float, float]
     if sd == 0 or not math.isfinite(sd):
         return (0.0, 1.0) if mean == 0 else (math.copysign(math.inf, mean), 0.0)
     t = mean / (sd / math.sqrt(n))
-    return float(t), float(2 * student_t.sf(abs(t), n - 1))
+    return float(t), float(2 * stdtr(n - 1, -abs(t)))
 
 
 def randomization_test(a: Sequence[float], b: Sequence[float], permutations: int = 10000, seed: int = 42) -> float:
