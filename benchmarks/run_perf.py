@@ -705,18 +705,17 @@ def index_section(n_products: int, root: Path, queries: int, latency_queries: in
     rf = RunFolder.open(res.output)
     flat, hnsw = res.runs["flat"], res.runs["hnsw"]
     recall = [len(set(hnsw.get(q, {})) & set(docs)) / len(docs) for q, docs in flat.items() if docs]
-    rows = {r.stage: r for r in rf.table().rows}
-    manifest = json.loads((Path(res.output) / "manifest.json").read_text())
-    p = {s["name"]: s for s in manifest["resolved"]["stages"]}["hnsw"]["params"]
+    rows = {r.stage: r for r in res.stage_table.rows}
+    p = {s["name"]: s for s in rf.manifest.raw["resolved"]["stages"]}["hnsw"]["params"]
     out = {"products": n_products, "model": model, "queries": len(flat), "latency_queries": latency_queries, "wall_s": round(wall, 1),
            "hnsw": {k: p[k] for k in ("hnsw_m", "hnsw_ef_construction", "hnsw_ef_search")},
            "recall_at_100": {"mean": round(float(np.mean(recall)), 4), "min": round(float(np.min(recall)), 4),
                              "queries_at_1": int(sum(r == 1.0 for r in recall))},
            "stages": {}}  # fmt: skip
     for s in rf.stages:
-        lat = s.latency_ms and percentiles([v / 1000 for v in s.latency_ms.values()])
+        lat = percentiles([v / 1000 for v in s.latency_ms.values()]) if s.latency_ms else None
         out["stages"][s.name] = {"computed_s": s.computed_seconds, "peak_rss_mb": s.computed_peak_rss_mb,
-                                 "served": lat or None, "nDCG@10": round(rows[s.name].metrics["nDCG@10"], 4),
+                                 "served": lat, "nDCG@10": round(rows[s.name].metrics["nDCG@10"], 4),
                                  "R@100": round(rows[s.name].metrics["R@100"], 4)}  # fmt: skip
     log(f"index {n_products}", out)
     return out
