@@ -72,6 +72,14 @@ def test_cross_encoder_paths_offered_as_invariant_are(pairs, precision, variants
     assert np.ptp(alone) > 1.0  # real scores, not a constant
 
 
+def unread_initializers(model_dir: str) -> set[str]:
+    """The rewritten graph's constants that no node reads (onnxruntime logs a warning for each)."""
+    import onnx
+
+    g = onnx.load(str(Path(model_dir) / "model.onnx"), load_external_data=False).graph
+    return {t.name for t in g.initializer} - {i for n in g.node for i in n.input}
+
+
 def test_the_int8_token_rewrite_keeps_the_model(pairs, variants, monkeypatch):
     """Per-token INT8 stays close to the fp32 weights (a wrong rewrite or fusion, e.g. onnxruntime
     applying one scale to every row, moved logits by over 2) and ranks each query's pairs alike."""
@@ -83,6 +91,7 @@ def test_the_int8_token_rewrite_keeps_the_model(pairs, variants, monkeypatch):
     # two recipes of one carrier in one cache: two entries, each built by its own recipe
     built = {json.loads((Path(m.model.path) / "variant.json").read_text())["recipe"]: m.model.path for m in (fp32, tok)}
     assert set(built) == {"dequantized", "per-token"} and len(set(built.values())) == 2
+    assert not {n for n in unread_initializers(built["per-token"]) if n.startswith("sb_")}
     for g in groups:
         a, b = fp32.predict(g, 32), tok.predict(g, 32)
         assert np.abs(a - b).max() < 0.75
@@ -117,6 +126,7 @@ def test_an_opset_11_int8_carrier_runs_per_token_too(pairs, variants, monkeypatc
     texts = [d for g in groups for _, d in g]
     enc = stagebench.api.bi_encoder("BAAI/bge-small-en-v1.5", device="cpu", max_length=256)
     assert enc.placement.precision == "int8-token"  # auto on a CPU
+    assert not {n for n in unread_initializers(enc.model.path) if n.startswith("sb_")}  # its own path's constants only
     alone = np.concatenate([enc.encode([t], 1) for t in texts])
     batched = enc.encode(texts + [long_pair[1]], 64)[:-1]
     assert float(np.abs(alone - batched).max()) <= TOLERANCE

@@ -138,6 +138,10 @@ def per_token_int8(src: str | Path, dst: str | Path) -> int:
         model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
     if not replaced:
         raise StagebenchError(f"{src}: no DynamicQuantizeLinear to rewrite (the graph is not dynamically quantized)")
+    used = {i for n in nodes for i in n.input}  # this rewrite's constants that its opset's path does not read
+    kept = [t for t in g.initializer if t.name not in consts or t.name in used]  # (onnxruntime warns of each)
+    del g.initializer[:]
+    g.initializer.extend(kept)
     del g.node[:]
     g.node.extend(_topological(nodes, {i.name for i in g.input} | {i.name for i in g.initializer}))
     onnx.checker.check_model(model)
