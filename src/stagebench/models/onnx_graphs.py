@@ -26,6 +26,7 @@ Each function writes one file; caching them is :mod:`stagebench.models.variants`
 
 from __future__ import annotations
 
+import logging
 import shutil
 from functools import lru_cache
 from pathlib import Path
@@ -281,4 +282,22 @@ def export_encoder(model_folder: str | Path, dst: str | Path, kind: str) -> None
 def quantize_dynamic_per_channel(src: str | Path, dst: str | Path) -> None:
     """onnxruntime's dynamic INT8 with per-channel int8 weights (its activations still per batch)."""
     q = need("onnxruntime.quantization", "quantizing an ONNX model")
-    q.quantize_dynamic(str(src), str(dst), per_channel=True, weight_type=q.QuantType.QInt8)
+    # the quantizer advises its pre-processing (shape inference and graph optimisation) on the root logger;
+    # the export is quantized as it is on purpose (the per-token rewrite reads that graph), so the advice is
+    # dropped, and only it
+    advice = logging.getLogger()
+    drop = _DropMessage("Please consider to run pre-processing before quantization")
+    advice.addFilter(drop)
+    try:
+        q.quantize_dynamic(str(src), str(dst), per_channel=True, weight_type=q.QuantType.QInt8)
+    finally:
+        advice.removeFilter(drop)
+
+
+class _DropMessage(logging.Filter):
+    def __init__(self, prefix: str) -> None:
+        super().__init__()
+        self.prefix = prefix
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(self.prefix)
