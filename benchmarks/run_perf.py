@@ -683,7 +683,8 @@ def scaling_plot(res: dict, path: Path) -> None:
 
 
 def index_section(n_products: int, root: Path, queries: int, latency_queries: int, batch_size: int,
-                  model: str = "sentence-transformers/all-MiniLM-L6-v2", precision: str = "auto") -> dict:
+                  model: str = "sentence-transformers/all-MiniLM-L6-v2", precision: str = "auto",
+                  max_length: int | None = None) -> dict:
     """``index: hnsw`` against ``index: flat`` on a generated catalog of ``n_products``, through the dense stage
     itself (one run, two stages, the stage cache under ``root``): the corpus is encoded once, by the first stage,
     on the device ``auto`` picks (a GPU when there is one) and read back by the second. Per index: recall@100 of
@@ -693,7 +694,8 @@ def index_section(n_products: int, root: Path, queries: int, latency_queries: in
     from stagebench.results.folder import RunFolder
 
     path = ensure_catalog(n_products, root)
-    dense = {"model": model, "top_k": 100, "batch_size": batch_size, "precision": precision}
+    dense = {"model": model, "top_k": 100, "batch_size": batch_size, "precision": precision,
+             **({"max_length": max_length} if max_length else {})}
     conf = {"name": f"index-{n_products}", "output": str(root / f"index-{n_products}"), "cache_dir": str(root / "index-cache"),
             "dataset": {"loader": "esci", "path": str(path), "split": "test", "max_queries": queries},
             "stages": [{"name": "flat", "type": "dense", "params": {**dense, "index": "flat"}},
@@ -707,7 +709,8 @@ def index_section(n_products: int, root: Path, queries: int, latency_queries: in
     recall = [len(set(hnsw.get(q, {})) & set(docs)) / len(docs) for q, docs in flat.items() if docs]
     rows = {r.stage: r for r in res.stage_table.rows}
     p = {s["name"]: s for s in rf.manifest.raw["resolved"]["stages"]}["hnsw"]["params"]
-    out = {"products": n_products, "model": model, "precision": precision, "queries": len(flat), "latency_queries": latency_queries, "wall_s": round(wall, 1),
+    out = {"products": n_products, "model": model, "precision": precision, "max_length": p["max_length"], "queries": len(flat),
+           "latency_queries": latency_queries, "wall_s": round(wall, 1),
            "hnsw": {k: p[k] for k in ("hnsw_m", "hnsw_ef_construction", "hnsw_ef_search")},
            "recall_at_100": {"mean": round(float(np.mean(recall)), 4), "min": round(float(np.min(recall)), 4),
                              "queries_at_1": int(sum(r == 1.0 for r in recall))},
@@ -732,7 +735,8 @@ def index_markdown(x: dict) -> list[str]:
     h = x["hnsw"]
     r = x["recall_at_100"]
     lines = ["", f"## The dense index at {x['products']:,} products: `index: hnsw` against `flat`", "",
-             f"The dense stage itself, `{x['model']}` (`precision: {x.get('precision', 'auto')}`), top 100, on a generated catalog (seed 101), "
+             f"The dense stage itself, `{x['model']}` (`precision: {x.get('precision', 'auto')}`"
+             + (f", `max_length: {x['max_length']}`" if x.get("max_length") else "") + "), top 100, on a generated catalog (seed 101), "
              f"{x['queries']} test queries; one run of two stages sharing the corpus embeddings (encoded once, by "
              f"`flat`). HNSW: M {h['hnsw_m']}, efConstruction {h['hnsw_ef_construction']}, efSearch {h['hnsw_ef_search']} "
              f"(faiss `IndexHNSWFlat`). Recall@100: the share of flat's exact top 100 that HNSW returns, mean "
@@ -881,6 +885,7 @@ def main() -> None:
     ap.add_argument("--index-batch", type=int, default=32, help="index: the dense stage's batch_size (a GPU takes more)")
     ap.add_argument("--index-model", default="sentence-transformers/all-MiniLM-L6-v2", help="index: the dense model")
     ap.add_argument("--index-precision", default="auto", help="index: the dense stage's precision (int8-token: a CPU's hours)")
+    ap.add_argument("--index-max-length", type=int, help="index: the dense stage's max_length (tokens a text; its default unless set)")
     ap.add_argument("--render-only", action="store_true", help="rewrite perf.md and the plot from perf.json")
     ap.add_argument("--scale-one", help=argparse.SUPPRESS)
     ap.add_argument("--what", help=argparse.SUPPRESS)
@@ -940,7 +945,7 @@ def main() -> None:
     if "index" in sections:
         figures["index"] = {**index_sizes(figures.get("index")), str(args.index_size): {
             **index_section(args.index_size, root, args.index_queries, args.index_latency_queries, args.index_batch,
-                            args.index_model, args.index_precision), "machine": {**here, "gpu": gpu_name()}}}  # fmt: skip
+                            args.index_model, args.index_precision, args.index_max_length), "machine": {**here, "gpu": gpu_name()}}}  # fmt: skip
     jpath.write_text(json.dumps(figures, indent=2) + "\n")
     if all(k in figures for k in ("bm25", "cross_encoder", "precision", "scaling")):
         (out / "perf.md").write_text(markdown(figures))
