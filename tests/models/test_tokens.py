@@ -33,3 +33,13 @@ def test_packed_tokens_are_the_tokenizers_own_across_chunks(monkeypatch):
     assert mask.shape[1] == tokens.lengths[rows].max() and (mask.sum(1) == tokens.lengths[rows]).all()
     alone = [sess.run(sess.tokenize([pairs[i]]), [0])[0] for i in rows]
     assert batch.shape[0] == 3 and all(np.allclose(batch[r], a[0], atol=0.05) for r, a in enumerate(alone))
+
+
+def test_token_lengths_are_counted_a_chunk_at_a_time_alike(monkeypatch):
+    from stagebench.models.resolve import resolve_model
+
+    model = resolve_model("sentence-transformers/all-MiniLM-L6-v2")
+    texts = [" ".join(["washable cotton shirt"] * (i % 30)) for i in range(700)]
+    whole = encoders.token_lengths(model, texts, 48)
+    monkeypatch.setattr(encoders, "TOKENIZE_CHUNK", 300)
+    assert encoders.token_lengths(model, texts, 48) == whole and max(whole) == 48 and min(whole) == 2
