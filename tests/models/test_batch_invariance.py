@@ -120,6 +120,28 @@ def test_bi_encoder_paths_offered_as_invariant_are(pairs, precision, variants, m
         assert float((fp32 * batched).sum(1).min()) > 0.98  # the quantized model is the same model
 
 
+def test_the_fp32_export_is_the_torch_model(pairs, variants, monkeypatch):
+    """The CPU's default dense path runs the model's ONNX export: its embeddings are torch's own, for
+    texts alone and padded in one batch (torch's export warns that advanced indexing goes wrong with
+    negative indices; the warning is not shown, and this is why)."""
+    import warnings
+
+    from sentence_transformers import SentenceTransformer
+
+    from stagebench.models.resolve import resolve_model
+
+    monkeypatch.setenv("STAGEBENCH_CACHE", variants)
+    groups, long_pair = pairs
+    texts = [d for g in groups for _, d in g] + [long_pair[1]]
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        enc = stagebench.api.bi_encoder(BI, device="cpu", precision="fp32", max_length=256)
+        exported = enc.encode(texts, 64)
+    assert "export" in enc.model.origin and not [w for w in seen if "aten::index" in str(w.message)]
+    reference = SentenceTransformer(resolve_model(BI).path, device="cpu").encode(texts, batch_size=64, normalize_embeddings=True)
+    assert float(np.abs(exported - reference).max()) < 1e-5
+
+
 def test_an_opset_11_int8_carrier_runs_per_token_too(pairs, variants, monkeypatch):
     """bge-small's carrier is an opset-11 graph, whose QuantizeLinear takes one scale only: the
     per-token rewrite spells the quantization out there, and stays invariant and close to fp32."""
