@@ -197,14 +197,22 @@ SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
 @pytest.fixture(scope="session")
 def model_entries(tmp_path_factory) -> Path:
     """A cache holding the bundled SmolLM2's de-quantized fp32 checkpoint (kind ``models``), built once
-    per session: building it takes ~20 s, and every run with a fresh cache would build it again.
+    per session, by whichever pytest-xdist worker asks first (the others wait on a lock and read it):
+    building it takes ~20 s of both cores, and every run with a fresh cache would build it again.
     :func:`seed_models` links it into a test's cache (tests of the build itself use a cache of their own)."""
+    import fcntl
+
     from stagebench.cache import Cache
     from stagebench.models.resolve import on_this_machine, resolve_model
     from stagebench.models.variants import gguf_checkpoint
 
-    cache = Cache(tmp_path_factory.mktemp("model-entries"))
-    gguf_checkpoint(on_this_machine(resolve_model(SMOLLM2)), cache, "tests")
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # this session's folder, above each worker's own
+    with open(root / "model-entries.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        cache = Cache(root / "model-entries")
+        gguf_checkpoint(on_this_machine(resolve_model(SMOLLM2)), cache, "tests")  # read back when built
     return cache.root
 
 
