@@ -37,13 +37,13 @@ def _normalize(x: np.ndarray) -> np.ndarray:
 
 #: up to how many inputs :meth:`OnnxSession.tokenize` encodes one by one
 SEQUENTIAL_TOKENIZE = 256
-#: how many inputs the tokenizer holds as its own objects at once (about 13 KB each) before they are packed or counted
+#: how many inputs the tokenizer holds as its own objects at once (13-17 KB each) before they are packed or counted
 TOKENIZE_CHUNK = 8192
 
 
 class Tokens:
     """Tokenized inputs packed end to end: input ``i``'s ids are ``ids[starts[i]:starts[i + 1]]``
-    (int32, its token types beside them as uint8). A tokenizer's own encodings cost about 13 KB an
+    (int32, its token types beside them as uint8). A tokenizer's own encodings cost 13-17 KB an
     input (a million products: 13 GB); these cost 5 bytes a token."""
 
     def __init__(self, ids: np.ndarray, types: np.ndarray, lengths: np.ndarray) -> None:
