@@ -748,6 +748,15 @@ def index_markdown(x: dict) -> list[str]:
         lat = s["served"]
         cell = "-" if not lat else f"{lat['p50_ms']:.1f} / {lat['p95_ms']:.1f} / {lat['p99_ms']:.1f}"
         lines.append(f"| {name} | {s['nDCG@10']:.4f} | {s['R@100']:.4f} | {s['computed_s']:.1f} | {cell} | {s['peak_rss_mb']:,.0f} MB |")
+    if "ef_sweep" in x:  # benchmarks/hnsw_ef_sweep.py over the same cached embeddings, one graph
+        w = x["ef_sweep"]
+        lines += ["", f"efSearch against recall@100 (`benchmarks/hnsw_ef_sweep.py`: one graph built as the stage builds it, "
+                      f"in {w['build_s']} s, over the same cached vectors and queries; search alone, one query at a time):", "",
+                  "| hnsw_ef_search | recall@100 mean | lowest query | queries at 0 | queries complete | search ms a query |",
+                  "|---|---|---|---|---|---|"]  # fmt: skip
+        for ef, r in w["ef_search"].items():
+            lines.append(f"| {ef} | {r['recall_mean']:.4f} | {r['recall_min']:.2f} | {r['queries_at_0']} | "
+                         f"{r['queries_complete']} of {w['queries']} | {r['search_ms_per_query']} |")  # fmt: skip
     if "machine" in x:
         m = x["machine"]
         lines += ["", f"Measured on {m['cpu']}, {m['usable_cores']} usable cores, {m['ram_gb']} GB RAM"

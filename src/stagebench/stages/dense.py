@@ -44,7 +44,8 @@ class DenseParams(HardwareParams):
     index: Literal["flat", "hnsw"] = param("flat", "flat: exact inner-product search; hnsw: approximate")
     hnsw_m: Annotated[int, Range(ge=2)] = param(32, "HNSW graph degree (faiss needs >= 2)")
     hnsw_ef_construction: PositiveInt = param(200, "HNSW build-time search depth")
-    hnsw_ef_search: PositiveInt = param(256, "HNSW query-time search depth (raised to top_k if lower)")
+    hnsw_ef_search: PositiveInt = param(256, "HNSW query-time search depth (raised to top_k if lower); check "
+                                             "recall against flat on large catalogs (docs/scale.md)")
     cache: bool = param(True, "keep the corpus embeddings in the stage cache", keyed=False)
     # model/source are checked by the config loader (stagebench.config.parse_config)
 
