@@ -724,13 +724,6 @@ def index_section(n_products: int, root: Path, queries: int, latency_queries: in
     return out
 
 
-def index_sizes(figures: dict | None) -> dict:
-    """The index section's figures by catalog size (perf.json before sizes were kept: one size)."""
-    if not figures:
-        return {}
-    return {str(figures["products"]): figures} if "products" in figures else figures
-
-
 def index_markdown(x: dict) -> list[str]:
     h = x["hnsw"]
     r = x["recall_at_100"]
@@ -840,7 +833,7 @@ def markdown(f: dict) -> str:
         lines += latency_markdown(f["latency"])
     if "catalog" in f:
         lines += catalog_markdown(f["catalog"])
-    for x in index_sizes(f.get("index")).values():
+    for x in f.get("index", {}).values():  # by catalog size
         lines += index_markdown(x)
     s = f["scaling"]
     lines += ["", "## Scaling with catalog size", "", "![scaling](perf_scaling.png)", "",
@@ -952,9 +945,9 @@ def main() -> None:
         cs = [int(x) for x in args.catalog_sizes.split(",") if x]
         figures["catalog"] = catalog_section(cs, root, args.queries, figures.get("catalog"))
     if "index" in sections:
-        figures["index"] = {**index_sizes(figures.get("index")), str(args.index_size): {
+        figures.setdefault("index", {})[str(args.index_size)] = {
             **index_section(args.index_size, root, args.index_queries, args.index_latency_queries, args.index_batch,
-                            args.index_model, args.index_precision, args.index_max_length), "machine": {**here, "gpu": gpu_name()}}}  # fmt: skip
+                            args.index_model, args.index_precision, args.index_max_length), "machine": {**here, "gpu": gpu_name()}}  # fmt: skip
     jpath.write_text(json.dumps(figures, indent=2) + "\n")
     if all(k in figures for k in ("bm25", "cross_encoder", "precision", "scaling")):
         (out / "perf.md").write_text(markdown(figures))

@@ -61,11 +61,12 @@ class Tokens:
 
     @classmethod
     def of(cls, encodings: Sequence) -> Tokens:
-        lengths = np.fromiter((len(e.ids) for e in encodings), np.int64, len(encodings))
+        ids = [e.ids for e in encodings]  # (each .ids builds a new list)
+        lengths = np.fromiter(map(len, ids), np.int64, len(ids))
         total = int(lengths.sum())
-        ids = np.fromiter((t for e in encodings for t in e.ids), np.int32, total)
+        flat = np.fromiter((t for row in ids for t in row), np.int32, total)
         types = np.fromiter((t for e in encodings for t in e.type_ids), np.uint8, total)
-        return cls(ids, types, lengths)
+        return cls(flat, types, lengths)
 
 
 class OnnxSession:

@@ -293,19 +293,13 @@ def quantize_dynamic_per_channel(src: str | Path, dst: str | Path) -> None:
     # the quantizer advises its pre-processing (shape inference and graph optimisation) on the root logger;
     # the export is quantized as it is on purpose (the per-token rewrite reads that graph), so the advice is
     # dropped, and only it
-    advice = logging.getLogger()
-    drop = _DropMessage("Please consider to run pre-processing before quantization")
-    advice.addFilter(drop)
+    root = logging.getLogger()
+
+    def drop(record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Please consider to run pre-processing before quantization")
+
+    root.addFilter(drop)
     try:
         q.quantize_dynamic(str(src), str(dst), per_channel=True, weight_type=q.QuantType.QInt8)
     finally:
-        advice.removeFilter(drop)
-
-
-class _DropMessage(logging.Filter):
-    def __init__(self, prefix: str) -> None:
-        super().__init__()
-        self.prefix = prefix
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not record.getMessage().startswith(self.prefix)
+        root.removeFilter(drop)
