@@ -153,11 +153,13 @@ def test_latency_queries_zero_measures_nothing_and_a_negative_count_is_refused_a
 
 
 @pytest.mark.slow
-def test_model_stages_serve_one_query_exactly_as_their_batch_run_ranked_it(tmp_path, tiny_synthetic, monkeypatch, caplog):
+def test_model_stages_serve_one_query_exactly_as_their_batch_run_ranked_it(tmp_path, tiny_synthetic, monkeypatch, caplog,
+                                                                          capfd):  # fmt: skip
     """Dense, at its default and at bf16 (whose embedding of a text moves with its batch mates), and
     the cross-encoder (int8-token: a pair scores the same whatever its batch mates), exactly: the
     dense run encodes each query alone, as serving does. A run with --recompute encodes the corpus
-    once: the latency check serves from the index the run built."""
+    once: the latency check serves from the index the run built. A served query draws no progress bar
+    (the cross-encoder's batch run draws one; each of the 5 served queries had drawn its own)."""
     monkeypatch.chdir(tmp_path)
     stages = """  - {name: bm25, type: bm25, params: {top_k: 100}}
   - {name: dense, type: dense, params: {top_k: 100}}
@@ -166,6 +168,7 @@ def test_model_stages_serve_one_query_exactly_as_their_batch_run_ranked_it(tmp_p
   - {name: ce, type: cross_encoder, inputs: [rrf], params: {top_n: 10}}"""
     cfg = config(tmp_path, f"{tiny_synthetic}, max_queries: 12", stages, ", latency_queries: 5")
     result = run_config(load_config(cfg))
+    assert capfd.readouterr().err.count("ce: rerank:") == 1
     n_q = len(result.dataset.queries)
     served = served_against_batch(cfg, tmp_path, result.runs)
     assert served == dict.fromkeys(["bm25", "dense", "dense_bf16", "rrf", "ce"], n_q)

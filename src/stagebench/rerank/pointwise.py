@@ -181,10 +181,10 @@ def rerank_run(run: Run, reranker: Any, ctx: Surroundings, p: RerankCommon, stag
 def rerank_depths(run: Run, reranker: Any, ctx: Surroundings, p: RerankCommon, stage: str, label: str,
                   quiet: bool = False, shared: dict[tuple[str, str], float] | None = None) -> Reranked:  # fmt: skip
     """:func:`rerank_run` at ``p.top_n`` and at every depth of ``p.depths`` (see the module docstring);
-    ``quiet``: its summary logged at debug level (one query served at a time, many calls). ``shared``
-    (a batched reranker only, whose pair scores are functions of the pair): scores of pairs an
-    earlier stage with the same scoring already computed, used instead of scoring them again, and
-    filled with this stage's."""
+    ``quiet``: no progress bar, and its summary logged at debug level (one query served at a time, many
+    calls). ``shared`` (a batched reranker only, whose pair scores are functions of the pair): scores of
+    pairs an earlier stage with the same scoring already computed, used instead of scoring them again,
+    and filled with this stage's."""
     ds = ctx.dataset
     task = reranker if isinstance(reranker, ScoreTask) else ScoreTask.of(reranker, p.per_query, stage, label)
     wants_fields = task.wants_fields
@@ -203,7 +203,7 @@ def rerank_depths(run: Run, reranker: Any, ctx: Surroundings, p: RerankCommon, s
 
     def score(chunks: list[list[tuple[str, str]]], what: str) -> dict[tuple[str, str], float]:
         got = ctx.engine.map(task, [unit(c) for c in chunks], desc=f"{stage}: {what}", unit="pair",
-                             sizes=[len(c) for c in chunks])  # fmt: skip
+                             sizes=[len(c) for c in chunks], progress_bar=not quiet)  # fmt: skip
         out: dict[tuple[str, str], float] = {}
         for g, c in zip(got, chunks):
             out.update(zip(c, _check_scores(g, c, stage, label).tolist()))

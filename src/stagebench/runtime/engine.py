@@ -96,8 +96,9 @@ class Engine:
     params: EngineParams
 
     def map(self, task: Callable[[Any], Any], units: Sequence[Any], *, desc: str, unit: str = "unit",
-            sizes: Sequence[int] | None = None, threads: int = 1) -> list[Any]:  # fmt: skip
+            sizes: Sequence[int] | None = None, threads: int = 1, progress_bar: bool = True) -> list[Any]:  # fmt: skip
         """``[task(u) for u in units]``; ``sizes`` weighs each unit in the progress bar (e.g. texts per batch);
+        ``progress_bar=False`` shows none (many short maps, e.g. one per served query);
         ``threads``: units in flight at once in this process (tasks that wait on a server, e.g. LLM queries;
         the Ray engine spreads units over its workers instead). When one unit fails, the others not yet
         started are dropped and a task with ``cancel()`` is told to stop the ones in flight."""
@@ -112,9 +113,9 @@ class LocalEngine(Engine):
     def __init__(self, params: EngineParams | None = None) -> None:
         self.params = params or EngineParams()
 
-    def map(self, task, units, *, desc, unit="unit", sizes=None, threads=1):
+    def map(self, task, units, *, desc, unit="unit", sizes=None, threads=1, progress_bar=True):
         sizes = list(sizes) if sizes is not None else [1] * len(units)
-        with progress(sum(sizes), desc, unit) as bar:
+        with progress(sum(sizes), desc, unit, enabled=progress_bar) as bar:
             if threads <= 1 or len(units) <= 1:
                 out = []
                 for u, s in zip(units, sizes):
@@ -246,7 +247,7 @@ class RayEngine(Engine):
             n = min(n, int(res.get("GPU", 0) // p.num_gpus_per_worker))
         return max(1, n)
 
-    def map(self, task, units, *, desc, unit="unit", sizes=None, threads=1):  # threads: the workers are the parallelism
+    def map(self, task, units, *, desc, unit="unit", sizes=None, threads=1, progress_bar=True):  # threads: the workers are the parallelism
         ray = need("ray", "engine: ray")
         np = need("numpy", "the ray engine")
         if not ray.is_initialized():
@@ -264,10 +265,10 @@ class RayEngine(Engine):
                              num_gpus=p.num_gpus_per_worker or None, batch_format="numpy")  # fmt: skip
         results: list[Any] = [None] * len(units)
         got = np.zeros(len(units), dtype=bool)
-        log.info("%s: %d %ss in %d units on %d Ray worker(s), %d unit(s) per task", desc, sum(sizes), unit, len(units),
-                 n_workers, p.batch_size)  # fmt: skip
+        (log.info if progress_bar else log.debug)("%s: %d %ss in %d units on %d Ray worker(s), %d unit(s) per task", desc,
+                                                  sum(sizes), unit, len(units), n_workers, p.batch_size)  # fmt: skip
         t0 = time.perf_counter()
-        with progress(sum(sizes), desc, unit) as bar:
+        with progress(sum(sizes), desc, unit, enabled=progress_bar) as bar:
             try:
                 for row in out.iter_rows():
                     i = int(row["i"])
