@@ -276,6 +276,11 @@ def gpu_name() -> str:
     return torch.cuda.get_device_name(0) if torch.cuda.is_available() else ""
 
 
+def machine_here() -> dict:
+    """What a section's figures were measured on, and when (UTC): results/perf.md names it."""
+    return {**machine_info(), "flags": cpu_flags(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+
+
 def cpu_flags() -> str:
     """The CPU's family/model and the flags that decide the fast paths (the vector, INT8 and bf16 units)."""
     from stagebench.runtime.devices import cpu_features
@@ -298,7 +303,7 @@ def precision_section(embedded, work: Path, parts: tuple[str, ...] = ("dense", "
         out.update({"bf16_native": cpu_has_bf16(), "auto": place("cpu", "auto", "torch", "perf").precision})
     if "dense" in parts:
         out["dense"] = dense_precision(sets, work)
-        out["dense"]["machine"] = {**machine_info(), "flags": cpu_flags()}
+        out["dense"]["machine"] = machine_here()
     if "cross_encoder" in parts:
         out["cross_encoder"] = cross_encoder_precision(sets, work)
     return out
@@ -755,7 +760,7 @@ def index_markdown(x: dict) -> list[str]:
                          f"{r['queries_complete']} of {w['queries']} | {r['search_ms_per_query']} |")  # fmt: skip
     if "machine" in x:
         m = x["machine"]
-        lines += ["", f"Measured on {m['cpu']}, {m['usable_cores']} usable cores, {m['ram_gb']} GB RAM"
+        lines += ["", f"Measured{when(m)} on {m['cpu']}, {m['usable_cores']} usable cores, {m['ram_gb']} GB RAM"
                       + (f", {m['gpu']}" if m.get("gpu") else "") + f"; CPU flags: {m.get('flags', '-')}."]  # fmt: skip
     return lines
 
@@ -775,7 +780,7 @@ def precision_markdown(p: dict) -> list[str]:
              "|---|" + "---|" * (len(names) + 2)]  # fmt: skip
     dm = p["dense"].get("machine")
     if dm:
-        lines[-2:-2] = [f"Measured on {dm['cpu']} ({dm['flags']}), {dm['usable_cores']} usable cores, {dm['ram_gb']} GB, "
+        lines[-2:-2] = [f"Measured{when(dm)} on {dm['cpu']} ({dm['flags']}), {dm['usable_cores']} usable cores, {dm['ram_gb']} GB, "
                         f"Python {dm['python']} (`make perf` or `benchmarks/run_perf.py --sections dense`).", ""]
     lines += precision_rows({k: v for k, v in p["dense"].items() if isinstance(v, dict) and k != "machine"}, names,
                             "docs_per_s", "docs/s", "batched_queries_rank_as_alone")  # fmt: skip
@@ -804,10 +809,16 @@ def precision_rows(table: dict, names: list[str], rate: str, unit: str, also: st
     return out
 
 
+def when(machine: dict) -> str:
+    """``" <date>"`` where a section recorded when it was measured (runs before 2026-11-26 did not)."""
+    return f" {machine['date']}" if machine.get("date") else ""
+
+
 def markdown(f: dict) -> str:
     m = f["machine"]
     lines = ["# stagebench performance", "",
-             f"Written by `make perf` (benchmarks/run_perf.py) on {m['cpu']}, {m['usable_cores']} usable cores, "
+             f"Written by `make perf` (benchmarks/run_perf.py){when(m)} on {m['cpu']} ({m.get('flags', 'CPU flags not recorded')}), "
+             f"{m['usable_cores']} usable cores, "
              f"{m['ram_gb']} GB RAM, {m['os']}, Python {m['python']}. Timings are medians of {f['repeats']} runs "
              f"unless noted; latencies are single-query (one query per call).", ""]  # fmt: skip
     lines += ["## BM25: sparse backend vs rank-bm25", "",
@@ -913,7 +924,7 @@ def main() -> None:
         print(f"rewrote {out}/perf.md and perf_scaling.png from perf.json")
         return
     sections = args.sections.split(",")
-    here = {**machine_info(), "flags": cpu_flags()}
+    here = machine_here()
     if set(ap.get_default("sections").split(",")) <= set(sections):
         figures.update({"machine": here, "packages": package_versions(), "repeats": args.repeats})
     else:  # some sections re-measured: the page's machine stays the one of the whole run; these name their own
