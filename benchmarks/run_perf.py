@@ -635,12 +635,14 @@ def catalog_markdown(c: dict) -> list[str]:
     lines = ["", "## Catalog memory: columnar (Arrow) corpus", "",
              "Loading (`loader: esci`, whole catalog, the default text template) and BM25-indexing generated catalogs, "
              "one fresh process per size; peak RSS of the process. *Before*: the corpus as one Python dict per "
-             "product (commit c6aeba3); *after*: Arrow string columns read by position (stagebench.data.corpus).", "",
+             "product (commit c6aeba3), measured by an earlier run and kept in perf.json (that code is gone), perhaps "
+             "on another machine: its memory compares with this run's, its seconds do not; *after*: Arrow string "
+             "columns read by position (stagebench.data.corpus).", "",
              "| products | corpus | load | index build | RSS after load | peak RSS | Arrow buffers |", "|---|---|---|---|---|---|---|"]  # fmt: skip
-    for when in ("before", "after"):
-        for n, b in sorted(c.get(when, {}).items(), key=lambda kv: int(kv[0])):
+    for side in ("before", "after"):
+        for n, b in sorted(c.get(side, {}).items(), key=lambda kv: int(kv[0])):
             arrow = f"{b['corpus_arrow_mb']:,.0f} MB" if "corpus_arrow_mb" in b else "-"
-            lines.append(f"| {int(n):,} | {when} | {b['load_s']} s | {b['index_build_s']} s | "
+            lines.append(f"| {int(n):,} | {side} | {b['load_s']} s | {b['index_build_s']} s | "
                          f"{b['rss_after_load_mb']:,.0f} MB | {b['peak_rss_mb']:,.0f} MB | {arrow} |")  # fmt: skip
     bpp = c.get("bytes_per_product", {})
     if "before" in bpp and "after" in bpp:
