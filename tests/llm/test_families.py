@@ -459,6 +459,8 @@ def test_a_gguf_model_loads_from_its_dequantized_checkpoint_with_the_same_answer
     import torch
     from stagebench.llm.chat import keep_models_in
     from stagebench.llm.local import TransformersBackend
+    from stagebench.models.resolve import on_this_machine
+    from stagebench.models.variants import cached_gguf_checkpoint
 
     labels = [ChatRequest((("user", f"A shopper searched for: red wallet\n\nProduct: {p}\n\nAnswer Yes or No."),), 1,
                           0.0, 0, ("Yes", "No")) for p in PRODUCTS]  # fmt: skip
@@ -468,7 +470,8 @@ def test_a_gguf_model_loads_from_its_dequantized_checkpoint_with_the_same_answer
     cache = Cache(tmp_path / "cache")
     built = TransformersBackend(smollm2.resolved, smollm2.placement, "llm")
     keep_models_in(built, cache)
-    assert pickle.loads(pickle.dumps(built)).models is None  # a Ray worker loads the GGUF file itself
+    sent = pickle.loads(pickle.dumps(built))  # as a Ray worker gets it, before the checkpoint exists
+    assert sent.models is None and cached_gguf_checkpoint(on_this_machine(sent.resolved), Cache(sent._workers_read)) is None
     with caplog.at_level("INFO", logger="stagebench"):
         got = built.complete_labels(labels), built.complete(text)
     assert "computed de-quantized fp32 checkpoint of HuggingFaceTB/SmolLM2-135M-Instruct" in caplog.text
@@ -487,6 +490,15 @@ def test_a_gguf_model_loads_from_its_dequantized_checkpoint_with_the_same_answer
     assert "cached de-quantized fp32 checkpoint" in caplog.text and f"its de-quantized checkpoint {entry}" in caplog.text
     want = smollm2._model.state_dict()
     assert all(torch.equal(t, want[k]) for k, t in again._model.state_dict().items())
+    # a Ray worker (the driver built the checkpoint first: keep_models_in(..., remote=True)) reads it from the
+    # cache folder it sees, checksums verified, and builds nothing itself
+    caplog.clear()
+    driver = TransformersBackend(smollm2.resolved, smollm2.placement, "llm")
+    keep_models_in(driver, cache, remote=True)
+    worker = pickle.loads(pickle.dumps(driver))
+    with caplog.at_level("INFO", logger="stagebench"):
+        assert worker.complete_labels(labels[:1])[0].label_logprobs == smollm2.complete_labels(labels[:1])[0].label_logprobs
+    assert f"its de-quantized checkpoint {entry} (built by the driver)" in caplog.text and "computed" not in caplog.text
 
 
 # ---------------------------------------------------------------------------- through the CLI

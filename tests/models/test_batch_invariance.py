@@ -62,7 +62,11 @@ def largest_move(alone, per_query, mixed) -> float:
     return max(float(np.abs(alone - per_query).max()), *(float(np.abs(alone - m).max()) for m in mixed.values()))
 
 
-@pytest.mark.parametrize("precision", ["auto", "int8-token", "fp32"])
+#: the paths a CPU offers as batch-invariant; ``auto`` picks one of them (tested below, not scored again)
+INVARIANT = ["int8-token", "fp32"]
+
+
+@pytest.mark.parametrize("precision", INVARIANT)
 def test_cross_encoder_paths_offered_as_invariant_are(pairs, precision, variants, monkeypatch):
     monkeypatch.setenv("STAGEBENCH_CACHE", variants)
     groups, long_pair = pairs
@@ -104,7 +108,7 @@ def test_the_carriers_own_int8_is_batch_dependent_as_documented(pairs):
     assert largest_move(*three_ways(lambda ps: model.predict(ps, 32), groups, long_pair)) > 10 * TOLERANCE
 
 
-@pytest.mark.parametrize("precision", ["auto", "fp32", "int8-token"])
+@pytest.mark.parametrize("precision", INVARIANT)
 def test_bi_encoder_paths_offered_as_invariant_are(pairs, precision, variants, monkeypatch, caplog):
     monkeypatch.setenv("STAGEBENCH_CACHE", variants)
     groups, long_pair = pairs
@@ -118,6 +122,15 @@ def test_bi_encoder_paths_offered_as_invariant_are(pairs, precision, variants, m
     if precision == "int8-token":
         fp32 = stagebench.api.bi_encoder(BI, device="cpu", precision="fp32", max_length=256).encode([t for g in texts for t in g], 64)
         assert float((fp32 * batched).sum(1).min()) > 0.98  # the quantized model is the same model
+
+
+def test_auto_runs_a_path_tested_for_invariance(variants, monkeypatch):
+    """On a CPU, ``auto`` is one of :data:`INVARIANT` - the same model files at the same precision -
+    so the invariance tests above cover it (the cross-encoder's per-token INT8, the bi-encoder's fp32 export)."""
+    monkeypatch.setenv("STAGEBENCH_CACHE", variants)
+    for load, name, want in ((stagebench.api.cross_encoder, CE, "int8-token"), (stagebench.api.bi_encoder, BI, "fp32")):
+        auto, tested = load(name, device="cpu", max_length=256), load(name, device="cpu", precision=want, max_length=256)
+        assert auto.placement.precision == want and auto.model.path == tested.model.path, (name, auto.placement)
 
 
 def test_the_fp32_export_is_the_torch_model(pairs, variants, monkeypatch):

@@ -185,10 +185,13 @@ def test_llm_windows_on_ray_give_the_local_run(tmp_path, tiny, model_entries):
   - {name: llm, type: llm_rerank, inputs: [bm25], params: {top_n: 6, window: 4, stride: 2, max_doc_words: 16}}
 """
     data = f"{tiny}, max_queries: 2"  # one query per Ray worker
-    seed_models(model_entries, tmp_path / "cache-a")  # the local run's checkpoint (Ray workers load the GGUF file)
+    seed_models(model_entries, tmp_path / "cache-a")  # the local run's checkpoint, built once per session
+    seed_models(model_entries, tmp_path / "cache-b")  # the Ray run's driver verifies it, its workers read it
+    # (tests/llm/test_families.py: a worker reads the driver's checkpoint)
     local = run(config(tmp_path, data, "llm-local", "cache-a", "", stages))
     ray = run(config(tmp_path, data, "llm-ray", "cache-b", "engine: {type: ray, num_workers: 2, batch_size: 1}\n", stages))
     assert "llm: llm listwise calls: 4 calls in 2 units on 2 Ray worker(s)" in ray.stderr, ray.stderr[-2000:]
+    assert "stage llm: cached de-quantized fp32 checkpoint of HuggingFaceTB/SmolLM2-135M-Instruct" in ray.stderr
     assert table(tmp_path / "llm-ray") == table(tmp_path / "llm-local")
     assert same_runs(tmp_path / "llm-local", tmp_path / "llm-ray") == []
     m = {s["name"]: s for s in json.loads((tmp_path / "llm-ray" / "manifest.json").read_text())["stages"]}

@@ -167,7 +167,7 @@ class Judge:
 
     def ask(self, units: list[tuple[str, str]], scale: Scale, cache: Cache | None, engine: Engine) -> Asked:
         """Grade every (query text, document text), in order."""
-        keep_models_in(self.backend(), cache)
+        keep_models_in(self.backend(), cache, engine.remote)
         task = PairTask(self, cache, scale)
         t0 = time.perf_counter()
         answers = engine.map(task, units, desc=f"{self.label}: pairs", unit="pair",

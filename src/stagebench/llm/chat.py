@@ -117,11 +117,14 @@ def make_backend(p: ChatParams, label: str, gpu_workers: bool = False) -> OpenAI
     return TransformersBackend(resolved, placement, label)
 
 
-def keep_models_in(backend: ChatBackend, cache: Cache | None) -> None:
+def keep_models_in(backend: ChatBackend, cache: Cache | None, remote: bool = False) -> None:
     """An in-process GGUF model is loaded from its de-quantized checkpoint kept in ``cache``, next
-    to the answers computed with it (built on its first load; a server keeps its own model)."""
+    to the answers computed with it (built on its first load; a server keeps its own model).
+    ``remote``: the model runs on Ray workers, so the checkpoint is built here first and they read it."""
     if isinstance(backend, TransformersBackend):
         backend.models = cache
+        if remote:
+            backend.prepare_workers()
 
 
 def _answer_key(identity: dict, req: ChatRequest) -> dict:

@@ -17,7 +17,7 @@ from stagebench.errors import StagebenchError
 from stagebench.llm.labels import label_variants
 from stagebench.llm.request import ChatRequest, Completion
 from stagebench.models.resolve import ResolvedModel, loading, on_this_machine
-from stagebench.models.variants import gguf_checkpoint
+from stagebench.models.variants import cached_gguf_checkpoint, gguf_checkpoint
 from stagebench.optional import need
 from stagebench.runtime.devices import Placement, autocast
 
@@ -36,14 +36,25 @@ class TransformersBackend:
         #: where a GGUF model's de-quantized checkpoint is kept (:func:`stagebench.models.variants.gguf_checkpoint`);
         #: None: the GGUF file is de-quantized on every load
         self.models: Cache | None = None
+        #: on a Ray worker: the driver's cache folder, whose checkpoint the worker reads where it sees it
+        self._workers_read: str | None = None
         self._model: Any = None
         self._tok: Any = None
         self._label_tokens: dict[str, list[int]] = {}
 
     def __getstate__(self) -> dict:
-        # sent to Ray workers: each loads the model itself, once, from the GGUF file where it is one
-        # (the run's cache folder may not be on a worker's machine, and workers write no cache entries)
-        return {**self.__dict__, "models": None, "_model": None, "_tok": None, "_label_tokens": {}}
+        # sent to Ray workers: each loads the model itself, once. A GGUF model's de-quantized checkpoint
+        # (built by the driver first: prepare_workers) is read from the run's cache folder where the worker
+        # sees it - the same machine, or the shared folder an LLM stage's answers need anyway (docs/scale.md) -
+        # checksums verified; elsewhere the worker de-quantizes the GGUF file itself. Workers build no model entry.
+        shared = str(self.models.root) if self.models is not None else None
+        return {**self.__dict__, "models": None, "_workers_read": shared, "_model": None, "_tok": None, "_label_tokens": {}}
+
+    def prepare_workers(self) -> None:
+        """Before the model runs on Ray workers: build (or verify) a GGUF model's de-quantized
+        checkpoint in the cache here, once, rather than in each worker."""
+        if self.resolved.gguf_file and self.models is not None:
+            gguf_checkpoint(on_this_machine(self.resolved), self.models, self.label)
 
     def check(self) -> None:
         return None
@@ -77,6 +88,11 @@ class TransformersBackend:
         if here.gguf_file and self.models is not None:
             folder, kw = str(gguf_checkpoint(here, self.models, self.label)), {}
             origin += f", its de-quantized checkpoint {folder}"
+        elif here.gguf_file and self._workers_read is not None:
+            found = cached_gguf_checkpoint(here, Cache(self._workers_read))
+            if found is not None:
+                folder, kw = str(found), {}
+                origin += f", its de-quantized checkpoint {folder} (built by the driver)"
         with loading(here, self.label):
             self._tok = tf.AutoTokenizer.from_pretrained(folder, **kw)
         torch = need("torch", f"{self.label}: the transformers LLM backend")

@@ -31,7 +31,7 @@ import tempfile
 from importlib import metadata
 from pathlib import Path
 
-from stagebench.cache import Cache, Memo, cache_root, code_identity, memo
+from stagebench.cache import Cache, Memo, cache_root, code_identity, make_key, memo
 from stagebench.runtime.devices import Placement
 from stagebench.errors import StagebenchError
 from stagebench.models.resolve import ResolvedModel, loading
@@ -138,12 +138,22 @@ def gguf_checkpoint(model: ResolvedModel, cache: Cache, label: str) -> Path:
     """The folder of ``model`` (a GGUF file: ``model.gguf_file`` in ``model.path``) de-quantized
     to an fp32 transformers checkpoint with its tokenizer: read from ``cache``, or built now and
     kept there. Loading it gives the weights and token ids that loading the GGUF file gives."""
-    parts = {"source": model.identity, "gguf_file": model.gguf_file, "recipe": "gguf-dequantized",
-             "code": code_identity(VARIANT_CODE), "packages": _versions("gguf", "safetensors", "torch", "transformers")}  # fmt: skip
-    m = memo(cache, "models", parts, lambda: _dequantize_gguf(model, label), save=_save, load=lambda entry: entry.path,
+    m = memo(cache, "models", _gguf_parts(model), lambda: _dequantize_gguf(model, label), save=_save, load=lambda entry: entry.path,
              label=label, what=f"de-quantized fp32 checkpoint of {model.name}",
              meta=lambda _: {"model": model.identity, "recipe": "gguf-dequantized"})  # fmt: skip
     return _entry_folder(cache, m)
+
+
+def cached_gguf_checkpoint(model: ResolvedModel, cache: Cache) -> Path | None:
+    """:func:`gguf_checkpoint`'s folder where ``cache`` holds it (checksums verified), else None; it
+    builds nothing (what a Ray worker reads: the driver built it, and workers write no model entries)."""
+    entry = cache.get("models", make_key(_gguf_parts(model)))
+    return entry.path if entry is not None else None
+
+
+def _gguf_parts(model: ResolvedModel) -> dict:
+    return {"source": model.identity, "gguf_file": model.gguf_file, "recipe": "gguf-dequantized",
+            "code": code_identity(VARIANT_CODE), "packages": _versions("gguf", "safetensors", "torch", "transformers")}  # fmt: skip
 
 
 def _entry_folder(cache: Cache, m: Memo) -> Path:

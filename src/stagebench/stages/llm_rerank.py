@@ -162,7 +162,7 @@ class LLMRerankStage(Stage):
         p: LLMRerankParams = self.params
         ds = ctx.dataset
         backend = self.backend()
-        keep_models_in(backend, ctx.cache)
+        keep_models_in(backend, ctx.cache, ctx.engine.remote)
         heads, tails = split_head(run, top_n)
         qids = [q for q in run if heads[q]]
         plan = {q: sliding_windows(len(heads[q]), p.window, p.stride) * p.passes for q in qids}
