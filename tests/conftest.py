@@ -216,6 +216,33 @@ def model_entries(tmp_path_factory) -> Path:
     return cache.root
 
 
+@pytest.fixture(scope="session")
+def model_variants(tmp_path_factory) -> Path:
+    """A cache holding the variants the default chain's model stages run on a CPU - all-MiniLM-L6-v2's
+    fp32 ONNX export and the cross-encoder's per-token INT8 - built once per session as
+    :func:`model_entries` is, for the tests whose subject is not building them: :func:`seed_models`
+    links them into a run's cache (a subprocess run would spend seconds of both cores on each)."""
+    import fcntl
+
+    from stagebench.cache import Cache
+    from stagebench.models.resolve import resolve_model
+    from stagebench.models.variants import for_placement, onnx_kind
+    from stagebench.runtime.devices import place
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    with open(root / "model-variants.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        cache = Cache(root / "model-variants")
+        for name, role in (("sentence-transformers/all-MiniLM-L6-v2", "bi_encoder"),
+                           ("cross-encoder/ms-marco-MiniLM-L-12-v2", "cross_encoder")):  # fmt: skip
+            model = resolve_model(name)
+            kind = onnx_kind(model)
+            for_placement(model, place("cpu", "auto", kind, "tests", role), kind, cache, "tests", role)
+    return cache.root
+
+
 def seed_models(entries: Path, cache_dir: Path) -> Path:
     """Hard-link every model entry of ``entries`` into the cache ``cache_dir`` (made if absent): the
     run finds them as it finds any cached entry, checksums verified on read; ``cache_dir`` is returned."""

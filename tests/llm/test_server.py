@@ -310,13 +310,13 @@ def test_a_real_model_served_by_the_server_answers_as_the_same_model_in_process(
     with katan(tmp_path, "--no-quantize", "--max-tokens", "512", model=str(model), backend="transformers",
                name="smollm2") as url:  # fmt: skip
         server = {**params, "backend": "openai", "model": "smollm2", "base_url": url, "api_key_env": "KATAN_KEY"}
-        r = stagebench_cli("run", config(tmp_path, small_synthetic, json.dumps(server), name="srv", queries=3), env=env())
+        r = stagebench_cli("run", config(tmp_path, small_synthetic, json.dumps(server), name="srv", queries=2), env=env())
         assert r.returncode == 0, r.stderr[-3000:]
     local = {**params, "model": str(model)}
-    r = stagebench_cli("run", config(tmp_path, small_synthetic, json.dumps(local), name="loc", queries=3), env=env())
+    r = stagebench_cli("run", config(tmp_path, small_synthetic, json.dumps(local), name="loc", queries=2), env=env())
     assert r.returncode == 0, r.stderr[-3000:]
     srv, loc = llm_stats(tmp_path / "srv"), llm_stats(tmp_path / "loc")
-    assert srv["windows"] == loc["windows"] == 6
+    assert srv["windows"] == loc["windows"] == 4
     for k in ("ok", "repaired", "fallback", "failed", "repairs", "prompt_tokens", "completion_tokens"):
         assert srv[k] == loc[k], k
     assert input_order(tmp_path / "srv", "llm") == input_order(tmp_path / "loc", "llm")

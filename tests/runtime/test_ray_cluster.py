@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, stagebench_cli
+from tests.conftest import REPO, seed_models, stagebench_cli
 from tests.runtime.test_ray_engine import table
 
 pytest.importorskip("ray", reason="engine: ray needs the ray extra (make test installs it)")
@@ -51,7 +51,10 @@ def tiny(tiny_synthetic) -> Path:
     return tiny_synthetic
 
 
-def config(tmp: Path, data: Path, name: str, engine: str = "") -> Path:
+def config(tmp: Path, data: Path, name: str, engine: str = "", variants: Path | None = None) -> Path:
+    """The run's config; ``variants`` (the ``model_variants`` fixture): its model files seeded into the cache."""
+    if variants is not None:
+        seed_models(variants, tmp / (name + "-cache"))
     cfg = tmp / f"{name}.yaml"
     cfg.write_text(f"name: {name}\noutput: {tmp / name}\ncache_dir: {tmp / (name + '-cache')}\n{engine}"
                    f"dataset: {{loader: esci, path: {data}, split: test}}\nstages:\n{STAGES}"
@@ -113,13 +116,14 @@ def cluster(clusters) -> Cluster:
     return clusters.running()
 
 
-def test_the_documented_steps_give_the_local_table_and_a_driver_without_the_token_is_told(tmp_path, tiny, cluster):
+def test_the_documented_steps_give_the_local_table_and_a_driver_without_the_token_is_told(tmp_path, tiny, cluster,
+                                                                                          model_variants):  # fmt: skip
     # step 2 (docs/scale.md): the driver gets RAY_AUTH_MODE=token and the token, the address in RAY_ADDRESS
     driver = cluster.env | {"RAY_ADDRESS": cluster.address}
-    r = stagebench_cli("run", config(tmp_path, tiny, "on-cluster", "engine: ray\n"), cwd=REPO, env=driver)
+    r = stagebench_cli("run", config(tmp_path, tiny, "on-cluster", "engine: ray\n", model_variants), cwd=REPO, env=driver)
     assert r.returncode == 0, r.stderr[-3000:]
     assert f"engine ray on {cluster.address} (from $RAY_ADDRESS)" in r.stderr
-    local = stagebench_cli("run", config(tmp_path, tiny, "local"), cwd=REPO, env=BASE)
+    local = stagebench_cli("run", config(tmp_path, tiny, "local", variants=model_variants), cwd=REPO, env=BASE)
     assert local.returncode == 0, local.stderr[-3000:]
     assert table(tmp_path / "on-cluster") == table(tmp_path / "local")
 
@@ -191,8 +195,9 @@ def test_a_killed_command_takes_its_driver_with_it_and_a_workers_error_keeps_its
     assert "RuntimeError: the plug-in's own words about" in lines[0] and "DataContext" not in lines[0]
 
 
-def test_the_cluster_stopped_mid_stage_is_one_line_a_non_zero_exit_and_nothing_partial(tmp_path, tiny, cluster):
-    cfg = config(tmp_path, tiny, "stopped", "engine: {type: ray, num_workers: 2, batch_size: 1}\n")
+def test_the_cluster_stopped_mid_stage_is_one_line_a_non_zero_exit_and_nothing_partial(tmp_path, tiny, cluster,
+                                                                                        model_variants):  # fmt: skip
+    cfg = config(tmp_path, tiny, "stopped", "engine: {type: ray, num_workers: 2, batch_size: 1}\n", model_variants)
     (tmp_path / ".stopped.partial-1" / "keep").mkdir(parents=True)  # not ours (no mark): left alone
     log = tmp_path / "run.err"
     with log.open("w") as err:

@@ -39,7 +39,11 @@ def tiny(tiny_synthetic) -> Path:
     return tiny_synthetic
 
 
-def config(tmp: Path, data: Path, name: str, cache: str, engine: str = "", stages: str = STAGES) -> Path:
+def config(tmp: Path, data: Path, name: str, cache: str, engine: str = "", stages: str = STAGES,
+           variants: Path | None = None) -> Path:  # fmt: skip
+    """The run's config; ``variants`` (the ``model_variants`` fixture): its model files seeded into the cache."""
+    if variants is not None:
+        seed_models(variants, tmp / cache)
     cfg = tmp / f"{name}.yaml"
     cfg.write_text(f"name: {name}\noutput: {tmp / name}\ncache_dir: {tmp / cache}\n{engine}"
                    f"dataset: {{loader: esci, path: {data}, split: test}}\nstages:\n{stages}"
@@ -75,9 +79,9 @@ def same_runs(a: Path, b: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def local_reference(tmp_path_factory, tiny) -> tuple[Path, Path]:
+def local_reference(tmp_path_factory, tiny, model_variants) -> tuple[Path, Path]:
     tmp = tmp_path_factory.mktemp("local")
-    run(config(tmp, tiny, "local", "cache"))
+    run(config(tmp, tiny, "local", "cache", variants=model_variants))
     return tmp, tmp / "local"
 
 
@@ -113,12 +117,13 @@ def descendants(pid: int) -> list[int]:
 
 
 @pytest.mark.slow
-def test_ray_resumes_after_its_driver_is_killed_survives_a_killed_worker_and_shares_the_cache(tmp_path, tiny, local_reference):
+def test_ray_resumes_after_its_driver_is_killed_survives_a_killed_worker_and_shares_the_cache(tmp_path, tiny, local_reference,
+                                                                                               model_variants):  # fmt: skip
     """The five stages on a new local Ray cluster: the driver SIGKILLed while the cross-encoder's workers score
     (nothing written); the same command resumes from the cache with one of its Ray workers SIGKILLed mid-stage
     (Ray replaces it) and gives the local run's table and runs; then the cache both engines share."""
     ltmp, local = local_reference
-    cfg = config(tmp_path, tiny, "ray", "cache", RAY)
+    cfg = config(tmp_path, tiny, "ray", "cache", RAY, variants=model_variants)
     log = (tmp_path / "first.err").open("w")
     proc = subprocess.Popen([sys.executable, "-m", "stagebench", "run", str(cfg)], cwd=REPO, env=ENV,
                             stdout=subprocess.DEVNULL, stderr=log)  # fmt: skip
