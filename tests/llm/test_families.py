@@ -451,9 +451,11 @@ def test_label_logprobs_equal_generates_first_step_scores(smollm2):
 
 
 @pytest.mark.slow
-def test_a_gguf_model_loads_from_its_dequantized_checkpoint_with_the_same_answers(tmp_path, smollm2, caplog):
-    """The checkpoint kept in the cache is the GGUF file's weights and tokenizer: the same label
-    log-probabilities and the same generated text, exactly, as the GGUF file loaded directly."""
+def test_a_gguf_model_loads_from_its_dequantized_checkpoint_with_the_same_answers(tmp_path, smollm2, model_entries, caplog):
+    """The checkpoint kept in the cache (built by :func:`~stagebench.models.variants.gguf_checkpoint` for
+    the session: the ``model_entries`` fixture) is the GGUF file's weights and tokenizer: the same label
+    log-probabilities, generated text and tensors, exactly, as the GGUF file loaded directly; a Ray
+    worker reads the checkpoint the driver built, and builds none itself."""
     import pickle
 
     import torch
@@ -467,31 +469,27 @@ def test_a_gguf_model_loads_from_its_dequantized_checkpoint_with_the_same_answer
     text = ChatRequest((("system", "You rank products."), ("user", "Rank: [1] kettle [2] wallet (query: wallet). "
                                                                   "Answer like [2] > [1].")), 12, 0.0, 0)  # fmt: skip
     from_gguf = smollm2.complete_labels(labels), smollm2.complete(text)
-    cache = Cache(tmp_path / "cache")
+    empty = TransformersBackend(smollm2.resolved, smollm2.placement, "llm")
+    keep_models_in(empty, Cache(tmp_path / "empty"))
+    sent = pickle.loads(pickle.dumps(empty))  # as a Ray worker gets it where no checkpoint exists yet
+    assert sent.models is None and cached_gguf_checkpoint(on_this_machine(sent.resolved), Cache(sent._workers_read)) is None
+    cache = Cache(seed_models(model_entries, tmp_path / "cache"))
+    [entry] = [p for p in (tmp_path / "cache" / "models").iterdir() if not p.name.startswith(".")]
+    assert {"model.safetensors", "tokenizer.json", "config.json", "variant.json"} <= {p.name for p in entry.iterdir()}
+    assert json.loads((entry / "entry.json").read_text())["meta"]["recipe"] == "gguf-dequantized"
     built = TransformersBackend(smollm2.resolved, smollm2.placement, "llm")
     keep_models_in(built, cache)
-    sent = pickle.loads(pickle.dumps(built))  # as a Ray worker gets it, before the checkpoint exists
-    assert sent.models is None and cached_gguf_checkpoint(on_this_machine(sent.resolved), Cache(sent._workers_read)) is None
     with caplog.at_level("INFO", logger="stagebench"):
         got = built.complete_labels(labels), built.complete(text)
-    assert "computed de-quantized fp32 checkpoint of HuggingFaceTB/SmolLM2-135M-Instruct" in caplog.text
+    assert "cached de-quantized fp32 checkpoint" in caplog.text and f"its de-quantized checkpoint {entry}" in caplog.text
     assert [c.label_logprobs for c in got[0]] == [c.label_logprobs for c in from_gguf[0]]  # bit for bit
     assert [c.prompt_tokens for c in got[0]] == [c.prompt_tokens for c in from_gguf[0]]
     assert (got[1].text, got[1].prompt_tokens, got[1].completion_tokens) == \
         (from_gguf[1].text, from_gguf[1].prompt_tokens, from_gguf[1].completion_tokens) and got[1].text  # fmt: skip
-    [entry] = [p for p in (tmp_path / "cache" / "models").iterdir() if not p.name.startswith(".")]
-    assert {"model.safetensors", "tokenizer.json", "config.json", "variant.json"} <= {p.name for p in entry.iterdir()}
-    assert json.loads((entry / "entry.json").read_text())["meta"]["recipe"] == "gguf-dequantized"
-    caplog.clear()
-    again = TransformersBackend(smollm2.resolved, smollm2.placement, "llm")
-    keep_models_in(again, cache)
-    with caplog.at_level("INFO", logger="stagebench"):
-        assert again.complete_labels(labels[:1])[0].label_logprobs == smollm2.complete_labels(labels[:1])[0].label_logprobs
-    assert "cached de-quantized fp32 checkpoint" in caplog.text and f"its de-quantized checkpoint {entry}" in caplog.text
     want = smollm2._model.state_dict()
-    assert all(torch.equal(t, want[k]) for k, t in again._model.state_dict().items())
-    # a Ray worker (the driver built the checkpoint first: keep_models_in(..., remote=True)) reads it from the
-    # cache folder it sees, checksums verified, and builds nothing itself
+    assert all(torch.equal(t, want[k]) for k, t in built._model.state_dict().items())
+    # a Ray worker (the driver built or verified the checkpoint first: keep_models_in(..., remote=True))
+    # reads it from the cache folder it sees, checksums verified, and builds nothing itself
     caplog.clear()
     driver = TransformersBackend(smollm2.resolved, smollm2.placement, "llm")
     keep_models_in(driver, cache, remote=True)
