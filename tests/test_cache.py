@@ -20,7 +20,7 @@ from stagebench.config import load_config
 from stagebench.errors import StagebenchError
 from stagebench.pipeline import run_config
 from stagebench.runs import read_trec_run, run_digest
-from tests.conftest import REPO, stagebench_cli
+from tests.conftest import REPO, seed_models, stagebench_cli
 
 # A plug-in that SIGKILLs its own process on the 3rd call when $KILL_IN_RERANK is set:
 # a real crash in the middle of a stage, not a simulated one.
@@ -109,9 +109,10 @@ def test_second_run_is_all_cached_and_top_n_change_recomputes_only_the_reranker(
 
 @pytest.mark.slow
 def test_query_filter_change_recomputes_runs_but_reuses_corpus_embeddings_and_model_change_keeps_bm25(
-        tmp_path, tiny_synthetic, logs):  # fmt: skip
+        tmp_path, tiny_synthetic, logs, model_variants):  # fmt: skip
     dense = "  - {name: dense, type: dense, params: {top_k: 100, model: MODEL}}\n  - {name: hyb, type: rrf, inputs: [bm25, dense]}"
     mini, bge = "sentence-transformers/all-MiniLM-L6-v2", "BAAI/bge-small-en-v1.5"
+    seed_models(model_variants, tmp_path / "cache")  # MiniLM's export, built once per session
     run_config(load_config(write_config(tmp_path, tiny_synthetic, max_queries=8, extra=dense.replace("MODEL", mini))))
     assert set(statuses(logs).values()) == {"computed"}
     run_config(load_config(write_config(tmp_path, tiny_synthetic, max_queries=12, extra=dense.replace("MODEL", mini))))

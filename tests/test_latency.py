@@ -166,7 +166,8 @@ def test_model_stages_serve_one_query_exactly_as_their_batch_run_ranked_it(tmp_p
   - {name: dense_bf16, type: dense, params: {top_k: 100, precision: bf16}}
   - {name: rrf, type: rrf, inputs: [bm25, dense], params: {top_k: 30}}
   - {name: ce, type: cross_encoder, inputs: [rrf], params: {top_n: 10}}"""
-    cfg = config(tmp_path, f"{tiny_synthetic}, max_queries: 12", stages, ", latency_queries: 5")
+    data = f"{tiny_synthetic}, max_queries: 12, corpus_scope: judged"  # the 12 queries' judged products: 3 encodes of ~300
+    cfg = config(tmp_path, data, stages, ", latency_queries: 5")
     result = run_config(load_config(cfg))
     assert capfd.readouterr().err.count("ce: rerank:") == 1
     n_q = len(result.dataset.queries)
@@ -174,7 +175,7 @@ def test_model_stages_serve_one_query_exactly_as_their_batch_run_ranked_it(tmp_p
     assert served == dict.fromkeys(["bm25", "dense", "dense_bf16", "rrf", "ce"], n_q)
     manifest = json.loads((result.output / "manifest.json").read_text())
     assert all(len(s["latency_ms"]) == 5 for s in manifest["stages"])
-    alone = config(tmp_path, f"{tiny_synthetic}, max_queries: 12", "  - {name: dense, type: dense, params: {top_k: 100}}",
+    alone = config(tmp_path, data, "  - {name: dense, type: dense, params: {top_k: 100}}",
                    ", latency_queries: 5", name="dense_alone")  # fmt: skip
     caplog.set_level(logging.INFO, logger="stagebench")
     caplog.clear()

@@ -17,13 +17,14 @@ pytestmark = pytest.mark.slow  # fine-tunes a real cross-encoder
 ENV = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"}
 
 
-def write_config(tmp_path: Path, dataset: Path, training: str, name: str = "t", extra_stage: str = "") -> Path:
+def write_config(tmp_path: Path, dataset: Path, training: str, name: str = "t", extra_stage: str = "", mq: str = "") -> Path:
+    """``mq``: the run's query filter (``, max_queries: N``; training reads the whole train split whatever it is)."""
     p = tmp_path / f"{name}.yaml"
     p.write_text(f"""
 name: {name}
 output: {tmp_path / ('out-' + name)}
 cache_dir: {tmp_path / 'cache'}
-dataset: {{loader: esci, path: {dataset}, split: test, text_template: "{{title}} {{brand}} {{color}}"}}
+dataset: {{loader: esci, path: {dataset}, split: test{mq}, text_template: "{{title}} {{brand}} {{color}}"}}
 stages:
   - {{name: bm25, type: bm25, params: {{top_k: 50}}}}
 {extra_stage}
@@ -83,7 +84,8 @@ def test_tiny_fine_tuning_is_reproducible_and_usable_as_a_stage(tmp_path, small_
     for run in ("a", "b"):
         out = tmp_path / f"model-{run}"
         stage = f"  - {{name: ce, type: cross_encoder, inputs: [bm25], params: {{model: {out}, top_n: 10, max_length: 64}}}}"
-        cfg = write_config(tmp_path, small_synthetic, TINY.format(out=out, seed=3), name=f"t{run}", extra_stage=stage)
+        cfg = write_config(tmp_path, small_synthetic, TINY.format(out=out, seed=3), name=f"t{run}", extra_stage=stage,
+                           mq=", max_queries: 10")  # fmt: skip
         r = train_cli(cfg, tmp_path)
         assert r.returncode == 0, r.stderr[-3000:]
         assert "dev (5 queries held out of the train split)" in r.stdout
