@@ -47,7 +47,7 @@ class TransformersBackend:
         # (built by the driver first: prepare_workers) is read from the run's cache folder where the worker
         # sees it - the same machine, or the shared folder an LLM stage's answers need anyway (docs/scale.md) -
         # checksums verified; elsewhere the worker de-quantizes the GGUF file itself. Workers build no model entry.
-        shared = str(self.models.root) if self.models is not None else None
+        shared = str(self.models.root.resolve()) if self.models is not None else None  # a worker's cwd is not ours
         return {**self.__dict__, "models": None, "_workers_read": shared, "_model": None, "_tok": None, "_label_tokens": {}}
 
     def prepare_workers(self) -> None:

@@ -138,8 +138,8 @@ def gguf_checkpoint(model: ResolvedModel, cache: Cache, label: str) -> Path:
     """The folder of ``model`` (a GGUF file: ``model.gguf_file`` in ``model.path``) de-quantized
     to an fp32 transformers checkpoint with its tokenizer: read from ``cache``, or built now and
     kept there. Loading it gives the weights and token ids that loading the GGUF file gives."""
-    m = memo(cache, "models", _gguf_parts(model), lambda: _dequantize_gguf(model, label), save=_save, load=lambda entry: entry.path,
-             label=label, what=f"de-quantized fp32 checkpoint of {model.name}",
+    m = memo(cache, "models", _gguf_parts(model), lambda: _dequantize_gguf(model, label), save=_save,
+             load=lambda entry: entry.path, label=label, what=f"de-quantized fp32 checkpoint of {model.name}",
              meta=lambda _: {"model": model.identity, "recipe": "gguf-dequantized"})  # fmt: skip
     return _entry_folder(cache, m)
 
