@@ -200,19 +200,27 @@ def model_entries(tmp_path_factory) -> Path:
     per session, by whichever pytest-xdist worker asks first (the others wait on a lock and read it):
     building it takes ~20 s of both cores, and every run with a fresh cache would build it again.
     :func:`seed_models` links it into a test's cache (tests of the build itself use a cache of their own)."""
+    from stagebench.models.resolve import on_this_machine, resolve_model
+    from stagebench.models.variants import gguf_checkpoint
+
+    return _session_models(tmp_path_factory, "model-entries",
+                           lambda cache: gguf_checkpoint(on_this_machine(resolve_model(SMOLLM2)), cache, "tests"))
+
+
+def _session_models(tmp_path_factory, name: str, build) -> Path:
+    """The cache folder ``name`` of this test session, filled by ``build(cache)`` under a lock: the first
+    pytest-xdist worker builds, the others wait and read the entries back (``build`` reads what exists)."""
     import fcntl
 
     from stagebench.cache import Cache
-    from stagebench.models.resolve import on_this_machine, resolve_model
-    from stagebench.models.variants import gguf_checkpoint
 
     root = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         root = root.parent  # this session's folder, above each worker's own
-    with open(root / "model-entries.lock", "w") as lock:
+    with open(root / f"{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        cache = Cache(root / "model-entries")
-        gguf_checkpoint(on_this_machine(resolve_model(SMOLLM2)), cache, "tests")  # read back when built
+        cache = Cache(root / name)
+        build(cache)
     return cache.root
 
 
@@ -222,25 +230,18 @@ def model_variants(tmp_path_factory) -> Path:
     fp32 ONNX export and the cross-encoder's per-token INT8 - built once per session as
     :func:`model_entries` is, for the tests whose subject is not building them: :func:`seed_models`
     links them into a run's cache (a subprocess run would spend seconds of both cores on each)."""
-    import fcntl
-
-    from stagebench.cache import Cache
     from stagebench.models.resolve import resolve_model
     from stagebench.models.variants import for_placement, onnx_kind
     from stagebench.runtime.devices import place
 
-    root = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        root = root.parent
-    with open(root / "model-variants.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        cache = Cache(root / "model-variants")
+    def build(cache) -> None:
         for name, role in (("sentence-transformers/all-MiniLM-L6-v2", "bi_encoder"),
                            ("cross-encoder/ms-marco-MiniLM-L-12-v2", "cross_encoder")):  # fmt: skip
             model = resolve_model(name)
             kind = onnx_kind(model)
             for_placement(model, place("cpu", "auto", kind, "tests", role), kind, cache, "tests", role)
-    return cache.root
+
+    return _session_models(tmp_path_factory, "model-variants", build)
 
 
 def seed_models(entries: Path, cache_dir: Path) -> Path:
