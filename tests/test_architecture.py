@@ -140,7 +140,8 @@ CLI_MAY_IMPORT = {
     "stagebench.metrics",  # --rel and -m checked against the qrels file, named by flag
     "stagebench.report", "stagebench.report.tables", "stagebench.report.plots", "stagebench.reproductions",  # renderers
     "stagebench.results.planning", "stagebench.results.segments", "stagebench.results.scoring",  # choices, defaults, words
-    "stagebench.runtime.supervisor",  # run on a Ray engine: the driver in a watched child
+    "stagebench.runtime.supervisor", "stagebench.runtime.engine",  # run on a Ray engine: the driver in a watched child,
+    # connected before its run
 }  # fmt: skip
 
 

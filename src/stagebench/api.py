@@ -55,6 +55,7 @@ from stagebench.files import check_apart, check_destination, remove_staging, sta
 from stagebench.models.resolve import ResolvedModel, resolve_model
 from stagebench.rerank.plugins import Reranker
 from stagebench.pipeline import RunResult, read_dataset, run_config
+from stagebench.pipeline import check_run as check_run_config
 from stagebench.report.write import rerender, show_query
 from stagebench.reproductions import Reproduced, reproduce as _reproduce
 from stagebench.results.check import Check, compare_with_expected, write_expected
@@ -76,7 +77,7 @@ from stagebench.fitting.tune import tune as _tune
 
 __all__ = [
     # the verbs stagebench itself exports, and the types they return
-    "run", "open", "compare", "tune", "evaluate", "stage", "load_config", "load_dataset",
+    "run", "check_run", "open", "compare", "tune", "evaluate", "stage", "load_config", "load_dataset",
     "Result", "Comparison", "Evaluation", "TuneResult", "Config", "Dataset", "StageSpec", "Cascade", "StageRun",
     "Reranker", "StagebenchError",
     # one call per CLI command on a folder, training, reproductions and upkeep (stagebench.api.<name>)
@@ -243,6 +244,14 @@ def run(config: Config | Mapping[str, Any] | str | Path, output: str | Path | No
     ray for every stage (default: what the config says)."""
     res: RunResult = run_config(config_from(config, engine), output, cache_dir=cache_dir, recompute=recompute)
     return Result(res.output, res.table, res.table_text, res.judge_text, _runs=res.runs, _per_query=res.per_query)
+
+
+def check_run(config: Config | Mapping[str, Any] | str | Path, output: str | Path | None = None,
+              cache_dir: str | None = None) -> Path:  # fmt: skip
+    """What :func:`run` would refuse before it loads or connects to anything (a results folder
+    that is not stagebench's, a cache inside it, destinations that cannot be written, a trained
+    model that is missing), raised as its one error; else the results folder it would write."""
+    return check_run_config(config_from(config), output, cache_dir)[0]
 
 
 def tune(config: Config | Mapping[str, Any] | str | Path, output: str | Path | None = None,

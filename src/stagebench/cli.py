@@ -30,6 +30,7 @@ from stagebench.results.check import Expected
 from stagebench.results.planning import STRATEGIES
 from stagebench.results.segments import MIN_QUERIES
 from stagebench.results.scoring import conventions_line
+from stagebench.runtime.engine import connect
 from stagebench.runtime.supervisor import report_finished, run_watched, watched
 from stagebench.version import __version__
 
@@ -38,8 +39,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     config = api.load_config(args.config, engine=args.engine)
     engine = config.ray_engine()
     if engine is not None and getattr(args, "argv", None) is not None:
-        cache = api.cache(args.cache_dir, config)
-        return run_watched(args.argv, config.path, engine, Path(args.output or config.output), cache.remove_leftovers)
+        out = api.check_run(config, args.output, args.cache_dir)  # refused at once, before a child and a cluster start
+        return run_watched(args.argv, config.path, engine, out, api.cache(args.cache_dir, config).remove_leftovers)
+    if engine is not None and getattr(args, "watched", False):
+        # the watched child: connected before the run, Ray's teardown left to this process's exit,
+        # after its outcome is printed and reported (stagebench.runtime.supervisor)
+        connect(engine, f"{config.path}: engine")
     result = api.run(config, args.output, cache_dir=args.cache_dir, recompute=args.recompute)
     sys.stdout.write(result.table_text)
     if result.judge_text:
@@ -542,12 +547,16 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     old = _on_signals()
+    code = 1  # an exception that escapes: Python prints it and exits with 1
     try:
-        if args.command == "run" and not watched():
-            args.argv = argv  # a run on Ray is run in a watched child (stagebench.runtime.supervisor)
-        return _main(args)
+        if args.command == "run":
+            args.watched = watched()
+            if not args.watched:
+                args.argv = argv  # a run on Ray is run in a watched child (stagebench.runtime.supervisor)
+        code = _main(args)
+        return code
     finally:
-        report_finished()
+        report_finished(code)
         for sig, handler in old.items():
             signal.signal(sig, handler)
 

@@ -180,6 +180,8 @@ def test_a_killed_command_takes_its_driver_with_it_and_a_workers_error_keeps_its
     stopped_in = time.monotonic() - t0
     time.sleep(3)  # long enough for a driver still running to have written its results
     assert not (tmp_path / "killed").exists() and not list(tmp_path.glob(".killed.partial-*")), stopped_in
+    said = log.read_text()  # the driver stopped as on SIGTERM: its own line, not Ray's exit and stack dump
+    assert "stagebench: error: terminated (SIGTERM): no results folder" in said and "SIGTERM received" not in said, said[-3000:]
     r = stagebench_cli("run", cfg, cwd=REPO, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "stage bm25: cached run" in r.stderr  # resumed: the finished stage came from the cache
@@ -191,8 +193,20 @@ def test_a_killed_command_takes_its_driver_with_it_and_a_workers_error_keeps_its
     r = stagebench_cli("run", bad, cwd=REPO, env=env)
     assert r.returncode == 2, r.stderr[-3000:]
     lines = error_lines(r.stderr)
-    assert len(lines) == 1 and "stage boom: plug-in tests.shuffle_plugin:Fails raised in score() on" in lines[0], lines
+    assert len(lines) == 1 and "stage boom: plug-in tests.shuffle_plugin:Fails raised in score() on" in lines[0], r.stderr[-3000:]
     assert "RuntimeError: the plug-in's own words about" in lines[0] and "DataContext" not in lines[0]
+
+
+def test_address_null_starts_a_cluster_of_its_own_where_ray_start_runs_one(tmp_path, tiny, cluster):
+    """``address: null`` is documented as a local cluster for the run; ``ray.init()`` without an address would
+    join the cluster ``ray start`` runs on this machine instead (and refuse the local cluster's size)."""
+    stages = '  - {name: bm25, type: bm25, params: {top_k: 50}}\n  - {name: hashed, type: plugin, target: ' \
+             '"tests.shuffle_plugin:HashShuffle", inputs: [bm25], params: {top_n: 10}}\n'  # no model: cheap on Ray
+    own = tmp_path / "own.yaml"
+    own.write_text(config(tmp_path, tiny, "own", "engine: {type: ray, local_cpus: 1}\n").read_text().replace(STAGES, stages))
+    r = stagebench_cli("run", own, cwd=REPO, env=BASE)  # no RAY_ADDRESS; the cluster of `ray start` is running
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "engine ray: connected to a new local cluster" in r.stderr and ": 1 CPU" in r.stderr, r.stderr[-3000:]
 
 
 def test_the_cluster_stopped_mid_stage_is_one_line_a_non_zero_exit_and_nothing_partial(tmp_path, tiny, cluster,

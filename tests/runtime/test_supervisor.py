@@ -92,3 +92,16 @@ def test_a_child_that_finishes_or_is_terminated_gives_its_own_exit(tmp_path, sma
     t.join()
     # the child stops as a local run does on SIGTERM: exit 128 + 15, nothing written or left
     assert code == 128 + signal.SIGTERM and not (tmp_path / "t").exists() and not list(tmp_path.glob(".t.partial-*"))
+
+
+def test_the_status_a_child_reported_is_the_exit_whatever_its_teardown_does_after(tmp_path, small_synthetic, cwd_repo,
+                                                                                 capfd):  # fmt: skip
+    """Ray's teardown can end a driver after it has printed its error line (a Ray Data thread still fetching
+    when ``ray.shutdown`` runs): the parent exits with the status the child reported, not the teardown's."""
+    stages = STAGES.splitlines()[0] + '\n  - {name: boom, type: plugin, target: "tests.shuffle_plugin:FailsAndTearsDown", ' \
+                                     'inputs: [bm25], params: {top_n: 5}}\n'  # fmt: skip
+    cfg = esci_config(tmp_path, small_synthetic, stages, name="t")
+    assert run_watched(["run", str(cfg)], cfg, EngineParams(type="ray"), tmp_path / "t", Cache(tmp_path / "c").remove_leftovers) == 2
+    said = [line for line in capfd.readouterr().err.splitlines() if line.startswith("stagebench: error:")]
+    assert len(said) == 1 and "stage boom: plug-in tests.shuffle_plugin:FailsAndTearsDown raised in score()" in said[0], said
+    assert not (tmp_path / "t").exists() and not list(tmp_path.glob(".t.partial-*"))

@@ -22,6 +22,7 @@ import math
 import os
 import threading
 import pickle
+import signal
 import socket
 import tempfile
 import time
@@ -419,17 +420,13 @@ def _native_stderr_aside() -> Iterator[list[str]]:
             said.append(f.read().decode("utf-8", "replace"))
 
 
-@contextmanager
-def ray_session(params: EngineParams | None, where: str = "engine") -> Iterator[None]:
-    """Connect to (or start) the cluster ``params`` names for the duration of a run, before any
-    stage runs; a cluster this call started is stopped at the end. ``None`` or local: nothing."""
-    if params is None or params.type != "ray":
-        yield
-        return
+def connect(params: EngineParams, where: str = "engine") -> None:
+    """Connect this process to the cluster ``params`` names (``ray.init``), or start a local one
+    when it names none; the caller shuts it down (:func:`ray_session`), or leaves that to Ray's
+    own exit handler. A SIGTERM handler the caller installed in Python (the command line's, which
+    stops a run as Ctrl-C does) is kept: ``ray.init`` replaces it with an immediate exit and its
+    native core adds a stack dump, so a terminated run would skip its one line."""
     ray = need("ray", "engine: ray")
-    if ray.is_initialized():  # the caller's own session (e.g. a notebook): used, left running
-        yield
-        return
     address, source = params.resolved_address()
     named = f"{where}.address" if source == "engine.address" else source
     if address not in (None, "auto"):
@@ -438,26 +435,47 @@ def ray_session(params: EngineParams | None, where: str = "engine") -> Iterator[
     kwargs: dict[str, Any] = {"include_dashboard": False, "logging_level": logging.WARNING, "log_to_driver": False}
     if address is None:
         kwargs["num_cpus"] = params.local_cpus or os.cpu_count()
+    main = threading.current_thread() is threading.main_thread()
+    term = signal.getsignal(signal.SIGTERM) if main else None
     t0 = time.perf_counter()
     try:
-        ray.init(address=address, **kwargs)
+        # "local": a new cluster, as documented, even where `ray start` runs one on this machine
+        # (ray.init(None) would join that one instead, and refuse num_cpus)
+        ray.init(address=address or "local", **kwargs)
     except Exception as exc:
         if _authentication_failure(exc):
             raise StagebenchError(authentication_message(address or "auto", named)) from exc
         first = str(exc).strip().splitlines()
         raise StagebenchError(f"{named}: cannot connect to Ray at {address or 'a new local cluster'} "
                               f"({type(exc).__name__}: {first[0] if first else ''})") from exc  # fmt: skip
+    finally:
+        if callable(term):
+            signal.signal(signal.SIGTERM, term)
     res = ray.cluster_resources()
     log.info("engine ray: connected to %s in %.1fs: %g CPU, %g GPU", address or "a new local cluster",
              time.perf_counter() - t0, res.get("CPU", 0), res.get("GPU", 0))  # fmt: skip
     data_ctx = ray.data.DataContext.get_current()
     data_ctx.enable_progress_bars = False  # stagebench draws its own, in its units
     data_ctx.print_on_execution_start = False
+
+
+@contextmanager
+def ray_session(params: EngineParams | None, where: str = "engine") -> Iterator[None]:
+    """Connect to (or start) the cluster ``params`` names for the duration of a run, before any
+    stage runs; a cluster this call started is stopped at the end. ``None`` or local: nothing.
+    A session the caller holds (a notebook's ``ray.init``, :func:`connect`) is used and left as it is."""
+    if params is None or params.type != "ray":
+        yield
+        return
+    ray = need("ray", "engine: ray")
+    if ray.is_initialized():
+        yield
+        return
+    connect(params, where)
     try:
         yield
     finally:
         ray.shutdown()
 
-
 __all__ = ["Engine", "EngineParams", "LocalEngine", "RayEngine", "authentication_message", "check_authentication",
-           "make_engine", "probe", "ray_session"]
+           "connect", "make_engine", "probe", "ray_session"]

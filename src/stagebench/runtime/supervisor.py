@@ -6,9 +6,13 @@ node lost, the local object store gone), Ray's native core ends the driver proce
 1 and no Python code run: no error line, no clean-up. So ``stagebench run`` with a Ray engine
 runs the run in a child process (the same command) and waits. The child tells the parent, over
 an inherited pipe, that it finished the way stagebench finishes (results written, or its own
-error line printed); a child that ends without saying so is reported here in one line, with a
-non-zero exit, and its staging folder (``.<name>.partial-<pid>``, marked as ours) and its
-half-written cache entries are removed. Signals sent to the parent (Ctrl-C, SIGTERM, SIGHUP)
+error line printed) and with which exit status; a child that ends without saying so is reported
+here in one line, with a non-zero exit, and its staging folder (``.<name>.partial-<pid>``, marked
+as ours) and its half-written cache entries are removed. Ray's teardown can end a process too
+(a Ray Data thread still fetching when ``ray.shutdown`` runs: "the core worker has already been
+shutdown ... The process will exit"), so the child connects to the cluster before its run and
+leaves the teardown to its own exit, after it has printed and reported its outcome; the status
+it reported is the one the parent exits with. Signals sent to the parent (Ctrl-C, SIGTERM, SIGHUP)
 are passed to the child, which stops as a local run does.
 
 The child runs in a session of its own (a terminal's Ctrl-C reaches it once, through the
@@ -37,8 +41,9 @@ from stagebench.files import remove_stale_staging
 
 #: the environment variable naming the file descriptor a watched child reports on
 STATUS_FD_ENV = "STAGEBENCH_STATUS_FD"
-#: what a watched child writes there when it ends the way stagebench ends
-FINISHED = b"finished\n"
+#: what a watched child writes there when it ends the way stagebench ends, followed by its exit
+#: status and a newline
+FINISHED = b"finished "
 #: the environment variable naming the read end of the parent's lifeline (``fd:parent pid``)
 LIFELINE_FD_ENV = "STAGEBENCH_LIFELINE_FD"
 #: seconds a child whose parent died has to stop on its own before it ends at once
@@ -90,12 +95,13 @@ def _watch_lifeline(fd: int) -> None:
     os._exit(128 + signal.SIGTERM)
 
 
-def report_finished() -> None:
-    """Tell the watching parent (if any) that this process ends the way stagebench ends."""
+def report_finished(code: int) -> None:
+    """Tell the watching parent (if any) that this process ends the way stagebench ends, with exit
+    status ``code``: what the parent exits with, whatever Ray's teardown does to this process after."""
     fd = _status_fd()
     if fd is not None:
         try:
-            os.write(fd, FINISHED)
+            os.write(fd, FINISHED + b"%d\n" % code)
             os.close(fd)
         except OSError:  # the parent is gone: nobody to tell
             pass
@@ -132,8 +138,8 @@ def run_watched(argv: Sequence[str], config_path: Path, engine: EngineParams, ou
     os.set_blocking(read_end, False)
     with os.fdopen(read_end, "rb") as status:
         said = status.read() or b""
-    if FINISHED in said:
-        return code
+    if said.startswith(FINISHED) and said.endswith(b"\n") and said[len(FINISHED):-1].isdigit():
+        return int(said[len(FINISHED):-1])  # the child's own status, not what Ray's teardown left
     remove_stale_staging(out)
     remove_leftovers(child.pid)
     if code < 0:  # a signal from outside: Ray's runtime ends a driver with an exit status, not a signal
