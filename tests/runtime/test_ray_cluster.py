@@ -207,6 +207,10 @@ def test_address_null_starts_a_cluster_of_its_own_where_ray_start_runs_one(tmp_p
     r = stagebench_cli("run", own, cwd=REPO, env=BASE)  # no RAY_ADDRESS; the cluster of `ray start` is running
     assert r.returncode == 0, r.stderr[-3000:]
     assert "engine ray: connected to a new local cluster" in r.stderr and ": 1 CPU" in r.stderr, r.stderr[-3000:]
+    # Ray Data's own progress lines are the stage's to say: its advice to turn on the bars stagebench turned
+    # off, and its "Dataset ... execution finished" (the stage logs "done on Ray")
+    assert "hashed: rerank top 10: done on Ray" in r.stderr
+    assert "Progress bars disabled" not in r.stderr and "execution finished" not in r.stderr, r.stderr[-3000:]
 
 
 def test_the_cluster_stopped_mid_stage_is_one_line_a_non_zero_exit_and_nothing_partial(tmp_path, tiny, cluster,

@@ -420,6 +420,21 @@ def _native_stderr_aside() -> Iterator[list[str]]:
             said.append(f.read().decode("utf-8", "replace"))
 
 
+class _RayDataProgress(logging.Filter):
+    """Drops Ray Data's lines about its own progress, which a stagebench stage reports in its own
+    words: the advice to turn on the progress bars stagebench turned off, and each dataset's
+    "execution finished/failed" (the stage logs its units done on Ray, a failure its one error line)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        said = record.getMessage()
+        return not (said.startswith("Progress bars disabled") or (" execution f" in said and "Dataset " in said))
+
+
+#: the Ray Data loggers that say those lines (a renamed one only brings the lines back)
+RAY_DATA_PROGRESS_LOGGERS = ("ray.data._internal.progress", "ray.data._internal.execution.streaming_executor")
+_RAY_DATA_PROGRESS = _RayDataProgress()
+
+
 def connect(params: EngineParams, where: str = "engine") -> None:
     """Connect this process to the cluster ``params`` names (``ray.init``), or start a local one
     when it names none; the caller shuts it down (:func:`ray_session`), or leaves that to Ray's
@@ -457,6 +472,9 @@ def connect(params: EngineParams, where: str = "engine") -> None:
     data_ctx = ray.data.DataContext.get_current()
     data_ctx.enable_progress_bars = False  # stagebench draws its own, in its units
     data_ctx.print_on_execution_start = False
+    for name in RAY_DATA_PROGRESS_LOGGERS:
+        logging.getLogger(name).addFilter(_RAY_DATA_PROGRESS)
+
 
 
 @contextmanager
