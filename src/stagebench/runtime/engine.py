@@ -476,7 +476,6 @@ def connect(params: EngineParams, where: str = "engine") -> None:
         logging.getLogger(name).addFilter(_RAY_DATA_PROGRESS)
 
 
-
 @contextmanager
 def ray_session(params: EngineParams | None, where: str = "engine") -> Iterator[None]:
     """Connect to (or start) the cluster ``params`` names for the duration of a run, before any
@@ -494,6 +493,7 @@ def ray_session(params: EngineParams | None, where: str = "engine") -> Iterator[
         yield
     finally:
         ray.shutdown()
+
 
 __all__ = ["Engine", "EngineParams", "LocalEngine", "RayEngine", "authentication_message", "check_authentication",
            "connect", "make_engine", "probe", "ray_session"]
