@@ -263,7 +263,8 @@ def build(cls: type, mapping: Any, where: str) -> Any:
 
 def _strict_loader() -> type:
     class StrictLoader(yaml.SafeLoader):
-        """SafeLoader that refuses a key given twice in one mapping. Merge keys (``<<: *anchor``) work
+        """SafeLoader that refuses a key given twice in one mapping, and a key YAML reads as a boolean
+        (``on:``, ``no:``: no stagebench file has one, so it is a name left unquoted). Merge keys (``<<: *anchor``) work
         as in PyYAML's safe loader: the mapping's own keys override the merged ones, and only its own
         keys are checked for duplicates."""
 
@@ -273,6 +274,10 @@ def _strict_loader() -> type:
             if key_node.tag == "tag:yaml.org,2002:merge":
                 continue  # merged below by SafeLoader.construct_mapping (flatten_mapping)
             key = loader.construct_object(key_node, deep=True)
+            if isinstance(key, bool):  # `on: x` is a YAML 1.1 boolean: a name the user meant, read as True
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"the key {key_node.value!r} is read by YAML as the boolean {key} (so are on, off, yes, "
+                    f"no, true and false); quote it, '{key_node.value}', to use it as a name", key_node.start_mark)  # fmt: skip
             try:
                 hash(key)
             except TypeError:

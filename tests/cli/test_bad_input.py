@@ -194,6 +194,11 @@ def test_2_duplicate_yaml_key_is_an_error(tmp_path, capsys):
     expect_error(capsys, "validate", cfg, contains=(str(cfg), "line 6", "duplicate key 'k1'"))
     cfg.write_text(cfg.read_text().replace("name: t\n", "name: t\nname: u\n"))
     expect_error(capsys, "run", cfg, contains=(str(cfg), "duplicate key 'name' (first on line 1)"))
+    # a plug-in's parameter `on` (tests/shuffle_plugin.py's Fails) unquoted: YAML 1.1 reads it as True
+    cfg = config(tmp_path, '  - {name: bm25, type: bm25}\n  - {name: boom, type: plugin, target: "tests.shuffle_plugin:Fails", '
+                           'inputs: [bm25], params: {top_n: 5, on: x}}')  # fmt: skip
+    expect_error(capsys, "validate", cfg, contains=(str(cfg), "line 7", "the key 'on' is read by YAML as the boolean True",
+                                                    "quote it, 'on', to use it as a name"))  # fmt: skip
     assert_clean(tmp_path)
 
 
