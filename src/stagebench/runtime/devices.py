@@ -5,14 +5,16 @@ where no GPU can be: :func:`gpu_possible`); ``cuda``,
 ``cuda:N``, ``mps`` and ``cpu`` are taken as asked (a device that is not there is an error).
 
 ``precision: auto`` picks the fastest path measured to keep quality (``make perf``'s precision
-table, docs/models.md):
+table, docs/models.md) among the paths that are **batch-invariant** (a text's embedding or a pair's
+score does not depend on its batch mates or padding beyond fp32 rounding):
 
-* on a CPU where bf16 autocast was measured faster than fp32 - AMX (``amx_bf16``), or an AMD CPU
-  with AVX512-BF16 (Zen 4: 1.74-1.94x for MiniLM-L6) - torch models run under bf16 autocast,
-  nDCG@10 within the 0.002 the precision table checks;
-* on other CPUs, fp32 - an Intel CPU with AVX512-BF16 but no AMX included: there bf16 autocast
-  measured slower than fp32 (a Xeon, family 6 model 207, AMX not exposed; MiniLM-L6 on 1,500
-  products, 2 threads: 131-134 docs/s against 191-197; docs/models.md);
+* on every CPU class (Intel AVX2, Intel AVX-512 with or without AVX512-BF16, Intel AMX, AMD
+  AVX512-BF16), fp32 for torch models. bf16 autocast was the default on AMX and on AMD with
+  AVX512-BF16 (faster there), but it is batch-dependent at bf16's rounding: on an AMD EPYC with
+  AVX512-BF16 an embedding of MiniLM-L6 moved by up to 7.6e-4 between a text encoded alone and in
+  a padded batch (9e-4 on an Intel Xeon with AVX512-BF16), against exactly 0 for the fp32 ONNX
+  export (docs/models.md#precision-auto-per-cpu-class, issue 66). bf16 stays there to ask for
+  (``precision: bf16``);
 * a torch bi-encoder at fp32 on a CPU runs exported to ONNX (onnxruntime): the same fp32
   arithmetic, faster than torch there (:func:`stagebench.models.variants.variant_recipe`);
 * on a GPU, fp32: for MiniLM-L6 on an H200 it was also the fastest (8,918 texts/s at batch 128
@@ -56,9 +58,6 @@ PRECISIONS = ("auto", "fp32", "bf16", "fp16", "int8", "int8-token")
 BACKENDS = ("torch", "onnx", "onnx-dynamic-int8")
 #: CPU flags that mean native bf16 matrix arithmetic
 BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
-#: where bf16 autocast was measured faster than fp32: AMX tiles, or AVX512-BF16 on an AMD CPU (on
-#: an Intel CPU without AMX it was measured slower)
-FAST_BF16_FLAG, FAST_BF16_VENDOR = "amx_bf16", "AuthenticAMD"
 FEATURES_ENV = "STAGEBENCH_CPU_FEATURES"
 
 
@@ -68,8 +67,8 @@ class HardwareParams:
 
     device: DeviceSpec = param("auto", "where the model runs: auto (CUDA, else MPS, else CPU) | cpu | cuda | cuda:N | mps")
     precision: Literal["auto", "fp32", "bf16", "fp16", "int8", "int8-token"] = param(
-        "auto", "auto: torch models bf16 autocast on CPUs where it measured faster (AMX; AVX512-BF16 on AMD), else fp32 (a torch "
-        "bi-encoder at fp32 on a CPU runs exported to ONNX); INT8 ONNX carriers int8-token on a CPU, "
+        "auto", "auto: the fastest batch-invariant path: torch models fp32 on every CPU (a torch bi-encoder runs exported to "
+        "ONNX; bf16 autocast is batch-dependent at bf16 rounding, ask for it with bf16) and on GPUs; INT8 ONNX carriers int8-token on a CPU, "
         "dequantized fp32 on a GPU "
         "(docs/models.md#precision); int8: one activation scale per batch (batch-dependent); int8-token: per token "
         "(batch-invariant, CPU); fp32 of an INT8 ONNX model: its weights dequantized")
@@ -106,10 +105,19 @@ def cpu_has_bf16() -> bool:
     return bool(BF16_FLAGS & cpu_features())
 
 
-def cpu_has_fast_bf16() -> bool:
-    """Whether bf16 autocast was measured faster than fp32 on a CPU like this one (module docstring)."""
+def cpu_class() -> str:
+    """The CPU class ``precision: auto`` was decided for (docs/models.md): Intel AMX, AVX512-BF16 (AMD or
+    Intel), AVX-512, AVX2, or other; from :func:`cpu_features` (so ``$STAGEBENCH_CPU_FEATURES`` sets it)."""
     f = cpu_features()
-    return FAST_BF16_FLAG in f or ("avx512_bf16" in f and f"vendor={FAST_BF16_VENDOR}" in f)
+    vendor = next((x.partition("=")[2] for x in f if x.startswith("vendor=")), "")
+    who = {"AuthenticAMD": "AMD ", "GenuineIntel": "Intel "}.get(vendor, "")
+    if "amx_bf16" in f:
+        return f"{who}AMX"
+    if "avx512_bf16" in f:
+        return f"{who}AVX512-BF16"
+    if "avx512f" in f:
+        return f"{who}AVX-512"
+    return f"{who}AVX2" if "avx2" in f else f"{who}CPU without AVX2".strip()
 
 
 @dataclass(frozen=True)
@@ -201,12 +209,9 @@ def place(device: str, precision: str, backend: str, what: str, role: str = "cro
     if backend != "torch":
         return _place_onnx(dev, kind, precision, backend == "onnx-dynamic-int8", what)
     if precision == "auto":
-        if kind == "cpu" and cpu_has_fast_bf16() and role != "generator":
-            return Placement(dev, "bf16", "auto: the CPU has AMX, or AVX512-BF16 on AMD: bf16 autocast, measured "
-                                          "faster than fp32 and to keep nDCG@10 (make perf)")  # fmt: skip
-        why = (kind if kind != "cpu" else "bf16 not measured for this model kind" if role == "generator" else
-               "native bf16 (avx512_bf16) without AMX on a non-AMD CPU, where bf16 autocast measured slower than fp32" if cpu_has_bf16()
-               else "no native bf16 on this CPU")  # fmt: skip
+        why = (kind if kind != "cpu" else
+               f"{cpu_class()}: fp32 is batch-invariant, bf16 autocast is not (precision: bf16 to ask for it)"
+               if role != "generator" else "bf16 not measured for this model kind")  # fmt: skip
         return Placement(dev, "fp32", f"auto: {why}: fp32")
     if precision == "fp16" and kind == "cpu":
         raise StagebenchError(f"{what}: precision fp16 is for GPUs; on a CPU use bf16 (native on "
