@@ -23,7 +23,7 @@ LAYERS = {
         "stages.llm_rerank", "stages.oracle", "stages.pyterrier", "stages", "results.interop", "results", "results.ceilings", "results.queries", "results.folder", "results.depth",
         "results.scoring", "results.cost", "results.check", "results.compare", "results.segments", "results.matrix", "results.agreement", "results.judged",
         "results.views", "results.incompleteness", "results.planning", "results.worksheet", "results.baselines", "judge.rules",
-        "judge.ask", "judge.section"],
+        "judge.ask", "judge.section", "outputs"],
     3: ["config", "report", "report.tables", "report.plots", "report.explorer", "report.html", "report.write"],
     4: ["execute", "judge.rounds", "pipeline", "fitting", "fitting.finetune", "fitting.train", "fitting.tune", "reproductions", "runtime.supervisor"],
     5: ["api", "cli", "docgen", "", "__main__"],

@@ -8,6 +8,7 @@ import os
 import pytest
 
 from stagebench.reproductions import Reproduction, find, missing_needs
+from stagebench.outputs import MATRIX_MARK
 from tests.conftest import REPO, shared_path, stagebench_cli
 
 
@@ -19,7 +20,7 @@ def test_offline_reproductions_pass_and_the_hub_one_is_skipped_with_its_reason(t
                        "--matrix", tmp_path / "m.md", "--cache-dir", session_cache, cwd=REPO, env=env)  # fmt: skip
     assert r.returncode == 0, r.stderr[-2000:]
     m = (tmp_path / "m.md").read_text()
-    assert r.stdout == m
+    assert m == f"{MATRIX_MARK}\n{r.stdout}"  # the file names what wrote it (stagebench.outputs), then the matrix printed
     rows = {tuple(c.strip() for c in line.split("|")[1:4]): line for line in m.splitlines() if line.startswith("| c")}
     for metric, want in (("nDCG@10", "0.3250"), ("RR", "0.4950"), ("R@100", "0.6780")):
         line = rows[("cranfield_bm25", "bm25", metric)]

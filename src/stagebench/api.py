@@ -56,6 +56,8 @@ from stagebench.models.resolve import ResolvedModel, resolve_model
 from stagebench.rerank.plugins import Reranker
 from stagebench.pipeline import RunResult, read_dataset, run_config
 from stagebench.pipeline import check_run as check_run_config
+from stagebench import outputs
+from stagebench.report import plots
 from stagebench.report.write import rerender, show_query
 from stagebench.reproductions import Reproduced, reproduce as _reproduce
 from stagebench.results.check import Check, compare_with_expected, write_expected
@@ -339,6 +341,7 @@ def check(folder: str | Path, expected: str | Path, *, stored_table: bool = Fals
 def pin(folder: str | Path, expected: str | Path, *, tolerance: float | None = None, stored_table: bool = False) -> Path:
     """``stagebench check --update``: the folder's values written as the expected values (the file's
     tolerances kept unless ``tolerance`` is given)."""
+    outputs.check_file(expected, outputs.EXPECTED)
     write_expected(folder, expected, tolerance=tolerance, stored_table=stored_table)
     return Path(expected)
 
@@ -351,10 +354,19 @@ def judge(folder: str | Path, config: str | Path | None = None, cache_dir: str |
 
 
 def incompleteness(folder: str | Path, rates: Sequence[float] = (0.9, 0.7, 0.5, 0.3, 0.1), seeds: int = 3,
-                   measure: str | None = None, permutations: int = 1000, report: bool = False) -> Incompleteness:  # fmt: skip
+                   measure: str | None = None, permutations: int = 1000, report: bool = False,
+                   json_path: str | Path | None = None, plot_path: str | Path | None = None) -> Incompleteness:  # fmt: skip
     """``stagebench incompleteness``: each view's stage order with judgments taken away (``report``:
-    kept in the folder and shown in its report.html)."""
-    return run_incompleteness(folder, list(rates), seeds, measure, permutations, report)
+    kept in the folder and shown in its report.html; ``json_path``, ``plot_path``: also written there,
+    under the rule of :mod:`stagebench.outputs`, checked before any work)."""
+    outputs.check_file(json_path, outputs.INCOMPLETENESS_JSON.out)
+    outputs.check_file(plot_path, outputs.INCOMPLETENESS_PLOT.out)
+    inc = run_incompleteness(folder, list(rates), seeds, measure, permutations, report)
+    if json_path is not None:
+        outputs.INCOMPLETENESS_JSON.write(json_path, inc.as_json())
+    if plot_path is not None:
+        outputs.INCOMPLETENESS_PLOT.write(plot_path, plots.incompleteness_chart(inc))
+    return inc
 
 
 @dataclass(frozen=True)
@@ -373,9 +385,14 @@ def plan_judgments(folder: str | Path, budget: int, output: str | Path, *, strat
 
 
 def simulate_plans(folder: str | Path, budgets: Sequence[int], *, depth: int = 10, seeds: int = 3,
-                   measure: str | None = None) -> Simulation:  # fmt: skip
-    """``plan-judgments --simulate``: every strategy at every budget, answered by the folder's judge."""
-    return _simulate_plans(folder, list(budgets), depth, seeds, measure)
+                   measure: str | None = None, json_path: str | Path | None = None) -> Simulation:  # fmt: skip
+    """``plan-judgments --simulate``: every strategy at every budget, answered by the folder's judge
+    (``json_path``: also written there, under the rule of :mod:`stagebench.outputs`)."""
+    outputs.check_file(json_path, outputs.SIMULATION_JSON.out)
+    sim = _simulate_plans(folder, list(budgets), depth, seeds, measure)
+    if json_path is not None:
+        outputs.SIMULATION_JSON.write(json_path, sim.as_json())
+    return sim
 
 
 def add_judgments(folder: str | Path, worksheets: Sequence[str | Path], output: str | Path,

@@ -20,11 +20,9 @@ from stagebench.config import EvaluationConfig
 from stagebench.params import coerce
 from stagebench.data.synthetic import SyntheticSpec
 from stagebench.errors import StagebenchError
-from stagebench.files import atomic_write
 from stagebench.metrics import check_thresholds, claims, parse_measure
 from stagebench.report.tables import (check_text, comparison_text, matrix_csv, matrix_markdown, matrix_text, segments_csv,
                                      segments_markdown, segments_text)  # fmt: skip
-from stagebench.report import plots
 from stagebench.reproductions import matrix
 from stagebench.results.check import Expected
 from stagebench.results.planning import STRATEGIES
@@ -95,21 +93,17 @@ def _rates(text: str) -> list[float]:
 
 def _cmd_incompleteness(args: argparse.Namespace) -> int:
     permutations = _declared(args.permutations, EvaluationConfig, "permutations", "--permutations")
-    inc = api.incompleteness(args.run_dir, args.rates, args.seeds, args.measure, permutations, args.report)
+    inc = api.incompleteness(args.run_dir, args.rates, args.seeds, args.measure, permutations, args.report,
+                             json_path=args.json, plot_path=args.plot)  # fmt: skip
     sys.stdout.write(inc.text())
-    if args.json:
-        atomic_write(args.json, json.dumps(inc.as_json(), indent=2) + "\n")
-    if args.plot:
-        atomic_write(args.plot, plots.incompleteness_chart(inc))
     return 0
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
     if args.simulate:
-        sim = api.simulate_plans(args.run_dir, args.budget, depth=args.depth, seeds=args.seeds, measure=args.measure)
+        sim = api.simulate_plans(args.run_dir, args.budget, depth=args.depth, seeds=args.seeds, measure=args.measure,
+                                 json_path=args.json)  # fmt: skip
         sys.stdout.write(sim.text())
-        if args.json:
-            atomic_write(args.json, json.dumps(sim.as_json(), indent=2) + "\n")
         return 0
     if len(args.budget) != 1:
         raise StagebenchError("--budget: one budget for a worksheet (several only with --simulate)")

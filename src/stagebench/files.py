@@ -31,7 +31,8 @@ import os
 import shutil
 import stat
 import tempfile
-from collections.abc import Callable, Collection, Iterable, Mapping
+import zlib
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -194,6 +195,123 @@ def check_replaceable(folder: str | Path, owned: Owned) -> None:
     if why:
         raise StagebenchError(f"{folder}: {why}; refusing to replace it with the {owned.what} "
                               "(choose another output folder, or move that entry away)")  # fmt: skip
+
+
+def enclosing(path: str | Path, folders: Sequence[Owned]) -> tuple[Path, Owned] | None:
+    """The nearest folder above ``path`` that is one of ``folders``' kinds (its record is there and
+    reads as one), with its kind; None when there is none, or when ``path`` is a file that folder
+    keeps (:attr:`Owned.kept`, e.g. a results folder's ``expected.yaml``)."""
+    target = Path(path).absolute()
+    for above in target.parents:
+        for owned in folders:
+            if (above / owned.record).is_file() and not isinstance(owned.files(above), str):
+                rel = target.relative_to(above).as_posix()
+                return None if rel in owned.kept else (above, owned)
+    return None
+
+
+def check_outside(path: str | Path, what: str, folders: Sequence[Owned]) -> None:
+    """Fail when ``path`` (a file or folder a command would create) lies inside a folder of one of
+    ``folders``' kinds: stagebench writes there only what that folder records, and anything else
+    would make it refuse the folder later as changed."""
+    inside = enclosing(path, folders)
+    if inside is not None:
+        above, owned = inside
+        raise StagebenchError(f"{path}: is inside the {owned.what} {above}; stagebench writes the {what} only "
+                              f"outside such a folder (a file it does not record makes it refuse the folder as "
+                              f"changed): give a path outside it")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class OutputFile:
+    """A file a command writes at a path the user names (``--json``, ``--plot``, a worksheet, an
+    expected-values file, the reproduction matrix). The one rule for all of them
+    (:func:`check_output_file`): never over a file stagebench did not write for this purpose
+    (``ours(head)`` says whether the first 64 KiB of a file are such a file's; ``replace=False``:
+    never over any file, e.g. a worksheet raters may have filled), never inside a folder stagebench
+    keeps a record of, unless the path is a file that folder keeps."""
+
+    what: str
+    ours: Callable[[bytes], bool]
+    replace: bool = True
+
+
+#: how much of an existing file :attr:`OutputFile.ours` reads
+HEAD_BYTES = 1 << 16
+
+
+def check_output_file(path: str | Path, out: OutputFile, folders: Sequence[Owned]) -> None:
+    """Fail, naming the path and the rule, unless ``out`` may be written at ``path`` (:class:`OutputFile`)."""
+    path = Path(path)
+    if path.is_symlink():
+        raise StagebenchError(f"{path}: is a symbolic link; stagebench never writes the {out.what} through a link")
+    check_outside(path, out.what, folders)
+    if path.exists():
+        if not path.is_file():
+            raise StagebenchError(f"{path}: exists and is not a file; refusing to write the {out.what} there")
+        if not out.replace:
+            raise StagebenchError(f"{path}: exists; the {out.what} is never written over: give another path")
+        with open(path, "rb") as fh:
+            head = fh.read(HEAD_BYTES)
+        if not out.ours(head):
+            raise StagebenchError(f"{path}: exists, and stagebench did not write it as the {out.what}; refusing to write "
+                                  "over it (give another path, or move that file away)")  # fmt: skip
+
+
+def write_output_file(path: str | Path, data: str | bytes, out: OutputFile, folders: Sequence[Owned]) -> None:
+    """:func:`check_output_file`, then :func:`atomic_write`; ``data`` must be recognised as ours (so the
+    next run may replace it)."""
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    if not out.ours(raw[:HEAD_BYTES]):
+        raise AssertionError(f"the {out.what} stagebench writes lacks its own mark")
+    check_output_file(path, out, folders)
+    atomic_write(path, raw)
+
+
+def json_mark(purpose: str) -> tuple[str, Callable[[bytes], bool]]:
+    """The key-value a JSON output carries first (``"written_by": "stagebench <purpose>"``) and its
+    recogniser."""
+    value = f"stagebench {purpose}"
+
+    def ours(head: bytes) -> bool:
+        try:
+            return json.loads(head.decode("utf-8")).get("written_by") == value
+        except (ValueError, UnicodeDecodeError, AttributeError):
+            return head.lstrip().startswith(b'{\n  "written_by": ' + json.dumps(value).encode())  # longer than the head
+
+    return value, ours
+
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def png_mark(purpose: str) -> tuple[bytes, Callable[[bytes], bool]]:
+    """The PNG text chunk (``Comment``: ``written_by stagebench <purpose>``) a PNG output carries right
+    after its header, and its recogniser."""
+    data = b"Comment\x00written_by stagebench " + purpose.encode("latin-1")
+    chunk = len(data).to_bytes(4, "big") + b"tEXt" + data + zlib.crc32(b"tEXt" + data).to_bytes(4, "big")
+
+    def ours(head: bytes) -> bool:
+        return head.startswith(PNG_SIGNATURE) and chunk in head
+
+    return chunk, ours
+
+
+def with_png_chunk(png: bytes, chunk: bytes) -> bytes:
+    """``png`` with ``chunk`` inserted after its IHDR chunk (always the first: 8 + 25 bytes)."""
+    if not png.startswith(PNG_SIGNATURE) or png[12:16] != b"IHDR":
+        raise ValueError("not a PNG file")
+    return png[:33] + chunk + png[33:]
+
+
+def first_line_mark(*lines: str) -> Callable[[bytes], bool]:
+    """The recogniser of a text output whose first line is one of ``lines``."""
+    wanted = {line.encode("utf-8") for line in lines}
+
+    def ours(head: bytes) -> bool:
+        return head.split(b"\n", 1)[0].rstrip(b"\r") in wanted
+
+    return ours
 
 
 def _nearest_existing(path: Path) -> Path:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from stagebench.errors import StagebenchError
+from stagebench.files import Owned, json_record
 
 #: the words an LLM stage's stats count its calls by (the record's vocabulary: the rerankers that
 #: produce them import them from here): every call's outcome - ``low_mass`` is the label-reading
@@ -501,5 +502,15 @@ class Manifest:
         return m
 
 
-__all__ = ["DatasetRecord", "Evaluation", "JudgeRecord", "LLMStats", "MANIFEST", "MANIFEST_KEYS", "Manifest", "Pricing", "RerankStats",
+#: the record of a tuning folder (``stagebench tune``), and the rule for replacing one: every file in it
+#: is one ``tuning.json`` lists
+TUNING_RECORD = "tuning.json"
+TUNED = Owned("tuning folder", TUNING_RECORD, json_record(TUNING_RECORD, "a tuning folder"))
+#: the record of a model folder ``stagebench train-reranker`` wrote, and the rule for replacing one
+TRAINING_RECORD = "stagebench_training.json"
+MODEL = Owned("trained model", TRAINING_RECORD, json_record(TRAINING_RECORD, "a model folder stagebench trained"))
+
+
+__all__ = ["MODEL", "TRAINING_RECORD", "TUNED", "TUNING_RECORD", "DatasetRecord", "Evaluation", "JudgeRecord", "LLMStats", "MANIFEST", "MANIFEST_KEYS", "Manifest", "Pricing", "RerankStats",
            "StageRecord", "Stats", "depth_run_name", "stats_from_json"]
+

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from stagebench.config import load_config
 from stagebench.errors import StagebenchError
-from stagebench.files import atomic_write
+from stagebench.outputs import MATRIX, check_file, write_matrix
 from stagebench.models.resolve import hub_offline
 from stagebench.params import build, param, read_yaml
 from stagebench.pipeline import run_config
@@ -155,10 +155,11 @@ def matrix(outcomes: list[Reproduced]) -> str:
 def reproduce(repo: Path, names: list[str] | None, output_root: Path, matrix_path: Path | None,
               cache_dir: str | None = None) -> list[Reproduced]:  # fmt: skip
     """Run and check each reproduction (``cache_dir``: the cache root for all of them, as ``--cache-dir``)."""
+    if matrix_path is not None:
+        check_file(matrix_path, MATRIX)  # before any reproduction runs
     outcomes = [run_one(r, repo, output_root, cache_dir) for r in find(repo, names)]
     if matrix_path is not None:
-        matrix_path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(matrix_path, matrix(outcomes))
+        write_matrix(matrix_path, matrix(outcomes))
     return outcomes
 
 

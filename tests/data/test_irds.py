@@ -109,3 +109,21 @@ def test_a_template_field_the_collection_lacks_is_named_with_its_fields():
     assert _template(None, ["title", "text", "author", "bib"], ("{title} {text}",), "text_template", "c") == "{title} {text}"
     assert _template(None, ["body", "url"], ("{title} {text}", "{body}"), "text_template", "c") == "{body}"
     assert _template(None, ["a", "b"], ("{title} {text}",), "text_template", "c") == "{a} {b}"
+
+
+
+@pytest.mark.slow
+def test_a_damaged_cache_file_is_one_line_whatever_ir_datasets_raises(tmp_path, cranfield):
+    """A docs file garbled in ir_datasets' cache made its reader raise a TypeError from deep inside
+    ``docs_iter`` (issue 67): it is one line naming the collection, the error and what to do, like a qrels
+    read error, and nothing is written. (A command of its own: ir_datasets fixes its home at import.)"""
+    home = tmp_path / "irds-home"
+    write_cranfield_cache(cranfield, home)
+    docs = home / "cranfield" / "docs.txt"
+    docs.write_text(".T\na record without its .I line\n.W\ntext\n" + docs.read_text(encoding="utf-8"), encoding="utf-8")
+    r = stagebench_cli("run", config(tmp_path, "damaged", "{loader: ir_datasets, id: cranfield}"), env=env(home))
+    ours = [x for x in r.stderr.splitlines() if "stagebench: error" in x]
+    assert r.returncode == 2 and len(ours) == 1 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert "dataset.id 'cranfield': ir_datasets could not read its documents (TypeError: " in ours[0]
+    assert f"a file of its cache under {home} (IR_DATASETS_HOME) may be damaged" in ours[0]
+    assert not (tmp_path / "damaged").exists()

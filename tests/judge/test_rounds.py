@@ -5,6 +5,7 @@ from its definition."""
 from __future__ import annotations
 
 import csv
+import io
 import json
 import re
 from pathlib import Path
@@ -24,7 +25,8 @@ from stagebench.results.incompleteness import subsample
 from stagebench.results.judged import filled_qrels
 from stagebench.results.planning import plan, pool_holes
 from stagebench.results.views import pair_bounds, pair_settled, stage_views
-from stagebench.results.worksheet import ADDED, SOURCES
+from stagebench.results.scoring import label_names_of
+from stagebench.results.worksheet import ADDED, SOURCES, read_worksheet
 
 STAGES = [
     {"name": "bm25", "type": "bm25", "params": {"top_k": 50}},
@@ -151,8 +153,8 @@ def test_add_judgments_refuses_bad_grades_and_conflicts_one_line_each(judged_fol
     with pytest.raises(StagebenchError, match="2 worksheet rows refused, each named above; nothing was written"):
         add_judgments(judged_folder, [str(sheet)], tmp_path / "out")
     assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == [
-        f"{sheet}: line 2: grade '7' is not on the scale (3 = E, 2 = S, 1 = C, 0 = I)",
-        f"{sheet}: line 3: grade 'Maybe' is not on the scale (3 = E, 2 = S, 1 = C, 0 = I)"]
+        f"{sheet}: line 2: grade '7' is not on the scale (3 = E, 2 = S, 1 = C, 0 = I; in full: Exact, Substitute, Complement, Irrelevant)",
+        f"{sheet}: line 3: grade 'Maybe' is not on the scale (3 = E, 2 = S, 1 = C, 0 = I; in full: Exact, Substitute, Complement, Irrelevant)"]
     assert not (tmp_path / "out").exists()
     # a pair the folder's qrels already grade, graded differently: refused unless told which wins
     qrels = RunFolder.open(judged_folder).qrels()
@@ -203,3 +205,135 @@ def test_the_incompleteness_experiment_matches_a_recomputation_from_its_definiti
     cell = next(c for c in inc.cells if c.view == "bounds" and c.rate == 0.5)
     assert cell.tau_truth == pytest.approx(kt(true, mid))
     assert inc.truth == pytest.approx(true)
+
+
+#: every option of a subcommand that names a file or folder stagebench writes, and how the rule of
+#: stagebench.outputs applies to it: a new option that writes a path must be added here (and tested)
+WRITES = {
+    ("run", "output"): "folder", ("train-reranker", "output"): "folder", ("tune", "output"): "folder",
+    ("generate-data", "output"): "folder", ("add-judgments", "output"): "folder",
+    ("reproduce", "output_root"): "folders", ("reproduce", "matrix"): "file", ("check", "update"): "file",
+    ("incompleteness", "json"): "file", ("incompleteness", "plot"): "file", ("incompleteness", "report"): "the folder's own",
+    ("plan-judgments", "output"): "file", ("plan-judgments", "json"): "file", ("eval", "json"): "stdout, no file",
+}  # fmt: skip
+
+
+def test_every_option_that_writes_a_path_is_declared():
+    from stagebench.cli import build_parser
+
+    found = set()
+    for name, sub in build_parser()._subparsers._group_actions[0].choices.items():  # type: ignore[union-attr]
+        for a in sub._actions:
+            if a.dest in ("output", "json", "plot", "matrix", "output_root", "update", "report") and a.option_strings:
+                found.add((name, a.dest))
+    assert found == set(WRITES), found ^ set(WRITES)
+
+
+def _refused(capsys, argv: list[str], *words: str) -> str:
+    """``stagebench ARGV`` in process: exit 2 and one error line holding ``words``."""
+    assert main(argv) == 2
+    err = [x for x in capsys.readouterr().err.splitlines() if x.startswith("stagebench: error")]
+    assert len(err) == 1 and all(w in err[0] for w in words), err
+    return err[0]
+
+
+def test_no_output_flag_writes_into_a_results_folder_or_over_a_file_stagebench_did_not_write(judged_folder, tmp_path, capsys):
+    """The five losses of issue 67: --json/--plot/--output into the folder were written with exit 0 and
+    the folder was then refused as changed; now each is one line before any work, and the folder reads."""
+    folder = str(judged_folder)
+    before = {p: file_digest(p) for p in judged_folder.rglob("*") if p.is_file()}
+    quick = ["--rates", "0.5", "--seeds", "1", "--permutations", "100"]
+    for argv in (["incompleteness", folder, *quick, "--json", f"{folder}/stage_table.json"],
+                 ["incompleteness", folder, *quick, "--plot", f"{folder}/plots/metrics.png"],
+                 ["incompleteness", folder, *quick, "--json", f"{folder}/notes.json"],
+                 ["plan-judgments", folder, "--simulate", "--budget", "5", "--seeds", "1", "--json", f"{folder}/stage_table.json"],
+                 ["plan-judgments", folder, "--budget", "5", "--output", f"{folder}/sheet"]):  # fmt: skip
+        _refused(capsys, argv, f"is inside the results folder {judged_folder}; stagebench writes the ")
+    assert {p: file_digest(p) for p in judged_folder.rglob("*") if p.is_file()} == before
+    RunFolder.open(judged_folder).runs()
+    assert main(["table", folder]) == 0  # the folder is still stagebench's
+    # a file it did not write is never written over; one it wrote for the same purpose is replaced
+    notes = tmp_path / "notes.json"
+    notes.write_text('{"mine": 1}\n')
+    _refused(capsys, ["incompleteness", folder, *quick, "--json", str(notes)],
+             f"{notes}: exists, and stagebench did not write it as the incompleteness --json file; refusing to write over it")
+    assert notes.read_text() == '{"mine": 1}\n'
+    out, png = tmp_path / "inc.json", tmp_path / "inc.png"
+    for _ in range(2):
+        assert main(["incompleteness", folder, *quick, "--json", str(out), "--plot", str(png)]) == 0
+    assert json.loads(out.read_text())["written_by"] == "stagebench incompleteness --json"
+    _refused(capsys, ["plan-judgments", folder, "--simulate", "--budget", "5", "--seeds", "1", "--json", str(out)],
+             "did not write it as the plan-judgments --simulate --json file")  # another purpose's file
+    _refused(capsys, ["incompleteness", folder, *quick, "--plot", str(out)], "did not write it as the incompleteness --plot image")
+    # the expected values: a file check --update did not write is not replaced; inside the folder, its own expected.yaml is
+    _refused(capsys, ["check", folder, str(notes), "--update"], "did not write it as the expected-values file")
+    assert main(["check", folder, f"{folder}/expected.yaml", "--update"]) == 0
+    assert main(["check", folder, f"{folder}/expected.yaml", "--update"]) == 0
+    (judged_folder / "expected.yaml").unlink()
+
+
+def _graded_sheet(folder: Path, tmp_path: Path) -> tuple[list[list[str]], int]:
+    """A fresh worksheet of the folder as rows (header first) and the index of its grade column."""
+    out = tmp_path / "plain"
+    assert main(["plan-judgments", str(folder), "--budget", "6", "--output", str(out)]) == 0
+    rows = list(csv.reader(open(out.with_suffix(".csv"), encoding="utf-8")))
+    return rows, next(i for i, c in enumerate(rows[0]) if c.startswith("grade ("))
+
+
+def test_worksheets_are_read_as_spreadsheets_save_them(judged_folder, tmp_path):
+    """A BOM, CRLF line ends, ';' as the separator (and Excel's ``sep=;`` line), reordered and extra
+    columns, grades as 3 or 3.0 or 3,0, labels in any case or in full: each read as the grade it says."""
+    rows, g = _graded_sheet(judged_folder, tmp_path)
+    header, body = rows[0], rows[1:6]
+    grades = ["3.0", "exact", "Substitute", "c", "0"]
+    want = [3, 3, 2, 1, 0]
+    for r, x in zip(body, grades):
+        r[g] = x
+    order = [header.index("rater"), g, header.index("docid"), header.index("qid")]  # reordered, the rest dropped
+
+    def write(name: str, sep: str, lines_end: str, bom: bool, first: str = "", grade_cells=None) -> Path:
+        p = tmp_path / name
+        cells = [["note", *[header[i] for i in order]]] + [["x", *[r[i] for i in order]] for r in body]
+        if grade_cells:
+            for c, v in zip(cells[1:], grade_cells):
+                c[2] = v
+        buf = io.StringIO()
+        csv.writer(buf, delimiter=sep, lineterminator=lines_end).writerows(cells)
+        p.write_bytes((b"\xef\xbb\xbf" if bom else b"") + (first + buf.getvalue()).encode("utf-8"))
+        return p
+
+    sheets = [write("bom.csv", ",", "\r\n", True), write("semi.csv", ";", "\r\n", True),
+              write("excel.csv", ";", "\n", False, first="sep=;\n", grade_cells=["3,0", "E", "s", "C", "i"]),
+              write("tabs.csv", "\t", "\n", False)]  # fmt: skip
+    scale = label_names_of(RunFolder.open(judged_folder).manifest, RunFolder.open(judged_folder).qrels())
+    for p in sheets:
+        graded, _, bad = read_worksheet(p, 0, scale, {r[header.index("qid")] for r in body}, "now")
+        assert not bad and [x.grade for x in graded] == want, (p.name, bad, graded)
+        assert [(x.qid, x.docid) for x in graded] == [(r[header.index("qid")], r[header.index("docid")]) for r in body]
+    jsonl = tmp_path / "numbers.jsonl"
+    jsonl.write_text("".join(json.dumps({"docid": r[header.index("docid")], "qid": r[header.index("qid")], "grade": x})
+                             + "\r\n" for r, x in zip(body, [3.0, "3", 2, "Complement", 0.0])), encoding="utf-8")  # fmt: skip
+    graded, _, bad = read_worksheet(jsonl, 0, scale, {r[header.index("qid")] for r in body}, "now")
+    assert not bad and [x.grade for x in graded] == [3, 3, 2, 1, 0]
+    new = tmp_path / "new"
+    assert main(["add-judgments", str(judged_folder), str(sheets[2]), "--output", str(new)]) == 0
+    assert json.loads((new / SOURCES).read_text())["added"] == 5
+
+
+def test_a_row_naming_a_document_or_query_the_dataset_lacks_is_refused(judged_folder, tmp_path, caplog):
+    """A docid not in the corpus was merged with exit 0 and lowered every stage's nDCG@10 (issue 67);
+    now it is refused, named by file and line, with nothing written."""
+    rows, g = _graded_sheet(judged_folder, tmp_path)
+    q, d = rows[0].index("qid"), rows[0].index("docid")
+    rows[1][g], rows[2][g], rows[3][g] = "3", "2", "1"
+    rows[2][d], rows[3][q] = "99999", "no-such-query"
+    bad = tmp_path / "bad.csv"
+    with open(bad, "w", encoding="utf-8", newline="") as fh:
+        csv.writer(fh).writerows(rows)
+    caplog.clear()
+    with pytest.raises(StagebenchError, match="2 worksheet rows refused, each named above; nothing was written"):
+        add_judgments(judged_folder, [str(bad)], tmp_path / "out")
+    assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == [
+        f"{bad}: line 3: document '99999' is not in the dataset's corpus",
+        f"{bad}: line 4: query 'no-such-query' is not a query of this results folder"]
+    assert not (tmp_path / "out").exists()

@@ -85,15 +85,18 @@ def _failure(ds_id: str, what: str, exc: BaseException) -> DataError:
         return DataError(f"dataset.id {ds_id!r}: ir_datasets needs to download its {what}{f' from {url}' if url else ''} "
                          f"and could not ({type(causes[-1]).__name__}: {first[:200]}); run it once with internet, or "
                          f"place the files under {home} (IR_DATASETS_HOME)")  # fmt: skip
-    return DataError(f"dataset.id {ds_id!r}: ir_datasets could not read its {what} ({type(exc).__name__}: {first[:200]}; "
-                     f"its files are under {home}, IR_DATASETS_HOME)")  # fmt: skip
+    return DataError(f"dataset.id {ds_id!r}: ir_datasets could not read its {what} ({type(exc).__name__}: {first[:200]}); "
+                     f"a file of its cache under {home} (IR_DATASETS_HOME) may be damaged or cut short: remove the "
+                     "collection's folder there and let ir_datasets build it again")  # fmt: skip
 
 
 def _records(ds_id: str, what: str, make: Callable[[], Iterator[Any]]) -> Iterator[Any]:
-    """ir_datasets' records of one kind; its download and read errors become one line."""
+    """ir_datasets' records of one kind; its download and read errors become one line. Any exception
+    caught here was raised inside ir_datasets (the caller's loop body runs outside this generator): a
+    damaged cache file surfaces as anything, a TypeError from deep in its reader included."""
     try:
         yield from make()
-    except (OSError, RuntimeError, EOFError, ImportError, ValueError) as exc:
+    except Exception as exc:  # noqa: BLE001 - ir_datasets' own failure, whatever its type: one line
         raise _failure(ds_id, what, exc) from exc
 
 
@@ -148,7 +151,7 @@ def _stream_corpus(src: Any, ds_id: str, names: list[str]) -> Corpus:
     """The documents' ids and ``names`` fields, cleaned, streamed into Arrow columns (one pass)."""
     try:
         total = src.docs_count()
-    except (OSError, RuntimeError):
+    except Exception:  # noqa: BLE001 - a count is only for the progress bar; reading the documents says what failed
         total = None
     where = f"ir_datasets {ds_id!r} documents"
 

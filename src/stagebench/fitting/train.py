@@ -44,9 +44,10 @@ from stagebench.data import LOADERS
 from stagebench.errors import ConfigError, DataError, StagebenchError
 from stagebench.execute import context, make_stage, run_in
 from stagebench.files import (
-    STAGING_MARK, Owned, atomic_write, check_destination, inventory, json_record, remove_staging, staging, swap_in,
+    STAGING_MARK, atomic_write, check_destination, inventory, remove_staging, staging, swap_in,
 )
 from stagebench.fitting.finetune import TrainingData, fine_tune
+from stagebench.record import MODEL, TRAINING_RECORD
 from stagebench.runs import ranked_ids
 
 log = logging.getLogger("stagebench")
@@ -188,14 +189,12 @@ def train_reranker(config, output: str | None = None, cache=None) -> dict:
     return report
 
 
-TRAINING_REPORT = "stagebench_training.json"
+TRAINING_REPORT = TRAINING_RECORD
 
 
 WORK = ".work"  # checkpoints while training, inside the staging folder
 
 
-#: the rule for replacing a model folder: train-reranker wrote every file in it
-MODEL = Owned("trained model", TRAINING_REPORT, json_record(TRAINING_REPORT, "a model folder stagebench trained"))
 
 
 def model_card(r: dict) -> str:

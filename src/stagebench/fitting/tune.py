@@ -42,13 +42,13 @@ from stagebench.config import Config, StageConfig, TuneConfig, trial_stage, tune
 from stagebench.data import LOADERS, Dataset
 from stagebench.errors import ConfigError, DataError
 from stagebench.execute import context, make_stage, run_in, stage_key
-from stagebench.files import Owned, atomic_write, check_apart, check_destination, check_writable, inventory, json_record
+from stagebench.files import atomic_write, check_apart, check_destination, check_writable, inventory
 from stagebench.files import STAGING_MARK, remove_staging, staging, swap_in
 from stagebench.metrics import Evaluation, evaluate, scored_query_ids
 from stagebench.metrics.names import Measure, parse_measure
 from stagebench.params import Range
 from stagebench.pipeline import read_dataset
-from stagebench.record import TunedBaseline
+from stagebench.record import TUNED, TUNING_RECORD, TunedBaseline
 from stagebench.results import baselines
 from stagebench.runs import Run
 from stagebench.runtime.engine import ray_session
@@ -57,9 +57,7 @@ from stagebench.ui import progress
 
 log = logging.getLogger("stagebench")
 
-RECORD = "tuning.json"
-#: a tuning folder: stagebench replaces it only when every file in it is one ``tuning.json`` lists
-TUNED = Owned("tuning folder", RECORD, json_record(RECORD, "a tuning folder"))
+RECORD = TUNING_RECORD
 
 
 @dataclass(frozen=True)

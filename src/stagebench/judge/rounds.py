@@ -39,6 +39,7 @@ from stagebench.judge.ask import Judge, JudgeParams
 from stagebench.judge.rules import RULES, RulesJudge
 from stagebench.judge.scale import scale_for
 from stagebench.judge.section import parse_judge
+from stagebench import outputs
 from stagebench.metrics import holes as hole_views, parse_measure, scored_query_ids
 from stagebench.metrics.compute import gain_map
 from stagebench.metrics.names import Measure
@@ -229,6 +230,8 @@ def plan_judgments(folder: str | Path, budget: int, output: str | Path, strategy
                    measure: str | None = None, seed: int = 0) -> tuple[Path, Path, int]:  # fmt: skip
     """``stagebench plan-judgments RUN_DIR --budget N``: the worksheet of ``strategy``'s holes as
     ``output`` (.csv) and beside it the same rows as .jsonl; returns both paths and the rows."""
+    for p in (Path(output).with_suffix(".csv"), Path(output).with_suffix(".jsonl")):  # before any work
+        outputs.check_folder(p, "worksheet")
     g = ground(folder, measure)
     holes = pool_holes(g.ranked, g.qrels, g.queries, depth)
     if strategy == "plan":
@@ -247,9 +250,8 @@ def plan_judgments(folder: str | Path, budget: int, output: str | Path, strategy
     csv_path, jsonl_path = out.with_suffix(".csv"), out.with_suffix(".jsonl")
     sheets = {csv_path: worksheet_csv(rows, g.scale).encode("utf-8"), jsonl_path: worksheet_jsonl(rows, g.scale).encode("utf-8")}
     for p, data in sheets.items():  # a file this same plan wrote before it was cut short holds exactly these bytes
-        if p.exists() and not (p.is_file() and p.read_bytes() == data):
-            raise StagebenchError(f"{p}: exists; a worksheet is never written over (raters may have filled it): "
-                                  "give another --output")  # fmt: skip
+        if not (p.is_file() and not p.is_symlink() and p.read_bytes() == data):
+            outputs.check_file(p, outputs.WORKSHEET)
     written = []
     try:
         for p, data in sheets.items():
@@ -292,19 +294,41 @@ def _refusal(problems: list[str]) -> StagebenchError:
     return StagebenchError(f"{len(problems)} worksheet rows refused, each named above; nothing was written")
 
 
+class _Corpus:
+    """The document ids a worksheet row may name: those of the folder's runs and qrels, else (read once,
+    on the first id that is neither) those of the dataset the folder's runs were scored on."""
+
+    def __init__(self, rf: RunFolder, seen: set[str]) -> None:
+        self.rf, self.seen, self.corpus = rf, seen, None
+
+    def __contains__(self, docid: object) -> bool:
+        if docid in self.seen:
+            return True
+        if self.corpus is None:
+            dc = parse_dataset(self.rf.manifest.config.get("dataset"))
+            self.corpus = dataset_of(self.rf, dc, "checking a worksheet's document ids").corpus
+        return docid in self.corpus
+
+
 def add_judgments(folder: str | Path, worksheets: list[str], output: str | Path, prefer: str | None = None) -> Rendered:
     """``stagebench add-judgments RUN_DIR WORKSHEET... --output NEW_DIR``: a new results folder
     scored with the folder's qrels plus the worksheets' grades, with where each came from; the
     source folder and the dataset's files are left as they are."""
     rf = RunFolder.open(folder)
+    dest = Path(output)  # where it goes is checked before anything is read
+    check_apart(rf.path, "results folder", dest, "new results folder")
+    outputs.check_folder(dest, "new results folder")
+    check_destination(dest, RESULTS)
     qrels, texts = rf.qrels(), rf.texts()
-    rf.runs()  # every run verified before anything is written
+    runs = rf.runs()  # every run verified before anything is written
     scale = label_names_of(rf.manifest, qrels)
-    known = sorted(set(qrels) | set(texts.get("queries", {})))
+    known = set(qrels) | set(texts.get("queries", {}))
+    docs = _Corpus(rf, {d for run in runs.values() for ranked in run.values() for d in ranked} |
+                   {d for judged in qrels.values() for d in judged})  # fmt: skip
     at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     graded, sources, bad = [], [], []
     for i, w in enumerate(worksheets):
-        rows, src, problems = read_worksheet(w, i, scale, known, at)
+        rows, src, problems = read_worksheet(w, i, scale, known, at, docs)
         graded += rows
         sources.append(src)
         bad += problems
@@ -315,8 +339,6 @@ def add_judgments(folder: str | Path, worksheets: list[str], output: str | Path,
     merged = merge(qrels, graded, sources, prefer)
     if isinstance(merged, list):
         raise _refusal(merged)
-    dest = Path(output)
-    check_apart(rf.path, "results folder", dest, "new results folder")
     check_destination(dest, RESULTS)
     tmp = staging(dest)
     try:

@@ -10,10 +10,12 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from stagebench.data.esci import DEFAULT_LABELS, ESCI_LABEL_NAMES
 from stagebench.errors import StagebenchError
 from stagebench.files import file_digest
 from stagebench.results.planning import Hole
@@ -80,36 +82,91 @@ class Source:
     read_at: str = ""
 
 
-def _grade(value: object, scale: Mapping[int, str]) -> int | None | str:
-    """The grade a cell holds (a number on the scale or a label name); None: empty; str: why not."""
+def grade_aliases(scale: Mapping[int, str]) -> dict[str, int]:
+    """Every way a worksheet may write a grade, lower-cased: the scale's names (``E``), and for ESCI's
+    scale its labels in full (``exact``, ``Substitute``)."""
+    names = {name.lower(): g for g, name in scale.items()}
+    if dict(scale) == ESCI_LABEL_NAMES:
+        names |= {label.lower(): g for label, g in DEFAULT_LABELS.items()}
+    return names
+
+
+def _grade(value: object, scale: Mapping[int, str], aliases: Mapping[str, int]) -> int | None | str:
+    """The grade a cell holds (a number on the scale, as ``3``, ``3.0`` or ``3,0``, or a label in
+    any case); None: empty; str: why not."""
     if value is None or (isinstance(value, str) and not value.strip()):
         return None
     if isinstance(value, bool):
         return f"{value!r} is not a grade"
-    names = {name.lower(): g for g, name in scale.items()}
     text = str(value).strip()
-    if text.lower() in names:
-        return names[text.lower()]
+    if text.lower() in aliases:
+        return aliases[text.lower()]
+    number = text.replace(",", ".", 1) if text.count(",") == 1 and "." not in text else text
     try:
-        g = int(text) if not isinstance(value, float) or value.is_integer() else None
+        x = float(number)
     except ValueError:
-        g = None
-    if g is None or g not in scale:
-        return f"grade {text!r} is not on the scale ({scale_text(scale)})"
-    return g
+        x = math.nan
+    if not (math.isfinite(x) and x.is_integer() and int(x) in scale):
+        full = [label for label, g in DEFAULT_LABELS.items() if len(label) > 1] if dict(scale) == ESCI_LABEL_NAMES else []
+        return f"grade {text!r} is not on the scale ({scale_text(scale)}{'; in full: ' + ', '.join(full) if full else ''})"
+    return int(x)
 
 
-def read_worksheet(path: str | Path, index: int, scale: Mapping[int, str], queries: Sequence[str],
-                   read_at: str) -> tuple[list[Graded], Source, list[str]]:  # fmt: skip
+#: the separators a worksheet's CSV may use: a spreadsheet saves with ',' or, in locales whose decimal
+#: mark is a comma, ';' (and may say so on a first line ``sep=;``); tab-separated text too
+SEPARATORS = (",", ";", "\t")
+
+
+def _csv_records(p: Path, text: str) -> tuple[list[tuple[int, dict]], str]:
+    """A CSV worksheet's rows (line number, column -> cell; column names stripped, ``qid``, ``docid``
+    and ``rater`` in any case), and the name of its grade column."""
+    lines = text.splitlines(keepends=True)
+    first = 1
+    sep = None
+    if lines and lines[0].strip().lower().startswith("sep=") and len(lines[0].strip()) == 5:
+        sep, first, lines = lines[0].strip()[4], 2, lines[1:]
+    body = "".join(lines)
+    header = lines[0] if lines else ""
+
+    def names(delimiter: str) -> list[str]:
+        return [c.strip() for c in next(csv.reader([header], delimiter=delimiter), [])]
+
+    if sep is None:
+        sep = next((d for d in SEPARATORS if {"qid", "docid"} <= {c.lower() for c in names(d)}), None)
+    if sep is None:
+        raise StagebenchError(f"{p}: line {first}: no qid and docid columns (read with ',', ';' and tab as the "
+                              f"separator; a worksheet plan-judgments wrote has them)")  # fmt: skip
+    fields = names(sep)
+    canonical = {c: c.lower() if c.lower() in ("qid", "docid", "rater") else c for c in fields}
+    grade_cols = [c for c in fields if c.lower().startswith("grade")]
+    if len(grade_cols) != 1:
+        raise StagebenchError(f"{p}: line {first}: expected one grade column (a header starting with 'grade'), found "
+                              f"{len(grade_cols)}")  # fmt: skip
+    reader = csv.reader(io.StringIO(body), delimiter=sep)
+    next(reader, None)
+    records = []
+    for i, row in enumerate(reader, start=first + 1):
+        if not any(c.strip() for c in row):
+            continue
+        records.append((i, {canonical[c]: v for c, v in zip(fields, row)}))
+    return records, grade_cols[0]
+
+
+def read_worksheet(path: str | Path, index: int, scale: Mapping[int, str], queries: Container[str],
+                   read_at: str, docs: Container[str] | None = None) -> tuple[list[Graded], Source, list[str]]:  # fmt: skip
     """Every graded row of one worksheet (CSV, or JSONL by its ``.jsonl`` name), its source record,
-    and one line per bad row (file, line, value); a row with an empty grade is left out."""
+    and one line per bad row (file, line, value); a row with an empty grade is left out. Read as
+    raters' tools write it: a byte-order mark, CRLF line ends, ',' ';' or tab as the separator,
+    columns in any order and extra ones, grades as numbers (``3``, ``3.0``) or labels in any case.
+    A row naming a query not in ``queries``, or a document not in ``docs`` (when given), is bad."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        text = p.read_bytes().decode("utf-8-sig")
     except OSError as exc:
         raise StagebenchError(f"{p}: cannot read the worksheet ({exc.strerror or exc})") from None
     except UnicodeDecodeError:
-        raise StagebenchError(f"{p}: not a UTF-8 text file (a worksheet is CSV or JSONL)") from None
+        raise StagebenchError(f"{p}: not a UTF-8 text file (a worksheet is CSV or JSONL; a spreadsheet saves it as "
+                              "'CSV UTF-8')") from None  # fmt: skip
     records: list[tuple[int, dict]] = []
     if p.suffix.lower() == ".jsonl":
         for i, line in enumerate(text.splitlines(), start=1):
@@ -123,21 +180,15 @@ def read_worksheet(path: str | Path, index: int, scale: Mapping[int, str], queri
                 raise StagebenchError(f"{p}: line {i}: expected a JSON object")
             records.append((i, obj))
         grade_key = "grade"
+        if records and not all(k in records[0][1] for k in ("qid", "docid")):
+            raise StagebenchError(f"{p}: line {records[0][0]}: the worksheet needs the keys qid and docid (a worksheet "
+                                  "plan-judgments wrote)")  # fmt: skip
     else:
-        reader = csv.DictReader(io.StringIO(text))
-        fields = reader.fieldnames or []
-        grade_cols = [f for f in fields if f.strip().lower().startswith("grade")]
-        if len(grade_cols) != 1:
-            raise StagebenchError(f"{p}: line 1: expected one grade column (a header starting with 'grade'), found "
-                                  f"{len(grade_cols)}")  # fmt: skip
-        grade_key = grade_cols[0]
-        records = [(i, row) for i, row in enumerate(reader, start=2)]
-    if records and not all(k in records[0][1] for k in ("qid", "docid")):
-        raise StagebenchError(f"{p}: the worksheet needs the columns qid and docid (a worksheet plan-judgments wrote)")
-    known = set(queries)
+        records, grade_key = _csv_records(p, text)
+    aliases = grade_aliases(scale)
     graded, bad, raters = [], [], set()
     for i, r in records:
-        g = _grade(r.get(grade_key), scale)
+        g = _grade(r.get(grade_key), scale, aliases)
         if g is None:
             continue
         qid, docid = str(r.get("qid") or "").strip(), str(r.get("docid") or "").strip()
@@ -145,8 +196,10 @@ def read_worksheet(path: str | Path, index: int, scale: Mapping[int, str], queri
             bad.append(f"{p}: line {i}: {g}")
         elif not qid or not docid:
             bad.append(f"{p}: line {i}: a grade without a qid and a docid")
-        elif qid not in known:
+        elif qid not in queries:
             bad.append(f"{p}: line {i}: query {qid!r} is not a query of this results folder")
+        elif docs is not None and docid not in docs:
+            bad.append(f"{p}: line {i}: document {docid!r} is not in the dataset's corpus")
         else:
             rater = str(r.get("rater") or "").strip()
             raters.add(rater) if rater else None
@@ -222,5 +275,5 @@ def sources_note(text: str) -> str:
             f"{each} ({ADDED} lists each one)")  # fmt: skip
 
 
-__all__ = ["ADDED", "SOURCES", "Graded", "Merged", "Source", "added_tsv", "grade_header", "merge", "read_worksheet",
+__all__ = ["ADDED", "SEPARATORS", "SOURCES", "Graded", "Merged", "Source", "added_tsv", "grade_aliases", "grade_header", "merge", "read_worksheet",
            "scale_text", "sources_json", "sources_note", "worksheet_csv", "worksheet_jsonl", "worksheet_rows"]
