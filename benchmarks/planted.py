@@ -144,12 +144,12 @@ BUGS: tuple[Bug, ...] = (
     Bug("unjudged documents", "judged-only letters from the main view's values", "src/stagebench/results/scoring.py",
         "judged_comps, judged_better = significance(judged, pairs,", "judged_comps, judged_better = significance(evals, pairs,",
         COMPARE),
-    Bug("LLM judge", "a judge's grade replaces a human label in the filled qrels", "src/stagebench/results/judged.py",
+    Bug("LLM judge", "a judge's grade replaces a human label in the filled qrels", "src/stagebench/judgments/pool.py",
         "        if j.purpose == HOLE and j.grade is not None and j.docid not in filled.get(j.qid, {}):\n"
         "            filled.setdefault(j.qid, {})[j.docid] = j.grade\n",
         "        if j.grade is not None:\n            filled.setdefault(j.qid, {})[j.docid] = j.grade\n"
         "        if j.purpose == HOLE and j.grade is not None:\n", ("tests/judge/test_judge.py",)),
-    Bug("LLM judge", "the weighted kappa's interval bootstraps unweighted kappa", "src/stagebench/results/agreement.py",
+    Bug("LLM judge", "the weighted kappa's interval bootstraps unweighted kappa", "src/stagebench/judgments/agreement.py",
         "v = kappa(h[idx], j[idx], k, 1)", "v = kappa(h[idx], j[idx], k, 0)", ("tests/judge/test_judge.py",)),
     Bug("segments", "a segment of exactly min_queries queries left untested", "src/stagebench/results/segments.py",
         "if len(qs) >= min_queries else None", "if len(qs) > min_queries else None", ("tests/results/test_segments.py",)),
@@ -187,7 +187,7 @@ BUGS: tuple[Bug, ...] = (
     Bug("crash safety", "a swap killed between its renames: the folder set aside never put back", "src/stagebench/files.py",
         "        if not target.exists():\n            log.info(\"putting back", "        if False:\n            log.info(\"putting back",
         ("tests/test_faults.py::test_the_judge_and_a_judging_round_survive_a_fault_at_every_kind_of_write",)),
-    Bug("crash safety", "the judge writes into the finished folder in place", "src/stagebench/judge/rounds.py",
+    Bug("crash safety", "the judge writes into the finished folder in place", "src/stagebench/judging.py",
         "    with rewritten(rf.path) as tmp:  # the folder changes whole or not at all\n        atomic_write(tmp / JUDGMENTS, tsv)",
         "    for tmp in (rf.path,):  # in place\n        atomic_write(tmp / JUDGMENTS, tsv)",
         ("tests/test_faults.py::test_the_judge_and_a_judging_round_survive_a_fault_at_every_kind_of_write",)),

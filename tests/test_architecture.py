@@ -21,11 +21,11 @@ LAYERS = {
     2: ["models.encoders", "models.onnx_weights", "models.variants", "stages.base", "stages.model", "llm.http", "llm.local", "llm.chat", "rerank.plugins", "rerank.pointwise",
         "llm.windows", "llm.families", "stages.bm25", "stages.dense", "stages.fusion", "stages.rerank", "stages.run_file",
         "stages.llm_rerank", "stages.oracle", "stages.pyterrier", "stages", "results.interop", "results", "results.ceilings", "results.queries", "results.folder", "results.depth",
-        "results.scoring", "results.cost", "results.check", "results.compare", "results.segments", "results.matrix", "results.agreement", "results.judged",
-        "results.views", "results.incompleteness", "results.planning", "results.worksheet", "results.baselines", "judge.rules",
+        "results.scoring", "results.cost", "results.check", "results.compare", "results.segments", "results.matrix", "judgments", "judgments.agreement", "judgments.pool",
+        "judgments.views", "judgments.incompleteness", "judgments.planning", "judgments.worksheet", "results.baselines", "judge.rules",
         "judge.ask", "judge.section", "outputs"],
     3: ["config", "report", "report.tables", "report.plots", "report.explorer", "report.html", "report.write"],
-    4: ["execute", "judge.rounds", "pipeline", "fitting", "fitting.finetune", "fitting.train", "fitting.tune", "reproductions", "runtime.supervisor"],
+    4: ["execute", "judge.grading", "judging", "pipeline", "fitting", "fitting.finetune", "fitting.train", "fitting.tune", "reproductions", "runtime.supervisor"],
     5: ["api", "cli", "docgen", "", "__main__"],
 }  # fmt: skip
 LAYER = {f"stagebench.{m}".rstrip("."): n for n, mods in LAYERS.items() for m in mods}
@@ -139,7 +139,7 @@ CLI_MAY_IMPORT = {
     "stagebench.config", "stagebench.results.check", "stagebench.data.synthetic",  # flag declarations
     "stagebench.metrics",  # --rel and -m checked against the qrels file, named by flag
     "stagebench.report", "stagebench.report.tables", "stagebench.report.plots", "stagebench.reproductions",  # renderers
-    "stagebench.results.planning", "stagebench.results.segments", "stagebench.results.scoring",  # choices, defaults, words
+    "stagebench.judgments.planning", "stagebench.results.segments", "stagebench.results.scoring",  # choices, defaults, words
     "stagebench.runtime.supervisor", "stagebench.runtime.engine",  # run on a Ray engine: the driver in a watched child,
     # connected before its run
 }  # fmt: skip
@@ -176,3 +176,13 @@ def test_the_tests_share_one_scripted_chat_backend():
                     isinstance(f, ast.FunctionDef) and f.name in ("complete", "identity") for f in node.body):  # fmt: skip
                 found.append(f"{path.relative_to(tests)}:{node.lineno} {node.name}")
     assert not found, "chat backends that do not derive from ScriptedChat: " + ", ".join(found)
+
+
+#: the most modules the top of the package may hold (less ``__init__`` and ``__main__``): past it, a new
+#: module belongs in the package of its job (docs/architecture.md)
+TOP_LEVEL_CEILING = 22
+
+
+def test_the_top_level_holds_no_more_modules_than_its_ceiling():
+    top = sorted(p.stem for p in SRC.glob("*.py") if p.stem not in ("__init__", "__main__"))
+    assert len(top) <= TOP_LEVEL_CEILING, f"{len(top)} modules at the top of src/stagebench (ceiling {TOP_LEVEL_CEILING}): {top}"

@@ -45,8 +45,8 @@ from stagebench.runtime.engine import EngineParams
 from stagebench.errors import ConfigError, DataError, StagebenchError
 from stagebench.data.synthetic import SyntheticSpec, generate
 from stagebench.execute import StageRun, canonical, context, make_stage, run_in
-from stagebench.judge.rounds import add_judgments as _add_judgments, judge_folder, plan_judgments as _plan_judgments
-from stagebench.judge.rounds import run_incompleteness, simulate_plans as _simulate_plans
+from stagebench.judging import add_judgments as _add_judgments, judge_folder, plan_judgments as _plan_judgments
+from stagebench.judging import run_incompleteness, simulate_plans as _simulate_plans
 from stagebench.metrics import Evaluation, HoleViews, Measure, check_thresholds, parse_measure
 from stagebench.metrics import evaluate_views as _evaluate_views
 from stagebench.metrics import evaluate as _evaluate
@@ -63,10 +63,10 @@ from stagebench.reproductions import Reproduced, reproduce as _reproduce
 from stagebench.results.check import Check, compare_with_expected, write_expected
 from stagebench.results.compare import Comparison, compare_folders
 from stagebench.results.folder import RESULTS, RunFolder
-from stagebench.results.incompleteness import Incompleteness
+from stagebench.judgments.incompleteness import Incompleteness
 from stagebench.results import interop
 from stagebench.results.matrix import MatrixTable, matrix_table
-from stagebench.results.planning import Simulation
+from stagebench.judgments.planning import Simulation
 from stagebench.results.segments import MIN_QUERIES, SegmentTable, folder_segments
 from stagebench.results.scoring import stage_evaluations
 from stagebench.runs import Run, checked_qrels, checked_run, read_trec_qrels, read_trec_run, run_digest, write_trec_run

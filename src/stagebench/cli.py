@@ -25,7 +25,7 @@ from stagebench.report.tables import (check_text, comparison_text, matrix_csv, m
                                      segments_markdown, segments_text)  # fmt: skip
 from stagebench.reproductions import matrix
 from stagebench.results.check import Expected
-from stagebench.results.planning import STRATEGIES
+from stagebench.judgments.planning import STRATEGIES
 from stagebench.results.segments import MIN_QUERIES
 from stagebench.results.scoring import conventions_line
 from stagebench.runtime.engine import connect

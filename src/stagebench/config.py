@@ -314,7 +314,7 @@ class Config:
     raw: dict
     training: TrainingConfig | None = None  # for `stagebench train-reranker`
     matrix: MatrixRecord | None = None  # the reranker-by-pool matrix (its stages are in stages)
-    judge: JudgeParams | None = None  # the LLM judge of the holes (stagebench.judge.rounds)
+    judge: JudgeParams | None = None  # the LLM judge of the holes (stagebench.judge.grading)
     engine: EngineParams = field(default_factory=EngineParams)  # the top-level engine: (stages may override it)
     tune: TuneConfig | None = None  # for `stagebench tune` (stagebench.fitting.tune)
 

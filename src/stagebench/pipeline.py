@@ -39,7 +39,7 @@ from stagebench.execute import (context, latency_sample, make_stage, measure_lat
                                 stage_key)
 from stagebench.judge.ask import Judge
 from stagebench.judge.rules import RulesJudge
-from stagebench.judge.rounds import judge_runs, make_judge
+from stagebench.judge.grading import judge_runs, make_judge
 from stagebench.files import atomic_write, check_apart, check_destination, check_writable, remove_staging, staging, swap_in
 from stagebench.metrics import SCORED_MIN_GRADE
 from stagebench.metrics.compute import gain_map
@@ -47,7 +47,7 @@ from stagebench.record import Manifest, StageRecord
 from stagebench.report.write import render
 from stagebench.results import baselines
 from stagebench.results.folder import RESULTS, write_manifest
-from stagebench.results.judged import JUDGMENTS
+from stagebench.judgments.pool import JUDGMENTS
 from stagebench.results.queries import TEXTS_FILE, texts_for
 from stagebench.results.segments import FROM_DATASET, STORED_FILE, read_segment_file, stored_here, stored_tsv
 from stagebench.runs import Run, write_trec_qrels, write_trec_run

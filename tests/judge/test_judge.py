@@ -18,11 +18,11 @@ from stagebench.data import Dataset
 from stagebench.errors import ConfigError
 from stagebench.judge.ask import Judge, JudgeParams
 from stagebench.judge.scale import ESCI, parse_grade, scale_for
-from stagebench.judge.rounds import judge_runs
+from stagebench.judge.grading import judge_runs
 from stagebench.params import build
 from stagebench.llm.request import ChatRequest, Completion, RequestFailed
-from stagebench.results.agreement import agreement, kappa, kendall_tau_b
-from stagebench.results.judged import HOLE, SAMPLE, filled_qrels, pool, read_judgments
+from stagebench.judgments.agreement import agreement, kappa, kendall_tau_b
+from stagebench.judgments.pool import HOLE, SAMPLE, filled_qrels, pool, read_judgments
 from tests.scripted_chat import ScriptedChat
 
 ESCI_NAMES = {3: "E", 2: "S", 1: "C", 0: "I"}

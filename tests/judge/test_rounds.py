@@ -18,15 +18,15 @@ from stagebench.cli import main
 from stagebench.config import parse_config
 from stagebench.errors import ConfigError, StagebenchError
 from stagebench.files import file_digest
-from stagebench.judge.rounds import add_judgments, ground
+from stagebench.judging import add_judgments, ground
 from stagebench.metrics import evaluate, parse_measure
 from stagebench.results.folder import RunFolder
-from stagebench.results.incompleteness import subsample
-from stagebench.results.judged import filled_qrels
-from stagebench.results.planning import plan, pool_holes
-from stagebench.results.views import pair_bounds, pair_settled, stage_views
+from stagebench.judgments.incompleteness import subsample
+from stagebench.judgments.pool import filled_qrels
+from stagebench.judgments.planning import plan, pool_holes
+from stagebench.judgments.views import pair_bounds, pair_settled, stage_views
 from stagebench.results.scoring import label_names_of
-from stagebench.results.worksheet import ADDED, SOURCES, read_worksheet
+from stagebench.judgments.worksheet import ADDED, SOURCES, read_worksheet
 
 STAGES = [
     {"name": "bm25", "type": "bm25", "params": {"top_k": 50}},

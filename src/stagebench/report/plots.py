@@ -10,7 +10,7 @@ import numpy as np
 
 from stagebench.optional import need
 from stagebench.results.cost import CostPoint
-from stagebench.results.incompleteness import Incompleteness
+from stagebench.judgments.incompleteness import Incompleteness
 from stagebench.results.matrix import MatrixTable
 from stagebench.results.segments import BUILT_IN, SegmentTable
 from stagebench.table import StageRow

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 
 from stagebench.record import JudgeRecord, LLMStats, RerankStats, StageRecord
-from stagebench.results.agreement import Agreement
+from stagebench.judgments.agreement import Agreement
 from stagebench.results.check import CheckRow
 from stagebench.results.compare import Comparison
 from stagebench.results.matrix import MEASURE as MATRIX_MEASURE, MatrixTable

@@ -28,12 +28,12 @@ from stagebench.results import ceilings
 from stagebench.results.cost import quality_cost
 from stagebench.results.folder import RunFolder, rewritten, write_manifest
 from stagebench.results.matrix import matrix_table
-from stagebench.results.judged import FILLED_FLAGS, FILLED_QRELS, JUDGMENTS, judge_results, read_judgments, sources_tsv
+from stagebench.judgments.pool import FILLED_FLAGS, FILLED_QRELS, JUDGMENTS, judge_results, read_judgments, sources_tsv
 from stagebench.results.queries import build, primary_measure, wins_and_losses
 from stagebench.results.scoring import Scored, label_names_of, score_folder
 from stagebench.results.segments import STORED_FILE, SegmentSources, SegmentTable, read_stored, segment_tables
-from stagebench.results.incompleteness import FILE as INCOMPLETENESS, Incompleteness
-from stagebench.results.worksheet import SOURCES, sources_note
+from stagebench.judgments.incompleteness import FILE as INCOMPLETENESS, Incompleteness
+from stagebench.judgments.worksheet import SOURCES, sources_note
 from stagebench.runs import Run, write_trec_qrels
 from stagebench.table import StageTable
 

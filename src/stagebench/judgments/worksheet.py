@@ -18,7 +18,7 @@ from pathlib import Path
 from stagebench.data.esci import DEFAULT_LABELS, ESCI_LABEL_NAMES
 from stagebench.errors import StagebenchError
 from stagebench.files import file_digest
-from stagebench.results.planning import Hole
+from stagebench.judgments.planning import Hole
 
 #: the judgments add-judgments added to a folder, one a line, and the worksheets they came from
 ADDED = "judgments/added.tsv"

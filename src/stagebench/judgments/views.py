@@ -1,6 +1,6 @@
 """One measure of every stage under the three views of the holes, on one fixed query set: the
-ground the judging round stands on (:mod:`stagebench.results.incompleteness`,
-:mod:`stagebench.results.planning`).
+ground the judging round stands on (:mod:`stagebench.judgments.incompleteness`,
+:mod:`stagebench.judgments.planning`).
 
 * ``irrelevant`` - a hole counts as grade 0 (the main table);
 * ``judged_only`` - holes removed before the cut (trec_eval ``-J``);
@@ -28,7 +28,7 @@ from itertools import combinations
 from stagebench.metrics import holes
 from stagebench.metrics.compute import dcg, discount, gain_map
 from stagebench.metrics.names import Measure
-from stagebench.results.agreement import kendall_tau_b
+from stagebench.judgments.agreement import kendall_tau_b
 from stagebench.runs import Run, ranked_ids
 
 VIEWS = ("irrelevant", "judged_only", "bounds")

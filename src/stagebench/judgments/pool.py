@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from stagebench.errors import StagebenchError
 from stagebench.metrics import parse_measure
 from stagebench.record import JudgeRecord, Manifest
-from stagebench.results.agreement import Agreement, agreement
+from stagebench.judgments.agreement import Agreement, agreement
 from stagebench.results.scoring import Scored, score_folder
 from stagebench.runs import Run, ranked_ids
 from stagebench.table import StageTable

@@ -1,23 +1,18 @@
-"""A finished run's judgments: the judge of its holes, the next judging round, the judgments that
-come back, and how much the missing ones matter.
+"""The judge's and the judging round's commands on a finished folder (above the report layer: each
+renders the folder again; the round's parts are :mod:`stagebench.judgments`, the grader
+:mod:`stagebench.judge`):
 
-* The judge (an LLM, or the generator's rules on the embedded data) grades the holes in every
-  stage's top ``depth`` and a sample of judged pairs (:mod:`stagebench.judge`), inside
-  ``stagebench run`` (a config's ``judge:`` section) or on a finished results folder
-  (``stagebench judge RUN_DIR``) without running a stage again.
+* ``stagebench judge RUN_DIR`` grades the holes of a finished folder (:func:`judge_folder`) without
+  running a stage again.
+
 * ``stagebench plan-judgments`` writes the worksheet of a budget of holes that settles the most
-  open stage pairs (:mod:`stagebench.results.planning`), and ``--simulate`` measures the plan
+  open stage pairs (:mod:`stagebench.judgments.planning`), and ``--simulate`` measures the plan
   against depth pooling and random holes with the judge's grades as the answers.
 * ``stagebench add-judgments`` takes graded worksheets back into a new results folder
-  (:mod:`stagebench.results.worksheet`), the source folder untouched.
+  (:mod:`stagebench.judgments.worksheet`), the source folder untouched.
 * ``stagebench incompleteness`` runs the classic experiment of judgments taken away
-  (:mod:`stagebench.results.incompleteness`), and compares each view with the truth when the
+  (:mod:`stagebench.judgments.incompleteness`), and compares each view with the truth when the
   folder holds the rules judge's grades.
-
-The judge's grades are a file of the folder (``judge/judgments.tsv``, in the manifest with its
-digest), and its record - identity, settings, pairs, parse health, tokens, seconds - is the
-manifest's ``judge``; everything else (the filled qrels, the judge-filled stage table, the
-agreement) is computed from those by :func:`stagebench.report.write.render`, like every table.
 """
 
 from __future__ import annotations
@@ -27,92 +22,33 @@ import logging
 import shutil
 import time
 from datetime import datetime, timezone
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
-from stagebench.cache import Cache, cache_root
-from stagebench.data import LOADERS, Dataset, DatasetConfig, parse_dataset
-from stagebench.runtime.engine import LocalEngine
+from stagebench import outputs
+from stagebench.data import parse_dataset
 from stagebench.errors import StagebenchError
 from stagebench.files import atomic_write, check_apart, check_destination, remove_staging, staging, swap_in
-from stagebench.judge.ask import Judge, JudgeParams
-from stagebench.judge.rules import RULES, RulesJudge
-from stagebench.judge.scale import scale_for
+from stagebench.cache import Cache, cache_root
+from stagebench.judge.grading import dataset_of, judge_runs, make_judge
 from stagebench.judge.section import parse_judge
-from stagebench import outputs
+from stagebench.judge.rules import RULES
+from stagebench.judgments.incompleteness import FILE as INCOMPLETENESS, Incompleteness, experiment
+from stagebench.judgments.planning import Simulation, depth_pooling, plan, pool_holes, random_holes, simulate
+from stagebench.judgments.pool import HOLE, JUDGMENTS, Judgment, filled_qrels, read_judgments
+from stagebench.judgments.views import rankings
+from stagebench.judgments.worksheet import (ADDED, SOURCES, added_tsv, merge, read_worksheet, sources_json, worksheet_csv,
+                                            worksheet_jsonl, worksheet_rows)
 from stagebench.metrics import holes as hole_views, parse_measure, scored_query_ids
 from stagebench.metrics.compute import gain_map
 from stagebench.metrics.names import Measure
 from stagebench.params import read_yaml
-from stagebench.record import DatasetRecord, JudgeRecord
 from stagebench.report.write import Rendered, render
 from stagebench.results.folder import RESULTS, RunFolder, rewritten, write_manifest
-from stagebench.results.incompleteness import FILE as INCOMPLETENESS, Incompleteness, experiment
-from stagebench.results.judged import HOLE, JUDGMENTS, SAMPLE, Judgment, filled_qrels, judgments_tsv, pool, read_judgments, sample
-from stagebench.results.planning import Simulation, depth_pooling, plan, pool_holes, random_holes, simulate
 from stagebench.results.scoring import label_names_of
-from stagebench.results.views import rankings
-from stagebench.results.worksheet import (ADDED, SOURCES, added_tsv, merge, read_worksheet, sources_json, worksheet_csv,
-                                          worksheet_jsonl, worksheet_rows)
-from stagebench.runs import Run, write_trec_qrels
+from stagebench.runs import write_trec_qrels
 
 log = logging.getLogger("stagebench")
-
-
-def make_judge(params: JudgeParams, dataset: DatasetConfig) -> Judge | RulesJudge:
-    """The judge ``params`` describe: an LLM (:class:`Judge`) or the generator's rules over the
-    dataset the config names (:class:`RulesJudge`)."""
-    if params.backend == RULES:
-        return RulesJudge(params, dataset.options.path, dataset.options.labels)
-    return Judge(params)
-
-
-def judge_runs(params: JudgeParams, judge: Judge | RulesJudge, ds: Dataset, runs: dict[str, Run], stages: list[str],
-               label_names: dict[int, str], cache: Cache | None) -> tuple[JudgeRecord, str]:  # fmt: skip
-    """Ask the judge for every pooled hole and the agreement sample: its record and the judgments file."""
-    qrels = ds.qrels
-    chosen = params.stages or stages
-    holes, judged = pool(runs, chosen, qrels, scored_query_ids(qrels), params.depth)
-    picked = sample(judged, params.sample, params.sample_seed)
-    scale = scale_for(label_names, {g for docs in qrels.values() for g in docs.values()})
-    pairs = [(q, d, HOLE) for q, d in holes] + [(q, d, SAMPLE) for q, d in picked]
-    log.info("%s: %d unjudged pairs in the top %d of %s (pooled), and %d judged pairs for the agreement (seed %d)",
-             judge.label, len(holes), params.depth, ", ".join(chosen), len(picked), params.sample_seed)  # fmt: skip
-    asked = judge.grade([(q, d) for q, d, _ in pairs], [(ds.queries[q], ds.doc_text.get(d, "")) for q, d, _ in pairs],
-                        scale, cache, LocalEngine())  # fmt: skip
-    judgments = [Judgment(q, d, purpose, a.grade, a.status) for (q, d, purpose), a in zip(pairs, asked.answers)]
-    o = asked.outcomes
-    if isinstance(judge, RulesJudge):
-        log.info("%s: %d pairs graded by the generator's rules (nothing asked or cached) [%.1fs]", judge.label,
-                 len(pairs), asked.seconds)  # fmt: skip
-    else:
-        log.info("%s: %d pairs: %d from the cache, %d asked; ok %d, repaired %d, unusable %d, failed %d; %d prompt + "
-                 "%d completion tokens [%.1fs]", judge.label, len(pairs), asked.from_cache, len(pairs) - asked.from_cache,
-                 o["ok"], o["repaired"], o["unusable"], o["failed"], asked.prompt_tokens, asked.completion_tokens,
-                 asked.seconds)  # fmt: skip
-    backend = judge.backend()
-    tokens = asked.prompt_tokens + asked.completion_tokens
-    record = JudgeRecord(
-        params=asdict(params), identity=judge.identity(),
-        scale={g: label for g, label, _ in scale.labels}, depth=params.depth, stages=list(chosen), holes=len(holes),
-        sample=len(picked), outcomes=dict(o), from_cache=asked.from_cache, prompt_tokens=asked.prompt_tokens,
-        completion_tokens=asked.completion_tokens, retries=asked.retries, model_seconds=round(asked.model_seconds, 3),
-        seconds=round(asked.seconds, 3),
-        cost=None if params.price_per_1k_tokens is None else round(tokens / 1000 * params.price_per_1k_tokens, 6),
-        reproducibility=getattr(backend, "reproducibility", ""),
-    )  # fmt: skip
-    return record, judgments_tsv(judgments)
-
-
-def dataset_of(rf: RunFolder, dc: DatasetConfig, who: str) -> Dataset:
-    """The dataset a folder's config names, loaded, and refused unless it is the one the folder's runs
-    were scored on (corpus and qrels fingerprints): ``who`` needs the same texts."""
-    ds = LOADERS[dc.loader].load(dc.options)
-    recorded, here = rf.manifest.dataset, DatasetRecord.from_json(ds.stats())
-    if (recorded.fingerprint, recorded.qrels_fingerprint) != (here.fingerprint, here.qrels_fingerprint):
-        raise StagebenchError(f"{rf.path}: the dataset its config names ({dc.loader}) is not the one its runs were "
-                              f"scored on (its corpus or qrels fingerprint differs); {who} needs the same texts")  # fmt: skip
-    return ds
 
 
 def judge_folder(folder: str | Path, config: str | None = None, cache_dir: str | None = None) -> Rendered:

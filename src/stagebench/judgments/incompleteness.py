@@ -3,10 +3,10 @@ and Voorhees, SIGIR 2004; Sakai, SIGIR 2007) on a finished run (``stagebench inc
 
 Each query keeps a random share of its judgments (at least one, and at least one positive when it
 had one, so every query stays scored; seeded); every stage is scored under each view
-(:mod:`stagebench.results.views`) on the same queries; and each view's stage order is compared with
+(:mod:`stagebench.judgments.views`) on the same queries; and each view's stage order is compared with
 the order under all the judgments (Kendall's tau-b), as are its significant pairs (paired
 randomization test, Holm over the stage pairs: a pair that flips, vanishes or appears) and, for the
-bounds, the pairs the judgments settle (:func:`stagebench.results.views.pair_settled`). With the truth
+bounds, the pairs the judgments settle (:func:`stagebench.judgments.views.pair_settled`). With the truth
 (a folder the rules judge graded: every hole in every stage's top ``depth``), each view is also
 compared with the true order and values.
 """
@@ -21,7 +21,7 @@ from itertools import combinations
 from stagebench import stats
 from stagebench.metrics import SCORED_MIN_GRADE
 from stagebench.metrics.names import Measure
-from stagebench.results.views import VIEWS, StageViews, pair_settled, stage_views, tau
+from stagebench.judgments.views import VIEWS, StageViews, pair_settled, stage_views, tau
 
 
 def subsample(qrels: Mapping[str, Mapping[str, int]], rate: float, seed: int) -> dict[str, dict[str, int]]:
