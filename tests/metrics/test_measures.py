@@ -97,7 +97,7 @@ def test_measure_names(name, canonical):
     ("nDCG@0", "cutoff must be >= 1"), ("R", "R needs a cutoff"), ("Foo@10", "unknown family 'Foo' (known: nDCG, nDCG_Burges, RR"),
     ("Rprec@10", "Rprec takes no cutoff"), ("nDCG(rel=2)@10", "parameter 'rel' does not apply to nDCG"),
     ("P(gain=exp)@5", "parameter 'gain' does not apply to P"), ("nDCG@ten", "not of the form"),
-    ("P(rel=0)@5", "rel must be >= 1"), ("P(rel=x)@5", "rel must be an integer grade"),
+    ("P(rel=0)@5", "rel must be >= 1"), ("P(rel=x)@5", "rel expected an integer"),
     ("nDCG(gain=log)@5", "gain must be one of linear, exp"),
 ])  # fmt: skip
 def test_bad_measure_names(bad, why):

@@ -87,26 +87,28 @@ def stage_views(ranked: Mapping[str, Mapping[str, list[str]]], qrels: Mapping[st
 def _pair_query(m: Measure, ra: list[str], rb: list[str], judged: Mapping[str, int], top: int, rel: int,
                 gain: object) -> tuple[float, float] | None:  # fmt: skip
     """The bounds of ``m(a) - m(b)`` on one query over every grading of its holes in either top k (each
-    hole 0..``top``, the same for both stages): nDCG (the numerator exactly, the ideal bounded by its
-    values with every hole irrelevant and every one at the top grade) and P; None for other measures."""
+    hole 0..``top``, the same for both stages) for the families declared ``paired``
+    (:mod:`stagebench.metrics.families`): nDCG (the numerator exactly, the ideal bounded by its values
+    with every hole irrelevant and every one at the top grade) and P; None for the others."""
     k = m.cutoff
     A, B = (ra, rb) if k is None else (ra[:k], rb[:k])
-    if m.family in ("nDCG", "nDCG_Burges"):
-        g = gain_map("exponential" if m.family == "nDCG_Burges" else (m.gain or gain))
+    family = m.declared
+    if not family.paired:
+        return None
+    if family.graded:
+        g = gain_map(family.fixed_gain or m.gain or gain)
         worth_a = {d: 1.0 / discount(i) for i, d in enumerate(A, start=1)}
         worth_b = {d: 1.0 / discount(i) for i, d in enumerate(B, start=1)}
         full = g(top)
-    elif m.family == "P" and k is not None:
+    else:  # P: a cut-off is required
         g = _relevant(m.rel if m.rel is not None else rel)
         worth_a, worth_b, full = dict.fromkeys(A, 1.0 / k), dict.fromkeys(B, 1.0 / k), g(top)
-    else:
-        return None
     known = sum(g(judged[d]) * w for d, w in worth_a.items() if d in judged) - sum(
         g(judged[d]) * w for d, w in worth_b.items() if d in judged)
     open_ = [worth_a.get(d, 0.0) - worth_b.get(d, 0.0) for d in {*worth_a, *worth_b} if d not in judged]
     lo = known + sum(min(0.0, full * c) for c in open_)
     hi = known + sum(max(0.0, full * c) for c in open_)
-    if m.family == "P":
+    if not family.graded:
         return lo, hi
     gains = sorted((g(x) for x in judged.values()), reverse=True)
     n_holes = sum(1 for d in {*worth_a, *worth_b} if d not in judged)

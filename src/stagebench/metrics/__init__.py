@@ -118,9 +118,13 @@ def evaluate(
     ms = [m if isinstance(m, Measure) else parse_measure(m) for m in measures]
     names = [m.name for m in ms]
     held = sorted({g for docs in qrels.values() for g in docs.values() if g >= SCORED_MIN_GRADE})
-    if held and not any(gain(g) > 0 for g in held) and any(m.family == "nDCG" for m in ms):
+    if held and not any(gain(g) > 0 for g in held) and any(m.family == "nDCG" and m.gain is None for m in ms):
         raise StagebenchError(f"{gain.describe()}: no grade the qrels hold ({', '.join(map(str, held))}) has a "
                               "positive gain, so every nDCG would be 0")  # fmt: skip
+    for m in ms:
+        problem = m.params.problem(max(held, default=0)) if hasattr(m.params, "problem") else None
+        if problem:
+            raise StagebenchError(f"{m.name}: {problem}")
     if len(set(names)) != len(names):
         raise StagebenchError(f"measures: duplicate names in {names}")
     if relevance_threshold < 1:

@@ -12,8 +12,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-#: the named gain maps (``exp`` is kept as another name of ``exponential``)
-GAIN_NAMES = ("linear", "exponential", "exp", "esci")
 #: the KDD Cup 2022 (Shopping Queries) task-1 gains, as amazon-science/esci-data computes them:
 #: ranking/prepare_trec_eval_files.py maps E/S/C/I to trec_eval levels 4/2/3/1 and evaluates with
 #: ``trec_eval -c -J -m 'ndcg.1=0,2=0.01,3=0.1,4=1'`` - so E=1, S=0.01, C=0.1, I=0 (docs/metrics.md)
@@ -182,3 +180,19 @@ def r_precision(ranking: Sequence[str], judgments: Mapping[str, int], rel: int) 
 
 def judged(ranking: Sequence[str], judgments: Mapping[str, int], cutoff: int) -> float:
     return sum(1 for d in ranking[:cutoff] if d in judgments) / cutoff
+
+
+def err(ranking: Sequence[str], judgments: Mapping[str, int], cutoff: int | None, max_grade: int) -> float:
+    """Expected reciprocal rank (Chapelle, Metzler, Zhang and Grinspan, CIKM 2009): a user reads down the
+    ranking and stops at a document of grade g with probability (2^g - 1) / 2^max_grade; the expected
+    reciprocal of the rank where they stop. gdeval.pl (the TREC Web track's, and ir_measures' ERR) fixes
+    ``max_grade`` at 4; an unjudged document and grades <= 0 never stop the user."""
+    top = ranking if cutoff is None else ranking[:cutoff]
+    scale = 2.0**max_grade
+    going, total = 1.0, 0.0
+    for i, d in enumerate(top, start=1):
+        g = judgments.get(d, 0)
+        stop = (2.0**g - 1.0) / scale if g > 0 else 0.0
+        total += going * stop / i
+        going *= 1.0 - stop
+    return total

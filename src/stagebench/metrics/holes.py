@@ -12,8 +12,8 @@
 
 The bounds of a measure on a query are the lower and the higher of its ``irrelevant`` and
 ``top_grade`` values. For P, Hit, Hits, RR and R a hole can only raise the value as its grade
-rises, so every grading of the holes lands inside the bounds. nDCG, AP and Rprec are not monotone
-in a hole's grade (a hole that turns relevant raises their normaliser too), so for them the bounds
+rises, so every grading of the holes lands inside the bounds. nDCG, ERR, AP and Rprec are not monotone
+in a hole's grade (ERR: a relevant hole above a relevant document lowers that document's share) (a hole that turns relevant raises their normaliser too), so for them the bounds
 are the two extreme scenarios, not a guarantee for every mixed grading (docs/metrics.md).
 ``Judged@k`` describes the run's judgments themselves and is the same under every treatment.
 """
@@ -24,14 +24,16 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from stagebench.metrics.compute import Gain
+from stagebench.metrics.families import FAMILIES
 from stagebench.metrics.names import Measure
 from stagebench.metrics.value import per_query_value
 
 HOLES = ("irrelevant", "judged_only", "top_grade")
-#: the families whose every grading of the holes lies inside the bounds
-MONOTONE = frozenset({"P", "Hit", "Hits", "RR", "R", "F1"})
+#: the families whose every grading of the holes lies inside the bounds (declared ``holes="monotone"``)
+MONOTONE = frozenset(f.name for f in FAMILIES if f.holes == "monotone")
 #: families that describe the judgments of a ranking, not its quality: the same under every treatment
-UNAFFECTED = frozenset({"Judged"})
+#: (declared ``holes="unaffected"``)
+UNAFFECTED = frozenset(f.name for f in FAMILIES if f.holes == "unaffected")
 
 
 def top_grade(qrels: Mapping[str, Mapping[str, int]], gain: Gain) -> int:

@@ -1,0 +1,91 @@
+"""The measure registry (stagebench.metrics.families): every family declared once, and each
+declaration carries what the rest of stagebench reads - a kernel that computes, a parity row against a
+reference implementation, a row in docs/metrics.md's table, the parameters its names may take."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+
+from stagebench.metrics import evaluate, parse_measure
+from stagebench.metrics.families import ALIASES, FAMILIES, FAMILY
+from stagebench.metrics import holes
+
+REPO = Path(__file__).resolve().parents[2]
+
+#: family -> the test that holds its parity with a reference implementation (trec_eval through
+#: pytrec_eval, or ir_measures); a family added to the registry without one fails below
+PARITY = {
+    "nDCG": "tests/parity/test_pytrec_eval.py::test_agrees_with_pytrec_eval_on_250_random_cases",
+    "RR": "tests/parity/test_pytrec_eval.py::test_agrees_with_pytrec_eval_on_250_random_cases",
+    "R": "tests/parity/test_pytrec_eval.py::test_agrees_with_pytrec_eval_on_250_random_cases",
+    "P": "tests/parity/test_pytrec_eval.py::test_agrees_with_pytrec_eval_on_250_random_cases",
+    "AP": "tests/parity/test_pytrec_eval.py::test_agrees_with_pytrec_eval_on_250_random_cases",
+    "Rprec": "tests/parity/test_pytrec_eval.py::test_agrees_with_pytrec_eval_on_250_random_cases",
+    "nDCG_Burges": "tests/parity/test_new_measures.py::test_ndcg_burges_and_gain_tables_agree_with_trec_eval_on_mapped_grades",
+    "F1": "tests/parity/test_new_measures.py::test_hits_and_f1_agree_with_trec_eval_on_the_run_cut_at_k",
+    "Hits": "tests/parity/test_new_measures.py::test_hits_and_f1_agree_with_trec_eval_on_the_run_cut_at_k",
+    "ERR": "tests/parity/test_new_measures.py::test_err_hit_and_judged_agree_with_ir_measures_on_random_cases",
+    "Hit": "tests/parity/test_new_measures.py::test_err_hit_and_judged_agree_with_ir_measures_on_random_cases",
+    "Judged": "tests/parity/test_new_measures.py::test_err_hit_and_judged_agree_with_ir_measures_on_random_cases",
+}  # fmt: skip
+
+
+def _defined(node_id: str) -> bool:
+    path, _, name = node_id.partition("::")
+    tree = ast.parse((REPO / path).read_text(encoding="utf-8"))
+    return any(isinstance(n, ast.FunctionDef) and n.name == name for n in tree.body)
+
+
+def test_every_family_has_a_parity_test_that_exists_and_a_docs_row():
+    assert set(PARITY) == set(FAMILY), set(PARITY) ^ set(FAMILY)
+    assert all(_defined(t) for t in PARITY.values()), [t for t in PARITY.values() if not _defined(t)]
+    doc = (REPO / "docs" / "metrics.md").read_text(encoding="utf-8")
+    rows = set(re.findall(r"^\| `([A-Za-z_0-9]+)(?:@k)?` \|", doc, flags=re.M))
+    assert set(FAMILY) <= rows, f"families without a row in docs/metrics.md's table: {set(FAMILY) - rows}"
+
+
+QRELS = {"q": {"a": 3, "b": 0, "c": 1, "d": 2, "e": 1}}
+RUN = {"q": {"a": 0.9, "x": 0.8, "c": 0.7, "d": 0.6, "b": 0.5}}  # x is a hole
+#: holes at ranks 1 and 3 around an irrelevant document: filling them at the top grade moves every family
+HOLEY = {"q": {"x": 0.9, "b": 0.8, "y": 0.7, "c": 0.6, "a": 0.5}}
+
+
+@pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.name)
+def test_each_declaration_parses_computes_and_treats_holes_as_declared(family):
+    name = family.name + ("" if family.cutoff == "absent" else "@3")
+    m = parse_measure(name)
+    assert m.family == family.name and m.declared is family and m.name == name
+    for alias in (family.name.lower(), *family.aliases):
+        assert ALIASES[alias] == family.name and parse_measure(alias + name[len(family.name):]).name == name
+    assert 0 < evaluate(QRELS, RUN, [name]).means[name] < 10  # the kernel computes something real
+    views = {h: evaluate(QRELS, HOLEY, [name], holes=h).means[name] for h in holes.HOLES}
+    if family.holes == "unaffected":
+        assert len(set(views.values())) == 1
+    else:  # the holes at ranks 1 and 3 move it when filled at the top grade
+        assert views["top_grade"] > views["irrelevant"]
+    assert (family.name in holes.MONOTONE) == (family.holes == "monotone")
+    # the parameters its names take are the declared ones, and no other
+    declared = [f.name for f in dataclasses.fields(family.params)]
+    for key in declared:
+        assert key in ("rel", "gain", "max_grade")
+    if not declared:
+        with pytest.raises(Exception, match="does not apply to"):
+            parse_measure(family.name + "(rel=2)" + name[len(family.name):])
+    if family.cutoff == "required":
+        with pytest.raises(Exception, match="needs a cutoff"):
+            parse_measure(family.name)
+
+
+def test_err_is_chapelles_cascade_by_hand():
+    """ERR@3 on grades 3, hole, 1 with max_grade 4: R = 7/16, 0, 1/16."""
+    want = 7 / 16 + (1 - 7 / 16) * 0 / 2 + (1 - 7 / 16) * (1 / 16) / 3
+    assert evaluate(QRELS, RUN, ["ERR@3"]).means["ERR@3"] == pytest.approx(want, abs=1e-15)
+    r3 = 7 / 8 + (1 - 7 / 8) * (1 / 8) / 3
+    assert evaluate(QRELS, RUN, ["ERR(max_grade=3)@3"]).means["ERR(max_grade=3)@3"] == pytest.approx(r3, abs=1e-15)
+    with pytest.raises(Exception, match=r"ERR\(max_grade=2\)@3: the qrels hold grade 3, above max_grade 2"):
+        evaluate(QRELS, RUN, ["ERR(max_grade=2)@3"])
