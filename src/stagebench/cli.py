@@ -20,7 +20,7 @@ from stagebench.config import EvaluationConfig
 from stagebench.params import coerce
 from stagebench.data.synthetic import SyntheticSpec
 from stagebench.errors import StagebenchError
-from stagebench.metrics import check_thresholds, claims, parse_measure
+from stagebench.metrics import check_thresholds, parse_measure
 from stagebench.report.tables import (check_text, comparison_text, matrix_csv, matrix_markdown, matrix_text, segments_csv,
                                      segments_markdown, segments_text)  # fmt: skip
 from stagebench.reproductions import matrix
@@ -245,16 +245,13 @@ def _cmd_generate(args: argparse.Namespace) -> int:
 def _cmd_eval(args: argparse.Namespace) -> int:
     if args.rel < 1:
         raise StagebenchError(f"--rel {args.rel}: must be >= 1 (grade 0 means not relevant)")
-    measures, delegated = [], []
+    measures = []
     for m in args.metrics:
         try:
             measures.append(parse_measure(m))
         except StagebenchError as exc:
-            other = None if claims(m) else api.parse_delegated(m)
-            if other is None:
-                hint = "" if api.ir_measures_version() else " (ir_measures, not installed here, may know it: pip install 'stagebench[interop]')"
-                raise StagebenchError(f"-m {m}: {exc}{hint}") from None
-            delegated.append(other)
+            raise StagebenchError(f"-m {m}: {exc}") from None
+    delegated = [m for m in measures if m.declared is None]  # ir_measures computes them
     if delegated and args.view != "irrelevant":
         raise StagebenchError(f"--view {args.view}: ir_measures' measures ({', '.join(map(str, delegated))}) count an "
                               "unjudged document as irrelevant only; score them with the default view")  # fmt: skip
@@ -267,14 +264,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         _eval_header(args, views.irrelevant)
         return _eval_views(args, views)
     ev = api.evaluate(qrels, run, measures, **kw, holes="judged_only" if args.view == "judged-only" else "irrelevant")
-    per_query = dict(ev.per_query)
-    if delegated:
-        try:
-            per_query.update(api.delegated_per_query(delegated, qrels, run, ev.scored_queries))
-        except Exception as exc:  # noqa: BLE001 - any failure of the library (a provider's subprocess too) is one line
-            first = (str(exc).splitlines() or [type(exc).__name__])[0]
-            raise StagebenchError(f"-m {', '.join(map(str, delegated))}: ir_measures could not compute it "
-                                  f"({type(exc).__name__}: {first[:300]})") from None  # fmt: skip
+    per_query = ev.per_query
     _eval_header(args, ev, [str(m) for m in delegated])
     n = len(ev.scored_queries)
     means = {name: (sum(v.values()) / n if n else 0.0) for name, v in per_query.items()}

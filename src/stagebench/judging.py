@@ -116,13 +116,17 @@ class Ground:
 def ground(folder: str | Path, measure: str | None = None) -> Ground:
     rf = RunFolder.open(folder)
     ev = rf.manifest.evaluation
-    names = [parse_measure(m).name for m in ev.metrics]
+    names = [m.name for m in map(parse_measure, ev.metrics) if m.declared is not None]  # the round needs the views
     if measure is None:
         measure = "nDCG@10" if "nDCG@10" in names else next((n for n in names if not n.startswith("Judged")), names[0])
     try:
         m = parse_measure(measure)
     except StagebenchError as exc:
         raise StagebenchError(f"--measure: {exc}") from None
+    if m.declared is None:
+        raise StagebenchError(f"--measure {m.name}: computed by ir_measures, which counts an unjudged document as "
+                              "irrelevant only; the judging round needs the views of the holes: use one of "
+                              "stagebench's own measures (docs/metrics.md)")  # fmt: skip
     if m.family in hole_views.UNAFFECTED:
         raise StagebenchError(f"--measure {m.name}: describes the judgments, not a stage's quality; every view gives it alike")
     qrels = rf.qrels()

@@ -29,11 +29,12 @@ from dataclasses import dataclass, field
 from stagebench.errors import StagebenchError
 from stagebench.metrics import compute
 from stagebench.metrics import holes as _holes
+from stagebench.metrics.delegate import Delegated, delegated_per_query
 from stagebench.metrics.names import Measure, claims, parse_measure
 from stagebench.metrics.value import per_query_value
 from stagebench.runs import ranked_ids
 
-__all__ = ["Measure", "claims", "parse_measure", "evaluate", "evaluate_views", "Evaluation", "HoleViews", "per_query_value", "HOLES"]
+__all__ = ["Delegated", "Measure", "claims", "parse_measure", "evaluate", "evaluate_views", "Evaluation", "HoleViews", "per_query_value", "HOLES"]
 
 HOLES = _holes.HOLES
 
@@ -42,7 +43,7 @@ HOLES = _holes.HOLES
 class Evaluation:
     """Per-query values and means of several measures on one run."""
 
-    measures: list[Measure]
+    measures: list[Measure | Delegated]  # stagebench's own, and those ir_measures computes
     per_query: dict[str, dict[str, float]]  # measure name -> qid -> value
     relevance_threshold: int
     gain: compute.Gain
@@ -85,7 +86,7 @@ def check_thresholds(qrels: Mapping[str, Mapping[str, int]], relevance_threshold
         raise StagebenchError(f"{where}: {flag} {relevance_threshold} is above every grade in the qrels (highest: {top}); "
                               "every binary measure would be 0")  # fmt: skip
     for m in measures:
-        m = m if isinstance(m, Measure) else parse_measure(m)
+        m = m if isinstance(m, Measure | Delegated) else parse_measure(m)
         if m.rel is not None and m.rel > top:
             raise StagebenchError(f"{where}: {m.name}: rel={m.rel} is above every grade in the qrels (highest: {top})")
 
@@ -115,14 +116,18 @@ def evaluate(
         if missing:
             raise StagebenchError(f"{gain.describe()}: no gain for grade(s) {missing}, which the qrels hold")
 
-    ms = [m if isinstance(m, Measure) else parse_measure(m) for m in measures]
+    ms = [m if isinstance(m, Measure | Delegated) else parse_measure(m) for m in measures]
     names = [m.name for m in ms]
+    delegated = [m for m in ms if isinstance(m, Delegated)]
+    if delegated and holes != "irrelevant":
+        raise StagebenchError(f"{', '.join(m.name for m in delegated)}: computed by ir_measures, which counts an unjudged "
+                              f"document as irrelevant only: no {holes.replace('_', '-')} view of it")  # fmt: skip
     held = sorted({g for docs in qrels.values() for g in docs.values() if g >= SCORED_MIN_GRADE})
     if held and not any(gain(g) > 0 for g in held) and any(m.family == "nDCG" and m.gain is None for m in ms):
         raise StagebenchError(f"{gain.describe()}: no grade the qrels hold ({', '.join(map(str, held))}) has a "
                               "positive gain, so every nDCG would be 0")  # fmt: skip
     for m in ms:
-        problem = m.params.problem(max(held, default=0)) if hasattr(m.params, "problem") else None
+        problem = m.params.problem(max(held, default=0)) if hasattr(getattr(m, "params", None), "problem") else None
         if problem:
             raise StagebenchError(f"{m.name}: {problem}")
     if len(set(names)) != len(names):
@@ -142,7 +147,15 @@ def evaluate(
             missing.append(qid)
         ranking = ranked_ids(docs) if docs else []
         for m, n in zip(ms, names):
-            per_query[n][qid] = _holes.value(m, ranking, qrels[qid], holes, top, relevance_threshold, gain)
+            if isinstance(m, Measure):
+                per_query[n][qid] = _holes.value(m, ranking, qrels[qid], holes, top, relevance_threshold, gain)
+    if delegated:
+        try:
+            per_query.update(delegated_per_query(delegated, qrels, run, scored))
+        except Exception as exc:  # noqa: BLE001 - any failure of the library (a provider's subprocess too) is one line
+            first = (str(exc).splitlines() or [type(exc).__name__])[0]
+            raise StagebenchError(f"{', '.join(m.name for m in delegated)}: ir_measures could not compute it "
+                                  f"({type(exc).__name__}: {first[:300]})") from None  # fmt: skip
     return Evaluation(
         measures=ms,
         per_query=per_query,

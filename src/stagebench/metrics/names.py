@@ -18,11 +18,15 @@ from typing import Any
 import yaml
 
 from stagebench.errors import ConfigError, StagebenchError
+from stagebench.metrics.delegate import Delegated, ir_measures_version, parse_delegated
 from stagebench.metrics.families import ALIASES, FAMILIES as REGISTRY, FAMILY, Family
 from stagebench.params import build
 
 #: the family names, in the registry's order
 FAMILIES = tuple(f.name for f in REGISTRY)
+#: trec_eval's names, lower-cased -> (family, whether the name takes ``_k``)
+TREC_EVAL = {name.lower(): (f.name, cut) for f in REGISTRY for name, cut in zip(f.trec_eval, (True, False)) if name}
+_TREC_RE = re.compile(r"^(?P<base>[A-Za-z]+(?:_[A-Za-z]+)*?)(?:_(?P<k>\d+))?$")
 
 _NAME_RE = re.compile(r"^(?P<family>[A-Za-z][A-Za-z0-9_-]*)(?:\((?P<params>[^)]*)\))?(?:@(?P<cutoff>\d+))?$")
 
@@ -74,6 +78,8 @@ def claims(text: str) -> bool:
     """Whether ``text`` is stagebench's to parse (and to refuse): one of its families, with only
     parameters that family declares. Anything else (``RBP(p=0.8)``, ``nDCG(judged_only=True)@10``)
     may be another library's measure (:mod:`stagebench.metrics.delegate`)."""
+    if trec_eval_name(text) is not None:
+        return True
     m = _NAME_RE.fullmatch(text.strip())
     family = ALIASES.get(m["family"].lower()) if m else None
     if family is None:
@@ -96,8 +102,38 @@ def _value(text: str, family: Family, key: str, raw: str) -> Any:
         raise StagebenchError(f"measure {text!r}: {key} {str(exc).removeprefix(f'p.{key}: ')}") from None
 
 
-def parse_measure(text: str) -> Measure:
-    """Parse a measure name; raises :class:`StagebenchError` with the reason."""
+def trec_eval_name(text: str) -> str | None:
+    """``text`` written as stagebench writes it, when it is trec_eval's name of one of its measures
+    (``ndcg_cut_10`` -> ``nDCG@10``, ``P_5`` -> ``P@5``, ``recip_rank`` -> ``RR``), else None."""
+    m = _TREC_RE.fullmatch(text.strip())
+    found = TREC_EVAL.get(m["base"].lower()) if m else None
+    if found is None or found[1] != (m["k"] is not None):
+        return None
+    return found[0] + (f"@{int(m['k'])}" if m["k"] is not None else "")
+
+
+def parse_measure(text: str) -> Measure | Delegated:
+    """Parse a measure name: stagebench's (or trec_eval's name of one of its measures) as a
+    :class:`Measure`; a name no family claims, which ir_measures knows, as a :class:`Delegated`
+    (:mod:`stagebench.metrics.delegate`); anything else raises :class:`StagebenchError` with the reason."""
+    if not claims(text):
+        delegated = parse_delegated(text)
+        if delegated is not None:
+            return delegated
+    try:
+        return parse_native(text)
+    except StagebenchError as exc:
+        hint = "" if ir_measures_version() is not None else (
+            "; ir_measures, which names many more, is not installed: pip install 'stagebench[interop]'")
+        raise StagebenchError(f"{exc}{hint}") from None
+
+
+def parse_native(text: str) -> Measure:
+    """Parse the name of one of stagebench's own measures (or trec_eval's name of one); raises
+    :class:`StagebenchError` with the reason."""
+    translated = trec_eval_name(text) if ALIASES.get(text.strip().lower()) is None else None
+    if translated is not None:
+        return parse_native(translated)
     m = _NAME_RE.fullmatch(text.strip())
     if not m:
         raise StagebenchError(f"measure {text!r}: not of the form FAMILY[(rel=N)][@K], e.g. nDCG@10, RR@10, R@100")

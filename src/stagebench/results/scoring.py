@@ -9,7 +9,8 @@ from string import ascii_lowercase
 from typing import Any
 
 from stagebench import stats
-from stagebench.metrics import Evaluation, evaluate, holes
+from stagebench.metrics import Delegated, Evaluation, Measure, evaluate, holes
+from stagebench.metrics.delegate import ir_measures_version
 from stagebench.metrics.compute import gain_map
 from stagebench.record import LLMStats, Manifest, StageRecord
 from stagebench.results import baselines, ceilings
@@ -84,13 +85,16 @@ def score_folder(manifest: Manifest, qrels: dict, runs: dict[str, Run]) -> Score
     baseline = ev.baseline or names[0]
     pairs = comparisons_for(stages, baseline)
     comps, better = significance(evals, pairs, metric_names, queries, letters, ev)
-    judged = {n: evaluate(qrels, runs[n], ev.metrics, relevance_threshold=rel, gain=gain, holes="judged_only")
+    # the views of the holes, for stagebench's own measures (ir_measures' count a hole as irrelevant only)
+    native = [m for m in evals[names[0]].measures if isinstance(m, Measure)]
+    delegated = [m for m in evals[names[0]].measures if isinstance(m, Delegated)]
+    judged = {n: evaluate(qrels, runs[n], native, relevance_threshold=rel, gain=gain, holes="judged_only")
               for n in names}  # fmt: skip
-    judged_comps, judged_better = significance(judged, pairs, metric_names, queries, letters, ev)
+    judged_comps, judged_better = significance(judged, pairs, [m.name for m in native], queries, letters, ev)
     top = holes.top_grade(qrels, gain_map(gain))
-    high = {n: evaluate(qrels, runs[n], ev.metrics, relevance_threshold=rel, gain=gain, holes="top_grade")
+    high = {n: evaluate(qrels, runs[n], native, relevance_threshold=rel, gain=gain, holes="top_grade")
             for n in names}  # fmt: skip
-    viewed = [m.name for m in evals[names[0]].measures if m.family not in holes.UNAFFECTED]
+    viewed = [m.name for m in native if m.family not in holes.UNAFFECTED]
     bounded = {n: {m: _mean_bounds(evals[n].per_query[m], high[n].per_query[m], queries) for m in viewed}
                for n in names}  # fmt: skip
     unsettled = {n: {m: [letters[o] for o in names if o != n and holes.overlap(bounded[n][m], bounded[o][m])]
@@ -164,6 +168,11 @@ def score_folder(manifest: Manifest, qrels: dict, runs: dict[str, Run]) -> Score
             notes.append(f"(!) {r.stage}: {r.llm.failed} of {r.llm.windows} LLM calls failed after every retry and were "
                          "accepted (failed_calls: accept): their products kept the input order (listwise, pointwise) "
                          "or the call said nothing (pairwise, setwise), so the row understates the model")  # fmt: skip
+    if delegated:
+        notes.append(f"computed by ir_measures {ir_measures_version()}: "
+                     + ", ".join(f"{m.name} ({m.provider})" for m in delegated)
+                     + "; each under the conventions its name states, unjudged documents as irrelevant, over the same "
+                       "scored queries; they have no judged-only view and no bounds (docs/metrics.md)")  # fmt: skip
     notes += baselines.notes(manifest.tuned_baselines, names, {n: evals[n].means for n in names})
     g = gain_map(gain)
     table = StageTable(rows, metric_names, title, notes, {"gain": g.as_json(), "gain_map": g.describe(),
