@@ -15,10 +15,10 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "stagebench"
 LAYERS = {
     0: ["errors", "version", "optional", "files", "textfile", "params", "runtime.system", "ui", "analyzer", "metrics.compute", "stats",
         "table", "data.text", "data.corpus", "rerank", "llm", "llm.schemes", "runtime.devices", "runtime.engine", "judge", "models", "runtime", "models.onnx_graphs"],
-    1: ["llm.listwise", "llm.labels", "llm.request", "judge.scale", "runs", "metrics.families", "metrics.names", "metrics.value", "metrics.holes", "metrics", "cache", "models.resolve", "record", "data.model", "data.esci", "data.jsonl", "data.trec", "data.irds",
+    1: ["llm.listwise", "llm.labels", "llm.request", "judge.scale", "runs", "metrics.families", "metrics.names", "metrics.value", "metrics.holes", "metrics", "cache", "models.resolve", "record", "data.dataset", "data.esci", "data.jsonl", "data.trec", "data.irds",
         "metrics.delegate",
         "data.synthetic", "data", "rerank.merge"],
-    2: ["models.encoders", "models.onnx_weights", "models.variants", "stages.base", "stages.model", "llm.http", "llm.local", "llm.chat", "rerank.plugins", "rerank.pointwise",
+    2: ["models.encoders", "models.onnx_weights", "models.variants", "stages.base", "stages.neural", "llm.http", "llm.local", "llm.chat", "rerank.plugins", "rerank.pointwise",
         "llm.windows", "llm.families", "stages.bm25", "stages.dense", "stages.fusion", "stages.rerank", "stages.run_file",
         "stages.llm_rerank", "stages.oracle", "stages.pyterrier", "stages", "results.interop", "results", "results.ceilings", "results.queries", "results.folder", "results.depth",
         "results.scoring", "results.cost", "results.check", "results.compare", "results.segments", "results.matrix", "judgments", "judgments.agreement", "judgments.pool",

@@ -38,7 +38,7 @@ from typing import Any
 from stagebench.cache import Cache, cache_root
 from stagebench.config import Config, load_config, parse_config, parse_stage
 from stagebench.data import DatasetConfig, parse_dataset
-from stagebench.data.model import Dataset
+from stagebench.data.dataset import Dataset
 from stagebench.runtime.devices import Placement, place
 from stagebench.models.encoders import BiEncoder, CrossEncoderModel, load_bi_encoder, load_cross_encoder
 from stagebench.runtime.engine import EngineParams
@@ -55,7 +55,7 @@ from stagebench.files import check_apart, check_destination, remove_staging, sta
 from stagebench.models.resolve import ResolvedModel, resolve_model
 from stagebench.rerank.plugins import Reranker
 from stagebench.pipeline import RunResult, read_dataset, run_config
-from stagebench.pipeline import check_run as check_run_config
+from stagebench.pipeline import refusals_before_loading
 from stagebench import outputs
 from stagebench.report import plots
 from stagebench.report.write import rerender, show_query
@@ -253,7 +253,7 @@ def check_run(config: Config | Mapping[str, Any] | str | Path, output: str | Pat
     """What :func:`run` would refuse before it loads or connects to anything (a results folder
     that is not stagebench's, a cache inside it, destinations that cannot be written, a trained
     model that is missing), raised as its one error; else the results folder it would write."""
-    return check_run_config(config_from(config), output, cache_dir)[0]
+    return refusals_before_loading(config_from(config), output, cache_dir)[0]
 
 
 def tune(config: Config | Mapping[str, Any] | str | Path, output: str | Path | None = None,

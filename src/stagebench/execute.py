@@ -5,7 +5,7 @@ hard negatives with a first stage - without either importing the other.
 
 * :func:`stage_key` - the content address of a stage's run: everything it depends on;
 * :func:`run_stage` - the run from the cache (checksum-verified), or computed, checked
-  (:func:`check_run`), made canonical and stored - only if it reads back identically;
+  (:func:`check_stage_run`), made canonical and stored - only if it reads back identically;
 * :func:`measure_latency` - each sampled query served alone by the warm stage
   (:meth:`stagebench.stages.Stage.server`), timed: the per-query latency of the cost table.
 """
@@ -119,7 +119,7 @@ def scoring_key(parts: dict) -> str:
     return make_key({**{k: v for k, v in parts.items() if k not in ("inputs", "params")}, "params": params})
 
 
-def check_run(run: Run, stage: str, dataset: Dataset) -> None:
+def check_stage_run(run: Run, stage: str, dataset: Dataset) -> None:
     """A stage's run holds known queries, string doc ids a TREC file can hold, finite scores."""
     for qid, docs in run.items():
         if qid not in dataset.queries:
@@ -174,9 +174,9 @@ def run_stage(sc: StageConfig, stage: Stage, ctx: StageContext, inputs: list[Run
         if not isinstance(out, StageOutput):
             raise StagebenchError(f"stage {sc.name}: {type(stage).__name__}.apply returned {type(out).__name__}, "
                                   "not a StageOutput")  # fmt: skip
-        check_run(out.run, sc.name, ctx.dataset)
+        check_stage_run(out.run, sc.name, ctx.dataset)
         for r in out.depth_runs.values():
-            check_run(r, sc.name, ctx.dataset)
+            check_stage_run(r, sc.name, ctx.dataset)
         run = canonical(out.run)
         return replace(out, run=run, depth_runs={n: canonical(r) for n, r in sorted(out.depth_runs.items())}), run_digest(run)
 

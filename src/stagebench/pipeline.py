@@ -134,8 +134,8 @@ def check_destinations(out: Path, cache: Cache) -> None:
     check_writable(cache.root, "cache")
 
 
-def check_run(config: Config, output: str | Path | None = None, cache_dir: str | None = None,
-              recompute: bool = False) -> tuple[Path, Cache]:  # fmt: skip
+def refusals_before_loading(config: Config, output: str | Path | None = None, cache_dir: str | None = None,
+                             recompute: bool = False) -> tuple[Path, Cache]:  # fmt: skip
     """What a run refuses before it loads or connects to anything (its results folder and cache,
     the trained models it names); the results folder and the cache it would use."""
     out = Path(output or config.output)
@@ -149,7 +149,7 @@ def run_config(config: Config, output: str | Path | None = None, cache_dir: str 
                recompute: bool = False) -> RunResult:  # fmt: skip
     """Run ``config``; ``cache_dir`` overrides the cache root, ``recompute`` ignores cached
     results (and replaces them)."""
-    out, cache = check_run(config, output, cache_dir, recompute)
+    out, cache = refusals_before_loading(config, output, cache_dir, recompute)
     stages = [make_stage(sc) for sc in config.stages]
     judge = None if config.judge is None else make_judge(config.judge, config.dataset)
     with ray_session(config.ray_engine(), f"{config.path}: engine"):  # a cluster that does not answer: before any stage

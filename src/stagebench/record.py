@@ -245,7 +245,7 @@ class StageRecord:
 
 
 @dataclass(frozen=True)
-class Evaluation:
+class EvaluationRecord:
     """How the stages were scored (the config's ``evaluation:`` section as the run resolved it)."""
 
     metrics: list[str]
@@ -261,7 +261,7 @@ class Evaluation:
     matrix: MatrixRecord | None = None  # the reranker-by-pool matrix the config asked for
 
     @classmethod
-    def from_json(cls, d: dict) -> Evaluation:
+    def from_json(cls, d: dict) -> EvaluationRecord:
         return cls(metrics=list(d["metrics"]), relevance_threshold=int(d["relevance_threshold"]), gain=d["gain"],
                    baseline=d.get("baseline"), test=d.get("test", "randomization"), alpha=float(d.get("alpha", 0.05)),
                    permutations=int(d.get("permutations", 10000)), bootstrap=int(d.get("bootstrap", 2000)),
@@ -417,8 +417,8 @@ class Manifest:
         return [s.name for s in self.stages]
 
     @property
-    def evaluation(self) -> Evaluation:
-        return Evaluation.from_json(self.raw["evaluation"])
+    def evaluation(self) -> EvaluationRecord:
+        return EvaluationRecord.from_json(self.raw["evaluation"])
 
     @property
     def dataset(self) -> DatasetRecord:
@@ -511,6 +511,6 @@ TRAINING_RECORD = "stagebench_training.json"
 MODEL = Owned("trained model", TRAINING_RECORD, json_record(TRAINING_RECORD, "a model folder stagebench trained"))
 
 
-__all__ = ["MODEL", "TRAINING_RECORD", "TUNED", "TUNING_RECORD", "DatasetRecord", "Evaluation", "JudgeRecord", "LLMStats", "MANIFEST", "MANIFEST_KEYS", "Manifest", "Pricing", "RerankStats",
+__all__ = ["MODEL", "TRAINING_RECORD", "TUNED", "TUNING_RECORD", "DatasetRecord", "EvaluationRecord", "JudgeRecord", "LLMStats", "MANIFEST", "MANIFEST_KEYS", "Manifest", "Pricing", "RerankStats",
            "StageRecord", "Stats", "depth_run_name", "stats_from_json"]
 

@@ -95,7 +95,7 @@ def bootstrap_ci(values: Sequence[float], resamples: int = 2000, seed: int = 42,
 
 
 @dataclass
-class Comparison:
+class PairTest:
     a: str
     b: str
     metric: str
@@ -115,12 +115,12 @@ class Comparison:
 
 
 def compare(a_name: str, b_name: str, metric: str, a: Sequence[float], b: Sequence[float],
-            permutations: int, seed: int) -> Comparison:  # fmt: skip
+            permutations: int, seed: int) -> PairTest:  # fmt: skip
     av, bv = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     t, p_t = paired_t_test(av, bv)
     diff = av - bv
     eps = 1e-12
-    return Comparison(
+    return PairTest(
         a=a_name, b=b_name, metric=metric, mean_a=float(av.mean()), mean_b=float(bv.mean()), t=t, p_t=p_t,
         p_rand=randomization_test(av, bv, permutations, seed),
         wins=int(np.sum(diff > eps)), ties=int(np.sum(np.abs(diff) <= eps)), losses=int(np.sum(diff < -eps)),

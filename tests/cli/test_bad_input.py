@@ -235,11 +235,11 @@ def test_3_ids_a_trec_file_cannot_hold_are_rejected_at_load(tmp_path, capsys, wh
 def test_3_a_stage_returning_an_unwritable_doc_id_fails_and_caches_nothing_unreadable(tmp_path):
     from stagebench.data.jsonl import BeirOptions, load_beir
     from stagebench.errors import StagebenchError
-    from stagebench.execute import check_run
+    from stagebench.execute import check_stage_run
 
     ds = load_beir(BeirOptions(path=str(beir(tmp_path / "data"))))
     with pytest.raises(StagebenchError, match=r"stage x: query 'q1': document id 'd 1' is empty or holds whitespace"):
-        check_run({"q1": {"d 1": 1.0}}, "x", ds)
+        check_stage_run({"q1": {"d 1": 1.0}}, "x", ds)
     # the cache refuses an entry that does not read back, and keeps nothing of it
     cache = Cache(tmp_path / "c2")
     with pytest.raises(StagebenchError, match="does not read back"):

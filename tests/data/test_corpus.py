@@ -7,7 +7,7 @@ import pyarrow as pa
 import pytest
 
 from stagebench.data.corpus import CHUNK, Corpus, TextColumn
-from stagebench.data.model import Dataset
+from stagebench.data.dataset import Dataset
 from stagebench.data.text import render
 
 

@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from stagebench.cache import Cache
-from stagebench.data.model import Dataset
+from stagebench.data.dataset import Dataset
 from stagebench.stages.base import StageContext
 from stagebench.stages.dense import DenseParams, DenseStage
 

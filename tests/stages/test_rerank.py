@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from stagebench.data.model import Dataset
+from stagebench.data.dataset import Dataset
 from stagebench.errors import StagebenchError
 from stagebench.runs import ranked_ids
 from stagebench.stages.base import StageContext

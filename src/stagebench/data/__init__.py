@@ -10,7 +10,7 @@ from typing import Any
 from stagebench.data.esci import EsciHfOptions, EsciOptions, load_esci, load_esci_hf
 from stagebench.data.irds import IrdsOptions, load_irds
 from stagebench.data.jsonl import BeirOptions, SrsJsonlOptions, load_beir, load_srs_jsonl
-from stagebench.data.model import Dataset
+from stagebench.data.dataset import Dataset
 from stagebench.data.trec import TrecOptions, load_trec
 from stagebench.errors import ConfigError
 from stagebench.params import build

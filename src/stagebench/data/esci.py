@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from stagebench.data.corpus import Corpus
-from stagebench.data.model import Dataset, check_queries, judged_doc_ids
+from stagebench.data.dataset import Dataset, check_queries, judged_doc_ids
 from stagebench.runs import check_id
 from stagebench.data.text import strip_html
 from stagebench.errors import DataError

@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from stagebench.data.corpus import Corpus
 from stagebench.data.jsonl import _finish
-from stagebench.data.model import Dataset, check_queries, judged_queries
+from stagebench.data.dataset import Dataset, check_queries, judged_queries
 from stagebench.data.text import render, strip_html, template_fields
 from stagebench.errors import DataError
 from stagebench.optional import need

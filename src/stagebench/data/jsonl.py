@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Literal
 
 from stagebench.data.esci import ESCI_LABEL_NAMES
-from stagebench.data.model import Dataset, check_queries, judged_queries
+from stagebench.data.dataset import Dataset, check_queries, judged_queries
 from stagebench.data.text import strip_html
 from stagebench.errors import DataError
 from stagebench.params import PositiveInt, param

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Literal
 
 from stagebench.data.jsonl import _finish, read_jsonl
-from stagebench.data.model import Dataset, check_queries
+from stagebench.data.dataset import Dataset, check_queries
 from stagebench.data.text import strip_html
 from stagebench.errors import DataError
 from stagebench.params import param

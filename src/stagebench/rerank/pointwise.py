@@ -44,7 +44,7 @@ from stagebench.runs import Run
 from stagebench.models.variants import for_placement, onnx_kind
 
 if TYPE_CHECKING:
-    from stagebench.data.model import Dataset
+    from stagebench.data.dataset import Dataset
 
 log = logging.getLogger("stagebench")
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from stagebench import stats
 from stagebench.metrics import compute
-from stagebench.record import Evaluation, RerankStats, LLMStats, StageRecord
+from stagebench.record import EvaluationRecord, RerankStats, LLMStats, StageRecord
 from stagebench.results import ceilings
 from stagebench.runs import Run, ranked_ids
 from stagebench.table import DepthCells
 
 
 def depth_sweep(s: StageRecord, runs: dict[str, Run], qrels: dict, queries: list[str], rel: int, gain,
-                ev: Evaluation) -> list[DepthCells]:  # fmt: skip
+                ev: EvaluationRecord) -> list[DepthCells]:  # fmt: skip
     """A reranker's depth sweep: per depth, its ceiling, what it achieved, whether that differs
     significantly from its input (paired randomization test, Holm over the depths), and its cost."""
     inp = runs[s.inputs[0]]

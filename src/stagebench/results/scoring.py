@@ -182,10 +182,10 @@ def score_folder(manifest: Manifest, qrels: dict, runs: dict[str, Run]) -> Score
 
 
 def significance(evals: dict, pairs: list[tuple[str, str]], metric_names: list[str], queries: list[str],
-                 letters: dict[str, str], ev: Any) -> tuple[list[stats.Comparison], dict[str, dict[str, list[str]]]]:  # fmt: skip
+                 letters: dict[str, str], ev: Any) -> tuple[list[stats.PairTest], dict[str, dict[str, list[str]]]]:  # fmt: skip
     """Every compared pair on every measure (Holm over the pairs of each measure), and the letters
     each stage significantly beats under the evaluation's test."""
-    comps: list[stats.Comparison] = []
+    comps: list[stats.PairTest] = []
     for m in metric_names:
         family = [stats.compare(a, b, m, [evals[a].per_query[m][q] for q in queries],
                                 [evals[b].per_query[m][q] for q in queries], ev.permutations, ev.seed)

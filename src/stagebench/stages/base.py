@@ -17,7 +17,7 @@ from stagebench.runtime.engine import Engine, EngineParams, LocalEngine
 
 if TYPE_CHECKING:
     from stagebench.cache import Cache
-    from stagebench.data.model import Dataset
+    from stagebench.data.dataset import Dataset
     from stagebench.record import Stats
     from stagebench.runs import Run
 

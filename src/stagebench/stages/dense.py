@@ -26,7 +26,7 @@ from stagebench.optional import need
 from stagebench.params import PositiveInt, Range, param
 from stagebench.runs import Run, ranked
 from stagebench.stages.base import Server, Stage, StageContext
-from stagebench.stages.model import ModelStage
+from stagebench.stages.neural import ModelStage
 
 log = logging.getLogger("stagebench")
 

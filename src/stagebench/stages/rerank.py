@@ -20,7 +20,7 @@ from stagebench.rerank.pointwise import CrossEncoderReranker, RerankCommon, Rera
 from stagebench.runs import Run
 from stagebench.record import RerankStats
 from stagebench.stages.base import Server, Stage, StageContext, StageOutput
-from stagebench.stages.model import ModelStage
+from stagebench.stages.neural import ModelStage
 
 log = logging.getLogger("stagebench")
 
