@@ -134,11 +134,10 @@ def test_no_module_but_the_record_reads_manifest_keys_by_string():
 #: what the CLI may import besides stagebench.api: how it prints (renderers), the declarations its
 #: flags are checked by, the Ray driver's watch, and words and constants
 CLI_MAY_IMPORT = {
-    "stagebench.api", "stagebench.errors", "stagebench.version", "stagebench.params", "stagebench.files",
+    "stagebench.api", "stagebench.errors", "stagebench.version", "stagebench.params",
     "stagebench.cache",  # human_bytes, for cache ls
     "stagebench.config", "stagebench.results.check", "stagebench.data.synthetic",  # flag declarations
-    "stagebench.metrics",  # --rel and -m checked against the qrels file, named by flag
-    "stagebench.report", "stagebench.report.tables", "stagebench.report.plots", "stagebench.reproductions",  # renderers
+    "stagebench.report", "stagebench.report.tables", "stagebench.reproductions",  # renderers
     "stagebench.judgments.planning", "stagebench.results.segments", "stagebench.results.scoring",  # choices, defaults, words
     "stagebench.runtime.supervisor", "stagebench.runtime.engine",  # run on a Ray engine: the driver in a watched child,
     # connected before its run

@@ -50,7 +50,7 @@ from stagebench.judging import run_incompleteness, simulate_plans as _simulate_p
 from stagebench.metrics import Evaluation, HoleViews, Measure, check_thresholds, parse_measure
 from stagebench.metrics import evaluate_views as _evaluate_views
 from stagebench.metrics import evaluate as _evaluate
-from stagebench.metrics.delegate import delegated_per_query, ir_measures_version, parse_delegated
+from stagebench.metrics.delegate import ir_measures_version
 from stagebench.files import check_apart, check_destination, remove_staging, staging, swap_in
 from stagebench.models.resolve import ResolvedModel, resolve_model
 from stagebench.rerank.plugins import Reranker
@@ -86,9 +86,9 @@ __all__ = [
     "table", "show", "measure_of", "segments", "matrix", "check", "pin", "judge", "incompleteness", "plan_judgments",
     "simulate_plans", "add_judgments", "evaluate_views", "train_reranker", "reproduce", "cache", "generate_data",
     "config_from", "cross_encoder", "bi_encoder", "read_trec_run", "read_trec_qrels", "write_trec_run",
-    "parse_delegated", "delegated_per_query", "ir_measures_version",
+    "evaluate_files", "ir_measures_version",
     # what those return
-    "SegmentTable", "MatrixTable", "Check", "Worksheet", "Simulation", "Incompleteness", "HoleViews", "Reproduced",
+    "SegmentTable", "MatrixTable", "Check", "FileEvaluation", "Worksheet", "Simulation", "Incompleteness", "HoleViews", "Reproduced",
 ]  # fmt: skip
 
 def config_from(config: Config | Mapping[str, Any] | str | Path, engine: str | None = None) -> Config:
@@ -559,6 +559,54 @@ def evaluate_views(qrels: Mapping[Any, Mapping[Any, Any]], run: Mapping[Any, Map
     q = checked_qrels(qrels, "qrels")
     check_thresholds(q, relevance_threshold, measures, "qrels", "relevance_threshold")
     return _evaluate_views(q, checked_run(run, "run"), measures, relevance_threshold=relevance_threshold, gain=gain)
+
+
+@dataclass(frozen=True)
+class FileEvaluation:
+    """``stagebench eval QRELS RUN``'s answer: the run scored in ``view`` (``irrelevant``,
+    ``judged-only``, ``bounds`` or ``all``) - one :class:`Evaluation`, or for ``bounds`` and ``all`` the
+    :class:`HoleViews` - and the measures ir_measures computed."""
+
+    view: str
+    relevance_threshold: int
+    gain: Any
+    evaluation: Evaluation
+    views: HoleViews | None
+    delegated: list[str]
+
+    @property
+    def means(self) -> dict[str, float]:
+        return self.evaluation.means
+
+
+def evaluate_files(qrels: str | Path, run: str | Path, metrics: Sequence[str], *, relevance_threshold: int = 1,
+                   gain: Any = "linear", view: str = "irrelevant") -> FileEvaluation:  # fmt: skip
+    """``stagebench eval``: a TREC run file scored against a TREC qrels file. Every measure name is
+    read as :func:`stagebench.metrics.parse_measure` reads it (ir_measures computes the ones stagebench
+    does not implement, in the ``irrelevant`` view only); each refusal is one line naming the flag."""
+    if relevance_threshold < 1:
+        raise StagebenchError(f"--rel {relevance_threshold}: must be >= 1 (grade 0 means not relevant)")
+    measures = []
+    for m in metrics:
+        try:
+            measures.append(parse_measure(m))
+        except StagebenchError as exc:
+            raise StagebenchError(f"-m {m}: {exc}") from None
+    delegated = [m.name for m in measures if m.declared is None]
+    if delegated and view != "irrelevant":
+        raise StagebenchError(f"--view {view}: ir_measures' measures ({', '.join(delegated)}) count an unjudged "
+                              "document as irrelevant only; score them with the default view")  # fmt: skip
+    q = read_trec_qrels(qrels)
+    check_thresholds(q, relevance_threshold, measures, str(qrels), "--rel")
+    r = read_trec_run(run)
+    kw = {"relevance_threshold": relevance_threshold, "gain": gain}
+    if view in ("bounds", "all"):
+        views = evaluate_views(q, r, measures, **kw)
+        return FileEvaluation(view, relevance_threshold, gain, views.irrelevant, views, delegated)
+    holes = {"irrelevant": "irrelevant", "judged-only": "judged_only"}.get(view)
+    if holes is None:
+        raise StagebenchError(f"--view {view}: one of irrelevant, judged-only, bounds, all")
+    return FileEvaluation(view, relevance_threshold, gain, evaluate(q, r, measures, **kw, holes=holes), None, delegated)
 
 
 # -- training, reproductions and upkeep ------------------------------------------------------------------

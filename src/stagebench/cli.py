@@ -20,7 +20,6 @@ from stagebench.config import EvaluationConfig
 from stagebench.params import coerce
 from stagebench.data.synthetic import SyntheticSpec
 from stagebench.errors import StagebenchError
-from stagebench.metrics import check_thresholds, parse_measure
 from stagebench.report.tables import (check_text, comparison_text, matrix_csv, matrix_markdown, matrix_text, segments_csv,
                                      segments_markdown, segments_text)  # fmt: skip
 from stagebench.reproductions import matrix
@@ -31,6 +30,19 @@ from stagebench.results.scoring import conventions_line
 from stagebench.runtime.engine import connect
 from stagebench.runtime.supervisor import report_finished, run_watched, watched
 from stagebench.version import __version__
+
+
+def _parser_run(sub) -> None:
+    """``stagebench run``'s arguments, beside its handler."""
+    r = sub.add_parser("run", help="run a config's stages and write the stage table")
+    r.add_argument("config")
+    r.add_argument("--output", help="results folder (default: the config's output)")
+    r.add_argument("--cache-dir", help=CACHE_DIR_HELP)
+    r.add_argument("--recompute", action="store_true", help="ignore cached stage results and replace them")
+    r.add_argument("--engine", choices=("local", "ray"),
+                   help="run every stage on this engine (with the config's engine: settings when they are of this "
+                        "type); the results and the cache are the same either way (docs/scale.md)")  # fmt: skip
+    r.set_defaults(func=_cmd_run)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -49,6 +61,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
         sys.stdout.write("\n" + result.judge_text + f"(the judge-filled stage table: {result.output / 'judge' / 'stage_table.txt'})\n")
     logging.getLogger("stagebench").info("results written to %s", result.output)
     return 0
+
+
+def _parser_judge(sub) -> None:
+    """``stagebench judge``'s arguments, beside its handler."""
+    j = sub.add_parser("judge", help="grade a finished run folder's unjudged top documents with an LLM judge (its "
+                       "agreement with the human labels measured) and write the judge-filled stage table")  # fmt: skip
+    j.add_argument("run_dir")
+    j.add_argument("--config", help="a config whose judge: section to use (default: the folder's own config's)")
+    j.add_argument("--cache-dir", help=CACHE_DIR_HELP)
+    j.set_defaults(func=_cmd_judge)
 
 
 def _cmd_judge(args: argparse.Namespace) -> int:
@@ -91,12 +113,47 @@ def _rates(text: str) -> list[float]:
     return out
 
 
+def _parser_incompleteness(sub) -> None:
+    """``stagebench incompleteness``'s arguments, beside its handler."""
+    inc = sub.add_parser("incompleteness", help="how each view of the unjudged documents ranks the stages when "
+                         "judgments are taken away (and against the truth, when the rules judged the folder)")  # fmt: skip
+    inc.add_argument("run_dir")
+    inc.add_argument("--rates", type=_rates, default=[0.9, 0.7, 0.5, 0.3, 0.1],
+                     help="shares of each query's judgments kept, comma separated (default 0.9,0.7,0.5,0.3,0.1)")
+    inc.add_argument("--seeds", type=_positive_int, default=3, help="random draws per share (default 3)")
+    inc.add_argument("--measure", help="the measure (default: nDCG@10 when scored, else the first)")
+    inc.add_argument("--permutations", type=_positive_int, default=1000, help="randomization test permutations (default 1000)")
+    inc.add_argument("--json", help="also write the results as JSON to this file")
+    inc.add_argument("--plot", help="also write the tau-by-share plot (PNG) to this file")
+    inc.add_argument("--report", action="store_true", help="keep the results in the folder and show them in its report.html")
+    inc.set_defaults(func=_cmd_incompleteness)
+
+
 def _cmd_incompleteness(args: argparse.Namespace) -> int:
     permutations = _declared(args.permutations, EvaluationConfig, "permutations", "--permutations")
     inc = api.incompleteness(args.run_dir, args.rates, args.seeds, args.measure, permutations, args.report,
                              json_path=args.json, plot_path=args.plot)  # fmt: skip
     sys.stdout.write(inc.text())
     return 0
+
+
+def _parser_plan_judgments(sub) -> None:
+    """``stagebench plan-judgments``'s arguments, beside its handler."""
+    pj = sub.add_parser("plan-judgments", help="pick the unjudged pairs whose grades settle the most open stage orders "
+                        "and write a worksheet for raters (CSV and JSONL); --simulate compares strategies")  # fmt: skip
+    pj.add_argument("run_dir")
+    pj.add_argument("--budget", type=_budgets, required=True, help="judgments to ask for (with --simulate: several, comma separated)")
+    pj.add_argument("--output", help="the worksheet (.csv; the .jsonl beside it); never written over")
+    pj.add_argument("--strategy", choices=list(STRATEGIES), default="plan",
+                    help="plan (default): the pairs that settle the most; depth: depth pooling; random: random holes")
+    pj.add_argument("--depth", type=_positive_int, default=10, help="the pool: unjudged pairs in every stage's top DEPTH (default 10)")
+    pj.add_argument("--measure", help="the measure whose stage orders to settle (default: nDCG@10 when scored)")
+    pj.add_argument("--seed", type=int, default=0, help="random strategy: its seed")
+    pj.add_argument("--simulate", action="store_true", help="answer each strategy's pairs with the folder's judge grades "
+                    "(the rules judge: the truth) and count the stage pairs each settles")  # fmt: skip
+    pj.add_argument("--seeds", type=_positive_int, default=3, help="--simulate: random strategy seeds (default 3)")
+    pj.add_argument("--json", help="--simulate: also write the results as JSON to this file")
+    pj.set_defaults(func=_cmd_plan)
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
@@ -116,9 +173,28 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _parser_add_judgments(sub) -> None:
+    """``stagebench add-judgments``'s arguments, beside its handler."""
+    aj = sub.add_parser("add-judgments", help="score a finished folder again with graded worksheets added to its qrels, "
+                        "into a new folder with where each judgment came from")  # fmt: skip
+    aj.add_argument("run_dir")
+    aj.add_argument("worksheets", nargs="+", help="worksheets plan-judgments wrote, graded (CSV or JSONL)")
+    aj.add_argument("--output", required=True, help="the new results folder (the source folder is left as it is)")
+    aj.add_argument("--prefer", choices=["existing", "worksheet"],
+                    help="when a worksheet grades a pair the folder's qrels grade differently: which wins (default: refuse)")
+    aj.set_defaults(func=_cmd_add_judgments)
+
+
 def _cmd_add_judgments(args: argparse.Namespace) -> int:
     sys.stdout.write(api.add_judgments(args.run_dir, args.worksheets, args.output, args.prefer).table_text)
     return 0
+
+
+def _parser_table(sub) -> None:
+    """``stagebench table``'s arguments, beside its handler."""
+    t = sub.add_parser("table", help="re-score and re-render a finished run folder from its saved runs (no stage runs)")
+    t.add_argument("run_dir")
+    t.set_defaults(func=_cmd_table)
 
 
 def _cmd_table(args: argparse.Namespace) -> int:
@@ -126,9 +202,28 @@ def _cmd_table(args: argparse.Namespace) -> int:
     return 0
 
 
+def _parser_show(sub) -> None:
+    """``stagebench show``'s arguments, beside its handler."""
+    sh = sub.add_parser("show", help="one query in a finished run folder: each stage's top 10 with grades and moves")
+    sh.add_argument("run_dir")
+    sh.add_argument("query_id")
+    sh.set_defaults(func=_cmd_show)
+
+
 def _cmd_show(args: argparse.Namespace) -> int:
     sys.stdout.write(api.show(args.run_dir, args.query_id))
     return 0
+
+
+def _parser_compare(sub) -> None:
+    """``stagebench compare``'s arguments, beside its handler."""
+    c = sub.add_parser("compare", help="two run folders' stage tables side by side, with significance per matching stage")
+    c.add_argument("run_dir_a")
+    c.add_argument("run_dir_b")
+    c.add_argument("--permutations", type=int, default=10000)
+    c.add_argument("--seed", type=int, default=42)
+    c.add_argument("--alpha", type=float, default=0.05)
+    c.set_defaults(func=_cmd_compare)
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
@@ -136,6 +231,22 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     sys.stdout.write(comparison_text(api.compare(args.run_dir_a, args.run_dir_b, permutations=permutations,
                                                  seed=seed, alpha=alpha)))  # fmt: skip
     return 0
+
+
+def _parser_segments(sub) -> None:
+    """``stagebench segments``'s arguments, beside its handler."""
+    sg = sub.add_parser("segments", help="a finished run folder's stages within query segments (length, negation, "
+                        "judged or relevant products, locale, source, or a qid<TAB>segment file), each stage's change "
+                        "tested per segment")  # fmt: skip
+    sg.add_argument("run_dir")
+    sg.add_argument("--by", action="append", metavar="length|negation|judged|relevant|locale|source|FILE",
+                    help="a built-in segmentation or a qid<TAB>segment file (or ESCI's query_id,source CSV); repeat for "
+                         "several (default: the run's evaluation.segments, else length, negation, and judged and "
+                         "relevant when the folder holds its qrels); locale and source: as the run stored them")  # fmt: skip
+    sg.add_argument("--measure", help="the measure shown (default: the run's first); json and csv hold every measure")
+    sg.add_argument("--format", choices=["text", "markdown", "csv", "json"], default="text")
+    sg.add_argument("--min-queries", type=int, default=MIN_QUERIES, help="segments with fewer queries are not tested")
+    sg.set_defaults(func=_cmd_segments)
 
 
 def _cmd_segments(args: argparse.Namespace) -> int:
@@ -157,12 +268,30 @@ def _cmd_segments(args: argparse.Namespace) -> int:
     return 0
 
 
+def _parser_matrix(sub) -> None:
+    """``stagebench matrix``'s arguments, beside its handler."""
+    mx = sub.add_parser("matrix", help="a finished run's reranker-by-pool matrix (its config's matrix: section): "
+                        "each reranker's nDCG@10 and headroom captured over each candidate pool")  # fmt: skip
+    mx.add_argument("run_dir")
+    mx.add_argument("--format", choices=["text", "markdown", "csv", "json"], default="text")
+    mx.set_defaults(func=_cmd_matrix)
+
+
 def _cmd_matrix(args: argparse.Namespace) -> int:
     t = api.matrix(args.run_dir)
     render = {"text": matrix_text, "markdown": matrix_markdown, "csv": matrix_csv,
               "json": lambda t: json.dumps(t.as_dict(), indent=2) + "\n"}[args.format]  # fmt: skip
     sys.stdout.write(render(t))
     return 0
+
+
+def _parser_train_reranker(sub) -> None:
+    """``stagebench train-reranker``'s arguments, beside its handler."""
+    tr = sub.add_parser("train-reranker", help="fine-tune a cross-encoder on the train split (the config's training: section)")
+    tr.add_argument("config")
+    tr.add_argument("--output", help="model folder (default: training.output)")
+    tr.add_argument("--cache-dir", help="cache root for the hard-negative stage run")
+    tr.set_defaults(func=_cmd_train)
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
@@ -175,11 +304,35 @@ def _cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _parser_tune(sub) -> None:
+    """``stagebench tune``'s arguments, beside its handler."""
+    tu = sub.add_parser("tune", help="search the params of the stages a config's tune: section names, on queries held "
+                        "apart from the test queries; write the tuned config and default against tuned (docs/baselines.md)")  # fmt: skip
+    tu.add_argument("config")
+    tu.add_argument("--output", help="the tuning folder (default: tune.output, else <output>-tuning)")
+    tu.add_argument("--cache-dir", help=CACHE_DIR_HELP)
+    tu.set_defaults(func=_cmd_tune)
+
+
 def _cmd_tune(args: argparse.Namespace) -> int:
     result = api.tune(args.config, args.output, args.cache_dir)
     sys.stdout.write(result.text)
     logging.getLogger("stagebench").info("tuned config: %s", result.output / "tuned.yaml")
     return 0
+
+
+def _parser_check(sub) -> None:
+    """``stagebench check``'s arguments, beside its handler."""
+    k = sub.add_parser("check", help="compare a run folder's metrics with expected values (exit 1 on FAIL)")
+    k.add_argument("run_dir")
+    k.add_argument("expected", help="expected-values YAML, e.g. results/default/expected.yaml")
+    k.add_argument("--update", action="store_true", help="write EXPECTED from RUN_DIR instead (on purpose)")
+    k.add_argument("--tolerance", type=float, default=None,
+                   help="with --update: the absolute tolerance to pin (default: the replaced file's, else 0.001)")
+    k.add_argument("--stored-table", action="store_true",
+                   help="read the metrics from stage_table.json (verified against the manifest) instead of recomputing "
+                        "them from the run files; for a folder that holds its tables only")  # fmt: skip
+    k.set_defaults(func=_cmd_check)
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
@@ -193,11 +346,36 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return 1 if checked.failed else 0
 
 
+def _parser_reproduce(sub) -> None:
+    """``stagebench reproduce``'s arguments, beside its handler."""
+    rp = sub.add_parser("reproduce", help="run the published tables under reproductions/ whose inputs are here, "
+                        "check them, print and write the matrix")  # fmt: skip
+    rp.add_argument("names", nargs="*", help="reproductions to run (default: all)")
+    rp.add_argument("--root", default=".", help="the repository holding reproductions/ (default: here)")
+    rp.add_argument("--output-root", default="build/reproductions", help="where each reproduction's results go")
+    rp.add_argument("--matrix", default="results/reproductions.md", help="the Markdown matrix written")
+    rp.add_argument("--cache-dir", help="cache root (default: $STAGEBENCH_CACHE, each config's cache_dir, .stagebench-cache)")
+    rp.set_defaults(func=_cmd_reproduce)
+
+
 def _cmd_reproduce(args: argparse.Namespace) -> int:
     outcomes = api.reproduce(args.root, args.names, args.output_root, args.matrix, args.cache_dir)
     sys.stdout.write(matrix(outcomes))
     logging.getLogger("stagebench").info("matrix written to %s", args.matrix)
     return 1 if any(o.failed for o in outcomes) else 0
+
+
+def _parser_cache(sub) -> None:
+    """``stagebench cache``'s arguments, beside its handler."""
+    ca = sub.add_parser("cache", help="list or prune the stage cache")
+    ca.add_argument("--cache-dir", help="cache root (default: $STAGEBENCH_CACHE or .stagebench-cache)")
+    csub = ca.add_subparsers(dest="cache_command", required=True)
+    csub.add_parser("ls", help="list entries: kind, key, size, last use, compute time, integrity")
+    pr = csub.add_parser("prune", help="remove partial and corrupt entries (and, with options, old or all ones)")
+    pr.add_argument("--older-than", type=float, metavar="DAYS", help="also remove entries unused for DAYS days")
+    pr.add_argument("--all", action="store_true", help="remove every entry")
+    pr.add_argument("--dry-run", action="store_true")
+    ca.set_defaults(func=_cmd_cache)
 
 
 def _cmd_cache(args: argparse.Namespace) -> int:
@@ -223,10 +401,28 @@ def _cmd_cache(args: argparse.Namespace) -> int:
     return 0
 
 
+def _parser_validate(sub) -> None:
+    """``stagebench validate``'s arguments, beside its handler."""
+    v = sub.add_parser("validate", help="check a config without running it")
+    v.add_argument("config")
+    v.set_defaults(func=_cmd_validate)
+
+
 def _cmd_validate(args: argparse.Namespace) -> int:
     config = api.load_config(args.config)
     print(f"{args.config}: ok ({len(config.stages)} stages: {', '.join(s.name for s in config.stages)})")
     return 0
+
+
+def _parser_generate_data(sub) -> None:
+    """``stagebench generate-data``'s arguments, beside its handler."""
+    g = sub.add_parser("generate-data", help="write the synthetic ESCI-style dataset (official parquet layout)")
+    g.add_argument("--output", default="data/synthetic-esci")
+    g.add_argument("--seed", type=int, default=13)
+    g.add_argument("--products", type=int, default=20000)
+    g.add_argument("--test-queries", type=int, default=500)
+    g.add_argument("--train-queries", type=int, default=2000)
+    g.set_defaults(func=_cmd_generate)
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
@@ -242,39 +438,42 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _parser_eval(sub) -> None:
+    """``stagebench eval``'s arguments, beside its handler."""
+    e = sub.add_parser("eval", help="score a TREC run file against TREC qrels")
+    e.add_argument("qrels")
+    e.add_argument("run")
+    e.add_argument("-m", "--metric", dest="metrics", action="extend", nargs="+", required=True,
+                   help="measure names, e.g. -m nDCG@10 RR@10 R@100 (repeatable)")  # fmt: skip
+    e.add_argument("--rel", type=int, default=1, help="relevance threshold for binary measures (default 1)")
+    e.add_argument("--gain", choices=("linear", "exponential", "exp", "esci"), default="linear",
+                   help="nDCG gain map (default linear; esci: the official task-1 gains, docs/metrics.md)")
+    e.add_argument("--view", choices=("irrelevant", "judged-only", "bounds", "all"), default="irrelevant",
+                   help="what an unjudged document counts as: irrelevant (default, as trec_eval), judged-only (removed "
+                        "before the cut, as trec_eval -J), bounds (low: every one irrelevant, high: every one at the "
+                        "top grade), all (the three side by side); docs/metrics.md")  # fmt: skip
+    e.add_argument("-J", dest="view", action="store_const", const="judged-only", help="the same as --view judged-only")
+    e.add_argument("--json", action="store_true", help="print one JSON object: measure -> mean (bounds: [low, high]; "
+                   "all: measure -> view -> mean)")  # fmt: skip
+    e.add_argument("--per-query", action="store_true", help="also print per-query values")
+    e.set_defaults(func=_cmd_eval)
+
+
 def _cmd_eval(args: argparse.Namespace) -> int:
-    if args.rel < 1:
-        raise StagebenchError(f"--rel {args.rel}: must be >= 1 (grade 0 means not relevant)")
-    measures = []
-    for m in args.metrics:
-        try:
-            measures.append(parse_measure(m))
-        except StagebenchError as exc:
-            raise StagebenchError(f"-m {m}: {exc}") from None
-    delegated = [m for m in measures if m.declared is None]  # ir_measures computes them
-    if delegated and args.view != "irrelevant":
-        raise StagebenchError(f"--view {args.view}: ir_measures' measures ({', '.join(map(str, delegated))}) count an "
-                              "unjudged document as irrelevant only; score them with the default view")  # fmt: skip
-    qrels = api.read_trec_qrels(args.qrels)
-    check_thresholds(qrels, args.rel, measures, args.qrels, "--rel")
-    run = api.read_trec_run(args.run)
-    kw = {"relevance_threshold": args.rel, "gain": args.gain}
-    if args.view in ("bounds", "all"):
-        views = api.evaluate_views(qrels, run, measures, **kw)
-        _eval_header(args, views.irrelevant)
-        return _eval_views(args, views)
-    ev = api.evaluate(qrels, run, measures, **kw, holes="judged_only" if args.view == "judged-only" else "irrelevant")
-    per_query = ev.per_query
-    _eval_header(args, ev, [str(m) for m in delegated])
-    n = len(ev.scored_queries)
-    means = {name: (sum(v.values()) / n if n else 0.0) for name, v in per_query.items()}
+    result = api.evaluate_files(args.qrels, args.run, args.metrics, relevance_threshold=args.rel, gain=args.gain,
+                                view=args.view)  # fmt: skip
+    _eval_header(args, result.evaluation, result.delegated)
+    if result.views is not None:
+        return _eval_views(args, result.views)
+    ev = result.evaluation
+    means = ev.means
     if args.json:
         print(json.dumps({k: round(v, 6) for k, v in means.items()}))
         return 0
     if args.per_query:
         for q in ev.scored_queries:
             for name in means:
-                print(f"{name}\t{q}\t{per_query[name][q]:.4f}")
+                print(f"{name}\t{q}\t{ev.per_query[name][q]:.4f}")
     for name, v in means.items():
         print(f"{name}\tall\t{v:.4f}")
     return 0
@@ -329,170 +528,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-v", "--verbose", action="store_true",
                    help="on an error, also print the traceback (as STAGEBENCH_DEBUG=1 does)")  # fmt: skip
     sub = p.add_subparsers(dest="command", required=True)
-
-    r = sub.add_parser("run", help="run a config's stages and write the stage table")
-    r.add_argument("config")
-    r.add_argument("--output", help="results folder (default: the config's output)")
-    r.add_argument("--cache-dir", help=CACHE_DIR_HELP)
-    r.add_argument("--recompute", action="store_true", help="ignore cached stage results and replace them")
-    r.add_argument("--engine", choices=("local", "ray"),
-                   help="run every stage on this engine (with the config's engine: settings when they are of this "
-                        "type); the results and the cache are the same either way (docs/scale.md)")  # fmt: skip
-    r.set_defaults(func=_cmd_run)
-
-    t = sub.add_parser("table", help="re-score and re-render a finished run folder from its saved runs (no stage runs)")
-    t.add_argument("run_dir")
-    t.set_defaults(func=_cmd_table)
-
-    sh = sub.add_parser("show", help="one query in a finished run folder: each stage's top 10 with grades and moves")
-    sh.add_argument("run_dir")
-    sh.add_argument("query_id")
-    sh.set_defaults(func=_cmd_show)
-
-    c = sub.add_parser("compare", help="two run folders' stage tables side by side, with significance per matching stage")
-    c.add_argument("run_dir_a")
-    c.add_argument("run_dir_b")
-    c.add_argument("--permutations", type=int, default=10000)
-    c.add_argument("--seed", type=int, default=42)
-    c.add_argument("--alpha", type=float, default=0.05)
-    c.set_defaults(func=_cmd_compare)
-
-    sg = sub.add_parser("segments", help="a finished run folder's stages within query segments (length, negation, "
-                        "judged or relevant products, locale, source, or a qid<TAB>segment file), each stage's change "
-                        "tested per segment")  # fmt: skip
-    sg.add_argument("run_dir")
-    sg.add_argument("--by", action="append", metavar="length|negation|judged|relevant|locale|source|FILE",
-                    help="a built-in segmentation or a qid<TAB>segment file (or ESCI's query_id,source CSV); repeat for "
-                         "several (default: the run's evaluation.segments, else length, negation, and judged and "
-                         "relevant when the folder holds its qrels); locale and source: as the run stored them")  # fmt: skip
-    sg.add_argument("--measure", help="the measure shown (default: the run's first); json and csv hold every measure")
-    sg.add_argument("--format", choices=["text", "markdown", "csv", "json"], default="text")
-    sg.add_argument("--min-queries", type=int, default=MIN_QUERIES, help="segments with fewer queries are not tested")
-    sg.set_defaults(func=_cmd_segments)
-
-    mx = sub.add_parser("matrix", help="a finished run's reranker-by-pool matrix (its config's matrix: section): "
-                        "each reranker's nDCG@10 and headroom captured over each candidate pool")  # fmt: skip
-    mx.add_argument("run_dir")
-    mx.add_argument("--format", choices=["text", "markdown", "csv", "json"], default="text")
-    mx.set_defaults(func=_cmd_matrix)
-
-    tr = sub.add_parser("train-reranker", help="fine-tune a cross-encoder on the train split (the config's training: section)")
-    tr.add_argument("config")
-    tr.add_argument("--output", help="model folder (default: training.output)")
-    tr.add_argument("--cache-dir", help="cache root for the hard-negative stage run")
-    tr.set_defaults(func=_cmd_train)
-
-    tu = sub.add_parser("tune", help="search the params of the stages a config's tune: section names, on queries held "
-                        "apart from the test queries; write the tuned config and default against tuned (docs/baselines.md)")  # fmt: skip
-    tu.add_argument("config")
-    tu.add_argument("--output", help="the tuning folder (default: tune.output, else <output>-tuning)")
-    tu.add_argument("--cache-dir", help=CACHE_DIR_HELP)
-    tu.set_defaults(func=_cmd_tune)
-
-    k = sub.add_parser("check", help="compare a run folder's metrics with expected values (exit 1 on FAIL)")
-    k.add_argument("run_dir")
-    k.add_argument("expected", help="expected-values YAML, e.g. results/default/expected.yaml")
-    k.add_argument("--update", action="store_true", help="write EXPECTED from RUN_DIR instead (on purpose)")
-    k.add_argument("--tolerance", type=float, default=None,
-                   help="with --update: the absolute tolerance to pin (default: the replaced file's, else 0.001)")
-    k.add_argument("--stored-table", action="store_true",
-                   help="read the metrics from stage_table.json (verified against the manifest) instead of recomputing "
-                        "them from the run files; for a folder that holds its tables only")  # fmt: skip
-    k.set_defaults(func=_cmd_check)
-
-    rp = sub.add_parser("reproduce", help="run the published tables under reproductions/ whose inputs are here, "
-                        "check them, print and write the matrix")  # fmt: skip
-    rp.add_argument("names", nargs="*", help="reproductions to run (default: all)")
-    rp.add_argument("--root", default=".", help="the repository holding reproductions/ (default: here)")
-    rp.add_argument("--output-root", default="build/reproductions", help="where each reproduction's results go")
-    rp.add_argument("--matrix", default="results/reproductions.md", help="the Markdown matrix written")
-    rp.add_argument("--cache-dir", help="cache root (default: $STAGEBENCH_CACHE, each config's cache_dir, .stagebench-cache)")
-    rp.set_defaults(func=_cmd_reproduce)
-
-    ca = sub.add_parser("cache", help="list or prune the stage cache")
-    ca.add_argument("--cache-dir", help="cache root (default: $STAGEBENCH_CACHE or .stagebench-cache)")
-    csub = ca.add_subparsers(dest="cache_command", required=True)
-    csub.add_parser("ls", help="list entries: kind, key, size, last use, compute time, integrity")
-    pr = csub.add_parser("prune", help="remove partial and corrupt entries (and, with options, old or all ones)")
-    pr.add_argument("--older-than", type=float, metavar="DAYS", help="also remove entries unused for DAYS days")
-    pr.add_argument("--all", action="store_true", help="remove every entry")
-    pr.add_argument("--dry-run", action="store_true")
-    ca.set_defaults(func=_cmd_cache)
-
-    v = sub.add_parser("validate", help="check a config without running it")
-    v.add_argument("config")
-    v.set_defaults(func=_cmd_validate)
-
-    g = sub.add_parser("generate-data", help="write the synthetic ESCI-style dataset (official parquet layout)")
-    g.add_argument("--output", default="data/synthetic-esci")
-    g.add_argument("--seed", type=int, default=13)
-    g.add_argument("--products", type=int, default=20000)
-    g.add_argument("--test-queries", type=int, default=500)
-    g.add_argument("--train-queries", type=int, default=2000)
-    g.set_defaults(func=_cmd_generate)
-
-    j = sub.add_parser("judge", help="grade a finished run folder's unjudged top documents with an LLM judge (its "
-                       "agreement with the human labels measured) and write the judge-filled stage table")  # fmt: skip
-    j.add_argument("run_dir")
-    j.add_argument("--config", help="a config whose judge: section to use (default: the folder's own config's)")
-    j.add_argument("--cache-dir", help=CACHE_DIR_HELP)
-    j.set_defaults(func=_cmd_judge)
-    inc = sub.add_parser("incompleteness", help="how each view of the unjudged documents ranks the stages when "
-                         "judgments are taken away (and against the truth, when the rules judged the folder)")  # fmt: skip
-    inc.add_argument("run_dir")
-    inc.add_argument("--rates", type=_rates, default=[0.9, 0.7, 0.5, 0.3, 0.1],
-                     help="shares of each query's judgments kept, comma separated (default 0.9,0.7,0.5,0.3,0.1)")
-    inc.add_argument("--seeds", type=_positive_int, default=3, help="random draws per share (default 3)")
-    inc.add_argument("--measure", help="the measure (default: nDCG@10 when scored, else the first)")
-    inc.add_argument("--permutations", type=_positive_int, default=1000, help="randomization test permutations (default 1000)")
-    inc.add_argument("--json", help="also write the results as JSON to this file")
-    inc.add_argument("--plot", help="also write the tau-by-share plot (PNG) to this file")
-    inc.add_argument("--report", action="store_true", help="keep the results in the folder and show them in its report.html")
-    inc.set_defaults(func=_cmd_incompleteness)
-
-    pj = sub.add_parser("plan-judgments", help="pick the unjudged pairs whose grades settle the most open stage orders "
-                        "and write a worksheet for raters (CSV and JSONL); --simulate compares strategies")  # fmt: skip
-    pj.add_argument("run_dir")
-    pj.add_argument("--budget", type=_budgets, required=True, help="judgments to ask for (with --simulate: several, comma separated)")
-    pj.add_argument("--output", help="the worksheet (.csv; the .jsonl beside it); never written over")
-    pj.add_argument("--strategy", choices=list(STRATEGIES), default="plan",
-                    help="plan (default): the pairs that settle the most; depth: depth pooling; random: random holes")
-    pj.add_argument("--depth", type=_positive_int, default=10, help="the pool: unjudged pairs in every stage's top DEPTH (default 10)")
-    pj.add_argument("--measure", help="the measure whose stage orders to settle (default: nDCG@10 when scored)")
-    pj.add_argument("--seed", type=int, default=0, help="random strategy: its seed")
-    pj.add_argument("--simulate", action="store_true", help="answer each strategy's pairs with the folder's judge grades "
-                    "(the rules judge: the truth) and count the stage pairs each settles")  # fmt: skip
-    pj.add_argument("--seeds", type=_positive_int, default=3, help="--simulate: random strategy seeds (default 3)")
-    pj.add_argument("--json", help="--simulate: also write the results as JSON to this file")
-    pj.set_defaults(func=_cmd_plan)
-
-    aj = sub.add_parser("add-judgments", help="score a finished folder again with graded worksheets added to its qrels, "
-                        "into a new folder with where each judgment came from")  # fmt: skip
-    aj.add_argument("run_dir")
-    aj.add_argument("worksheets", nargs="+", help="worksheets plan-judgments wrote, graded (CSV or JSONL)")
-    aj.add_argument("--output", required=True, help="the new results folder (the source folder is left as it is)")
-    aj.add_argument("--prefer", choices=["existing", "worksheet"],
-                    help="when a worksheet grades a pair the folder's qrels grade differently: which wins (default: refuse)")
-    aj.set_defaults(func=_cmd_add_judgments)
-
-    e = sub.add_parser("eval", help="score a TREC run file against TREC qrels")
-    e.add_argument("qrels")
-    e.add_argument("run")
-    e.add_argument("-m", "--metric", dest="metrics", action="extend", nargs="+", required=True,
-                   help="measure names, e.g. -m nDCG@10 RR@10 R@100 (repeatable)")  # fmt: skip
-    e.add_argument("--rel", type=int, default=1, help="relevance threshold for binary measures (default 1)")
-    e.add_argument("--gain", choices=("linear", "exponential", "exp", "esci"), default="linear",
-                   help="nDCG gain map (default linear; esci: the official task-1 gains, docs/metrics.md)")
-    e.add_argument("--view", choices=("irrelevant", "judged-only", "bounds", "all"), default="irrelevant",
-                   help="what an unjudged document counts as: irrelevant (default, as trec_eval), judged-only (removed "
-                        "before the cut, as trec_eval -J), bounds (low: every one irrelevant, high: every one at the "
-                        "top grade), all (the three side by side); docs/metrics.md")  # fmt: skip
-    e.add_argument("-J", dest="view", action="store_const", const="judged-only", help="the same as --view judged-only")
-    e.add_argument("--json", action="store_true", help="print one JSON object: measure -> mean (bounds: [low, high]; "
-                   "all: measure -> view -> mean)")  # fmt: skip
-    e.add_argument("--per-query", action="store_true", help="also print per-query values")
-    e.set_defaults(func=_cmd_eval)
+    for add in COMMANDS:
+        add(sub)
     return p
+
+
+#: the subcommands, in the order --help lists them (each one's arguments are declared beside its handler)
+COMMANDS = (
+    _parser_run, _parser_table, _parser_show, _parser_compare, _parser_segments, _parser_matrix,
+    _parser_train_reranker, _parser_tune, _parser_check, _parser_reproduce, _parser_cache, _parser_validate,
+    _parser_generate_data, _parser_judge, _parser_incompleteness, _parser_plan_judgments, _parser_add_judgments,
+    _parser_eval,
+)
 
 
 class Terminated(KeyboardInterrupt):
