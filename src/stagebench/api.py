@@ -69,7 +69,8 @@ from stagebench.results.matrix import MatrixTable, matrix_table
 from stagebench.judgments.planning import Simulation
 from stagebench.results.segments import MIN_QUERIES, SegmentTable, folder_segments
 from stagebench.results.scoring import stage_evaluations
-from stagebench.runs import Run, checked_qrels, checked_run, read_trec_qrels, read_trec_run, run_digest, write_trec_run
+from stagebench.runs import Run, checked_qrels, checked_run, read_trec_qrels, read_trec_run, run_digest
+from stagebench.runs import write_trec_run as _write_trec_run
 from stagebench.models.variants import for_placement, onnx_kind
 from stagebench.table import StageTable
 from stagebench.fitting.train import train_reranker as _train_reranker
@@ -559,6 +560,15 @@ def evaluate_views(qrels: Mapping[Any, Mapping[Any, Any]], run: Mapping[Any, Map
     q = checked_qrels(qrels, "qrels")
     check_thresholds(q, relevance_threshold, measures, "qrels", "relevance_threshold")
     return _evaluate_views(q, checked_run(run, "run"), measures, relevance_threshold=relevance_threshold, gain=gain)
+
+
+def write_trec_run(run: Mapping[str, Mapping[str, float]], path: str | Path, tag: str = "stagebench") -> Path:
+    """Write ``run`` as a TREC run file (``qid Q0 docid rank score tag``, ranks by the tie rule, scores
+    that read back exactly), under the rule of :mod:`stagebench.outputs`: never over a file that is not
+    a TREC run already, never inside a results folder (or any folder stagebench keeps a record of)."""
+    outputs.check_file(path, outputs.TREC_RUN)
+    _write_trec_run(checked_run(run, "run"), path, tag)
+    return Path(path)
 
 
 @dataclass(frozen=True)

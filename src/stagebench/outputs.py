@@ -13,7 +13,8 @@ a file it does not record makes stagebench refuse the folder later as changed.
 * ``check EXPECTED --update``: YAML whose ``stages`` is a mapping (an expected-values file, edited
   by hand since or not);
 * ``reproduce --matrix``: Markdown whose first line is a comment naming it (or an older
-  stagebench's matrix).
+  stagebench's matrix);
+* ``stagebench.api.write_trec_run``: a TREC run file, replacing only an empty file or another TREC run.
 
 Folders (``run --output``, ``add-judgments --output``, ...) have their own rule
 (:func:`stagebench.files.check_destination`), and are refused inside a folder of :data:`OWNED` too.
@@ -22,6 +23,7 @@ Folders (``run --output``, ``add-judgments --output``, ...) have their own rule
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -97,6 +99,12 @@ MATRIX = OutputFile("reproduction matrix", lambda head: _MATRIX_FIRST(head)
                     or head.startswith(b"# Reproductions\n\nWritten by `stagebench reproduce`"))  # fmt: skip
 
 
+_TREC_LINE = re.compile(rb"^\S+[ \t]+\S+[ \t]+\S+[ \t]+-?\d+[ \t]+\S+[ \t]+\S+[ \t]*\r?$")
+#: ``stagebench.api.write_trec_run``'s file: replaced only where it is a TREC run already (its first
+#: line ``qid Q0 docid rank score tag``), or empty
+TREC_RUN = OutputFile("TREC run file", lambda head: not head.strip() or bool(_TREC_LINE.match(head.split(b"\n", 1)[0])))
+
+
 def check_file(path: str | Path | None, out: OutputFile) -> None:
     """Before any work: ``path`` (when given) may receive ``out`` (:func:`stagebench.files.check_output_file`)."""
     if path is not None:
@@ -112,5 +120,5 @@ def write_matrix(path: str | Path, text: str) -> None:
     write_output_file(path, f"{MATRIX_MARK}\n{text}", MATRIX, OWNED)
 
 
-__all__ = ["EXPECTED", "INCOMPLETENESS_JSON", "INCOMPLETENESS_PLOT", "MATRIX", "OWNED", "SIMULATION_JSON", "WORKSHEET",
+__all__ = ["EXPECTED", "INCOMPLETENESS_JSON", "INCOMPLETENESS_PLOT", "MATRIX", "OWNED", "SIMULATION_JSON", "TREC_RUN", "WORKSHEET",
            "JsonOutput", "PngOutput", "check_file", "check_folder", "write_matrix"]

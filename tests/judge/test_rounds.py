@@ -216,6 +216,7 @@ WRITES = {
     ("incompleteness", "json"): "file", ("incompleteness", "plot"): "file", ("incompleteness", "report"): "the folder's own",
     ("plan-judgments", "output"): "file", ("plan-judgments", "json"): "file", ("eval", "json"): "stdout, no file",
 }  # fmt: skip
+# (the Python API's own file: stagebench.api.write_trec_run, test below)
 
 
 def test_every_option_that_writes_a_path_is_declared():
@@ -337,3 +338,20 @@ def test_a_row_naming_a_document_or_query_the_dataset_lacks_is_refused(judged_fo
         f"{bad}: line 3: document '99999' is not in the dataset's corpus",
         f"{bad}: line 4: query 'no-such-query' is not a query of this results folder"]
     assert not (tmp_path / "out").exists()
+
+
+def test_the_python_export_of_a_run_follows_the_same_rule(judged_folder, tmp_path):
+    """``stagebench.api.write_trec_run`` replaces an empty file or another TREC run, nothing else, and
+    never writes inside a results folder."""
+    run = {"q1": {"d1": 2.0, "d2": 1.0}}
+    out = api.write_trec_run(run, tmp_path / "r.trec")
+    assert out.read_text() == "q1 Q0 d1 1 2.0 stagebench\nq1 Q0 d2 2 1.0 stagebench\n"
+    api.write_trec_run({"q1": {"d3": 1.0}}, out)  # a TREC run is replaced
+    assert api.read_trec_run(out) == {"q1": {"d3": 1.0}}
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    with pytest.raises(StagebenchError, match="notes.txt: exists, and stagebench did not write it as the TREC run file"):
+        api.write_trec_run(run, notes)
+    with pytest.raises(StagebenchError, match=f"is inside the results folder {judged_folder}"):
+        api.write_trec_run(run, judged_folder / "runs" / "mine.trec")
+    assert notes.read_text() == "my notes\n" and not (judged_folder / "runs" / "mine.trec").exists()
