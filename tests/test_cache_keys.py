@@ -8,9 +8,9 @@ run computed with no cache at all: a stale BM25 index or embedding matrix served
 incomplete key would differ.
 
 The other keys the project computes, each against its declaration, and each declaration checked
-to hold (the output really does not change): the BM25 index (INDEX_PARAMS / SEARCH_PARAMS), the
-corpus embeddings (EMBEDDING_PARAMS / QUERY_PARAMS), pair scores shared between rerankers
-(scoring_key, RANKING_ONLY), the params declared unkeyed; an LLM's answers are in
+to hold (the output really does not change), every table derived from the one declaration each
+param makes (``param(..., affects=...)``): the BM25 index, the corpus embeddings, pair scores shared
+between rerankers (scoring_key), the params declared to affect nothing; an LLM's answers are in
 tests/llm/test_keys.py, a depth sweep's runs in tests/results/test_depth.py.
 """
 
@@ -30,11 +30,11 @@ from stagebench.config import StageConfig
 from stagebench.data.jsonl import BeirOptions, load_beir
 from stagebench.cache import make_key
 from stagebench.runtime.devices import Placement
-from stagebench.execute import RANKING_ONLY, canonical, scoring_key, stage_key
-from stagebench.params import Range
+from stagebench.execute import canonical, scoring_key, stage_key
+from stagebench.params import EMBEDDINGS, INDEX, RUN, SCORES, Range, affecting
 from stagebench.stages import STAGE_TYPES, StageContext
-from stagebench.stages.bm25 import INDEX_PARAMS, SEARCH_PARAMS, WEIGHT_PARAMS, BM25Params, index_key_parts
-from stagebench.stages.dense import EMBEDDING_PARAMS, QUERY_PARAMS, DenseParams, embeddings_parts
+from stagebench.stages.bm25 import BM25Params, index_key_parts
+from stagebench.stages.dense import DenseParams, embeddings_parts
 from tests.conftest import REPO
 
 # identity fields are keyed through Stage.identity() (the resolved model's name and weight hash; a
@@ -170,16 +170,16 @@ def test_plugin_constructor_kwargs_are_in_the_key(dataset, monkeypatch):
     assert len(keys) == 4
 
 
-def test_bm25_params_are_each_declared_index_weight_or_search():
-    """The cached index is the analysed corpus (INDEX_PARAMS); k1, b and epsilon weigh it when the
-    stage runs, so they are never keyed there (the warm-cache test above shows the run follows them)."""
-    fields = {f.name for f in dataclasses.fields(BM25Params)}
-    groups = [set(INDEX_PARAMS), set(WEIGHT_PARAMS), set(SEARCH_PARAMS)]
-    assert set.union(*groups) == fields and sum(map(len, groups)) == len(fields)
+def test_the_bm25_index_key_holds_exactly_the_params_declared_to_affect_it():
+    """The cached index is the analysed corpus: the params declared ``affects`` the index (the analyser's)
+    change its key and no other does; k1, b and epsilon weigh it when the stage runs (the warm-cache test
+    below shows the run follows them)."""
+    index = set(affecting(BM25Params, INDEX))
+    assert {"lowercase", "stemmer"} <= index and not {"k1", "b", "epsilon", "top_k"} & index
     base = BM25Params()
     k0 = index_key_parts("fp", base)
     for name, changed in variations(base):
-        assert (index_key_parts("fp", changed) != k0) == (name in INDEX_PARAMS), name
+        assert (index_key_parts("fp", changed) != k0) == (name in index), name
 
 
 def run_stage_once(stype: str, params, ds, cache: Cache | None, inputs=()):
@@ -274,7 +274,7 @@ def test_the_run_key_holds_the_dataset_parts_a_stage_reads(dataset, monkeypatch)
         assert parts["type"] == stype and parts["target"] == target
         # the code: the stage's module and every stagebench module it imports, directly or not (read from the
         # source here again, independently of stagebench.cache.import_closure)
-        assert set(parts["code"]) == imported_by(cls.__module__) | set(cls.code_modules), stype
+        assert set(parts["code"]) == imported_by(cls.__module__), stype
     assert STAGE_TYPES["bm25"].reads_corpus and not STAGE_TYPES["rrf"].reads_corpus and STAGE_TYPES["plugin"].reads_qrels
 
 
@@ -296,20 +296,19 @@ def test_the_prompt_text_is_in_the_llm_key(dataset, tmp_path):
 # ---------------------------------------------------------------- the other keys the project computes
 
 
-def test_dense_params_are_each_declared_embedding_query_or_identity():
-    """Corpus embeddings are keyed by EMBEDDING_PARAMS (and the model and placement); every other
-    param acts on queries and search. The slow warm-cache test above checks the second half: a
-    query-side change served the cached embeddings and still gave the fresh run."""
-    fields = {f.name for f in dataclasses.fields(DenseParams)}
-    declared = set(EMBEDDING_PARAMS) | set(QUERY_PARAMS) | IDENTITY_FIELDS & fields | {"device", "precision"}
-    assert declared == fields and not set(EMBEDDING_PARAMS) & set(QUERY_PARAMS)
+def test_the_embeddings_key_holds_exactly_the_params_declared_to_affect_them():
+    """Corpus embeddings are keyed by the params declared ``affects`` them (and the model's identity and
+    the placement); every other param acts on queries and search. The slow warm-cache test above checks
+    the second half: a query-side change served the cached embeddings and still gave the fresh run."""
+    embedding = set(affecting(DenseParams, EMBEDDINGS))
+    assert {"passage_prefix", "max_length"} <= embedding and not {"top_k", "query_prefix", "model"} & embedding
     placement = Placement("cpu", "fp32", "test")
     base = DenseParams()
     k0 = make_key(embeddings_parts("m", "fp", base, placement))
     for name, changed in variations(base):
         if name in ("device", "precision"):
             continue  # through the placement, below
-        assert (make_key(embeddings_parts("m", "fp", changed, placement)) != k0) == (name in EMBEDDING_PARAMS), name
+        assert (make_key(embeddings_parts("m", "fp", changed, placement)) != k0) == (name in embedding), name
     assert make_key(embeddings_parts("m2", "fp", base, placement)) != k0
     assert make_key(embeddings_parts("m", "fp2", base, placement)) != k0
     assert make_key(embeddings_parts("m", "fp", base, Placement("cpu", "bf16", "test"))) != k0
@@ -318,8 +317,9 @@ def test_dense_params_are_each_declared_embedding_query_or_identity():
 
 @pytest.mark.parametrize("stype", ["cross_encoder", "plugin"])
 def test_pair_scores_are_shared_exactly_between_stages_that_score_alike(stype, dataset, monkeypatch):
-    """Two rerankers of a run share pair scores when their scoring keys agree: every param outside
-    RANKING_ONLY changes that key, those in it do not."""
+    """Two rerankers of a run share pair scores when their scoring keys agree: every param declared to
+    affect the pair scores changes that key, the others (``affects=(RUN,)``: which candidates, how merged)
+    do not."""
     monkeypatch.chdir(REPO)
     cls = STAGE_TYPES[stype]
     target = TARGETS.get(stype)
@@ -327,18 +327,20 @@ def test_pair_scores_are_shared_exactly_between_stages_that_score_alike(stype, d
 
     def key(params):
         sc = StageConfig(name="s", type=stype, inputs=["a"], params=params, target=target)
-        return scoring_key(stage_key(sc, cls("s", params), dataset, ["0" * 64])[1])
+        return scoring_key(stage_key(sc, cls("s", params), dataset, ["0" * 64])[1], cls.Params)
 
+    scoring = set(affecting(cls.Params, SCORES))
+    ranking_only = {f.name for f in dataclasses.fields(cls.Params) if f.metadata.get("affects") == (RUN,)}
     k0, seen = key(base), set()
     for name, changed in variations(base):
-        assert (key(changed) == k0) == (name in RANKING_ONLY), name
+        assert (key(changed) == k0) == (name not in scoring), name
         seen.add(name)
-    assert seen >= RANKING_ONLY - {"depths"} | {"top_n"}
+    assert seen >= ranking_only - {"depths"} | {"top_n"} and "top_n" in ranking_only
 
 
 def test_params_declared_ranking_only_do_not_change_a_shared_score(dataset, monkeypatch):
     """The declaration itself: a reranker that reads pair scores another stage scored (same scoring
-    key, other RANKING_ONLY params) gives the run it gives alone."""
+    key, other params declared ``affects=(RUN,)``) gives the run it gives alone."""
     monkeypatch.chdir(REPO)
     cls = STAGE_TYPES["plugin"]
     inp = {q: {d: float(8 - i) for i, d in enumerate(DOCS)} for q in dataset.queries}
@@ -346,7 +348,7 @@ def test_params_declared_ranking_only_do_not_change_a_shared_score(dataset, monk
     first = cls.build_params({"top_n": 3}, "params", target)
     others = {"top_n": {"top_n": 7}, "depths": {"top_n": 6, "depths": [2, 5]}, "tail": {"tail": "scaled_input"},
               "tail_scale": {"tail": "scaled_input", "tail_scale": 0.5}, "activation": {"activation": "sigmoid"}}  # fmt: skip
-    assert set(others) == RANKING_ONLY
+    assert set(others) == {f.name for f in dataclasses.fields(cls.Params) if f.metadata.get("affects") == (RUN,)}
     for name, changed in others.items():
         params = cls.build_params(changed, "params", target)
         alone = cls("b", params).apply(StageContext(dataset), [inp])
@@ -381,3 +383,21 @@ UNKEYED_CHECKED = {
 def test_every_unkeyed_declaration_is_checked_to_leave_the_output_unchanged():
     for stype, cls in STAGE_TYPES.items():
         assert set(cls.unkeyed_params) == UNKEYED_CHECKED.get(stype, set()), stype
+
+
+def test_a_param_declared_to_affect_the_run_only_reuses_the_index_and_recomputes_the_run(dataset, tmp_path):
+    """The one declaration at work: BM25's k1 is ``affects=(RUN,)``, so a new k1 analyses the corpus
+    no more (one index entry in the cache) and still gives a new run; the stemmer affects the index
+    too, so a new stemmer builds a second index."""
+    cache = Cache(tmp_path / "cache")
+    base = dataclasses.replace(default_params("bm25"), top_k=5)
+    first = run_stage_once("bm25", base, dataset, cache)
+
+    def indexes() -> int:
+        return sum(1 for e in cache.list() if e["kind"] == "bm25-index")
+
+    assert indexes() == 1
+    other_k1 = run_stage_once("bm25", dataclasses.replace(base, k1=0.2), dataset, cache)
+    assert indexes() == 1 and other_k1 != first
+    assert run_stage_once("bm25", dataclasses.replace(base, stemmer="english"), dataset, cache) != first
+    assert indexes() == 2

@@ -76,7 +76,10 @@ def module_source_hash(module: str) -> str:
 
 
 def code_identity(modules: Iterable[str]) -> dict[str, str]:
-    return {m: module_source_hash(m) for m in modules}
+    """The code a cached entry computed by ``modules`` depends on: the source hash of each of them and of
+    every stagebench module they import, directly or not (:func:`import_closure`, traced from the
+    source: one form for every key, never a hand-kept list)."""
+    return {m: module_source_hash(m) for m in import_closure(modules)}
 
 
 def _is_module(name: str) -> bool:

@@ -21,11 +21,12 @@ from dataclasses import asdict, dataclass, field, is_dataclass, replace
 from importlib import metadata
 from pathlib import Path
 
-from stagebench.cache import Cache, code_identity, import_closure, make_key, memo
+from stagebench.cache import Cache, code_identity, make_key, memo
 from stagebench.config import StageConfig
 from stagebench.data import Dataset
 from stagebench.errors import StagebenchError
 from stagebench.stats import latency_percentiles
+from stagebench.params import SCORES, affecting
 from stagebench.runs import Run, ranked, read_trec_run, run_digest, write_trec_run
 from stagebench.record import StageRecord, Stats, depth_run_name, stats_from_json
 from stagebench.runtime.engine import make_engine
@@ -67,9 +68,9 @@ def stage_key(sc: StageConfig, stage: Stage, ds: Dataset, input_digests: list[st
     * the dataset: corpus fingerprint (ids + indexed texts) if the stage reads texts, the
       queries fingerprint (ids + texts), the qrels fingerprint if the stage may read them;
     * model identities (name + origin + weight-file hash) and other ``identity()`` parts;
-    * the source hash of the modules that compute it - its class's module, its declared
-      ``code_modules`` and every stagebench module they import, directly or not
-      (:func:`stagebench.cache.import_closure`) - and the versions of the libraries it declares.
+    * the source hash of the modules that compute it - its class's module and every stagebench module
+      it imports, directly or not (:func:`stagebench.cache.import_closure`, traced from the source,
+      never listed by hand) - and the versions of the libraries it declares.
     """
     params = asdict(sc.params) if is_dataclass(sc.params) else sc.params
     params = {k: v for k, v in params.items() if k not in stage.unkeyed_params}
@@ -82,7 +83,7 @@ def stage_key(sc: StageConfig, stage: Stage, ds: Dataset, input_digests: list[st
         "queries": ds.queries_fingerprint,
         "qrels": ds.qrels_fingerprint if stage.reads_qrels else None,
         "identity": stage.identity(),
-        "code": code_identity(import_closure((type(stage).__module__, *stage.code_modules))),
+        "code": code_identity((type(stage).__module__,)),
         "packages": declared_versions(stage.packages),
     }
     return make_key(parts), parts
@@ -106,17 +107,15 @@ def run_in(sc: StageConfig, stage: Stage, ctx: StageContext, inputs: list[Run], 
     return run_stage(sc, stage, ctx, inputs, parts, ctx.cache)
 
 
-#: a reranker's params that decide which candidates it scores and how their scores are merged, not
-#: the score of a pair: stages differing only in these (and their inputs) score pairs alike
-RANKING_ONLY = frozenset({"top_n", "depths", "tail", "tail_scale", "activation"})
-
-
-def scoring_key(parts: dict) -> str:
-    """What a reranker's pair scores depend on: its stage key's parts (:func:`stage_key`) less its
-    inputs and :data:`RANKING_ONLY` params. Two stages of a run with one scoring key (a matrix's copies
-    of one reranker over other pools) share their pair scores: a pair is scored once per run."""
-    params = {k: v for k, v in (parts["params"] or {}).items() if k not in RANKING_ONLY}
-    return make_key({**{k: v for k, v in parts.items() if k not in ("inputs", "params")}, "params": params})
+def scoring_key(parts: dict, params: type) -> str:
+    """What a reranker's pair scores depend on: its stage key's parts (:func:`stage_key`) less its inputs
+    and the params of ``params`` (its ``Params`` class) not declared to affect the pair scores
+    (``affects=(RUN,)``: which candidates are scored, how scores are merged). Two stages of a run with one
+    scoring key (a matrix's copies of one reranker over other pools) share their pair scores: a pair is
+    scored once per run."""
+    scoring = set(affecting(params, SCORES))
+    kept = {k: v for k, v in (parts["params"] or {}).items() if k in scoring}
+    return make_key({**{k: v for k, v in parts.items() if k not in ("inputs", "params")}, "params": kept})
 
 
 def check_stage_run(run: Run, stage: str, dataset: Dataset) -> None:

@@ -84,22 +84,43 @@ Seed = Annotated[int, Range(ge=0, le=2**32 - 1)]
 DeviceSpec = Annotated[str, Pattern(r"auto|cpu|mps|cuda(:[0-9]+)?", "auto | cpu | cuda | cuda:N | mps")]
 
 
+#: the cache entries a param can affect: the stage's run, and what a stage keeps beside it - BM25's
+#: index (the analysed corpus), dense's corpus embeddings, a reranker's pair scores (shared by the
+#: stages of a run that score pairs alike)
+RUN, INDEX, EMBEDDINGS, SCORES = "run", "index", "embeddings", "scores"
+ENTRIES = (RUN, INDEX, EMBEDDINGS, SCORES)
+
+
 def param(default: Any = dataclasses.MISSING, doc: str = "", *, factory: Any = dataclasses.MISSING,
-          keyed: bool = True) -> Any:  # fmt: skip
-    """A documented field: ``k1: NonNegativeFloat = param(1.5, "term-frequency saturation")``.
-    ``keyed=False`` marks a param that cannot change a stage's output (how many threads, a request's
-    timeout, whether to cache): it is left out of the stage's cache key (:func:`unkeyed`)."""
-    meta = {"doc": doc, "keyed": keyed}
+          affects: tuple[str, ...] | None = None) -> Any:  # fmt: skip
+    """A documented field: ``k1: NonNegativeFloat = param(1.5, "term-frequency saturation", affects=(RUN,))``.
+    ``affects`` names the cache entries the param changes, the one form every cache key is built from:
+    None (the default, and what a plain dataclass field gets) every entry of its stage; ``(RUN,)`` the
+    run alone (BM25's k1: the cached index is reused); ``(RUN, SCORES)`` the run and a reranker's pair
+    scores but no other entry; ``()`` nothing (threads, a timeout, whether to cache: left out of every key,
+    :func:`unkeyed`)."""
+    if affects is not None and not set(affects) <= set(ENTRIES):
+        raise ValueError(f"affects: {sorted(set(affects) - set(ENTRIES))} are not cache entries ({', '.join(ENTRIES)})")
+    meta = {"doc": doc, "affects": None if affects is None else tuple(affects)}
     if factory is not dataclasses.MISSING:
         return dataclasses.field(default_factory=factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
 
 
-def unkeyed(cls: type) -> tuple[str, ...]:
-    """The fields of params dataclass ``cls`` declared ``keyed=False``, in declaration order."""
+def affecting(cls: type, entry: str) -> tuple[str, ...]:
+    """The fields of params dataclass ``cls`` that change cache entry ``entry`` (:func:`param`'s
+    ``affects``; a field that declares nothing changes every entry), in declaration order."""
     if not dataclasses.is_dataclass(cls):
         return ()
-    return tuple(f.name for f in dataclasses.fields(cls) if not f.metadata.get("keyed", True))
+    return tuple(f.name for f in dataclasses.fields(cls)
+                 if f.metadata.get("affects") is None or entry in f.metadata["affects"])  # fmt: skip
+
+
+def unkeyed(cls: type) -> tuple[str, ...]:
+    """The fields of params dataclass ``cls`` that change no cache entry (``affects=()``), in declaration order."""
+    if not dataclasses.is_dataclass(cls):
+        return ()
+    return tuple(f.name for f in dataclasses.fields(cls) if f.metadata.get("affects") == ())
 
 
 def type_text(tp: Any) -> str:

@@ -180,7 +180,7 @@ def _run(config: Config, stages: list[Stage], out: Path, cache: Cache, judge: Ju
 def shared_scores(config: Config, stages: list[Stage], ds: Dataset) -> dict[str, dict]:
     """stage name -> the pair scores it shares, for every reranker whose scoring (:func:`scoring_key`)
     another reranker of the run has: one dict per such scoring, so a pair is scored once per run."""
-    keys = {sc.name: scoring_key(stage_key(sc, stage, ds, [""] * len(sc.inputs))[1])
+    keys = {sc.name: scoring_key(stage_key(sc, stage, ds, [""] * len(sc.inputs))[1], stage.Params)
             for sc, stage in zip(config.stages, stages) if stage.reorders_input}  # fmt: skip
     memo: dict[str, dict] = {k: {} for k in keys.values() if list(keys.values()).count(k) > 1}
     return {name: memo[k] for name, k in keys.items() if k in memo}

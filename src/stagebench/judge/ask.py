@@ -45,7 +45,7 @@ class JudgeParams(ChatParams):
     failed_calls: Literal["stop", "accept"] = param(
         "stop", "a pair whose request fails after every retry: stop (one error line, exit 2, the judge's tables not "
                 "written; the answers that came are cached, so the same command asks only for the rest) | accept (the "
-                "pair stays a hole, and the judge's summary counts the failed pairs)", keyed=False)  # fmt: skip
+                "pair stays a hole, and the judge's summary counts the failed pairs)", affects=())  # fmt: skip
 
     def validate(self) -> list[tuple[str, str]]:
         return self.check()

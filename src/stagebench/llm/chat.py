@@ -62,20 +62,20 @@ class ChatParams(HardwareParams):
     gguf_file: str = param("", "transformers, a hub repository of GGUF files: the file to load")
     base_url: str = param("", "openai: the server's API root, e.g. http://localhost:11434/v1")
     api_key_env: str = param("", "openai: the NAME of the environment variable holding the API key (never the key)",
-                              keyed=False)  # fmt: skip
+                              affects=())  # fmt: skip
     temperature: NonNegativeFloat = param(0.0, "0: greedy decoding")
     seed: Seed = param(0, "sampling seed (sent to servers; some ignore it)")
     max_new_tokens: PositiveInt | None = param(None, "the longest answer asked for; null: as long as the answer needs "
                                                "(a reasoning model needs more)")  # fmt: skip
     concurrency: PositiveInt = param(4, "openai: requests in flight at once, at most: halved after a timeout or a busy "
-                                     "answer, raised again as answers come (the in-process backend runs one)", keyed=False)  # fmt: skip
-    # how requests are sent, what they cost and where the key is never change an answer: keyed=False
-    timeout: PositiveFloat = param(120.0, "openai: seconds one request may take", keyed=False)
+                                     "answer, raised again as answers come (the in-process backend runs one)", affects=())  # fmt: skip
+    # how requests are sent, what they cost and where the key is never change an answer: affects=()
+    timeout: PositiveFloat = param(120.0, "openai: seconds one request may take", affects=())
     retries: NonNegativeInt = param(3, "openai: retries of a request after 429, 5xx, a timeout or a dropped connection",
-                                    keyed=False)  # fmt: skip
-    backoff: NonNegativeFloat = param(1.0, "openai: seconds before the first retry, doubling after each", keyed=False)
+                                    affects=())  # fmt: skip
+    backoff: NonNegativeFloat = param(1.0, "openai: seconds before the first retry, doubling after each", affects=())
     price_per_1k_tokens: NonNegativeFloat | None = param(None, "price of 1,000 tokens (prompt + completion) for the "
-                                                         "cost column; null: no cost shown", keyed=False)  # fmt: skip
+                                                         "cost column; null: no cost shown", affects=())  # fmt: skip
 
     @property
     def model_is_local(self) -> bool:

@@ -12,7 +12,7 @@ import time
 from importlib import metadata
 from typing import Any
 
-from stagebench.cache import Cache, code_identity, import_closure
+from stagebench.cache import Cache, code_identity
 from stagebench.errors import StagebenchError
 from stagebench.llm.labels import label_variants
 from stagebench.llm.request import ChatRequest, Completion
@@ -74,7 +74,7 @@ class TransformersBackend:
             except metadata.PackageNotFoundError:
                 versions[dist] = None
         return {"backend": "transformers", "model": self.resolved.identity, **self.placement.key(),
-                "code": code_identity(import_closure((__name__,))), "packages": versions}  # fmt: skip
+                "code": code_identity((__name__,)), "packages": versions}  # fmt: skip
 
     def _load(self) -> None:
         if self._model is not None:

@@ -42,7 +42,8 @@ from stagebench.optional import need
 log = logging.getLogger("stagebench")
 
 #: the code a variant's bits depend on (besides the libraries' versions)
-VARIANT_CODE = ("stagebench.models.onnx_graphs", "stagebench.models.variants")
+#: the module that builds a variant (its traced imports, the ONNX rewrites among them, are in its key too)
+VARIANT_CODE = (__name__,)
 
 
 def onnx_kind(model: ResolvedModel) -> str:

@@ -38,7 +38,7 @@ from stagebench.runtime.engine import Engine
 from stagebench.models.encoders import load_cross_encoder
 from stagebench.errors import StagebenchError
 from stagebench.models.resolve import ResolvedModel, on_this_machine, resolve_model
-from stagebench.params import PositiveFloat, PositiveInt, param
+from stagebench.params import RUN, PositiveFloat, PositiveInt, param
 from stagebench.rerank.merge import merge_head_tail, sigmoid_keeping_order, split_head
 from stagebench.runs import Run
 from stagebench.models.variants import for_placement, onnx_kind
@@ -51,17 +51,20 @@ log = logging.getLogger("stagebench")
 
 @dataclass
 class RerankCommon:
-    top_n: PositiveInt = param(50, "candidates reranked per query; the rest keep their order below")
-    activation: Literal["none", "sigmoid"] = param("none", "sigmoid maps scores to (0, 1); the order stays the logits'")
+    # which candidates are scored and how their scores are merged change the run, never a pair's score:
+    # stages differing only in these (and their inputs) share their pair scores (execute.scoring_key)
+    top_n: PositiveInt = param(50, "candidates reranked per query; the rest keep their order below", affects=(RUN,))
+    activation: Literal["none", "sigmoid"] = param("none", "sigmoid maps scores to (0, 1); the order stays the logits'",
+                                                   affects=(RUN,))  # fmt: skip
     pairs_per_call: PositiveInt = param(512, "most pairs per score_pairs call (the pairs of every query, by length)")
     per_query: bool = param(False, "call score(query, docs) once per query with its whole head (slower; for comparison)")
     depths: list[PositiveInt] | None = param(None, "also derive the run at each of these depths from one scoring pass "
-                                             "at the largest (the depth table; docs/report.md)")  # fmt: skip
+                                             "at the largest (the depth table; docs/report.md)", affects=(RUN,))  # fmt: skip
     tail: Literal["below", "scaled_input"] = param("below", "below: the candidates past top_n stay strictly below the "
                                                    "head; scaled_input: they keep their input score x tail_scale, as "
                                                    "search-ranking-stack does (they can rise above negative head "
-                                                   "scores; docs/reproductions.md)")  # fmt: skip
-    tail_scale: PositiveFloat = param(0.01, "tail: scaled_input: the factor")
+                                                   "scores; docs/reproductions.md)", affects=(RUN,))  # fmt: skip
+    tail_scale: PositiveFloat = param(0.01, "tail: scaled_input: the factor", affects=(RUN,))
 
     def validate(self) -> list[tuple[str, str]]:
         if self.depths is not None:

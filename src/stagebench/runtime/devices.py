@@ -49,7 +49,7 @@ from typing import Literal
 
 from stagebench.errors import StagebenchError
 from stagebench.optional import need
-from stagebench.params import DeviceSpec, param
+from stagebench.params import RUN, SCORES, DeviceSpec, param
 
 log = logging.getLogger("stagebench")
 
@@ -65,13 +65,16 @@ FEATURES_ENV = "STAGEBENCH_CPU_FEATURES"
 class HardwareParams:
     """The ``device`` and ``precision`` keys of every neural stage (and of ``training:``)."""
 
-    device: DeviceSpec = param("auto", "where the model runs: auto (CUDA, else MPS, else CPU) | cpu | cuda | cuda:N | mps")
+    # a pair's score and a text's embedding depend on them: in the run's key and the pair scores' as written,
+    # and in every entry's key as resolved (the placement: device type and precision)
+    device: DeviceSpec = param("auto", "where the model runs: auto (CUDA, else MPS, else CPU) | cpu | cuda | cuda:N | mps",
+                               affects=(RUN, SCORES))  # fmt: skip
     precision: Literal["auto", "fp32", "bf16", "fp16", "int8", "int8-token"] = param(
         "auto", "auto: the fastest batch-invariant path: torch models fp32 on every CPU (a torch bi-encoder runs exported to "
         "ONNX; bf16 autocast is batch-dependent at bf16 rounding, ask for it with bf16) and on GPUs; INT8 ONNX carriers int8-token on a CPU, "
         "dequantized fp32 on a GPU "
         "(docs/models.md#precision); int8: one activation scale per batch (batch-dependent); int8-token: per token "
-        "(batch-invariant, CPU); fp32 of an INT8 ONNX model: its weights dequantized")
+        "(batch-invariant, CPU); fp32 of an INT8 ONNX model: its weights dequantized", affects=(RUN, SCORES))
 
 
 @lru_cache(maxsize=1)

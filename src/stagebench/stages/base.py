@@ -69,17 +69,16 @@ class Stage:
     #: whether the stage names user code with a ``target:`` key beside ``type`` (plug-ins, PyTerrier)
     takes_target: ClassVar[bool] = False
 
-    # What a cached run of this stage depends on besides its params, inputs and the
-    # dataset (see stagebench.execute.stage_key): the source of these modules ...
-    code_modules: ClassVar[tuple[str, ...]] = ("stagebench.runs", "stagebench.stages.base")
-    # ... the versions of these distributions ...
+    # What a cached run of this stage depends on besides its params, inputs and the dataset (see
+    # stagebench.execute.stage_key) and the source of its module and every module it imports (traced,
+    # never listed): the versions of these distributions ...
     packages: ClassVar[tuple[str, ...]] = ()
     # ... whether it reads the corpus texts (retrievers, rerankers) and the qrels (never,
     # for built-in stages; plug-ins could, so their key includes them).
     reads_corpus: ClassVar[bool] = True
     reads_qrels: ClassVar[bool] = False
     # params that do not change the output (cache switches, threads, timeouts) are left out of the
-    # key: derived from the fields declared ``param(..., keyed=False)`` on ``Params`` (never listed here)
+    # key: derived from the fields declared ``param(..., affects=())`` on ``Params`` (never listed here)
     unkeyed_params: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:

@@ -34,7 +34,7 @@ from rank_bm25 import BM25Okapi
 from scipy import sparse
 
 from stagebench.cache import code_identity, memo
-from stagebench.params import Fraction, NonNegativeFloat, PositiveInt, param
+from stagebench.params import INDEX, RUN, Fraction, NonNegativeFloat, PositiveInt, affecting, param
 from stagebench.runs import Run, ranked
 from stagebench.stages.base import Server, Stage, StageContext
 from stagebench.analyzer import Tokenizer
@@ -45,19 +45,23 @@ log = logging.getLogger("stagebench")
 
 @dataclass
 class BM25Params:
-    k1: NonNegativeFloat = param(1.5, "term-frequency saturation")
-    b: Fraction = param(0.75, "document-length normalisation (0: none, 1: full)")
-    epsilon: NonNegativeFloat = param(0.25, "a negative idf is replaced by epsilon x the mean idf (rank-bm25's rule)")
-    top_k: PositiveInt = param(1000, "documents kept per query (ties at the cut by doc id)")
-    backend: Literal["sparse", "rank_bm25"] = param("sparse", "sparse: scipy matrix product (fast); rank_bm25: the reference library")
+    # the weights and the search: the run only (trials over k1 and b analyse the corpus once)
+    k1: NonNegativeFloat = param(1.5, "term-frequency saturation", affects=(RUN,))
+    b: Fraction = param(0.75, "document-length normalisation (0: none, 1: full)", affects=(RUN,))
+    epsilon: NonNegativeFloat = param(0.25, "a negative idf is replaced by epsilon x the mean idf (rank-bm25's rule)",
+                                      affects=(RUN,))  # fmt: skip
+    top_k: PositiveInt = param(1000, "documents kept per query (ties at the cut by doc id)", affects=(RUN,))
+    backend: Literal["sparse", "rank_bm25"] = param("sparse", "sparse: scipy matrix product (fast); rank_bm25: the "
+                                                    "reference library", affects=(RUN,))  # fmt: skip
+    # the analyser: the run and the cached index (the analysed corpus)
     lowercase: bool = param(True, "lowercase before tokenizing")
     stopwords: bool = param(False, "drop English stopwords")
     stemmer: str | None = param(None, "a PyStemmer (Snowball) language, e.g. english")
     tokens: Literal["letters_digits", "word", "whitespace"] = param("letters_digits", "how text is cut: runs of letters "
                                                                    "and digits; word: Python's \\w+; whitespace: str.split()")  # fmt: skip
     query_batch: PositiveInt = param(256, "queries per sparse product (capped so a score block stays under 64 MB)",
-                                    keyed=False)  # fmt: skip
-    threads: PositiveInt | None = param(None, "sparse backend: query-batch threads (null: all cores)", keyed=False)
+                                    affects=())  # fmt: skip
+    threads: PositiveInt | None = param(None, "sparse backend: query-batch threads (null: all cores)", affects=())
 
     def validate(self) -> list[tuple[str, str]]:
         if self.stemmer is not None and self.stemmer not in Stemmer.algorithms():
@@ -181,20 +185,12 @@ def top_k_run(qids: list[str], doc_ids: list[str], scores: np.ndarray, k: int, k
     return run
 
 
-#: the BM25 params the cached index (the analysed corpus, :class:`TermCounts`) is built from; the
-#: weights are computed from it with WEIGHT_PARAMS when a stage runs (a fraction of a second at 20K
-#: products), so trials over k1 and b analyse the corpus once; the others (top_k, backend, query_batch,
-#: threads) only change how it is searched. Every field of BM25Params is in exactly one of the three
-#: groups (tests/test_cache_keys.py checks it).
-INDEX_PARAMS = ("lowercase", "stopwords", "stemmer", "tokens")
-WEIGHT_PARAMS = ("k1", "b", "epsilon")
-SEARCH_PARAMS = ("top_k", "backend", "query_batch", "threads")
-
-
 def index_key_parts(ds_fingerprint: str, p: BM25Params) -> dict:
-    """What the cached index (the analysed corpus) depends on: the corpus, every index param, the code."""
-    return {"corpus": ds_fingerprint, "params": {name: getattr(p, name) for name in INDEX_PARAMS},
-            "code": code_identity(("stagebench.stages.bm25", "stagebench.analyzer"))}  # fmt: skip
+    """What the cached index (the analysed corpus, :class:`TermCounts`) depends on: the corpus, every param
+    declared to affect it (the analyser's; k1, b and epsilon weigh it when a stage runs, a fraction of a
+    second at 20K products), the code."""
+    return {"corpus": ds_fingerprint, "params": {name: getattr(p, name) for name in affecting(BM25Params, INDEX)},
+            "code": code_identity((__name__,))}  # fmt: skip
 
 
 def sparse_index(ctx: StageContext, p: BM25Params, tok: Tokenizer, stage: str) -> SparseBM25:
@@ -244,7 +240,6 @@ def search(score: Callable[[list[list[str]]], np.ndarray], qids: list[str], q_to
 class BM25Stage(Stage):
     type_name = "bm25"
     Params = BM25Params
-    code_modules = (*Stage.code_modules, "stagebench.stages.bm25", "stagebench.analyzer")
     packages = ("numpy", "scipy", "rank-bm25", "PyStemmer")
 
     @classmethod

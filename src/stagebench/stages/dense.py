@@ -23,9 +23,9 @@ from stagebench.cache import code_identity, memo
 from stagebench.runtime.devices import HardwareParams, Placement
 from stagebench.models.encoders import EncodeTask, encode_with
 from stagebench.optional import need
-from stagebench.params import PositiveInt, Range, param
+from stagebench.params import EMBEDDINGS, RUN, PositiveInt, Range, affecting, param
 from stagebench.runs import Run, ranked
-from stagebench.stages.base import Server, Stage, StageContext
+from stagebench.stages.base import Server, StageContext
 from stagebench.stages.neural import ModelStage
 
 log = logging.getLogger("stagebench")
@@ -33,36 +33,34 @@ log = logging.getLogger("stagebench")
 
 @dataclass
 class DenseParams(HardwareParams):
-    model: str = param("sentence-transformers/all-MiniLM-L6-v2", "bi-encoder: a public name, a local folder or a hub id (docs/models.md)")
-    source: str = param("auto", "where the model comes from: auto | bundled | hub (docs/models.md)")
-    top_k: PositiveInt = param(1000, "documents kept per query (ties at the cut by doc id)")
+    # the model enters the embeddings' key as its identity (name, origin, weights' digest), not as written
+    model: str = param("sentence-transformers/all-MiniLM-L6-v2", "bi-encoder: a public name, a local folder or a hub id "
+                       "(docs/models.md)", affects=(RUN,))  # fmt: skip
+    source: str = param("auto", "where the model comes from: auto | bundled | hub (docs/models.md)", affects=(RUN,))
+    top_k: PositiveInt = param(1000, "documents kept per query (ties at the cut by doc id)", affects=(RUN,))
     batch_size: PositiveInt = param(32, "texts per encoder batch (length-sorted; 32 measured fastest on a 2-core CPU, "
                                         "a GPU wants 256-512: docs/models.md)")
     max_length: PositiveInt | None = param(256, "tokens per text; longer ones are truncated")
-    query_prefix: str = param("", 'prepended to queries (e5: "query: ", bge: "Represent this sentence ...")')
+    query_prefix: str = param("", 'prepended to queries (e5: "query: ", bge: "Represent this sentence ...")', affects=(RUN,))
     passage_prefix: str = param("", 'prepended to documents (e5: "passage: ")')
-    index: Literal["flat", "hnsw"] = param("flat", "flat: exact inner-product search; hnsw: approximate")
-    hnsw_m: Annotated[int, Range(ge=2)] = param(32, "HNSW graph degree (faiss needs >= 2)")
-    hnsw_ef_construction: PositiveInt = param(200, "HNSW build-time search depth")
+    index: Literal["flat", "hnsw"] = param("flat", "flat: exact inner-product search; hnsw: approximate", affects=(RUN,))
+    hnsw_m: Annotated[int, Range(ge=2)] = param(32, "HNSW graph degree (faiss needs >= 2)", affects=(RUN,))
+    hnsw_ef_construction: PositiveInt = param(200, "HNSW build-time search depth", affects=(RUN,))
     hnsw_ef_search: PositiveInt = param(256, "HNSW query-time search depth (raised to top_k if lower); check "
-                                             "recall against flat on large catalogs (docs/scale.md)")
-    cache: bool = param(True, "keep the corpus embeddings in the stage cache", keyed=False)
+                                             "recall against flat on large catalogs (docs/scale.md)", affects=(RUN,))
+    cache: bool = param(True, "keep the corpus embeddings in the stage cache", affects=())
     # model/source are checked by the config loader (stagebench.config.parse_config)
 
 
-#: the params the corpus embeddings depend on (with the model's identity and the placement's device
-#: type and precision, which change the bits); the others act on queries and search alone, so a
-#: change of them reuses the cached embeddings (tests/test_cache_keys.py checks both halves)
-EMBEDDING_PARAMS = ("passage_prefix", "max_length", "batch_size")
-QUERY_PARAMS = ("top_k", "query_prefix", "index", "hnsw_m", "hnsw_ef_construction", "hnsw_ef_search", "cache")
 
 
 def embeddings_parts(model_identity: str, fingerprint: str, p: DenseParams, placement: Placement) -> dict:
-    """What corpus embeddings depend on (the cache key is the hash of this): :data:`EMBEDDING_PARAMS`,
-    the model and the corpus, with the device type and precision (not the device index)."""
+    """What corpus embeddings depend on (the cache key is the hash of this): the params declared to affect
+    them (the others act on queries and search alone, so a change of them reuses the cached embeddings),
+    the model's identity and the corpus, with the device type and precision (not the device index)."""
 
-    return {"model": model_identity, "corpus": fingerprint, **{k: getattr(p, k) for k in EMBEDDING_PARAMS},
-            **placement.key(), "code": code_identity(("stagebench.models.encoders", "stagebench.models.resolve", "stagebench.runtime.devices"))}  # fmt: skip
+    return {"model": model_identity, "corpus": fingerprint, **{k: getattr(p, k) for k in affecting(DenseParams, EMBEDDINGS)},
+            **placement.key(), "code": code_identity(("stagebench.models.encoders",))}  # fmt: skip
 
 
 def corpus_embeddings(task: EncodeTask, ctx: StageContext, p: DenseParams, stage: str) -> np.ndarray:
@@ -145,8 +143,6 @@ class DenseStage(ModelStage):
     type_name = "dense"
     Params = DenseParams
     role = "bi_encoder"
-    code_modules = (*Stage.code_modules, "stagebench.stages.dense", "stagebench.models.encoders", "stagebench.models.resolve",
-                    "stagebench.runtime.devices")  # fmt: skip
     packages = ("faiss-cpu", "numpy", *("onnxruntime", "tokenizers", "sentence-transformers", "transformers", "torch"))
     # device/precision: keyed as written and, in identity(), as resolved
 

@@ -109,7 +109,6 @@ class _FusionStage(Stage):
     """Fusers: one or more inputs, no corpus text, one weight per input."""
 
     min_inputs, max_inputs = 1, None
-    code_modules = (*Stage.code_modules, "stagebench.stages.fusion")
     reads_corpus = False
 
     @classmethod

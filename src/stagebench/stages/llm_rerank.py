@@ -43,7 +43,7 @@ from stagebench.llm.labels import check_template as check_label_template, defaul
 from stagebench.llm.listwise import DEFAULT_SYSTEM, DEFAULT_TEMPLATE, FAILED, LOW_MASS, check_template, sliding_windows
 from stagebench.llm.schemes import prp_sliding_comparisons, setwise_heap_calls
 from stagebench.llm.windows import QueryTask, WindowStats
-from stagebench.params import PositiveInt, param
+from stagebench.params import RUN, PositiveInt, param
 from stagebench.runs import Run
 from stagebench.rerank.merge import merge_head_tail, split_head
 from stagebench.stages.base import Stage, StageContext, StageOutput
@@ -53,7 +53,7 @@ log = logging.getLogger("stagebench")
 
 @dataclass
 class LLMRerankParams(ChatParams):
-    top_n: PositiveInt = param(20, "candidates reranked per query; the rest keep their order below")
+    top_n: PositiveInt = param(20, "candidates reranked per query; the rest keep their order below", affects=(RUN,))
     window: PositiveInt = param(20, "candidates shown to the model at once")
     stride: PositiveInt = param(10, "how far each window moves towards the top (at most window)")
     passes: PositiveInt = param(1, "sweeps of the sliding window over the top_n")
@@ -63,13 +63,14 @@ class LLMRerankParams(ChatParams):
     max_new_tokens: PositiveInt | None = param(None, "the longest answer asked for; null: 8 tokens per candidate + 16 (a "
                                                "reasoning model needs more)")  # fmt: skip
     concurrency: PositiveInt = param(4, "openai: queries in flight at once, at most: halved after a timeout or a busy "
-                                     "answer, raised again as answers come (the in-process backend runs one)", keyed=False)  # fmt: skip
+                                     "answer, raised again as answers come (the in-process backend runs one)", affects=())  # fmt: skip
     failed_calls: Literal["stop", "accept"] = param(
         "stop", "a request that fails after every retry: stop (one error line, exit 2, no results written; the "
                 "answers that came are cached, so the same command asks only for the rest) | accept (the call keeps "
-                "its input order or says nothing, the table marks the stage, its run is not cached)", keyed=False)  # fmt: skip
+                "its input order or says nothing, the table marks the stage, its run is not cached)", affects=())  # fmt: skip
     depths: list[PositiveInt] | None = param(None, "also run at each of these depths (each its own run: the windows "
-                                             "depend on N; identical windows come from the cache); the depth table")  # fmt: skip
+                                             "depend on N; identical windows come from the cache); the depth table",
+                                             affects=(RUN,))  # fmt: skip
     method: Literal["listwise", "pointwise", "pairwise", "setwise"] = param(
         "listwise", "listwise: permutations of sliding windows; pointwise: a label per product (batched); pairwise: "
                     "PRP comparisons in both orders; setwise: the best of set_size (docs/llm.md)")  # fmt: skip
@@ -87,10 +88,6 @@ class LLMRerankStage(Stage):
     min_inputs = max_inputs = 1
     reorders_input = True
     uses_engine = True
-    code_modules = (*Stage.code_modules, "stagebench.stages.llm_rerank", "stagebench.llm.listwise",
-                    "stagebench.llm.windows", "stagebench.llm.families", "stagebench.llm.labels",
-                    "stagebench.llm.schemes", "stagebench.llm.chat", "stagebench.rerank.merge", "stagebench.record",
-                    "stagebench.runtime.devices")  # fmt: skip
     packages = ("transformers", "torch", "gguf")
 
     def __init__(self, name: str, params: Any, engine: EngineParams | None = None) -> None:

@@ -39,7 +39,6 @@ class OraclePoolStage(Stage):
     type_name = "oracle_pool"
     Params = OraclePoolParams
     min_inputs, max_inputs = 1, 1
-    code_modules = (*Stage.code_modules, "stagebench.stages.oracle")
     reads_corpus = False
     reads_qrels = True
 

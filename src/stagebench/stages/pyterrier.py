@@ -48,7 +48,7 @@ class PyTerrierParams:
                                "their order below")  # fmt: skip
     top_k: PositiveInt = param(1000, "without an input: documents kept per query")
     queries_per_call: PositiveInt = param(256, "queries per transform call (a transformer ranks each query alone)",
-                                          keyed=False)  # fmt: skip
+                                          affects=())  # fmt: skip
     kwargs: dict[str, Any] | None = param(None, "the builder's arguments: every other params key")
 
 
@@ -62,7 +62,6 @@ class PyTerrierStage(Stage):
     min_inputs, max_inputs = 0, 1
     reorders_input = True
     takes_target = True
-    code_modules = (*Stage.code_modules, "stagebench.stages.pyterrier", "stagebench.rerank.merge")
     packages = ("pyterrier", "pandas")
 
     @classmethod

@@ -45,9 +45,6 @@ class CrossEncoderStage(ModelStage):
     Params = CrossEncoderParams
     min_inputs = max_inputs = 1
     reorders_input = True
-    code_modules = (*Stage.code_modules, "stagebench.stages.rerank", "stagebench.rerank.merge", "stagebench.rerank.pointwise",
-                    "stagebench.rerank.plugins", "stagebench.record", "stagebench.models.encoders",
-                    "stagebench.models.resolve", "stagebench.runtime.devices")  # fmt: skip
     packages = ("numpy", *("onnxruntime", "tokenizers", "sentence-transformers", "transformers", "torch"))
 
     def _task(self, ctx: StageContext) -> ScoreTask:
@@ -91,8 +88,6 @@ class PluginStage(Stage):
     reorders_input = True
     uses_engine = True
     takes_target = True
-    code_modules = (*Stage.code_modules, "stagebench.stages.rerank", "stagebench.rerank.merge", "stagebench.rerank.pointwise",
-                    "stagebench.rerank.plugins")
     reads_qrels = True  # a plug-in gets the whole dataset; key on the judgments too, to be safe
 
     def identity(self) -> dict:

@@ -32,7 +32,6 @@ class RunFileParams:
 class RunFileStage(Stage):
     type_name = "run_file"
     Params = RunFileParams
-    code_modules = (*Stage.code_modules, "stagebench.stages.run_file")
     reads_corpus = False
 
     @classmethod
