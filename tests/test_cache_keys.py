@@ -401,3 +401,29 @@ def test_a_param_declared_to_affect_the_run_only_reuses_the_index_and_recomputes
     assert indexes() == 1 and other_k1 != first
     assert run_stage_once("bm25", dataclasses.replace(base, stemmer="english"), dataset, cache) != first
     assert indexes() == 2
+
+
+def test_a_rerankers_own_params_affect_its_pair_scores():
+    """Which candidates are scored and how their scores are merged (the fields every reranker shares,
+    ``RerankCommon``) may be declared to affect the run alone; the model's own params (its class's
+    fields and the placement) never are: they change a pair's score, and two stages differing in one
+    must not share scores."""
+    from stagebench.rerank.pointwise import RerankCommon
+
+    common = {f.name for f in dataclasses.fields(RerankCommon)}
+    for stype in ("cross_encoder", "plugin"):
+        cls = STAGE_TYPES[stype].Params
+        own = {f.name for f in dataclasses.fields(cls)} - common - set(STAGE_TYPES[stype].unkeyed_params)
+        assert own and own <= set(affecting(cls, SCORES)), (stype, own - set(affecting(cls, SCORES)))
+
+
+@pytest.mark.slow
+def test_the_embedding_batch_size_moves_embeddings_so_it_is_in_their_key(dataset):
+    """At bf16 autocast a text's embedding moves with its batch (issue 66), so the batch size must key the
+    corpus embeddings, whatever precision ``auto`` picks on this machine."""
+    from stagebench import api
+
+    assert "batch_size" in affecting(DenseParams, EMBEDDINGS)
+    enc = api.bi_encoder("sentence-transformers/all-MiniLM-L6-v2", device="cpu", precision="bf16", max_length=256)
+    texts = list(DOCS.values()) * 4 + ["a much longer product text " * 12]
+    assert float(abs(enc.encode(texts, 32) - enc.encode(texts, 3)).max()) > 0
