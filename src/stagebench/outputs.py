@@ -52,11 +52,9 @@ class JsonOutput:
     def out(self) -> OutputFile:
         return OutputFile(f"{self.purpose} file", json_mark(self.purpose)[1])
 
-    def text(self, obj: dict) -> str:
-        return json.dumps({"written_by": json_mark(self.purpose)[0], **obj}, indent=2) + "\n"
-
     def write(self, path: str | Path, obj: dict) -> None:
-        write_output_file(path, self.text(obj), self.out, OWNED)
+        text = json.dumps({"written_by": json_mark(self.purpose)[0], **obj}, indent=2) + "\n"
+        write_output_file(path, text, self.out, OWNED)
 
 
 @dataclass(frozen=True)

@@ -88,8 +88,6 @@ class Family:
     aliases: tuple[str, ...] = ()
     #: a gain the family always uses, whatever the evaluation's (nDCG_Burges: exponential)
     fixed_gain: str | None = None
-    #: trec_eval's or ir_measures' name of the same value, for the docs (and the parity tests)
-    reference: str = ""
     #: trec_eval's names of the family, read as its own (``ndcg_cut_10`` is ``nDCG@10``, ``recip_rank``
     #: is ``RR``): the one that takes ``_k`` (cut at k), and the one without a cut-off
     trec_eval: tuple[str, str] = ("", "")
@@ -106,33 +104,32 @@ def _err(ranking, judgments, k, rel, gain, params):
 #: the registry, in the order docs/metrics.md lists the families
 FAMILIES: tuple[Family, ...] = (
     Family("nDCG", "normalised discounted cumulative gain; the ideal sorts the judged documents by the same gain",
-           _ndcg, graded=True, cutoff="optional", params=GainParams, paired=True, trec_eval=("ndcg_cut", "ndcg"), reference="trec_eval ndcg_cut_k"),
+           _ndcg, graded=True, cutoff="optional", params=GainParams, paired=True, trec_eval=("ndcg_cut", "ndcg")),
     Family("nDCG_Burges", "nDCG with exponential gain (2^g - 1)", _ndcg, graded=True, cutoff="optional", paired=True,
-           aliases=("ndcg-burges",), fixed_gain="exponential", reference="ir_measures nDCG(gains=2^g-1)"),
+           aliases=("ndcg-burges",), fixed_gain="exponential"),
     Family("RR", "reciprocal rank of the first relevant document", lambda r, j, k, rel, g, p: compute.reciprocal_rank(r, j, k, rel),
            graded=False, cutoff="optional", params=BinaryParams, holes="monotone", aliases=("mrr",),
-           trec_eval=("", "recip_rank"), reference="trec_eval recip_rank"),
+           trec_eval=("", "recip_rank")),
     Family("R", "recall", lambda r, j, k, rel, g, p: compute.recall(r, j, k, rel), graded=False, cutoff="required",
-           params=BinaryParams, holes="monotone", aliases=("recall",), trec_eval=("recall", ""), reference="trec_eval recall_k"),
+           params=BinaryParams, holes="monotone", aliases=("recall",), trec_eval=("recall", "")),
     Family("P", "precision", lambda r, j, k, rel, g, p: compute.precision(r, j, k, rel), graded=False, cutoff="required",
-           params=BinaryParams, holes="monotone", paired=True, aliases=("precision",), trec_eval=("P", ""), reference="trec_eval P_k"),
+           params=BinaryParams, holes="monotone", paired=True, aliases=("precision",), trec_eval=("P", "")),
     Family("F1", "harmonic mean of P@k and R@k", lambda r, j, k, rel, g, p: compute.f1(r, j, k, rel), graded=False,
-           cutoff="required", params=BinaryParams, holes="monotone", reference="ranx f1@k"),
+           cutoff="required", params=BinaryParams, holes="monotone"),
     Family("AP", "average precision (trec_eval map_cut)", lambda r, j, k, rel, g, p: compute.average_precision(r, j, k, rel),
-           graded=False, cutoff="optional", params=BinaryParams, aliases=("map",), trec_eval=("map_cut", "map"), reference="trec_eval map_cut_k"),
+           graded=False, cutoff="optional", params=BinaryParams, aliases=("map",), trec_eval=("map_cut", "map")),
     Family("Hit", "1 if any relevant document is in the top k", lambda r, j, k, rel, g, p: compute.hit(r, j, k, rel),
            graded=False, cutoff="required", params=BinaryParams, holes="monotone", aliases=("success", "hit_rate"),
-           trec_eval=("success", ""), reference="ir_measures Success@k"),
+           trec_eval=("success", "")),
     Family("Hits", "the number of relevant documents in the top k", lambda r, j, k, rel, g, p: compute.hits(r, j, k, rel),
-           graded=False, cutoff="required", params=BinaryParams, holes="monotone", reference="ranx hits@k"),
+           graded=False, cutoff="required", params=BinaryParams, holes="monotone"),
     Family("Rprec", "precision at rank R (R = the number of relevant documents)",
            lambda r, j, k, rel, g, p: compute.r_precision(r, j, rel), graded=False, cutoff="absent", params=BinaryParams,
-           aliases=("r-prec",), trec_eval=("", "Rprec"), reference="trec_eval Rprec"),
+           aliases=("r-prec",), trec_eval=("", "Rprec")),
     Family("ERR", "expected reciprocal rank (Chapelle et al. 2009): a cascade user who stops at a document with "
-           "probability (2^g - 1) / 2^max_grade", _err, graded=True, cutoff="optional", params=ErrParams,
-           reference="ir_measures ERR@k (gdeval.pl)"),
+           "probability (2^g - 1) / 2^max_grade", _err, graded=True, cutoff="optional", params=ErrParams),
     Family("Judged", "the share of the top k that has any judgment", lambda r, j, k, rel, g, p: compute.judged(r, j, k),
-           graded=False, cutoff="required", holes="unaffected", reference="ir_measures Judged@k"),
+           graded=False, cutoff="required", holes="unaffected"),
 )  # fmt: skip
 #: family name -> its declaration
 FAMILY: dict[str, Family] = {f.name: f for f in FAMILIES}

@@ -131,8 +131,8 @@ def parse_measure(text: str) -> Measure | Delegated:
 def parse_native(text: str) -> Measure:
     """Parse the name of one of stagebench's own measures (or trec_eval's name of one); raises
     :class:`StagebenchError` with the reason."""
-    translated = trec_eval_name(text) if ALIASES.get(text.strip().lower()) is None else None
-    if translated is not None:
+    translated = trec_eval_name(text)
+    if translated is not None and translated != text.strip():
         return parse_native(translated)
     m = _NAME_RE.fullmatch(text.strip())
     if not m:
