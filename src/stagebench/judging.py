@@ -117,6 +117,10 @@ def ground(folder: str | Path, measure: str | None = None) -> Ground:
     rf = RunFolder.open(folder)
     ev = rf.manifest.evaluation
     names = [m.name for m in map(parse_measure, ev.metrics) if m.declared is not None]  # the round needs the views
+    if measure is None and not names:
+        raise StagebenchError(f"{rf.path}: every measure of the folder is computed by ir_measures, which counts an "
+                              "unjudged document as irrelevant only; the judging round needs the views of the holes: "
+                              "give --measure with one of stagebench's own (e.g. nDCG@10)")  # fmt: skip
     if measure is None:
         measure = "nDCG@10" if "nDCG@10" in names else next((n for n in names if not n.startswith("Judged")), names[0])
     try:

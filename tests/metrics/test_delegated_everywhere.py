@@ -57,3 +57,17 @@ def test_a_config_table_gives_delegated_measures_their_significance_and_ir_measu
         assert compared >= 3 * 20, compared
         ev = stagebench.evaluate(qrels, run, ["RBP(rel=1,p=0.8)", "Bpref"])
         assert ev.per_query["Bpref"] == pytest.approx({q: theirs.get(("Bpref", q), 0.0) for q in ev.scored_queries}, abs=1e-9)
+
+
+def test_the_judging_round_on_a_folder_of_ir_measures_measures_is_one_line(tmp_path, tiny_synthetic):
+    """Every measure delegated: the round has no measure with views to default to, and says so (it raised an
+    IndexError); naming one of stagebench's own measures works."""
+    cfg = {"name": "d", "output": str(tmp_path / "d"), "cache_dir": str(tmp_path / "cache"),
+           "dataset": {"loader": "esci", "path": str(tiny_synthetic), "split": "test"},
+           "stages": [{"name": "bm25", "type": "bm25", "params": {"top_k": 50}},
+                      {"name": "flat", "type": "bm25", "params": {"k1": 0.3, "b": 0.1, "top_k": 50}}],
+           "evaluation": {"metrics": ["Bpref"], "permutations": 200, "latency_queries": 0}}  # fmt: skip
+    folder = stagebench.run(cfg).output
+    with pytest.raises(stagebench.StagebenchError, match="every measure of the folder is computed by ir_measures"):
+        stagebench.api.plan_judgments(folder, 5, tmp_path / "sheet")
+    assert stagebench.api.plan_judgments(folder, 5, tmp_path / "sheet", measure="nDCG@10").pairs == 5
