@@ -286,7 +286,10 @@ def add_judgments(folder: str | Path, worksheets: list[str], output: str | Path,
     check_destination(dest, RESULTS)
     tmp = staging(dest)
     try:
-        shutil.copytree(rf.path, tmp, dirs_exist_ok=True)
+        recorded = RESULTS.files(rf.path)  # the folder's own files: a note of the user's beside them stays behind
+        for rel in (RESULTS.record, *recorded, *(k for k in RESULTS.kept if (rf.path / k).is_file())):
+            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(rf.path / rel, tmp / rel)
         write_trec_qrels(merged.qrels, tmp / "qrels.trec")
         atomic_write(tmp / ADDED, added_tsv(merged))
         atomic_write(tmp / SOURCES, sources_json(merged, str(rf.path)))

@@ -8,6 +8,7 @@ import csv
 import io
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -355,3 +356,18 @@ def test_the_python_export_of_a_run_follows_the_same_rule(judged_folder, tmp_pat
     with pytest.raises(StagebenchError, match=f"is inside the results folder {judged_folder}"):
         api.write_trec_run(run, judged_folder / "runs" / "mine.trec")
     assert notes.read_text() == "my notes\n" and not (judged_folder / "runs" / "mine.trec").exists()
+
+
+def test_a_users_files_in_the_source_folder_stay_there_and_the_new_folder_is_stagebenchs(judged_folder, tmp_path):
+    """A note of the user's, hidden and nested in the source folder, is not copied into the new folder
+    (which would then be refused as not stagebench's) and is left where it was."""
+    note = judged_folder / ".notes" / "deep" / "mine.txt"
+    note.parent.mkdir(parents=True)
+    note.write_text("mine\n")
+    try:
+        sheet = _worksheet(judged_folder, tmp_path, "sheet", [("E", "ann")])
+        add_judgments(judged_folder, [str(sheet)], tmp_path / "new")
+        assert not (tmp_path / "new" / ".notes").exists() and note.read_text() == "mine\n"
+        assert main(["table", str(tmp_path / "new")]) == 0  # the new folder is stagebench's whole
+    finally:
+        shutil.rmtree(judged_folder / ".notes")
