@@ -85,11 +85,11 @@ def test_bootstrap_ci_covers_the_true_mean_about_95_percent_of_the_time():
 
 
 def test_compare_against_direct_computations():
-    from stagebench.stats import compare
+    from stagebench.stats import paired_test
 
     a = [0.5, 0.7, 0.2, 0.9, 0.4, 0.4]
     b = [0.4, 0.7, 0.3, 0.5, 0.1, 0.4 + 1e-15]  # the last pair ties within 1e-12
-    c = compare("x", "y", "nDCG@10", a, b, 2000, 7)
+    c = paired_test("x", "y", "nDCG@10", a, b, 2000, 7)
     assert (c.a, c.b, c.metric) == ("x", "y", "nDCG@10")
     assert c.mean_a == pytest.approx(np.mean(a)) and c.mean_b == pytest.approx(np.mean(b))
     assert (c.wins, c.ties, c.losses) == (3, 2, 1)

@@ -45,8 +45,8 @@ from stagebench.runtime.engine import EngineParams
 from stagebench.errors import ConfigError, DataError, StagebenchError
 from stagebench.data.synthetic import SyntheticSpec, generate
 from stagebench.execute import StageRun, canonical, context, make_stage, run_in
-from stagebench.judging import add_judgments as _add_judgments, judge_folder, plan_judgments as _plan_judgments
-from stagebench.judging import run_incompleteness, simulate_plans as _simulate_plans
+from stagebench.judging import rescore_with_worksheets, judge_folder, write_worksheet
+from stagebench.judging import run_incompleteness, simulate_strategies
 from stagebench.metrics import Evaluation, HoleViews, Measure, check_thresholds, parse_measure
 from stagebench.metrics import evaluate_views as _evaluate_views
 from stagebench.metrics import evaluate as _evaluate
@@ -59,7 +59,7 @@ from stagebench.pipeline import refusals_before_loading
 from stagebench import outputs
 from stagebench.report import plots
 from stagebench.report.write import rerender, show_query
-from stagebench.reproductions import Reproduced, reproduce as _reproduce
+from stagebench.reproductions import Reproduced, run_reproductions
 from stagebench.results.check import Check, compare_with_expected, write_expected
 from stagebench.results.compare import Comparison, compare_folders
 from stagebench.results.folder import RESULTS, RunFolder
@@ -73,9 +73,9 @@ from stagebench.runs import Run, checked_qrels, checked_run, read_trec_qrels, re
 from stagebench.runs import write_trec_run as _write_trec_run
 from stagebench.models.variants import for_placement, onnx_kind
 from stagebench.table import StageTable
-from stagebench.fitting.train import train_reranker as _train_reranker
+from stagebench.fitting.train import run_training
 from stagebench.fitting.tune import TuneResult
-from stagebench.fitting.tune import tune as _tune
+from stagebench.fitting.tune import run_tune
 
 
 __all__ = [
@@ -262,7 +262,7 @@ def tune(config: Config | Mapping[str, Any] | str | Path, output: str | Path | N
     """``stagebench tune``: the config's ``tune:`` section run (docs/baselines.md); the result's
     ``record`` holds every trial, the choices, the tuned params and default against tuned on the
     test queries, ``output`` the tuning folder (its ``tuned.yaml`` runs with :func:`run`)."""
-    return _tune(config_from(config), output, cache_dir)
+    return run_tune(config_from(config), output, cache_dir)
 
 
 def open(folder: str | Path) -> Result:  # noqa: A001 - stagebench.open, as a notebook reads it
@@ -382,7 +382,7 @@ class Worksheet:
 def plan_judgments(folder: str | Path, budget: int, output: str | Path, *, strategy: str = "plan", depth: int = 10,
                    measure: str | None = None, seed: int = 0) -> Worksheet:  # fmt: skip
     """``stagebench plan-judgments``: the worksheet of ``budget`` unjudged pairs picked by ``strategy``."""
-    return Worksheet(*_plan_judgments(folder, budget, output, strategy, depth, measure, seed))
+    return Worksheet(*write_worksheet(folder, budget, output, strategy, depth, measure, seed))
 
 
 def simulate_plans(folder: str | Path, budgets: Sequence[int], *, depth: int = 10, seeds: int = 3,
@@ -390,7 +390,7 @@ def simulate_plans(folder: str | Path, budgets: Sequence[int], *, depth: int = 1
     """``plan-judgments --simulate``: every strategy at every budget, answered by the folder's judge
     (``json_path``: also written there, under the rule of :mod:`stagebench.outputs`)."""
     outputs.check_file(json_path, outputs.SIMULATION_JSON.out)
-    sim = _simulate_plans(folder, list(budgets), depth, seeds, measure)
+    sim = simulate_strategies(folder, list(budgets), depth, seeds, measure)
     if json_path is not None:
         outputs.SIMULATION_JSON.write(json_path, sim.as_json())
     return sim
@@ -400,7 +400,7 @@ def add_judgments(folder: str | Path, worksheets: Sequence[str | Path], output: 
                   prefer: str | None = None) -> Result:  # fmt: skip
     """``stagebench add-judgments``: a new results folder scored with graded worksheets added to the
     folder's qrels; the folder itself is left as it is."""
-    _add_judgments(folder, [str(w) for w in worksheets], output, prefer)
+    rescore_with_worksheets(folder, [str(w) for w in worksheets], output, prefer)
     return open(output)
 
 
@@ -627,14 +627,14 @@ def train_reranker(config: Config | Mapping[str, Any] | str | Path, output: str 
     """``stagebench train-reranker``: the config's ``training:`` section run (docs/training.md); the
     training report (data, dev nDCG before and after, steps, the model folder as ``output``)."""
     c = config_from(config)
-    return _train_reranker(c, None if output is None else str(output), Cache(cache_root(cache_dir, c.cache_dir)))
+    return run_training(c, None if output is None else str(output), Cache(cache_root(cache_dir, c.cache_dir)))
 
 
 def reproduce(root: str | Path = ".", names: Sequence[str] | None = None, output_root: str | Path = "build/reproduce",
               matrix_path: str | Path | None = None, cache_dir: str | None = None) -> list[Reproduced]:  # fmt: skip
     """``stagebench reproduce``: the published tables under ``root/reproductions`` run when their
     inputs are here and checked; ``matrix_path``: where the Markdown matrix is written."""
-    return _reproduce(Path(root), list(names) if names else None, Path(output_root),
+    return run_reproductions(Path(root), list(names) if names else None, Path(output_root),
                       None if matrix_path is None else Path(matrix_path), cache_dir)  # fmt: skip
 
 

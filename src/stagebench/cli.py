@@ -22,7 +22,7 @@ from stagebench.data.synthetic import SyntheticSpec
 from stagebench.errors import StagebenchError
 from stagebench.report.tables import (check_text, comparison_text, matrix_csv, matrix_markdown, matrix_text, segments_csv,
                                      segments_markdown, segments_text)  # fmt: skip
-from stagebench.reproductions import matrix
+from stagebench.reproductions import matrix_markdown
 from stagebench.results.check import Expected
 from stagebench.judgments.planning import STRATEGIES
 from stagebench.results.segments import MIN_QUERIES
@@ -360,7 +360,7 @@ def _parser_reproduce(sub) -> None:
 
 def _cmd_reproduce(args: argparse.Namespace) -> int:
     outcomes = api.reproduce(args.root, args.names, args.output_root, args.matrix, args.cache_dir)
-    sys.stdout.write(matrix(outcomes))
+    sys.stdout.write(matrix_markdown(outcomes))
     logging.getLogger("stagebench").info("matrix written to %s", args.matrix)
     return 1 if any(o.failed for o in outcomes) else 0
 

@@ -170,7 +170,7 @@ def run_incompleteness(folder: str | Path, rates: list[float], seeds: int, measu
     return inc
 
 
-def plan_judgments(folder: str | Path, budget: int, output: str | Path, strategy: str = "plan", depth: int = 10,
+def write_worksheet(folder: str | Path, budget: int, output: str | Path, strategy: str = "plan", depth: int = 10,
                    measure: str | None = None, seed: int = 0) -> tuple[Path, Path, int]:  # fmt: skip
     """``stagebench plan-judgments RUN_DIR --budget N``: the worksheet of ``strategy``'s holes as
     ``output`` (.csv) and beside it the same rows as .jsonl; returns both paths and the rows."""
@@ -211,7 +211,7 @@ def plan_judgments(folder: str | Path, budget: int, output: str | Path, strategy
     return csv_path, jsonl_path, len(chosen)
 
 
-def simulate_plans(folder: str | Path, budgets: list[int], depth: int = 10, seeds: int = 3,
+def simulate_strategies(folder: str | Path, budgets: list[int], depth: int = 10, seeds: int = 3,
                    measure: str | None = None) -> Simulation:  # fmt: skip
     """``plan-judgments --simulate``: every strategy at every budget, answered by the folder's judge."""
     g = ground(folder, measure)
@@ -254,7 +254,7 @@ class _Corpus:
         return docid in self.corpus
 
 
-def add_judgments(folder: str | Path, worksheets: list[str], output: str | Path, prefer: str | None = None) -> Rendered:
+def rescore_with_worksheets(folder: str | Path, worksheets: list[str], output: str | Path, prefer: str | None = None) -> Rendered:
     """``stagebench add-judgments RUN_DIR WORKSHEET... --output NEW_DIR``: a new results folder
     scored with the folder's qrels plus the worksheets' grades, with where each came from; the
     source folder and the dataset's files are left as they are."""

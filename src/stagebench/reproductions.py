@@ -118,7 +118,7 @@ def run_one(r: Reproduction, repo: Path, output_root: Path, cache_dir: str | Non
     return Reproduced(r, rows)
 
 
-def matrix(outcomes: list[Reproduced]) -> str:
+def matrix_markdown(outcomes: list[Reproduced]) -> str:
     """The Markdown matrix: one line per (reproduction, stage, metric)."""
     lines = ["# Reproductions", "",
              "Written by `stagebench reproduce` (`make reproduce`). Status: **OK** (equal to 6 decimals), "
@@ -152,14 +152,14 @@ def matrix(outcomes: list[Reproduced]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def reproduce(repo: Path, names: list[str] | None, output_root: Path, matrix_path: Path | None,
+def run_reproductions(repo: Path, names: list[str] | None, output_root: Path, matrix_path: Path | None,
               cache_dir: str | None = None) -> list[Reproduced]:  # fmt: skip
     """Run and check each reproduction (``cache_dir``: the cache root for all of them, as ``--cache-dir``)."""
     if matrix_path is not None:
         check_file(matrix_path, MATRIX)  # before any reproduction runs
     outcomes = [run_one(r, repo, output_root, cache_dir) for r in find(repo, names)]
     if matrix_path is not None:
-        write_matrix(matrix_path, matrix(outcomes))
+        write_matrix(matrix_path, matrix_markdown(outcomes))
     return outcomes
 
 

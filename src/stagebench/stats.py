@@ -114,7 +114,7 @@ class PairTest:
         return {k: (round(v, 6) if isinstance(v, float) and math.isfinite(v) else v) for k, v in self.__dict__.items()}
 
 
-def compare(a_name: str, b_name: str, metric: str, a: Sequence[float], b: Sequence[float],
+def paired_test(a_name: str, b_name: str, metric: str, a: Sequence[float], b: Sequence[float],
             permutations: int, seed: int) -> PairTest:  # fmt: skip
     av, bv = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     t, p_t = paired_t_test(av, bv)

@@ -19,7 +19,7 @@ import pytest
 from stagebench.config import load_config
 from stagebench.errors import ConfigError
 from stagebench.pipeline import run_config
-from stagebench.fitting.tune import tune
+from stagebench.fitting.tune import run_tune
 from tests.conftest import REPO, stagebench_cli
 
 SPACE = "{stemmer: [null, english], k1: [0.5, 1.2, 3.0]}"
@@ -63,7 +63,7 @@ def test_kfold_decisions_never_read_their_own_folds_judgments(cranfield, tmp_pat
     caplog.set_level(logging.INFO, logger="stagebench")
     data = beir_copy(cranfield, tmp_path / "a")
     knobs = f"{{stages: [bm25], queries: kfold, folds: 3, space: {{bm25: {SPACE}}}}}"
-    first = tune(load_config(config_file(tmp_path, f"{{loader: beir, path: {data}}}", knobs)))
+    first = run_tune(load_config(config_file(tmp_path, f"{{loader: beir, path: {data}}}", knobs)))
     assert caplog.text.count("computed BM25 index") == 2  # 7 trials, 2 analyses (k1 weighs a cached one)
     rec = first.record
     assert rec["queries"]["mode"] == "kfold" and rec["counts"] == {"trials": 7, "computed": 7, "cached": 0}
@@ -74,7 +74,7 @@ def test_kfold_decisions_never_read_their_own_folds_judgments(cranfield, tmp_pat
     assert set.union(*folds) == {q for f in folds for q in f} and sum(map(len, folds)) == len(set.union(*folds))
 
     changed = beir_copy(cranfield, tmp_path / "b", change=fold1)
-    again = tune(load_config(config_file(tmp_path, f"{{loader: beir, path: {changed}}}", knobs, name="u")))
+    again = run_tune(load_config(config_file(tmp_path, f"{{loader: beir, path: {changed}}}", knobs, name="u")))
     a, b = first.record, again.record
     assert b["chosen"]["bm25"]["fold 1"] == a["chosen"]["bm25"]["fold 1"]
     assert [t["means"]["fold 1"] for t in b["trials"]] == [t["means"]["fold 1"] for t in a["trials"]]
@@ -109,10 +109,10 @@ def test_split_tuning_never_reads_the_test_judgments(small_synthetic, tmp_path):
     """Tuned on the train split: the test split relabelled leaves every trial and choice as it was,
     and only the default-against-tuned table moves. The test split itself is refused as a tuning split."""
     knobs = f"{{stages: [bm25], space: {{bm25: {SPACE}}}}}"
-    first = tune(load_config(config_file(tmp_path, f"{{loader: esci, path: {small_synthetic}, split: test}}", knobs)))
+    first = run_tune(load_config(config_file(tmp_path, f"{{loader: esci, path: {small_synthetic}, split: test}}", knobs)))
     other = tmp_path / "relabelled"
     relabel_test_split(small_synthetic, other)
-    again = tune(load_config(config_file(tmp_path, f"{{loader: esci, path: {other}, split: test}}", knobs, name="u")))
+    again = run_tune(load_config(config_file(tmp_path, f"{{loader: esci, path: {other}, split: test}}", knobs, name="u")))
     a, b = first.record, again.record
     assert a["queries"]["mode"] == "split" and list(a["queries"]["decisions"]) == ["train"]
     assert [t["means"] for t in a["trials"]] == [t["means"] for t in b["trials"]] and a["chosen"] == b["chosen"]
@@ -121,7 +121,7 @@ def test_split_tuning_never_reads_the_test_judgments(small_synthetic, tmp_path):
 
     cfg = config_file(tmp_path, f"{{loader: esci, path: {small_synthetic}, split: train}}", knobs, name="v")
     with pytest.raises(ConfigError, match="tune.split: 'train' is the split the table reports.*refused"):
-        tune(load_config(cfg))
+        run_tune(load_config(cfg))
 
 
 def test_a_run_finds_the_tuning_of_its_first_stage_and_says_its_baseline_is_weak(cranfield, tmp_path):
@@ -130,7 +130,7 @@ def test_a_run_finds_the_tuning_of_its_first_stage_and_says_its_baseline_is_weak
     later stage's gain would remain against the tuned BM25; the note survives `stagebench table`."""
     data = f"{{loader: beir, path: {cranfield}}}"
     knobs = "{stages: [bm25], queries: kfold, space: {bm25: {stemmer: [null, english], stopwords: [false, true], k1: [1.2, 3.0]}}}"
-    rec = tune(load_config(config_file(tmp_path, data, knobs))).record
+    rec = run_tune(load_config(config_file(tmp_path, data, knobs))).record
     wins = [m for m, r in rec["test"]["bm25"]["measures"].items() if r["significant"] and r["tuned"] > r["default"]]
     assert wins == ["nDCG@10", "R@100"]
     stem = "  - {name: stem, type: bm25, params: {top_k: 100, stemmer: english, stopwords: true}}\n"

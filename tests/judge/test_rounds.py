@@ -19,7 +19,7 @@ from stagebench.cli import main
 from stagebench.config import parse_config
 from stagebench.errors import ConfigError, StagebenchError
 from stagebench.files import file_digest
-from stagebench.judging import add_judgments, ground
+from stagebench.judging import rescore_with_worksheets, ground
 from stagebench.metrics import evaluate, parse_measure
 from stagebench.results.folder import RunFolder
 from stagebench.judgments.incompleteness import subsample
@@ -133,7 +133,7 @@ def test_judgments_come_back_with_their_provenance_and_the_old_folder_is_untouch
     sheet = _worksheet(judged_folder, tmp_path, "sheet", [("E", "ann"), ("0", "ann"), ("2", "bo")])
     rows = list(csv.DictReader(open(sheet, encoding="utf-8")))
     new = tmp_path / "new"
-    add_judgments(judged_folder, [str(sheet)], new)
+    rescore_with_worksheets(judged_folder, [str(sheet)], new)
     assert {p.name: file_digest(p) for p in judged_folder.iterdir() if p.is_file()} == before
     old_q, new_q = RunFolder.open(judged_folder).qrels(), RunFolder.open(new).qrels()
     added = {(r["qid"], r["docid"]): g for r, g in zip(rows, [3, 0, 2])}
@@ -152,7 +152,7 @@ def test_add_judgments_refuses_bad_grades_and_conflicts_one_line_each(judged_fol
     sheet = _worksheet(judged_folder, tmp_path, "bad", [("7", ""), ("Maybe", ""), ("1", "")])
     caplog.clear()
     with pytest.raises(StagebenchError, match="2 worksheet rows refused, each named above; nothing was written"):
-        add_judgments(judged_folder, [str(sheet)], tmp_path / "out")
+        rescore_with_worksheets(judged_folder, [str(sheet)], tmp_path / "out")
     assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == [
         f"{sheet}: line 2: grade '7' is not on the scale (3 = E, 2 = S, 1 = C, 0 = I; in full: Exact, Substitute, Complement, Irrelevant)",
         f"{sheet}: line 3: grade 'Maybe' is not on the scale (3 = E, 2 = S, 1 = C, 0 = I; in full: Exact, Substitute, Complement, Irrelevant)"]
@@ -166,15 +166,15 @@ def test_add_judgments_refuses_bad_grades_and_conflicts_one_line_each(judged_fol
     hand.write_text(f"qid,docid,grade (3 = E 2 = S 1 = C 0 = I),rater\n{q},{d},{other},cy\n", encoding="utf-8")
     with pytest.raises(StagebenchError, match=re.escape(f"{hand}: line 2: {q} {d} graded {other}, but the folder's qrels "
                                                         f"grade it {g} (say which wins: --prefer existing or --prefer worksheet)")):
-        add_judgments(judged_folder, [str(hand)], tmp_path / "out")
-    add_judgments(judged_folder, [str(hand)], tmp_path / "out", prefer="worksheet")
+        rescore_with_worksheets(judged_folder, [str(hand)], tmp_path / "out")
+    rescore_with_worksheets(judged_folder, [str(hand)], tmp_path / "out", prefer="worksheet")
     assert RunFolder.open(tmp_path / "out").qrels()[q][d] == other
     assert json.loads((tmp_path / "out" / SOURCES).read_text())["replaced"] == 1
     # two worksheets grading one pair differently
     twin = tmp_path / "twin.jsonl"
     twin.write_text(json.dumps({"qid": q, "docid": d, "grade": (other + 1) % 4}) + "\n", encoding="utf-8")
     with pytest.raises(StagebenchError, match=re.escape(f"{twin}: line 1: {q} {d} graded")):
-        add_judgments(judged_folder, [str(hand), str(twin)], tmp_path / "out2", prefer="worksheet")
+        rescore_with_worksheets(judged_folder, [str(hand), str(twin)], tmp_path / "out2", prefer="worksheet")
 
 
 def test_the_incompleteness_experiment_matches_a_recomputation_from_its_definition(judged_folder):
@@ -334,7 +334,7 @@ def test_a_row_naming_a_document_or_query_the_dataset_lacks_is_refused(judged_fo
         csv.writer(fh).writerows(rows)
     caplog.clear()
     with pytest.raises(StagebenchError, match="2 worksheet rows refused, each named above; nothing was written"):
-        add_judgments(judged_folder, [str(bad)], tmp_path / "out")
+        rescore_with_worksheets(judged_folder, [str(bad)], tmp_path / "out")
     assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == [
         f"{bad}: line 3: document '99999' is not in the dataset's corpus",
         f"{bad}: line 4: query 'no-such-query' is not a query of this results folder"]
@@ -366,7 +366,7 @@ def test_a_users_files_in_the_source_folder_stay_there_and_the_new_folder_is_sta
     note.write_text("mine\n")
     try:
         sheet = _worksheet(judged_folder, tmp_path, "sheet", [("E", "ann")])
-        add_judgments(judged_folder, [str(sheet)], tmp_path / "new")
+        rescore_with_worksheets(judged_folder, [str(sheet)], tmp_path / "new")
         assert not (tmp_path / "new" / ".notes").exists() and note.read_text() == "mine\n"
         assert main(["table", str(tmp_path / "new")]) == 0  # the new folder is stagebench's whole
     finally:

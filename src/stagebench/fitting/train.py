@@ -149,7 +149,7 @@ def mine_negatives(config, ds, n: NegativesConfig, cache) -> dict[str, list[str]
     return {q: ranked_ids(docs) for q, docs in run.items()}
 
 
-def train_reranker(config, output: str | None = None, cache=None) -> dict:
+def run_training(config, output: str | None = None, cache=None) -> dict:
     """Build the training data, fine-tune the base cross-encoder on it (:func:`~stagebench.fitting.finetune.fine_tune`), save
     the model folder with a model card, and return the training report."""
     t: TrainingConfig = config.training

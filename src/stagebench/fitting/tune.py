@@ -52,7 +52,7 @@ from stagebench.record import TUNED, TUNING_RECORD, TunedBaseline
 from stagebench.results import baselines
 from stagebench.runs import Run
 from stagebench.runtime.engine import ray_session
-from stagebench.stats import compare, holm
+from stagebench.stats import paired_test, holm
 from stagebench.ui import progress
 
 log = logging.getLogger("stagebench")
@@ -217,7 +217,7 @@ def _per_query(ev: Evaluation, name: str, ids: list[str]) -> dict[str, float]:
     return {q: values.get(q, 0.0) for q in ids}
 
 
-def tune(config: Config, output: str | Path | None = None, cache_dir: str | None = None) -> TuneResult:
+def run_tune(config: Config, output: str | Path | None = None, cache_dir: str | None = None) -> TuneResult:
     """Run ``config``'s ``tune:`` section (see the module doc)."""
     t = config.tune
     if t is None:
@@ -329,7 +329,7 @@ def _tune(config: Config, t: TuneConfig, out: Path, cache: Cache) -> TuneResult:
         for m in config.measures:
             a = [tuned_pq[m.name][q] for q in test_ids]
             b = list(_per_query(default_ev, m.name, test_ids).values())
-            c = compare("tuned", "default", m.name, a, b, config.evaluation.permutations, config.evaluation.seed)
+            c = paired_test("tuned", "default", m.name, a, b, config.evaluation.permutations, config.evaluation.seed)
             rows[m.name] = {"default": round(c.mean_b, 6), "tuned": round(c.mean_a, 6), "p": round(c.p_rand, 6),
                             "wins": c.wins, "losses": c.losses}  # fmt: skip
         for m_name, p in zip(rows, holm([r["p"] for r in rows.values()])):

@@ -45,7 +45,7 @@ def significant(v: StageViews, view: str, permutations: int, alpha: float, seed:
     (paired randomization test, Holm over the pairs)."""
     pq = v.per_query[view]
     pairs = list(combinations(pq, 2))
-    comps = [stats.compare(a, b, view, pq[a], pq[b], permutations, seed) for a, b in pairs]
+    comps = [stats.paired_test(a, b, view, pq[a], pq[b], permutations, seed) for a, b in pairs]
     out = {}
     for (a, b), c, p in zip(pairs, comps, stats.holm([c.p_rand for c in comps])):
         out[(a, b)] = 0 if p >= alpha or c.mean_a == c.mean_b else (1 if c.mean_a > c.mean_b else -1)

@@ -124,7 +124,7 @@ def compare_folders(a: str | Path, b: str | Path, permutations: int = 10000, see
             qs = sorted(set(pa[s][m]) & set(pb[s][m]))
             n_common = len(qs)
             va, vb = [pa[s][m][q] for q in qs], [pb[s][m][q] for q in qs]
-            family.append((s, stats.compare("B", "A", m, vb, va, permutations, seed)))
+            family.append((s, stats.paired_test("B", "A", m, vb, va, permutations, seed)))
         for (s, c), pr, pt in zip(family, stats.holm([c.p_rand for _, c in family]), stats.holm([c.p_t for _, c in family])):
             rows.append(MeasureDelta(s, m, mean_a=c.mean_b, mean_b=c.mean_a, p_rand=pr, p_t=pt, wins=c.wins, ties=c.ties,
                                      losses=c.losses, significant=pr < alpha))  # fmt: skip

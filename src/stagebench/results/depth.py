@@ -22,7 +22,7 @@ def depth_sweep(s: StageRecord, runs: dict[str, Run], qrels: dict, queries: list
     for name, n in zip(s.depth_runs, s.depths):
         c = ceilings.ceiling(inp, runs[name], qrels, queries, n, rel, gain)
         out_q = [compute.ndcg(ranked_ids(runs[name].get(q, {})), qrels[q], 10, gain) for q in queries]
-        cmp = stats.compare(name, s.inputs[0], "nDCG@10", out_q, [in_q[q] for q in queries], ev.permutations,
+        cmp = stats.paired_test(name, s.inputs[0], "nDCG@10", out_q, [in_q[q] for q in queries], ev.permutations,
                             ev.seed)  # fmt: skip
         rows.append((n, c, cmp))
     holm = stats.holm([cmp.p_rand for _, _, cmp in rows])

@@ -187,7 +187,7 @@ def significance(evals: dict, pairs: list[tuple[str, str]], metric_names: list[s
     each stage significantly beats under the evaluation's test."""
     comps: list[stats.PairTest] = []
     for m in metric_names:
-        family = [stats.compare(a, b, m, [evals[a].per_query[m][q] for q in queries],
+        family = [stats.paired_test(a, b, m, [evals[a].per_query[m][q] for q in queries],
                                 [evals[b].per_query[m][q] for q in queries], ev.permutations, ev.seed)
                   for a, b in pairs]  # fmt: skip
         for c, pt, pr in zip(family, stats.holm([c.p_t for c in family]), stats.holm([c.p_rand for c in family])):
