@@ -46,7 +46,7 @@ from stagebench.errors import ConfigError, DataError, StagebenchError
 from stagebench.data.synthetic import SyntheticSpec, generate
 from stagebench.execute import StageRun, canonical, context, make_stage, run_in
 from stagebench.judging import rescore_with_worksheets, judge_folder, write_worksheet
-from stagebench.judging import run_incompleteness, simulate_strategies
+from stagebench.judging import run_incompleteness, estimate_coverage, simulate_strategies
 from stagebench.metrics import Evaluation, HoleViews, Measure, check_thresholds, parse_measure
 from stagebench.metrics import evaluate_views as _evaluate_views
 from stagebench.metrics import evaluate as _evaluate
@@ -66,6 +66,7 @@ from stagebench.results.folder import RESULTS, RunFolder
 from stagebench.judgments.incompleteness import Incompleteness
 from stagebench.results import interop
 from stagebench.results.matrix import MatrixTable, matrix_table
+from stagebench.judgments.coverage import Coverage
 from stagebench.judgments.planning import Simulation
 from stagebench.results.segments import MIN_QUERIES, SegmentTable, folder_segments
 from stagebench.results.scoring import stage_evaluations
@@ -85,7 +86,7 @@ __all__ = [
     "Reranker", "StagebenchError",
     # one call per CLI command on a folder, training, reproductions and upkeep (stagebench.api.<name>)
     "table", "show", "measure_of", "segments", "matrix", "check", "pin", "judge", "incompleteness", "plan_judgments",
-    "simulate_plans", "add_judgments", "evaluate_views", "train_reranker", "reproduce", "cache", "generate_data",
+    "simulate_plans", "simulate_estimates", "add_judgments", "evaluate_views", "train_reranker", "reproduce", "cache", "generate_data",
     "config_from", "cross_encoder", "bi_encoder", "read_trec_run", "read_trec_qrels", "write_trec_run",
     "evaluate_files", "ir_measures_version",
     # what those return
@@ -380,9 +381,25 @@ class Worksheet:
 
 
 def plan_judgments(folder: str | Path, budget: int, output: str | Path, *, strategy: str = "plan", depth: int = 10,
-                   measure: str | None = None, seed: int = 0) -> Worksheet:  # fmt: skip
-    """``stagebench plan-judgments``: the worksheet of ``budget`` unjudged pairs picked by ``strategy``."""
-    return Worksheet(*write_worksheet(folder, budget, output, strategy, depth, measure, seed))
+                   measure: str | None = None, seed: int = 0, predictor: str | None = None,
+                   show_ranks: bool = False) -> Worksheet:  # fmt: skip
+    """``stagebench plan-judgments``: the worksheet of ``budget`` unjudged pairs picked by ``strategy``
+    (``sample``: a random sample for the estimated view, its record beside the worksheet)."""
+    return Worksheet(*write_worksheet(folder, budget, output, strategy, depth, measure, seed, predictor, show_ranks))
+
+
+def simulate_estimates(folder: str | Path, budgets: Sequence[int], *, rounds: int = 200, measure: str | None = None,
+                       predictor: str | None = None, hide: float | None = None, seed: int = 0,
+                       json_path: str | Path | None = None) -> Coverage:  # fmt: skip
+    """``plan-judgments --simulate --strategy sample``: the estimated view's coverage, settled pairs and
+    widths over ``rounds`` simulated rounds a budget (:func:`stagebench.judging.estimate_coverage`)."""
+    outputs.check_file(json_path, outputs.SIMULATION_JSON.out)
+    if hide is not None and not 0 < hide < 1:
+        raise StagebenchError(f"--hide {hide}: a share of the judged pairs, between 0 and 1")
+    cov = estimate_coverage(folder, list(budgets), rounds, measure, predictor, hide, seed)
+    if json_path is not None:
+        outputs.SIMULATION_JSON.write(json_path, cov.as_json())
+    return cov
 
 
 def simulate_plans(folder: str | Path, budgets: Sequence[int], *, depth: int = 10, seeds: int = 3,

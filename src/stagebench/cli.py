@@ -144,8 +144,17 @@ def _parser_plan_judgments(sub) -> None:
     pj.add_argument("run_dir")
     pj.add_argument("--budget", type=_budgets, required=True, help="judgments to ask for (with --simulate: several, comma separated)")
     pj.add_argument("--output", help="the worksheet (.csv; the .jsonl beside it); never written over")
-    pj.add_argument("--strategy", choices=list(STRATEGIES), default="plan",
-                    help="plan (default): the pairs that settle the most; depth: depth pooling; random: random holes")
+    pj.add_argument("--strategy", choices=[*STRATEGIES, "sample"], default="plan",
+                    help="plan (default): the pairs that settle the most (guaranteed bounds); depth: depth pooling; "
+                    "random: random holes; sample: a random sample with recorded probabilities, aimed at the open "
+                    "pairs, for the estimated view (docs/metrics.md#the-estimated-view)")  # fmt: skip
+    pj.add_argument("--predictor", help="sample: the grade model: a stage whose scores to calibrate (default: the last "
+                    "cross-encoder, else the last stage), constant, or judge (the folder's judge grades)")  # fmt: skip
+    pj.add_argument("--show-ranks", action="store_true", help="put each stage's rank of the pair in the worksheet "
+                    "(default: blind, the raters do not see which stage found it)")  # fmt: skip
+    pj.add_argument("--rounds", type=_positive_int, default=200, help="--simulate --strategy sample: rounds a budget (default 200)")
+    pj.add_argument("--hide", type=float, help="--simulate --strategy sample: answer from this share of the folder's "
+                    "judged pairs hidden as holes (data without a rules judge: Cranfield, real ESCI)")  # fmt: skip
     pj.add_argument("--depth", type=_positive_int, default=10, help="the pool: unjudged pairs in every stage's top DEPTH (default 10)")
     pj.add_argument("--measure", help="the measure whose stage orders to settle (default: nDCG@10 when scored)")
     pj.add_argument("--seed", type=int, default=0, help="random strategy: its seed")
@@ -157,6 +166,11 @@ def _parser_plan_judgments(sub) -> None:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
+    if args.simulate and args.strategy == "sample":
+        cov = api.simulate_estimates(args.run_dir, args.budget, rounds=args.rounds, measure=args.measure,
+                                     predictor=args.predictor, hide=args.hide, seed=args.seed, json_path=args.json)  # fmt: skip
+        sys.stdout.write(cov.text())
+        return 0
     if args.simulate:
         sim = api.simulate_plans(args.run_dir, args.budget, depth=args.depth, seeds=args.seeds, measure=args.measure,
                                  json_path=args.json)  # fmt: skip
@@ -167,7 +181,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     if not args.output:
         raise StagebenchError("--output: the worksheet's path (a .csv; the .jsonl is written beside it)")
     sheet = api.plan_judgments(args.run_dir, args.budget[0], args.output, strategy=args.strategy, depth=args.depth,
-                               measure=args.measure, seed=args.seed)  # fmt: skip
+                               measure=args.measure, seed=args.seed, predictor=args.predictor,
+                               show_ranks=args.show_ranks)  # fmt: skip
     print(f"{sheet.pairs} pairs to judge: {sheet.csv} and {sheet.jsonl} (fill the grade column, then: stagebench "
           f"add-judgments {args.run_dir} {sheet.csv} --output NEW_DIR)")  # fmt: skip
     return 0

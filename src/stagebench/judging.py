@@ -19,22 +19,28 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 import shutil
 import time
 from datetime import datetime, timezone
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from stagebench import outputs
 from stagebench.data import parse_dataset
 from stagebench.errors import StagebenchError
-from stagebench.files import atomic_write, check_apart, check_destination, remove_staging, staging, swap_in
+from stagebench.files import atomic_write, file_digest, check_apart, check_destination, remove_staging, staging, swap_in
 from stagebench.cache import Cache, cache_root
 from stagebench.judge.grading import dataset_of, judge_runs, make_judge
 from stagebench.judge.section import parse_judge
 from stagebench.judge.rules import RULES
 from stagebench.judgments.incompleteness import FILE as INCOMPLETENESS, Incompleteness, experiment
-from stagebench.judgments.planning import Simulation, depth_pooling, plan, pool_holes, random_holes, simulate
+from stagebench.judgments.coverage import Coverage, simulate as simulate_rounds
+from stagebench.judgments.estimate import Frame, draw, frame, inclusion, predict
+from stagebench.judgments.planning import Hole, Simulation, depth_pooling, plan, pool_holes, random_holes, simulate
+from stagebench.judgments.sampling import (ESTIMATE, EstimatedView, Record, design_path, estimated_view, grade_model)
 from stagebench.judgments.pool import HOLE, JUDGMENTS, Judgment, filled_qrels, read_judgments
 from stagebench.judgments.views import rankings
 from stagebench.judgments.worksheet import (ADDED, SOURCES, added_tsv, merge, read_worksheet, sources_json, worksheet_csv,
@@ -170,30 +176,54 @@ def run_incompleteness(folder: str | Path, rates: list[float], seeds: int, measu
     return inc
 
 
-def write_worksheet(folder: str | Path, budget: int, output: str | Path, strategy: str = "plan", depth: int = 10,
-                   measure: str | None = None, seed: int = 0) -> tuple[Path, Path, int]:  # fmt: skip
-    """``stagebench plan-judgments RUN_DIR --budget N``: the worksheet of ``strategy``'s holes as
-    ``output`` (.csv) and beside it the same rows as .jsonl; returns both paths and the rows."""
-    for p in (Path(output).with_suffix(".csv"), Path(output).with_suffix(".jsonl")):  # before any work
-        outputs.check_folder(p, "worksheet")
-    g = ground(folder, measure)
-    holes = pool_holes(g.ranked, g.qrels, g.queries, depth)
-    if strategy == "plan":
-        chosen = plan(g.ranked, g.qrels, g.queries, g.measure, g.top, g.rel, g.gain, budget, depth).holes
-    elif strategy == "depth":
-        chosen = depth_pooling(holes, budget)
-    else:
-        chosen = random_holes(holes, budget, seed)
-    if not chosen:
-        raise StagebenchError(f"{g.rf.path}: no unjudged pair in the top {depth} of any stage"
-                              if not holes else f"{g.rf.path}: every stage pair is settled on {g.measure.name}: "
-                              "no judgment could change an order (the plan is empty)")  # fmt: skip
-    ds = dataset_of(g.rf, parse_dataset(g.rf.manifest.config.get("dataset")), "the worksheet")
-    rows = worksheet_rows(chosen, ds.queries, ds.doc_text, list(g.ranked))
-    out = Path(output)
-    csv_path, jsonl_path = out.with_suffix(".csv"), out.with_suffix(".jsonl")
-    sheets = {csv_path: worksheet_csv(rows, g.scale).encode("utf-8"), jsonl_path: worksheet_jsonl(rows, g.scale).encode("utf-8")}
-    for p, data in sheets.items():  # a file this same plan wrote before it was cut short holds exactly these bytes
+@dataclass
+class Estimation:
+    """What a sampling round needs from a folder: the units of its holes, the grade model's prediction
+    of every hole's gain, and the scale's gains."""
+
+    g: Ground
+    fr: Frame
+    means: np.ndarray
+    variances: np.ndarray
+    predictor: str
+    quality: str
+    gains: np.ndarray  # the gain of each grade of the scale, lowest grade first
+
+    @property
+    def low(self) -> float:
+        return float(self.gains.min())
+
+    @property
+    def high(self) -> float:
+        return float(self.gains.max())
+
+
+def _nDCG_only(g: Ground) -> None:
+    m = g.measure
+    if m.family != "nDCG" or m.cutoff is None:
+        raise StagebenchError(f"--measure {m.name}: the estimated view is for nDCG@k (a graded measure with a cut-off, "
+                              "linear in the holes' gains once its ideal is known); give --measure nDCG@10")  # fmt: skip
+
+
+def estimation(g: Ground, predictor: str | None, qrels: dict | None = None) -> Estimation:
+    """The units and the grade model's predictions on ``qrels`` (default the folder's)."""
+    _nDCG_only(g)
+    qrels = g.qrels if qrels is None else qrels
+    gain = gain_map(g.measure.gain or g.gain)
+    grades = sorted(g.scale)
+    fr = frame(g.ranked, qrels, g.queries, g.measure.cutoff, gain, g.top)
+    types = {s.name: s.type for s in g.rf.manifest.stages}
+    said = {(j.qid, j.docid): j.grade for j in g.judgments or [] if j.grade is not None}
+    model, quality = grade_model(predictor, g.rf.runs(), types, qrels, grades, said)
+    gains = np.array([gain(x) for x in grades], dtype=np.float64)
+    dist = model.distributions(fr.holes())
+    means = dist @ gains
+    return Estimation(g, fr, means, np.maximum(dist @ gains**2 - means**2, 0.0), model.name, quality.line(), gains)
+
+
+def _write_all(sheets: dict[Path, bytes]) -> None:
+    """Every file or none (a file this same plan wrote before it was cut short holds exactly these bytes)."""
+    for p, data in sheets.items():
         if not (p.is_file() and not p.is_symlink() and p.read_bytes() == data):
             outputs.check_file(p, outputs.WORKSHEET)
     written = []
@@ -202,13 +232,116 @@ def write_worksheet(folder: str | Path, budget: int, output: str | Path, strateg
             if not p.exists():
                 atomic_write(p, data)
                 written.append(p)
-    except BaseException:  # both files or neither: the one written goes again
+    except BaseException:  # all the files or none: the ones written go again
         for p in written:
             p.unlink(missing_ok=True)
         raise
-    log.info("%s: %d of the %d unjudged pairs in the top %d (%s); worksheet %s and %s", g.rf.path, len(chosen),
-             len(holes), depth, strategy, csv_path, jsonl_path)  # fmt: skip
+
+
+def write_worksheet(folder: str | Path, budget: int, output: str | Path, strategy: str = "plan", depth: int = 10,
+                    measure: str | None = None, seed: int = 0, predictor: str | None = None,
+                    show_ranks: bool = False) -> tuple[Path, Path, int]:  # fmt: skip
+    """``stagebench plan-judgments RUN_DIR --budget N``: the worksheet of ``strategy``'s holes as
+    ``output`` (.csv) and beside it the same rows as .jsonl (and for ``sample`` the round's record,
+    ``.design.json``); returns both sheets' paths and the rows. Rows are grouped by query, blind
+    (no stage's rank) unless ``show_ranks``."""
+    out = Path(output)
+    csv_path, jsonl_path = out.with_suffix(".csv"), out.with_suffix(".jsonl")
+    record_path = Path(design_path(str(csv_path)))
+    for p in (csv_path, jsonl_path, *([record_path] if strategy == "sample" else [])):  # before any work
+        outputs.check_folder(p, "worksheet")
+    g = ground(folder, measure)
+    extra: dict = {}
+    record = None
+    if strategy == "sample":
+        est = estimation(g, predictor)
+        pred = predict(est.fr, est.means, est.variances)
+        design = inclusion(est.fr, pred, budget)
+        drawn = np.flatnonzero(draw(design.pi, seed))
+        units = [est.fr.units[i] for i in drawn]
+        aims = "; ".join(design.aimed)
+        for u, i in zip(units, drawn):
+            for d in u.holes:
+                extra[(u.qid, d)] = {"unit": u.qid if not u.single else f"{u.qid} {d}",
+                                     "probability": f"{design.pi[i]:.6g}", "aims_at": aims}  # fmt: skip
+        chosen = [h for h in pool_holes(g.ranked, g.qrels, g.queries, g.measure.cutoff) if (h.qid, h.docid) in extra]
+        record = Record(str(g.rf.path), file_digest(g.rf.path / "qrels.trec"), g.measure.name, est.predictor, budget,
+                        seed, design.aimed, [{"qid": u.qid, "docids": list(u.holes), "probability": float(f"{design.pi[i]:.6g}")}
+                                             for u, i in zip(units, drawn)],
+                        dict(zip(est.fr.targets, pred.point.tolist())))  # fmt: skip
+        log.info("%s: grade model %s, %s", g.rf.path, est.predictor, est.quality)
+        holes = chosen
+    else:
+        holes = pool_holes(g.ranked, g.qrels, g.queries, depth)
+        if strategy == "plan":
+            chosen = plan(g.ranked, g.qrels, g.queries, g.measure, g.top, g.rel, g.gain, budget, depth).holes
+        elif strategy == "depth":
+            chosen = depth_pooling(holes, budget)
+        else:
+            chosen = random_holes(holes, budget, seed)
+    if not chosen:
+        raise StagebenchError(f"{g.rf.path}: no unjudged pair in the top {depth} of any stage"
+                              if not holes and strategy != "sample" else f"{g.rf.path}: every stage pair is settled on {g.measure.name}: "
+                              "no judgment could change an order (the plan is empty)" if strategy == "plan" else
+                              f"{g.rf.path}: the draw holds no unit (budget {budget}); draw again with another --seed or a larger --budget")  # fmt: skip
+    ds = dataset_of(g.rf, parse_dataset(g.rf.manifest.config.get("dataset")), "the worksheet")
+    rows = worksheet_rows(chosen, ds.queries, ds.doc_text, list(g.ranked), g.queries, show_ranks, extra)
+    sheets = {csv_path: worksheet_csv(rows, g.scale).encode("utf-8"), jsonl_path: worksheet_jsonl(rows, g.scale).encode("utf-8")}
+    if record is not None:
+        sheets[record_path] = record.as_json().encode("utf-8")
+    _write_all(sheets)
+    log.info("%s: %d of the %d unjudged pairs in the top %d (%s%s); worksheet %s and %s", g.rf.path, len(chosen),
+             len(holes) if strategy != "sample" else len(est.fr.holes()), depth if strategy != "sample" else g.measure.cutoff,
+             strategy, f", aimed at {'; '.join(record.aimed)}, the round's record {record_path}" if record else "",
+             csv_path, jsonl_path)  # fmt: skip
     return csv_path, jsonl_path, len(chosen)
+
+
+def estimate_coverage(folder: str | Path, budgets: list[int], rounds: int = 200, measure: str | None = None,
+                       predictor: str | None = None, hide: float | None = None, seed: int = 0) -> Coverage:  # fmt: skip
+    """``plan-judgments --simulate --strategy sample``: ``rounds`` sampling rounds at each budget, each
+    answered from known grades and scored against the truth, for the grade model and two useless ones
+    (constant, and its scores shuffled). The known grades: the folder's judge (the rules judge: the
+    truth) or, with ``hide``, that share of the folder's judged pairs in any stage's top k hidden as
+    if they were holes (the other holes count irrelevant, as in the main table, so the truth is the
+    main table's value)."""
+    g = ground(folder, measure)
+    _nDCG_only(g)
+    k = g.measure.cutoff
+    notes = []
+    if hide is None:
+        j = g.rf.manifest.judge
+        if j is None or g.judgments is None:
+            raise StagebenchError(f"{g.rf.path}: the simulated rounds are answered by the folder's judge grades, and it has "
+                                  "none: run its config with judge: {backend: rules} (the embedded data), or give --hide SHARE")  # fmt: skip
+        if j.depth < k:
+            raise StagebenchError(f"{g.rf.path}: its judge graded the top {j.depth}, fewer than the measure's cut-off {k}")
+        qrels, truth = g.qrels, filled_qrels(g.qrels, g.judgments)[0]
+        notes.append(f"the answers: {g.judge_name}")
+    else:
+        pooled = pool_holes(g.ranked, {}, g.queries, k)  # every document in any stage's top k
+        judged = [(h.qid, h.docid) for h in pooled if h.docid in g.qrels.get(h.qid, {})]
+        hidden = set(random.Random(seed).sample(judged, round(hide * len(judged))))
+        truth = {q: dict(docs) for q, docs in g.qrels.items()}
+        for h in pooled:  # a true hole counts irrelevant, as the main table counts it
+            truth.setdefault(h.qid, {}).setdefault(h.docid, 0)
+        qrels = {q: {d: x for d, x in docs.items() if (q, d) not in hidden} for q, docs in truth.items()}
+        notes.append(f"the answers: {len(hidden):,} of the {len(judged):,} judged pairs in any stage's top {k} hidden "
+                     f"(seed {seed}); the truth is the main table's value (holes irrelevant)")  # fmt: skip
+    est = estimation(g, predictor, qrels)
+    gain = gain_map(g.measure.gain or g.gain)
+    y = np.array([gain(truth[q][d]) for q, d in est.fr.holes()], dtype=np.float64)
+    grades = sorted(g.scale)
+    const = estimation(g, "constant", qrels)
+    models = {est.predictor: (est.means, est.variances), "constant": (const.means, const.variances)}
+    if est.predictor not in ("constant", "judge"):
+        perm = np.random.default_rng(seed).permutation(len(est.means))
+        models[f"{est.predictor} (shuffled)"] = (est.means[perm], est.variances[perm])
+    cov = simulate_rounds(est.fr, models, y, budgets, rounds, seed, est.low, est.high)
+    cov.notes = [f"{g.rf.path}: {g.measure.name}, {len(g.queries)} queries, {len(est.fr.holes()):,} holes in "
+                 f"{len(est.fr.units):,} units; grade model {est.predictor}, {est.quality}", *notes]
+    assert grades
+    return cov
 
 
 def simulate_strategies(folder: str | Path, budgets: list[int], depth: int = 10, seeds: int = 3,
@@ -254,6 +387,48 @@ class _Corpus:
         return docid in self.corpus
 
 
+def _round_estimate(rf: RunFolder, worksheets: list[str], graded: list) -> EstimatedView | None:
+    """The estimated view of a sampling round's worksheets (its record beside the worksheet), from the
+    folder's judgments before the round; None when no worksheet comes from a sampling round."""
+    records = [(w, Path(design_path(w))) for w in worksheets if Path(design_path(w)).is_file()]
+    if not records:
+        return None
+    if len(records) > 1:
+        log.warning("%d worksheets from sampling rounds: the estimated view uses the first, %s (a later round is "
+                    "estimated on the folder the earlier one wrote)", len(records), records[0][0])  # fmt: skip
+    w, path = records[0]
+    rec = Record.read(path.read_text(encoding="utf-8"), str(path))
+    g = ground(rf.path, rec.measure)
+    est = estimation(g, rec.predictor)
+    by_pair = {(x.qid, x.docid): x for x in graded}
+    view = None
+    if file_digest(rf.path / "qrels.trec") != rec.qrels_sha256:
+        why = (f"{path}: the round was drawn from other judgments than {rf.path}'s (its qrels changed since the plan, or "
+               "the worksheet is another folder's)")  # fmt: skip
+    else:
+        edited = [x for h, p in rec.holes.items() if (x := by_pair.get(h)) is not None and x.probability
+                  and not _same_probability(x.probability, p)]  # fmt: skip
+        why = (f"{worksheets[edited[0].source]}: line {edited[0].line}: probability {edited[0].probability} is not the one the "
+               f"round drew with ({rec.holes[(edited[0].qid, edited[0].docid)]:.6g}, {path}); the estimate needs the "
+               "probabilities the draw used") if edited else ""  # fmt: skip
+    if not why:
+        gain = gain_map(g.measure.gain or g.gain)
+        view = estimated_view(est.fr, est.means, rec, {h: x.grade for h, x in by_pair.items()}, gain, est.low, est.high,
+                              est.predictor, est.quality)  # fmt: skip
+    else:
+        view = EstimatedView(rec.measure, est.fr.targets, [], [], [], 0, 0, est.predictor, est.quality, rec.aimed, 0, why)
+    if view.refused:
+        log.warning("the estimated view is refused: %s", view.refused)
+    return view
+
+
+def _same_probability(text: str, p: float) -> bool:
+    try:
+        return abs(float(text.replace(",", ".")) - p) <= 1e-6 * max(p, 1e-12)
+    except ValueError:
+        return False
+
+
 def rescore_with_worksheets(folder: str | Path, worksheets: list[str], output: str | Path, prefer: str | None = None) -> Rendered:
     """``stagebench add-judgments RUN_DIR WORKSHEET... --output NEW_DIR``: a new results folder
     scored with the folder's qrels plus the worksheets' grades, with where each came from; the
@@ -283,6 +458,7 @@ def rescore_with_worksheets(folder: str | Path, worksheets: list[str], output: s
     merged = merge(qrels, graded, sources, prefer)
     if isinstance(merged, list):
         raise _refusal(merged)
+    view = _round_estimate(rf, worksheets, graded)
     check_destination(dest, RESULTS)
     tmp = staging(dest)
     try:
@@ -293,7 +469,9 @@ def rescore_with_worksheets(folder: str | Path, worksheets: list[str], output: s
         write_trec_qrels(merged.qrels, tmp / "qrels.trec")
         atomic_write(tmp / ADDED, added_tsv(merged))
         atomic_write(tmp / SOURCES, sources_json(merged, str(rf.path)))
-        manifest = write_manifest(tmp, rf.manifest, [ADDED, SOURCES])
+        if view is not None:
+            atomic_write(tmp / ESTIMATE, view.as_json())
+        manifest = write_manifest(tmp, rf.manifest, [ADDED, SOURCES, *([ESTIMATE] if view is not None else [])])
         rendered = render(tmp, RunFolder(tmp, manifest))
         write_manifest(tmp, manifest, rendered.written)
         check_destination(dest, RESULTS)  # it may have changed meanwhile

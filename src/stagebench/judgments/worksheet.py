@@ -31,14 +31,36 @@ def scale_text(scale: Mapping[int, str]) -> str:
     return ", ".join(f"{g} = {name}" for g, name in sorted(scale.items(), reverse=True))
 
 
+#: what each ESCI label means, for the raters (the Shopping Queries dataset's own definitions, shortened)
+ESCI_DEFINITIONS = {
+    3: "Exact: the product is relevant for the query and satisfies all its specifications",
+    2: "Substitute: somewhat relevant; fails some aspect of the query but can serve as a functional substitute",
+    1: "Complement: does not fulfil the query but could be used together with an exact item",
+    0: "Irrelevant: irrelevant for the query, or fails a central aspect of it",
+}
+
+
 def grade_header(scale: Mapping[int, str]) -> str:
+    """The grade column's header: the scale, each label defined where the scale is ESCI's."""
+    if dict(scale) == ESCI_LABEL_NAMES:
+        return "grade (" + "; ".join(f"{g} = {scale[g]} = {ESCI_DEFINITIONS[g]}" for g in sorted(scale, reverse=True)) + ")"
     return f"grade ({scale_text(scale)})"
 
 
 def worksheet_rows(holes: Sequence[Hole], queries: Mapping[str, str], docs: Mapping[str, str],
-                   stages: Sequence[str]) -> list[dict]:  # fmt: skip
-    return [{"qid": h.qid, "query": queries.get(h.qid, ""), "docid": h.docid, "document": docs.get(h.docid, ""),
-             **{f"rank_{s}": h.ranks.get(s) for s in stages}, "weight": h.weight} for h in holes]  # fmt: skip
+                   stages: Sequence[str], order: Sequence[str], show_ranks: bool = False,
+                   extra: Mapping[tuple[str, str], dict] | None = None) -> list[dict]:  # fmt: skip
+    """One row a hole, grouped by query (in ``order``, the folder's query order) and within a query by
+    its best rank; blind: the stages' ranks (which stage found the product) only with ``show_ranks``;
+    ``extra``: more columns for some rows (a sampling round's unit and probability)."""
+    at = {q: i for i, q in enumerate(order)}
+    rows = []
+    for h in sorted(holes, key=lambda h: (at.get(h.qid, len(at)), h.best_rank, h.docid)):
+        row = {"qid": h.qid, "query": queries.get(h.qid, ""), "docid": h.docid, "document": docs.get(h.docid, "")}
+        if show_ranks:
+            row |= {f"rank_{s}": h.ranks.get(s) for s in stages}
+        rows.append(row | dict((extra or {}).get((h.qid, h.docid), {})))
+    return rows
 
 
 def worksheet_csv(rows: Sequence[dict], scale: Mapping[int, str]) -> str:
@@ -52,7 +74,7 @@ def worksheet_csv(rows: Sequence[dict], scale: Mapping[int, str]) -> str:
 
 
 def worksheet_jsonl(rows: Sequence[dict], scale: Mapping[int, str]) -> str:
-    text = scale_text(scale)
+    text = grade_header(scale)[len("grade ("):-1]
     return "".join(json.dumps({**r, "grade": None, "grade_scale": text, "rater": None}, ensure_ascii=False) + "\n"
                    for r in rows)  # fmt: skip
 
@@ -67,6 +89,7 @@ class Graded:
     source: int  # index into the sources
     line: int
     rater: str
+    probability: str = ""  # a sampling round's row: its probability as the worksheet holds it
 
 
 @dataclass(frozen=True)
@@ -203,7 +226,7 @@ def read_worksheet(path: str | Path, index: int, scale: Mapping[int, str], queri
         else:
             rater = str(r.get("rater") or "").strip()
             raters.add(rater) if rater else None
-            graded.append(Graded(qid, docid, g, index, i, rater))
+            graded.append(Graded(qid, docid, g, index, i, rater, str(r.get("probability") or "").strip()))
     return graded, Source(str(p), file_digest(p), len(records), len(graded), sorted(raters), read_at=read_at), bad
 
 
@@ -275,5 +298,5 @@ def sources_note(text: str) -> str:
             f"{each} ({ADDED} lists each one)")  # fmt: skip
 
 
-__all__ = ["ADDED", "SEPARATORS", "SOURCES", "Graded", "Merged", "Source", "added_tsv", "grade_aliases", "grade_header", "merge", "read_worksheet",
+__all__ = ["ADDED", "ESCI_DEFINITIONS", "SEPARATORS", "SOURCES", "Graded", "Merged", "Source", "added_tsv", "grade_aliases", "grade_header", "merge", "read_worksheet",
            "scale_text", "sources_json", "sources_note", "worksheet_csv", "worksheet_jsonl", "worksheet_rows"]

@@ -33,6 +33,7 @@ from stagebench.results.queries import build, primary_measure, wins_and_losses
 from stagebench.results.scoring import Scored, label_names_of, score_folder
 from stagebench.results.segments import STORED_FILE, SegmentSources, SegmentTable, read_stored, segment_tables
 from stagebench.judgments.incompleteness import FILE as INCOMPLETENESS, Incompleteness
+from stagebench.judgments.sampling import ESTIMATE, EstimatedView
 from stagebench.judgments.worksheet import SOURCES, sources_note
 from stagebench.runs import Run, write_trec_qrels
 from stagebench.table import StageTable
@@ -67,7 +68,11 @@ def render(folder: str | Path, rf: RunFolder | None = None) -> Rendered:
     table = scored.table
     if rf.holds(SOURCES):  # judgments added by add-judgments: the table says from where
         table.notes.insert(2, sources_note(rf.verified(SOURCES).read_text(encoding="utf-8")))
-    rendered = Rendered(scored, render_text(table))
+    view = EstimatedView.from_json(rf.verified(ESTIMATE).read_text(encoding="utf-8")) if rf.holds(ESTIMATE) else None
+    if view is not None:  # a sampling round's estimate beside the three views
+        table.notes.insert(3, f"estimated view (below): {view.measure} with every hole graded, from {view.judged:,} human "
+                              "judgments of a random sample" if not view.refused else f"estimated view: refused - {view.refused}")  # fmt: skip
+    rendered = Rendered(scored, render_text(table) + ("" if view is None or view.refused else "\n" + view.text()))
     stages = manifest.stages
 
     def write(rel: str, data) -> None:
@@ -132,6 +137,8 @@ def render(folder: str | Path, rf: RunFolder | None = None) -> Rendered:
         if all(p.seconds_per_query > 0 for p in points):
             images.append(("quality_cost.png", plots.quality_cost_chart(points)))
     sections = []
+    if view is not None:
+        sections.append(("estimated", "Estimated view: the stage table with every hole graded, from a random sample", view.text()))
     if rf.holds(INCOMPLETENESS):  # stagebench incompleteness RUN_DIR --report
         inc = Incompleteness.from_json(json.loads(rf.verified(INCOMPLETENESS).read_text(encoding="utf-8")))
         sections.append(("incompleteness", "Incompleteness: the stage order under fewer judgments", inc.text()))

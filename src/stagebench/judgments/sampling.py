@@ -1,0 +1,189 @@
+"""A sampling round on a finished folder: the grade model it predicts with, the sample it draws
+(:mod:`stagebench.judgments.estimate`), the record of that draw written beside the worksheet
+(``<worksheet>.design.json``: every drawn unit, its holes and its probability, and the judgments it
+was drawn from), and the estimated view computed when the graded worksheet comes back.
+
+A worksheet from a sampling round must come back whole: a drawn hole left ungraded (a row deleted,
+or its grade left empty) would make the sample one the raters chose, so the estimate is refused with
+the count and the first such rows (the judgments are still added to the main table); a probability
+edited away from the record is refused the same way; a row the record does not hold (added by hand)
+is a judgment like any other, in the main table, and the estimate leaves it out and says so.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from stagebench.errors import StagebenchError
+from stagebench.judgments.estimate import Estimate, Frame, estimate
+from stagebench.judgments.grades import BinnedScores, Constant, GradePredictor, JudgeGrades, Quality, cross_fitted_quality
+from stagebench.runs import Run
+
+DESIGN_KIND = "stagebench sampling round"
+#: the estimated view in a results folder that add-judgments wrote from a sampling round
+ESTIMATE = "judgments/estimate.json"
+CONSTANT, JUDGE = "constant", "judge"
+
+
+def design_path(worksheet: str) -> str:
+    """Where the round's record lies beside its worksheet: ``sheet.csv`` -> ``sheet.design.json``."""
+    stem = worksheet[: -len(".csv")] if worksheet.lower().endswith(".csv") else worksheet.rsplit(".", 1)[0]
+    return f"{stem}.design.json"
+
+
+def grade_model(spec: str | None, runs: Mapping[str, Run], stage_types: Mapping[str, str],
+                qrels: Mapping[str, Mapping[str, int]], grades: Sequence[int],
+                judge_said: Mapping[tuple[str, str], int] | None) -> tuple[GradePredictor, Quality]:  # fmt: skip
+    """The grade model ``spec`` names, fitted on ``qrels`` (the judged pairs), and its cross-fitted
+    quality. ``spec``: a stage (its scores; default the last cross-encoder, else the last stage),
+    ``constant``, or ``judge`` (the folder's judge grades)."""
+    labelled = {(q, d): g for q, docs in qrels.items() for d, g in docs.items()}
+    if not labelled:
+        raise StagebenchError("the folder has no judged pairs to fit a grade model on")
+    if spec == CONSTANT:
+        return Constant.fit(labelled, grades), cross_fitted_quality(lambda L: Constant.fit(L, grades), labelled, grades)
+    if spec == JUDGE:
+        if not judge_said:
+            raise StagebenchError("--predictor judge: the folder holds no judge grades (run stagebench judge on it first)")
+        fit = lambda L: JudgeGrades.fit(judge_said, L, grades)  # noqa: E731
+        return fit(labelled), cross_fitted_quality(fit, labelled, grades)
+    stages = list(runs)
+    if spec is None:
+        spec = next((s for s in reversed(stages) if stage_types.get(s) == "cross_encoder"), stages[-1])
+    if spec not in runs:
+        raise StagebenchError(f"--predictor {spec!r}: not a stage of the folder ({', '.join(stages)}), "
+                              f"{CONSTANT!r} or {JUDGE!r}")  # fmt: skip
+    scores = {(q, d): s for q, docs in runs[spec].items() for d, s in docs.items()}
+    fit = lambda L: BinnedScores.fit(scores, L, grades, spec)  # noqa: E731
+    return fit(labelled), cross_fitted_quality(fit, labelled, grades)
+
+
+@dataclass
+class Record:
+    """What a sampling round drew (the file beside the worksheet)."""
+
+    folder: str
+    qrels_sha256: str
+    measure: str
+    predictor: str
+    budget: int
+    seed: int
+    aimed: list[str]
+    units: list[dict]  # {"qid", "docids", "probability"} for every drawn unit
+    model: dict[str, float] = field(default_factory=dict)  # the model's own estimates before the sample
+
+    def as_json(self) -> str:
+        return json.dumps({"kind": DESIGN_KIND, **vars(self)}, indent=1) + "\n"
+
+    @classmethod
+    def read(cls, text: str, where: str) -> Record:
+        try:
+            raw = json.loads(text)
+            if raw.pop("kind") != DESIGN_KIND:
+                raise ValueError
+            rec = cls(**raw)
+            for u in rec.units:
+                if not (isinstance(u["qid"], str) and isinstance(u["docids"], list) and 0 < float(u["probability"]) <= 1):
+                    raise ValueError
+            return rec
+        except (ValueError, KeyError, TypeError):
+            raise StagebenchError(f"{where}: not a sampling round's record (plan-judgments --strategy sample writes "
+                                  "it beside the worksheet)") from None  # fmt: skip
+
+    @property
+    def holes(self) -> dict[tuple[str, str], float]:
+        return {(u["qid"], d): float(u["probability"]) for u in self.units for d in u["docids"]}
+
+
+def match(fr: Frame, rec: Record) -> list[int] | str:
+    """The frame's indices of the record's units, or why the folder no longer holds that draw."""
+    where = {(u.qid, u.holes): i for i, u in enumerate(fr.units)}
+    out = []
+    for u in rec.units:
+        i = where.get((u["qid"], tuple(u["docids"])))
+        if i is None:
+            return (f"the drawn unit {u['qid']} {' '.join(u['docids'][:3])} is not a unit of the folder's holes any more "
+                    "(its runs or judgments changed since the plan)")  # fmt: skip
+        out.append(i)
+    return out
+
+
+@dataclass
+class EstimatedView:
+    """The estimated view of a folder, as ``judgments/estimate.json`` keeps it."""
+
+    measure: str
+    targets: list[str]
+    value: list[float]
+    low: list[float]
+    high: list[float]
+    judged: int
+    units: int
+    predictor: str
+    quality: str
+    aimed: list[str]
+    left_out: int  # graded rows outside the sample: in the main table, not in the estimate
+    refused: str = ""
+
+    def as_json(self) -> str:
+        return json.dumps(vars(self), indent=1) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str) -> EstimatedView:
+        return cls(**json.loads(text))
+
+    def settled(self) -> list[str]:
+        return [f"{t.split(' - ')[0]} > {t.split(' - ')[1]}" if lo > 0 else f"{t.split(' - ')[1]} > {t.split(' - ')[0]}"
+                for t, lo, hi in zip(self.targets, self.low, self.high) if " - " in t and (lo > 0 or hi < 0)]  # fmt: skip
+
+    def text(self) -> str:
+        if self.refused:
+            return f"Estimated view: refused - {self.refused}\n"
+        lines = [f"Estimated view: {self.measure} with every hole in any stage's top k graded, from {self.judged:,} "
+                 f"human judgments of a random sample ({self.units:,} drawn units; 95% intervals for these queries, "
+                 "not for other queries: the significance marks above answer that)",
+                 f"grade model: {self.predictor}, {self.quality}",
+                 f"the sample aimed at: {', '.join(self.aimed) or '-'}"
+                 + (f"; {self.left_out} graded rows outside the sample are in the main table, not in this view"
+                    if self.left_out else ""), "",
+                 f"{'target':<36}  {'estimate':>8}  {'95% interval':>19}"]  # fmt: skip
+        for t, v, lo, hi in zip(self.targets, self.value, self.low, self.high):
+            mark = "  settled" if " - " in t and (lo > 0 or hi < 0) else ""
+            lines.append(f"{t:<36}  {v:8.4f}  [{lo:8.4f}, {hi:8.4f}]{mark}")
+        settled = self.settled()
+        lines.append(f"settled at 95%: {', '.join(settled) if settled else 'none'}")
+        return "\n".join(lines) + "\n"
+
+
+def estimated_view(fr: Frame, means: np.ndarray, rec: Record, graded: Mapping[tuple[str, str], int],
+                   gain, low: float, high: float, predictor: str, quality: str) -> EstimatedView:  # fmt: skip
+    """The estimate from the graded rows, or the view refused with the reason (module doc)."""
+    names = fr.targets
+    sample = rec.holes
+
+    def refused(why: str) -> EstimatedView:
+        return EstimatedView(rec.measure, names, [], [], [], 0, 0, predictor, quality, rec.aimed, 0, why)
+
+    missing = [h for h in sample if h not in graded]
+    if missing:
+        first = ", ".join(f"{q} {d}" for q, d in missing[:3])
+        return refused(f"{len(missing)} of the {len(sample)} drawn holes have no grade ({first}{', ...' if len(missing) > 3 else ''}); "
+                       "an estimate from the rows the raters chose to grade would not hold: grade them and add the worksheet again")  # fmt: skip
+    idx = match(fr, rec)
+    if isinstance(idx, str):
+        return refused(idx)
+    pi = np.zeros(len(fr.units))
+    pi[idx] = [float(u["probability"]) for u in rec.units]
+    drawn_gains = np.array([gain(graded[(u["qid"], d)]) for u in rec.units for d in u["docids"]], dtype=np.float64)
+    e: Estimate = estimate(fr, means, pi, idx, drawn_gains, low, high)
+    left_out = sum(1 for h in graded if h not in sample)
+    return EstimatedView(rec.measure, names, e.value.tolist(), e.low.tolist(), e.high.tolist(), e.judged, e.units,
+                         predictor, quality, rec.aimed, left_out)  # fmt: skip
+
+
+__all__ = ["CONSTANT", "DESIGN_KIND", "ESTIMATE", "JUDGE", "EstimatedView", "Record", "design_path", "estimated_view",
+           "grade_model", "match"]  # fmt: skip
