@@ -29,24 +29,6 @@ from stagebench.judgments.views import pair_bounds, pair_settled, stage_views
 from stagebench.results.scoring import label_names_of
 from stagebench.judgments.worksheet import ADDED, SOURCES, read_worksheet
 
-STAGES = [
-    {"name": "bm25", "type": "bm25", "params": {"top_k": 50}},
-    {"name": "bm25_flat", "type": "bm25", "params": {"k1": 0.3, "b": 0.1, "top_k": 50}},
-    {"name": "rrf", "type": "rrf", "inputs": ["bm25", "bm25_flat"]},
-]
-
-
-@pytest.fixture(scope="module")
-def judged_folder(tmp_path_factory, tiny_synthetic) -> Path:
-    """Three cheap stages on the tiny generated dataset, every hole in their top 10 graded by the rules."""
-    root = tmp_path_factory.mktemp("judging-round")
-    cfg = {"name": "round", "output": str(root / "round"), "cache_dir": str(root / "cache"),
-           "dataset": {"loader": "esci", "path": str(tiny_synthetic), "split": "test"}, "stages": STAGES,
-           "evaluation": {"metrics": ["nDCG@10", "P@10"], "permutations": 200, "latency_queries": 0},
-           "judge": {"backend": "rules", "depth": 10, "sample": 60}}  # fmt: skip
-    return api.run(cfg).output
-
-
 def test_the_rules_judge_grades_the_judged_pool_as_the_humans_did_and_fills_every_hole(judged_folder):
     rf = RunFolder.open(judged_folder)
     record = rf.manifest.judge
@@ -120,7 +102,7 @@ def _worksheet(folder: Path, tmp_path: Path, name: str, grades: list[tuple[str, 
     assert main(["plan-judgments", str(folder), "--budget", str(len(grades) + 1), "--output", str(out)]) == 0
     rows = list(csv.reader(open(out.with_suffix(".csv"), encoding="utf-8")))
     g = next(i for i, c in enumerate(rows[0]) if c.startswith("grade ("))
-    assert rows[0][g] == "grade (3 = E, 2 = S, 1 = C, 0 = I)" and rows[0][-1] == "rater"
+    assert rows[0][g].startswith("grade (3 = E = Exact: ") and rows[0][-1] == "rater"
     for r, (grade, rater) in zip(rows[1:], grades):
         r[g], r[-1] = grade, rater
     with open(out.with_suffix(".csv"), "w", encoding="utf-8", newline="") as fh:

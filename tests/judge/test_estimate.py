@@ -1,0 +1,204 @@
+"""The estimated view (issue 69): the estimator against a brute-force enumeration of every sample a
+hand-made design can draw, the frame's values against stagebench's own nDCG on filled qrels, coverage
+on a small simulated case with fixed seeds (a good and a useless grade model), and the sampling round
+through a real worksheet and add-judgments, whole, with a row dropped, a probability edited, a row added."""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from stagebench import api
+from stagebench.errors import StagebenchError
+from stagebench.judgments.estimate import estimate, frame, inclusion, predict
+from stagebench.judgments.coverage import simulate
+from stagebench.judgments.sampling import ESTIMATE, Record, design_path
+from stagebench.judgments.pool import filled_qrels
+from stagebench.judging import ground
+from stagebench.metrics import evaluate, parse_measure
+from stagebench.metrics.compute import gain_map
+
+LINEAR = gain_map("linear")
+# q1's ideal is fixed (3 judged Exacts at k=3): each hole a unit; q2's is not: the query is one unit
+QRELS = {"q1": {"e1": 3, "e2": 3, "e3": 3}, "q2": {"j1": 2}}
+RANKED = {"a": {"q1": ["h1", "e1", "h2"], "q2": ["g1", "j1", "g2"]},
+          "b": {"q1": ["e1", "h2", "e2"], "q2": ["j1", "g3", "g1"]}}  # fmt: skip
+TRUTH = {("q1", "h1"): 3, ("q1", "h2"): 0, ("q2", "g1"): 3, ("q2", "g2"): 1, ("q2", "g3"): 0}
+
+
+def _filled() -> dict:
+    out = {q: dict(d) for q, d in QRELS.items()}
+    for (q, d), g in TRUTH.items():
+        out[q][d] = g
+    return out
+
+
+def test_the_frame_computes_ndcg_as_the_metrics_do_with_every_hole_graded():
+    fr = frame(RANKED, QRELS, ["q1", "q2"], 3, LINEAR, 3)
+    assert [(u.qid, u.holes) for u in fr.units] == [("q1", ("h1",)), ("q1", ("h2",)), ("q2", ("g1", "g2", "g3"))]
+    known, F = fr.contributions(np.array([float(TRUTH[h]) for h in fr.holes()]))
+    theta = known + F.sum(axis=1)
+    for i, s in enumerate(fr.stages):
+        want = evaluate(_filled(), {q: {d: -r for r, d in enumerate(RANKED[s][q])} for q in RANKED[s]},
+                        [parse_measure("nDCG@3")]).means["nDCG@3"]  # fmt: skip
+        assert theta[i] == pytest.approx(want, abs=1e-12)
+    assert theta[2] == pytest.approx(theta[0] - theta[1], abs=1e-12)  # the pair a - b
+
+
+def test_the_estimator_is_unbiased_and_its_variance_estimate_too_over_every_possible_sample():
+    """Every subset of the 3 units, weighted by its Poisson probability: the mean estimate is the truth
+    and the mean variance estimate is the estimator's variance, for a deliberately wrong model."""
+    fr = frame(RANKED, QRELS, ["q1", "q2"], 3, LINEAR, 3)
+    holes = fr.holes()
+    y = np.array([float(TRUTH[h]) for h in holes])
+    means = np.array([0.5, 2.5, 1.0, 3.0, 2.0])  # far from the truth on purpose
+    known, F = fr.contributions(y)
+    theta = known + F.sum(axis=1)
+    pi = np.array([0.3, 0.8, 0.45])
+    spans = [(0, 1), (1, 2), (2, 5)]
+    mean = np.zeros_like(theta)
+    second = np.zeros_like(theta)
+    mean_var = np.zeros_like(theta)
+    for mask in itertools.product([False, True], repeat=3):
+        prob = np.prod([p if m else 1 - p for p, m in zip(pi, mask)])
+        drawn = [i for i, m in enumerate(mask) if m]
+        gains = np.concatenate([y[a:b] for i, (a, b) in enumerate(spans) if mask[i]]) if drawn else np.zeros(0)
+        e = estimate(fr, means, pi, drawn, gains, 0.0, 3.0, refit=False)
+        mean += prob * e.value
+        second += prob * e.value**2
+        mean_var += prob * e.se**2
+    np.testing.assert_allclose(mean, theta, atol=1e-12)
+    np.testing.assert_allclose(mean_var, second - mean**2, atol=1e-12)
+
+
+def _simulated(seed: int, queries: int = 40) -> tuple[dict, dict, list[str], dict]:
+    """Two stages over random documents: a's top 10 better than b's; holes graded at random."""
+    rng = np.random.default_rng(seed)
+    ranked = {"a": {}, "b": {}}
+    qrels, truth = {}, {}
+    for q in (f"q{i}" for i in range(queries)):
+        docs = [f"{q}d{j}" for j in range(16)]
+        grade = {d: int(g) for d, g in zip(docs, rng.choice(4, 16, p=[0.5, 0.2, 0.1, 0.2]))}
+        ranked["a"][q] = sorted(docs, key=lambda d: -grade[d] - rng.random() * 2.5)
+        ranked["b"][q] = sorted(docs, key=lambda d: -grade[d] - rng.random() * 6)
+        judged = [d for d in docs if rng.random() < 0.35]
+        qrels[q] = {d: grade[d] for d in judged} or {docs[0]: grade[docs[0]]}
+        truth[q] = grade
+    return ranked, qrels, list(ranked["a"]), truth
+
+
+def test_the_intervals_cover_the_truth_with_a_good_and_with_a_useless_grade_model():
+    ranked, qrels, queries, truth = _simulated(3)
+    fr = frame(ranked, qrels, queries, 10, LINEAR, 3)
+    y = np.array([float(truth[q][d]) for q, d in fr.holes()])
+    rng = np.random.default_rng(0)
+    good = np.clip(y + rng.normal(0, 0.8, len(y)), 0, 3)
+    useless = rng.permutation(good)
+    models = {"good": (good, np.full(len(y), 0.6)), "useless": (useless, np.full(len(y), 1.2))}
+    cov = simulate(fr, models, y, [60], 200, 7, 0.0, 3.0)
+    for r in cov.rows:
+        assert min(r.coverage.values()) >= 0.9, (r.predictor, r.coverage)
+        assert max(r.wrong.values()) <= 0.05
+    width = {r.predictor: r.width["a - b"] for r in cov.rows}
+    assert width["good"] < width["useless"]  # a model that knows the grades narrows the interval
+
+
+def test_the_design_spends_the_budget_and_a_unit_the_model_is_sure_of_keeps_a_floor():
+    ranked, qrels, queries, truth = _simulated(5)
+    fr = frame(ranked, qrels, queries, 10, LINEAR, 3)
+    n = len(fr.holes())
+    var = np.full(n, 1.0)
+    var[: n // 2] = 0.0  # the model claims to know half the holes exactly
+    pred = predict(fr, np.full(n, 1.0), var)
+    d = inclusion(fr, pred, 50)
+    cost = np.array([u.cost for u in fr.units])
+    assert d.pi @ cost == pytest.approx(50, rel=1e-6)
+    assert d.pi.min() > 0  # never zero: a sure model that is wrong is still corrected
+
+
+@pytest.fixture(scope="module")
+def sample_round(judged_folder, tmp_path_factory):
+    out = tmp_path_factory.mktemp("sample") / "sheet.csv"
+    sheet = api.plan_judgments(judged_folder, 40, out, strategy="sample", seed=3)
+    return judged_folder, sheet
+
+
+def _rows(path: Path) -> tuple[list[str], list[list[str]]]:
+    rows = list(csv.reader(path.open(encoding="utf-8")))
+    return rows[0], rows[1:]
+
+
+def _graded(folder: Path, sheet: Path, dest: Path, drop: int = 0, edit_probability: bool = False,
+            extra: tuple[str, str] | None = None) -> Path:  # fmt: skip
+    """The worksheet graded by the rules judge's grades (the truth), as a rater would fill it."""
+    g = ground(folder)
+    truth = filled_qrels(g.qrels, g.judgments)[0]
+    header, rows = _rows(sheet)
+    gi, pi = next(i for i, h in enumerate(header) if h.startswith("grade")), header.index("probability")
+    for r in rows:
+        r[gi] = str(truth[r[0]][r[2]])
+    if edit_probability:
+        rows[0][pi] = "0.999"
+    rows = rows[drop:]
+    if extra is not None:
+        rows.append([extra[0], "", extra[1], "", *[""] * (len(header) - 4)])
+        rows[-1][gi] = str(truth[extra[0]][extra[1]])
+    with dest.open("w", encoding="utf-8", newline="") as f:
+        csv.writer(f).writerows([header, *rows])
+    Path(design_path(str(dest))).write_text(Path(design_path(str(sheet))).read_text())
+    return dest
+
+
+def test_a_sampling_worksheet_is_blind_grouped_by_query_and_defines_its_labels(sample_round):
+    folder, sheet = sample_round
+    header, rows = _rows(sheet.csv)
+    assert not any(h.startswith("rank_") for h in header)  # blind: no stage's rank
+    assert "probability" in header and "aims_at" in header
+    assert "3 = E = Exact: " in next(h for h in header if h.startswith("grade"))
+    qids = [r[0] for r in rows]
+    assert qids == sorted(qids, key=qids.index) and len(set(qids)) == len([q for i, q in enumerate(qids) if q not in qids[:i]])
+    rec = Record.read(Path(design_path(str(sheet.csv))).read_text(), "x")
+    assert sum(len(u["docids"]) for u in rec.units) == sheet.pairs == len(rows)
+    assert 20 <= sheet.pairs <= 70  # Poisson around the budget of 40
+
+
+def test_the_graded_sample_gives_an_estimate_whose_intervals_hold_the_true_table(sample_round, tmp_path):
+    folder, sheet = sample_round
+    graded = _graded(folder, sheet.csv, tmp_path / "graded.csv")
+    api.add_judgments(folder, [graded], tmp_path / "new")
+    view = json.loads((tmp_path / "new" / ESTIMATE).read_text())
+    assert not view["refused"] and view["judged"] == sheet.pairs
+    true = {r["stage"]: r["nDCG@10"] for r in json.loads((folder / "judge" / "stage_table.json").read_text())}
+    for t, lo, hi in zip(view["targets"], view["low"], view["high"]):
+        if " - " not in t:
+            assert lo - 1e-6 <= true[t] <= hi + 1e-6, (t, lo, true[t], hi)
+    text = (tmp_path / "new" / "stage_table.txt").read_text()
+    assert "Estimated view: nDCG@10 with every hole" in text and "settled at 95%" in text
+    assert "Estimated view" in (tmp_path / "new" / "report.html").read_text()
+
+
+def test_a_dropped_row_or_an_edited_probability_refuses_the_estimate_and_an_added_row_is_left_out(sample_round, tmp_path):
+    folder, sheet = sample_round
+    for name, kw, why in [("dropped", {"drop": 1}, "1 of the"), ("edited", {"edit_probability": True}, "probability 0.999")]:
+        graded = _graded(folder, sheet.csv, tmp_path / f"{name}.csv", **kw)
+        api.add_judgments(folder, [graded], tmp_path / name)
+        view = json.loads((tmp_path / name / ESTIMATE).read_text())
+        assert why in view["refused"], view["refused"]
+    g = ground(folder)
+    holes = {(q, d) for q, d in (h[:2] for h in [(u["qid"], d) for u in Record.read(Path(design_path(str(sheet.csv))).read_text(), "x").units for d in u["docids"]])}
+    outside = next((h.qid, h.docid) for h in __import__("stagebench.judgments.planning", fromlist=["pool_holes"]).pool_holes(
+        g.ranked, g.qrels, g.queries, 10) if (h.qid, h.docid) not in holes)  # fmt: skip
+    graded = _graded(folder, sheet.csv, tmp_path / "extra.csv", extra=outside)
+    api.add_judgments(folder, [graded], tmp_path / "extra")
+    view = json.loads((tmp_path / "extra" / ESTIMATE).read_text())
+    assert not view["refused"] and view["left_out"] == 1
+
+
+def test_the_estimated_view_refuses_a_measure_it_is_not_valid_for(judged_folder, tmp_path):
+    with pytest.raises(StagebenchError, match="the estimated view is for nDCG@k"):
+        api.plan_judgments(judged_folder, 20, tmp_path / "s.csv", strategy="sample", measure="P@10")
