@@ -353,3 +353,30 @@ def test_a_users_files_in_the_source_folder_stay_there_and_the_new_folder_is_sta
         assert main(["table", str(tmp_path / "new")]) == 0  # the new folder is stagebench's whole
     finally:
         shutil.rmtree(judged_folder / ".notes")
+
+
+def test_paired_bounds_hold_every_grading_stay_in_minus_one_one_and_the_low_end_is_the_main_value():
+    """Few judgments a query (issue 69): brute force over every grading of the holes (0..3 each) of
+    nDCG@3(a) - nDCG@3(b); the paired bounds hold them all and lie in [-1, 1]."""
+    import itertools
+
+    from stagebench.judgments.views import pair_query_bounds
+    from stagebench.metrics import holes as hole_views
+
+    m = parse_measure("nDCG@3")
+    cases = [(["h1", "j1", "h2"], ["h3", "h2", "h1"], {"j1": 1}), (["h1", "h2", "j1"], ["j1", "h3", "h4"], {"j1": 2}),
+             (["j1", "h1", "h2"], ["h2", "j1", "j2"], {"j1": 1, "j2": 3})]  # fmt: skip
+    for ra, rb, judged in cases:
+        holes = sorted({d for d in ra + rb if d not in judged})
+        diffs, va, vb = [], [], []
+        for grades in itertools.product(range(4), repeat=len(holes)):
+            full = {**judged, **dict(zip(holes, grades))}
+            a = hole_views.value(m, ra, full, "irrelevant", 3, 1, "linear")
+            b = hole_views.value(m, rb, full, "irrelevant", 3, 1, "linear")
+            diffs.append(a - b), va.append(a), vb.append(b)
+        lo, hi = pair_query_bounds(m, ra, rb, judged, 3, 1, "linear")
+        assert lo <= min(diffs) + 1e-12 and max(diffs) <= hi + 1e-12, (ra, rb, lo, hi, min(diffs), max(diffs))
+        assert -1 <= lo <= hi <= 1
+    # the table's low end is the main table's value (every hole irrelevant)
+    low = {"q": 0.5}
+    assert hole_views.bounds(low, {"q": 0.4}) == ({"q": 0.5}, {"q": 0.5})

@@ -117,7 +117,18 @@ def _pair_query(m: Measure, ra: list[str], rb: list[str], judged: Mapping[str, i
     ideal_hi = dcg(filled[:k] if k else filled)
     if ideal_lo <= 0:
         return (-1.0, 1.0) if open_ else (0.0, 0.0)
-    return (lo / (ideal_hi if lo >= 0 else ideal_lo), hi / (ideal_lo if hi >= 0 else ideal_hi))
+    paired = (lo / (ideal_hi if lo >= 0 else ideal_lo), hi / (ideal_lo if hi >= 0 else ideal_hi))
+    # each stage alone over every grading: its gain in the top k from every hole irrelevant to every
+    # hole at the top grade, over the ideal from its largest to its smallest; a difference of two
+    # nDCGs lies in [-1, 1]. All three are bounds, so is their intersection: with few judgments a
+    # query's ideal is small and the paired division alone reaches far past them (issue 69)
+    def alone(worth: dict[str, float]) -> tuple[float, float]:
+        base = sum(g(judged[d]) * w for d, w in worth.items() if d in judged)
+        extra = sum(full * w for d, w in worth.items() if d not in judged)
+        return min(1.0, base / ideal_hi), min(1.0, (base + extra) / ideal_lo)
+
+    (a_lo, a_hi), (b_lo, b_hi) = alone(worth_a), alone(worth_b)
+    return max(paired[0], a_lo - b_hi, -1.0), min(paired[1], a_hi - b_lo, 1.0)
 
 
 def _relevant(rel: int):
