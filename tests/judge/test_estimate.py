@@ -119,6 +119,11 @@ def test_the_design_spends_the_budget_and_a_unit_the_model_is_sure_of_keeps_a_fl
     cost = np.array([u.cost for u in fr.units])
     assert d.pi @ cost == pytest.approx(50, rel=1e-6)
     assert d.pi.min() > 0  # never zero: a sure model that is wrong is still corrected
+    # a budget larger than what the units with any doubt cost is spent whole all the same
+    few = np.zeros(n)
+    few[:3] = 1.0
+    d = inclusion(fr, predict(fr, np.full(n, 1.0), few), n // 2)
+    assert d.pi @ cost == pytest.approx(n // 2, rel=1e-6)
 
 
 @pytest.fixture(scope="module")

@@ -255,7 +255,14 @@ def _allocate(weight: np.ndarray, cost: np.ndarray, budget: float) -> np.ndarray
             lo = mid
         else:
             hi = mid
-    return np.minimum(1.0, hi * base)
+    pi = np.minimum(1.0, hi * base)
+    if pi @ cost < budget * (1 - 1e-9):  # every unit with weight is taken whole: the rest spread evenly
+        lo, hi = 0.0, 1.0
+        for _ in range(100):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if np.minimum(1.0, pi + mid) @ cost < budget else (lo, mid)
+        pi = np.minimum(1.0, pi + hi)
+    return pi
 
 
 @dataclass(frozen=True)
