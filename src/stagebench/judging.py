@@ -275,6 +275,12 @@ def write_worksheet(folder: str | Path, budget: int, output: str | Path, strateg
         holes = pool_holes(g.ranked, g.qrels, g.queries, depth)
         if strategy == "plan":
             chosen = plan(g.ranked, g.qrels, g.queries, g.measure, g.top, g.rel, g.gain, budget, depth).holes
+            if chosen and len(chosen) < budget:  # the plan settles what it can: the budget's rest by depth pooling
+                taken = {(h.qid, h.docid) for h in chosen}
+                rest = depth_pooling([h for h in holes if (h.qid, h.docid) not in taken], budget - len(chosen))
+                log.info("%s: the plan needs %d of the %d judgments asked for; the other %d are depth pooling's next "
+                         "holes", g.rf.path, len(chosen), budget, len(rest))  # fmt: skip
+                chosen = chosen + rest
         elif strategy == "depth":
             chosen = depth_pooling(holes, budget)
         else:
@@ -413,7 +419,7 @@ def _round_estimate(rf: RunFolder, worksheets: list[str], graded: list) -> Estim
                "probabilities the draw used") if edited else ""  # fmt: skip
     if not why:
         gain = gain_map(g.measure.gain or g.gain)
-        view = estimated_view(est.fr, est.means, rec, {h: x.grade for h, x in by_pair.items()}, gain, est.low, est.high,
+        view = estimated_view(est.fr, est.means, est.variances, rec, {h: x.grade for h, x in by_pair.items()}, gain, est.low, est.high,
                               est.predictor, est.quality)  # fmt: skip
     else:
         view = EstimatedView(rec.measure, est.fr.targets, [], [], [], 0, 0, est.predictor, est.quality, rec.aimed, 0, why)

@@ -207,3 +207,25 @@ def test_a_dropped_row_or_an_edited_probability_refuses_the_estimate_and_an_adde
 def test_the_estimated_view_refuses_a_measure_it_is_not_valid_for(judged_folder, tmp_path):
     with pytest.raises(StagebenchError, match="the estimated view is for nDCG@k"):
         api.plan_judgments(judged_folder, 20, tmp_path / "s.csv", strategy="sample", measure="P@10")
+
+
+def test_a_second_round_is_drawn_from_the_folder_the_first_wrote_and_estimated_on_it(sample_round, tmp_path):
+    folder, sheet = sample_round
+    first = tmp_path / "first"
+    api.add_judgments(folder, [_graded(folder, sheet.csv, tmp_path / "graded.csv")], first)
+    second = api.plan_judgments(first, 40, tmp_path / "second.csv", strategy="sample", seed=4)
+    rec = Record.read(Path(design_path(str(second.csv))).read_text(), "x")
+    already = {(q, d) for q, d in Record.read(Path(design_path(str(sheet.csv))).read_text(), "x").holes}
+    assert not already & set(rec.holes)  # the first round's grades are known: never drawn again
+    assert rec.qrels_sha256 != Record.read(Path(design_path(str(sheet.csv))).read_text(), "x").qrels_sha256
+    api.add_judgments(first, [_graded(first, second.csv, tmp_path / "graded2.csv")], tmp_path / "second")
+    view = json.loads((tmp_path / "second" / ESTIMATE).read_text())
+    assert not view["refused"] and view["judged"] == second.pairs
+    # the first round's worksheet does not fit the second folder: its qrels moved on
+    api.add_judgments(first, [_graded(folder, sheet.csv, tmp_path / "again.csv")], tmp_path / "again", prefer="existing")
+    assert "drawn from other judgments" in json.loads((tmp_path / "again" / ESTIMATE).read_text())["refused"]
+
+
+def test_a_plan_that_needs_fewer_judgments_than_asked_fills_the_budget(judged_folder, tmp_path):
+    sheet = api.plan_judgments(judged_folder, 40, tmp_path / "plan.csv")
+    assert sheet.pairs == 40

