@@ -233,11 +233,11 @@ def _cmd_show(args: argparse.Namespace) -> int:
 def _parser_compare(sub) -> None:
     """``stagebench compare``'s arguments, beside its handler."""
     c = sub.add_parser("compare", help="two run folders' stage tables side by side, with significance per matching stage")
-    c.add_argument("run_dir_a")
-    c.add_argument("run_dir_b")
-    c.add_argument("--permutations", type=int, default=10000)
-    c.add_argument("--seed", type=int, default=42)
-    c.add_argument("--alpha", type=float, default=0.05)
+    c.add_argument("run_dir_a", help="the first results folder (A)")
+    c.add_argument("run_dir_b", help="the second results folder (B); each stage is compared with A's stage of the same name")
+    c.add_argument("--permutations", type=int, default=10000, help="paired randomization test permutations")
+    c.add_argument("--seed", type=int, default=42, help="the randomization test's seed")
+    c.add_argument("--alpha", type=float, default=0.05, help="significance level, Holm-corrected over the matching stages")
     c.set_defaults(func=_cmd_compare)
 
 
@@ -389,7 +389,7 @@ def _parser_cache(sub) -> None:
     pr = csub.add_parser("prune", help="remove partial and corrupt entries (and, with options, old or all ones)")
     pr.add_argument("--older-than", type=float, metavar="DAYS", help="also remove entries unused for DAYS days")
     pr.add_argument("--all", action="store_true", help="remove every entry")
-    pr.add_argument("--dry-run", action="store_true")
+    pr.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")
     ca.set_defaults(func=_cmd_cache)
 
 
@@ -432,11 +432,11 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 def _parser_generate_data(sub) -> None:
     """``stagebench generate-data``'s arguments, beside its handler."""
     g = sub.add_parser("generate-data", help="write the synthetic ESCI-style dataset (official parquet layout)")
-    g.add_argument("--output", default="data/synthetic-esci")
-    g.add_argument("--seed", type=int, default=13)
-    g.add_argument("--products", type=int, default=20000)
-    g.add_argument("--test-queries", type=int, default=500)
-    g.add_argument("--train-queries", type=int, default=2000)
+    g.add_argument("--output", default="data/synthetic-esci", help="the dataset folder to write (never over a folder stagebench did not write)")
+    g.add_argument("--seed", type=int, default=13, help="the generator's seed: the same seed writes the same bytes")
+    g.add_argument("--products", type=int, default=20000, help="products in the catalog")
+    g.add_argument("--test-queries", type=int, default=500, help="queries of the test split (scored by stagebench run)")
+    g.add_argument("--train-queries", type=int, default=2000, help="queries of the train split (tuning, training)")
     g.set_defaults(func=_cmd_generate)
 
 
@@ -542,10 +542,70 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors on stderr")
     p.add_argument("-v", "--verbose", action="store_true",
                    help="on an error, also print the traceback (as STAGEBENCH_DEBUG=1 does)")  # fmt: skip
-    sub = p.add_subparsers(dest="command", required=True)
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in COMMANDS:
         add(sub)
+    _explained(sub)
     return p
+
+
+#: what a positional argument is, wherever a command takes it under this name
+ARGUMENTS = {
+    "config": "a YAML config (docs/config.md), e.g. configs/default.yaml",
+    "run_dir": "a results folder stagebench run wrote, e.g. results/default",
+    "query_id": "a query id of the folder's scored queries",
+    "qrels": "a TREC qrels file (qid 0 docid grade)",
+    "run": "a TREC run file (qid Q0 docid rank score tag)",
+    "format": "the output format",
+    "cache_command": "ls: list the entries; prune: remove partial and corrupt ones",
+}
+
+#: one example a command, printed at the end of its --help
+EXAMPLES = {
+    "run": "stagebench run configs/default.yaml",
+    "table": "stagebench table results/default",
+    "show": "stagebench show results/default 0",
+    "compare": "stagebench compare results/default results/default-trained",
+    "segments": "stagebench segments results/default --by length --by negation",
+    "matrix": "stagebench matrix results/matrix",
+    "train-reranker": "stagebench train-reranker configs/default-trained.yaml",
+    "tune": "stagebench tune configs/tune-bm25.yaml",
+    "check": "stagebench check results/default results/default/expected.yaml",
+    "reproduce": "stagebench reproduce --matrix build/reproductions.md",
+    "cache": "stagebench cache ls",
+    "validate": "stagebench validate configs/default.yaml",
+    "generate-data": "stagebench generate-data --output data/synthetic-esci",
+    "judge": "stagebench judge results/default --config configs/judge.yaml",
+    "incompleteness": "stagebench incompleteness results/judging --report",
+    "plan-judgments": "stagebench plan-judgments results/judging --strategy sample --budget 300 --output round1.csv",
+    "add-judgments": "stagebench add-judgments results/judging round1.csv --output results/judging-round1",
+    "eval": "stagebench eval qrels.trec bm25.trec -m nDCG@10 RR@10 --view all",
+}
+
+
+class _Help(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """A command's --help: its description as written, every option's default beside its help (where
+    it has one and the help does not say it already)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if action.default in (None, False, argparse.SUPPRESS) or "default" in text:
+            return text
+        return super()._get_help_string(action)
+
+
+def _explained(sub) -> None:
+    """Every command's --help says what it does (its one-line help), what each argument is, each
+    option's default, and one example (``tests/cli/test_help.py`` holds every command to it)."""
+    said = {a.dest: a.help for a in sub._choices_actions}
+    for name, parser in sub.choices.items():
+        parser.description = parser.description or said.get(name)
+        parser.formatter_class = _Help
+        if name in EXAMPLES:
+            parser.epilog = f"example:\n  {EXAMPLES[name]}"
+        for action in parser._actions:
+            if not action.help and action.dest in ARGUMENTS:
+                action.help = ARGUMENTS[action.dest]
 
 
 #: the subcommands, in the order --help lists them (each one's arguments are declared beside its handler)
