@@ -13,10 +13,11 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
-def child_path() -> str:
-    """The PYTHONPATH of a command this test starts: the repository (for tests.*), then whatever the
-    test was given (make planted points it at the planted copy's src)."""
-    return os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])
+def child_path(*more: object) -> str:
+    """The PYTHONPATH of every command a test starts: this tree's own ``src`` first (so the child
+    imports the code under test, never a stagebench the venv installed: in a worktree or the planted
+    sandbox the tree is another copy), the tree itself (for ``tests.*``), then ``more``."""
+    return os.pathsep.join([str(REPO / "src"), str(REPO), *map(str, more)])
 
 
 SHARED = REPO.parent / "shared" / "data"

@@ -186,3 +186,14 @@ TOP_LEVEL_CEILING = 22
 def test_the_top_level_holds_no_more_modules_than_its_ceiling():
     top = sorted(p.stem for p in SRC.glob("*.py") if p.stem not in ("__init__", "__main__"))
     assert len(top) <= TOP_LEVEL_CEILING, f"{len(top)} modules at the top of src/stagebench (ceiling {TOP_LEVEL_CEILING}): {top}"
+
+
+def test_every_child_process_a_test_starts_runs_the_trees_own_src():
+    """Issue 72: a child process given the repository (not its src) imports whatever stagebench the
+    venv installed; every test that sets PYTHONPATH sets it with conftest's one helper."""
+    tests = Path(__file__).resolve().parent
+    here = Path(__file__).resolve()
+    bad = [f"{p.relative_to(tests)}:{i}" for p in sorted(tests.rglob("*.py")) if p.name != "conftest.py" and p != here
+           for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), start=1)
+           if "PYTHONPATH" in line and "child_path(" not in line and not line.lstrip().startswith(("#", '"""'))]  # fmt: skip
+    assert not bad, f"PYTHONPATH set without tests.conftest.child_path: {bad}"

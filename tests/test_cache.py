@@ -20,7 +20,7 @@ from stagebench.config import load_config
 from stagebench.errors import StagebenchError
 from stagebench.pipeline import run_config
 from stagebench.runs import read_trec_run, run_digest
-from tests.conftest import REPO, seed_models, stagebench_cli
+from tests.conftest import REPO, child_path, seed_models, stagebench_cli
 
 # A plug-in that SIGKILLs its own process on the 3rd call when $KILL_IN_RERANK is set:
 # a real crash in the middle of a stage, not a simulated one.
@@ -148,7 +148,7 @@ def test_sigkill_mid_stage_resumes_from_cache_with_the_same_table(tmp_path, smal
     (tmp_path / "killplug.py").write_text(KILLER)
     extra = '  - {name: slow, type: plugin, target: "killplug:Slow", inputs: [tb], params: {top_n: 5, per_query: true}}'
     cfg = write_config(tmp_path, small_synthetic, extra=extra)
-    env = {"PYTHONPATH": f"{REPO}:{tmp_path}", "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"}
+    env = {"PYTHONPATH": child_path(tmp_path), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"}
     killed = stagebench_cli("run", cfg, cwd=tmp_path,
                             env={**env, "KILL_IN_RERANK": "1"})  # fmt: skip
     assert killed.returncode == -signal.SIGKILL
@@ -210,7 +210,7 @@ def test_cache_ls_and_prune(tmp_path, small_synthetic):
     entries = Cache(root).list()
     victim = next(e for e in entries if e["kind"] == "runs" and not e["partial"])
     Path(victim["path"], "run.trec").write_text("truncated")
-    env = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}
+    env = {"PYTHONPATH": child_path(), "PATH": "/usr/bin:/bin"}
     ls = stagebench_cli("cache", "--cache-dir", root, "ls", env=env)  # fmt: skip
     assert ls.returncode == 0, ls.stderr
     assert "PARTIAL" in ls.stdout and "CORRUPT" in ls.stdout and "tb (plugin)" in ls.stdout

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, child_path
 
 
 @pytest.mark.slow
@@ -19,7 +19,7 @@ def test_run_perf_measures_on_the_public_api(tmp_path, small_synthetic):
     cmd = [sys.executable, str(REPO / "benchmarks" / "run_perf.py"), "--output", str(out), "--data", str(small_synthetic),
            "--scale-root", str(tmp_path / "scale"), "--repeats", "1", "--ce-queries", "2", "--bm25-big", "2500",
            "--sections", "bm25,cross_encoder"]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    env = {**os.environ, "PYTHONPATH": child_path(), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     f = json.loads((out / "perf.json").read_text())
@@ -44,7 +44,7 @@ def test_run_perf_latency_section_reports_each_stage_and_the_cascade(tmp_path, s
     cmd = [sys.executable, str(REPO / "benchmarks" / "run_perf.py"), "--output", str(out), "--data", str(small_synthetic),
            "--scale-root", str(tmp_path / "scale"), "--sections", "latency", "--latency-config", str(cfg),
            "--latency-queries", "7"]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    env = {**os.environ, "PYTHONPATH": child_path(), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     lat = json.loads((out / "perf.json").read_text())["latency"]
@@ -63,7 +63,7 @@ def test_run_perf_precision_rule_section_weighs_each_path_against_fp32(tmp_path,
     cmd = [sys.executable, str(REPO / "benchmarks" / "run_perf.py"), "--output", str(out), "--data", str(tiny_synthetic),
            "--scale-root", str(tmp_path / "scale"), "--sections", "precision-rule",
            "--rule-collections", "embedded (20K synthetic)", "--rule-depth", "8"]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+    env = {**os.environ, "PYTHONPATH": child_path(), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
            "STAGEBENCH_CACHE": str(tmp_path / "cache")}  # fmt: skip
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]

@@ -8,7 +8,7 @@ import pytest
 
 from stagebench.config import load_config
 from stagebench.errors import ConfigError
-from tests.conftest import REPO, stagebench_cli
+from tests.conftest import REPO, child_path, stagebench_cli
 
 
 def cfg(tmp_path, dataset, stage, extra_top=""):
@@ -90,7 +90,7 @@ stages:
 """)
         return p
 
-    env = {"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}
+    env = {"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "PYTHONPATH": child_path()}
     first = stagebench_cli("run", config(10), cwd=REPO, env=env)  # fmt: skip
     assert first.returncode == 0, first.stderr
     assert "stage dense: computed corpus embeddings" in first.stderr and "stored corpus embeddings" in first.stderr

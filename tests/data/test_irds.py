@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, stagebench_cli
+from tests.conftest import REPO, child_path, stagebench_cli
 
 pytest.importorskip("ir_datasets", reason="the ir_datasets extra is not installed (pip install 'stagebench[irds]')")
 
@@ -36,7 +36,7 @@ def write_cranfield_cache(beir: Path, home: Path) -> None:
 def env(home: Path, **extra: str) -> dict[str, str]:
     """A stagebench command's environment: its own IR_DATASETS_HOME, no network (a proxy that
     refuses every connection, one try)."""
-    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(REPO), "IR_DATASETS_HOME": str(home),
+    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": child_path(), "IR_DATASETS_HOME": str(home),
             "https_proxy": "http://127.0.0.1:9", "http_proxy": "http://127.0.0.1:9", "IR_DATASETS_DL_TRIES": "1",
             **extra}  # fmt: skip
 

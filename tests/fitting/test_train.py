@@ -10,11 +10,11 @@ import pytest
 
 from stagebench.config import load_config
 from stagebench.errors import ConfigError
-from tests.conftest import REPO, stagebench_cli
+from tests.conftest import REPO, child_path, stagebench_cli
 
 pytestmark = pytest.mark.slow  # fine-tunes a real cross-encoder
 
-ENV = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"}
+ENV = {"PYTHONPATH": child_path(), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"}
 
 
 def write_config(tmp_path: Path, dataset: Path, training: str, name: str = "t", extra_stage: str = "", mq: str = "") -> Path:

@@ -20,7 +20,7 @@ from stagebench.config import load_config
 from stagebench.errors import ConfigError
 from stagebench.pipeline import run_config
 from stagebench.fitting.tune import run_tune
-from tests.conftest import REPO, stagebench_cli
+from tests.conftest import REPO, child_path, stagebench_cli
 
 SPACE = "{stemmer: [null, english], k1: [0.5, 1.2, 3.0]}"
 
@@ -175,7 +175,7 @@ def test_a_killed_tuning_resumes_without_recomputing_finished_trials(small_synth
     knobs = "{stages: [bm25], space: {bm25: {stemmer: [null, english, porter], stopwords: [false, true], k1: [0.5, 0.9, 1.2, 1.5, 2.0, 3.0]}}}"
     data = f"{{loader: esci, path: {small_synthetic}, split: test}}"
     cfg = config_file(tmp_path, data, knobs)
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    env = {**os.environ, "PYTHONPATH": child_path()}
     proc = subprocess.Popen([sys.executable, "-m", "stagebench", "tune", str(cfg)], cwd=REPO, env=env,
                             stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)  # fmt: skip
     done = []

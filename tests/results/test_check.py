@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from tests.conftest import REPO, stagebench_cli
+from tests.conftest import REPO, child_path, stagebench_cli
 from tests.test_cache import write_config
 
 pytestmark = pytest.mark.slow  # the real command line in subprocesses
 
-ENV = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"}
+ENV = {"PYTHONPATH": child_path(), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"}
 
 
 def cli(*args, cwd):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, stagebench_cli
+from tests.conftest import REPO, child_path, stagebench_cli
 
 pytestmark = pytest.mark.slow  # a full run in a subprocess, headless Chromium
 
@@ -42,7 +42,7 @@ evaluation: {{metrics: [nDCG@10, RR@10, R@100], baseline: bm25, permutations: 20
 
 
 def run_cli(*args, cwd):
-    env = {"PYTHONPATH": f"{REPO}{':' if True else ''}{cwd}", "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"}
+    env = {"PYTHONPATH": child_path(cwd), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"}
     return stagebench_cli(*args, cwd=cwd, env=env)  # fmt: skip
 
 

@@ -16,7 +16,7 @@ from stagebench.cache import Cache
 from stagebench.runtime.engine import EngineParams
 from stagebench.errors import StagebenchError
 from stagebench.runtime.supervisor import run_watched
-from tests.conftest import REPO, esci_config
+from tests.conftest import REPO, child_path, esci_config
 
 pytestmark = pytest.mark.slow  # a real child process
 
@@ -47,7 +47,7 @@ def in_thread(fn) -> threading.Thread:
 @pytest.fixture
 def cwd_repo(monkeypatch):
     monkeypatch.chdir(REPO)  # the plug-in's module is found from the repository root
-    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    monkeypatch.setenv("PYTHONPATH", child_path())
 
 
 def test_a_child_ended_by_a_signal_is_one_error_naming_it_and_leaves_nothing_partial(tmp_path, small_synthetic, cwd_repo):
