@@ -43,6 +43,8 @@ LLM_KEYS = ("tests/llm/test_keys.py",)
 COMPARE = ("tests/results/test_compare_check.py",)
 EXPLORER = ("tests/report/test_explorer.py",)
 TUNING = "tests/fitting/test_tune.py::"
+DEFS = "tests/test_definitions.py::"
+ESTIMATE = "tests/judge/test_estimate.py::"
 
 BUGS: tuple[Bug, ...] = (
     Bug("depth sweeps", "ceiling at the stage's top_n, not at each depth", "src/stagebench/results/depth.py",
@@ -193,6 +195,46 @@ BUGS: tuple[Bug, ...] = (
         "    with rewritten(rf.path) as tmp:  # the folder changes whole or not at all\n        atomic_write(tmp / JUDGMENTS, tsv)",
         "    for tmp in (rf.path,):  # in place\n        atomic_write(tmp / JUDGMENTS, tsv)",
         ("tests/test_faults.py::test_the_judge_and_a_judging_round_survive_a_fault_at_every_kind_of_write",)),
+    # issue 72: the definitions of the judging round's newest parts (tests/test_definitions.py)
+    Bug("definitions", "the judge's grade of a hole replaces a human label", "src/stagebench/judgments/pool.py",
+        "if j.purpose == HOLE and j.grade is not None and j.docid not in filled.get(j.qid, {}):",
+        "if j.purpose == HOLE and j.grade is not None:", (DEFS + "test_a_judges_grade_never_replaces_a_human_label_in_the_filled_qrels",)),
+    Bug("definitions", "a pair whose lower bound is exactly 0 counts as settled", "src/stagebench/judgments/views.py",
+        "out[(a, b)] = 1 if lo > 1e-12 else -1 if hi < -1e-12 else 0", "out[(a, b)] = 1 if lo >= 0 else -1 if hi < -1e-12 else 0",
+        (DEFS + "test_a_pair_whose_difference_can_still_be_zero_is_not_settled",)),
+    Bug("definitions", "unpaired bounds pair low with low and high with high", "src/stagebench/judgments/views.py",
+        "got = (min(va) - max(vb), max(va) - min(vb))", "got = (min(va) - min(vb), max(va) - max(vb))",
+        (DEFS + "test_the_bounds_of_a_difference_of_unpaired_measures_pair_each_low_with_the_others_high",)),
+    Bug("definitions", "depth pooling by a hole's worst rank", "src/stagebench/judgments/planning.py",
+        "return sorted(holes, key=lambda h: h.best_rank)[:budget]",
+        "return sorted(holes, key=lambda h: max(r for r in h.ranks.values() if r is not None))[:budget]",
+        (DEFS + "test_depth_pooling_orders_a_hole_by_its_best_rank_over_the_stages",)),
+    Bug("definitions", "a worksheet row naming an unknown query is accepted", "src/stagebench/judgments/worksheet.py",
+        "elif qid not in queries:", "elif qid not in queries and False:",
+        (DEFS + "test_a_worksheet_row_naming_a_query_the_folder_lacks_is_refused",)),
+    Bug("definitions", "tau of an all-tied order against a strict one is 1", "src/stagebench/judgments/views.py",
+        "return 1.0 if len(keys) < 2 or (len({a[k] for k in keys}) < 2 and len({b[k] for k in keys}) < 2) else 0.0",
+        "return 1.0 if len(keys) < 2 or (len({a[k] for k in keys}) < 2 or len({b[k] for k in keys}) < 2) else 0.0",
+        (DEFS + "test_kendalls_tau_of_an_order_that_ties_everything_against_a_strict_one_is_zero",)),
+    Bug("definitions", "the irds default template needs only one of its fields", "src/stagebench/data/irds.py",
+        "if set(template_fields(t)) <= set(fields):", "if set(template_fields(t)) & set(fields):",
+        (DEFS + "test_the_irds_default_text_template_needs_every_one_of_its_fields",)),
+    Bug("definitions", "the YAML boolean-key check lets off/no/false through", "src/stagebench/params.py",
+        "if isinstance(key, bool):  # `on: x`", "if key is True:  # `on: x`",
+        (DEFS + "test_every_key_yaml_reads_as_a_boolean_is_refused",)),
+    # issue 69: the estimated view (tests/judge/test_estimate.py)
+    Bug("estimation", "the residuals not weighted by 1/pi", "src/stagebench/judgments/estimate.py",
+        "value = known + P.sum(axis=1) + (r / p).sum(axis=1)\n    else:",
+        "value = known + P.sum(axis=1) + r.sum(axis=1)\n    else:", (ESTIMATE + "test_the_estimator_is_unbiased_and_its_variance_estimate_too_over_every_possible_sample",)),
+    Bug("estimation", "the variance without the finite-population factor", "src/stagebench/judgments/estimate.py",
+        "each = (1 - p) / p**2 * r**2", "each = 1 / p**2 * r**2",
+        (ESTIMATE + "test_the_estimator_is_unbiased_and_its_variance_estimate_too_over_every_possible_sample",)),
+    Bug("estimation", "a query whose ideal can still change cut into single holes", "src/stagebench/judgments/estimate.py",
+        "fixed = dcg(list(gains[:k])) if len(gains) >= k and gains[k - 1] >= top_gain else None",
+        "fixed = dcg(list(gains[:k]))", (ESTIMATE + "test_the_frame_computes_ndcg_as_the_metrics_do_with_every_hole_graded",)),
+    Bug("estimation", "no uniform share: a unit the model is sure of is never drawn", "src/stagebench/judgments/estimate.py",
+        "pi = np.minimum(1.0, (1 - UNIFORM_SHARE) * active + UNIFORM_SHARE * uniform)", "pi = active",
+        (ESTIMATE + "test_the_design_spends_the_budget_and_a_unit_the_model_is_sure_of_keeps_a_floor",)),
 )
 
 

@@ -59,11 +59,9 @@ def value(measure: Measure, ranking: Sequence[str], judgments: Mapping[str, int]
 
 
 def bounds(low: Mapping[str, float], high: Mapping[str, float]) -> tuple[dict[str, float], dict[str, float]]:
-    """Per query, from the measure's ``irrelevant`` value (``low``: the main table's, the low end) to
-    the higher of it and its ``top_grade`` value (``high``): the interval the holes leave open between
-    those two gradings. A hole at the top grade can lower a measure (nDCG: it raises the ideal more
-    than the ranking's gain); the interval then ends at the main table's value, never below it."""
-    return dict(low), {q: max(v, high[q]) for q, v in low.items()}
+    """Per query, the lower and the higher of a measure's ``irrelevant`` (``low``) and ``top_grade``
+    (``high``) values: the interval the holes leave open."""
+    return ({q: min(v, high[q]) for q, v in low.items()}, {q: max(v, high[q]) for q, v in low.items()})
 
 
 def overlap(a: tuple[float, float], b: tuple[float, float]) -> bool:
