@@ -71,3 +71,55 @@ def test_every_key_yaml_reads_as_a_boolean_is_refused(tmp_path, key):
     p.write_text(f"name: x\n{key}: 1\n", encoding="utf-8")
     with pytest.raises(StagebenchError, match=f"the key '{key}' is read by YAML as the boolean"):
         read_yaml(p)
+
+
+def test_a_tie_between_trials_goes_to_the_config_s_own_params():
+    from stagebench.fitting.tune import best_trial
+
+    assert best_trial([0.5, 0.5, 0.4]) == 0  # trial 0 is the config's own params
+    assert best_trial([0.4, 0.5, 0.5 + 1e-14]) == 1  # equal to 12 decimals: the earlier
+    assert best_trial([0.4, 0.5, 0.6]) == 2
+
+
+def test_a_simulated_round_counts_a_pair_settled_in_the_true_order_as_true():
+    from stagebench.judgments.planning import simulate
+
+    # every hole answered: the pair is settled, and a (3 then 1) ranks above b (1 then 3) in truth
+    ranked = {"a": {"q": ["h1", "j1"]}, "b": {"q": ["j1", "h1"]}}
+    sim = simulate(ranked, {"q": {"j1": 1}}, ["q"], parse_measure("nDCG@2"), 3, 1, "linear", {("q", "h1"): 3},
+                   [1], 2, 1, "test")  # fmt: skip
+    depth = next(r for r in sim.rows if r.strategy == "depth")
+    assert (depth.settled, depth.settled_true) == (1, 1)
+    assert sim.true_order["a"] > sim.true_order["b"]
+
+
+def test_a_pair_settled_against_the_true_order_is_not_counted_as_true(monkeypatch):
+    """Valid bounds never settle a pair wrongly, so the count is checked on a pair the bounds are made
+    to settle the wrong way (b above a, where the truth has a above b)."""
+    from stagebench.judgments import planning
+
+    monkeypatch.setattr(planning, "pair_settled", lambda *a, **k: {("a", "b"): -1})
+    ranked = {"a": {"q": ["h1", "j1"]}, "b": {"q": ["j1", "h1"]}}
+    sim = planning.simulate(ranked, {"q": {"j1": 1}}, ["q"], parse_measure("nDCG@2"), 3, 1, "linear",
+                            {("q", "h1"): 3}, [1], 2, 1, "test")  # fmt: skip
+    depth = next(r for r in sim.rows if r.strategy == "depth")
+    assert (depth.settled, depth.settled_true) == (1, 0)
+
+
+def test_the_rules_judge_grades_by_the_datasets_own_label_map(tiny_synthetic):
+    """``labels`` maps the rules' E/S/C/I to grades (the loader's label table): a map where Exact is
+    worth 1 gives 1 for an Exact pair, not ESCI's default 3."""
+    import pandas as pd
+
+    from stagebench.judge.ask import JudgeParams
+    from stagebench.judge.rules import RulesJudge
+    from stagebench.judge.scale import Scale
+
+    rows = pd.read_parquet(next(tiny_synthetic.glob("*examples*.parquet")))
+    exact = rows[rows["esci_label"] == "E"].iloc[0]
+    irrelevant = rows[rows["esci_label"] == "I"].iloc[0]
+    judge = RulesJudge(JudgeParams(backend="rules"), tiny_synthetic, {"E": 1, "S": 1, "C": 0, "I": 0})
+    scale = Scale(((1, "relevant", ""), (0, "not", "")))
+    pairs = [(str(exact["query_id"]), str(exact["product_id"])), (str(irrelevant["query_id"]), str(irrelevant["product_id"]))]
+    asked = judge.grade(pairs, None, scale, None, None)
+    assert [a.grade for a in asked.answers] == [1, 0]

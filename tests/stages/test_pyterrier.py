@@ -38,6 +38,8 @@ def test_a_pyterrier_reranker_reorders_the_head_and_keeps_the_tail_and_serves_as
     for q, docs in result.runs["bm25"].items():
         order, got = ranked_ids(docs), ranked_ids(result.runs["rev"][q])
         assert got == order[:10][::-1] + order[10:]  # the head reversed, the tail below in its order
+        # the transformer sees ranks from 0 at the top (docs/plugins.md): its score is that rank
+        assert sorted(result.runs["rev"][q][d] for d in order[:10]) == [float(r) for r in range(10)][: len(order[:10])]
     ds = stagebench.load_dataset({"loader": "esci", "path": str(tiny_synthetic), "split": "test"})
     texts, queries = ds.doc_text, ds.queries
     for q, docs in result.runs["overlap"].items():

@@ -33,6 +33,7 @@ import typing
 from collections import Counter
 from dataclasses import asdict, dataclass, field, is_dataclass, replace
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import yaml
@@ -293,7 +294,7 @@ def _tune(config: Config, t: TuneConfig, out: Path, cache: Cache) -> TuneResult:
                              measure.name, " ".join(f"{v:.4f}" for v in means.values()), status)  # fmt: skip
                     bar.update(1)
                 for d in ds_:
-                    best = max(range(len(trials)), key=lambda n: (round(_mean(values[sig][n], d.decide_on), 12), -n))
+                    best = best_trial([_mean(values[sig][n], d.decide_on) for n in range(len(trials))])
                     chosen[d.name][name] = trials[best]
                     choices_out.setdefault(name, {})[d.name] = {
                         "trial": best, "params": trials[best], "mean": round(_mean(values[sig][best], d.decide_on), 6),
@@ -398,6 +399,12 @@ def grid_edges(space: dict[str, list[Any]], chosen: dict[str, Any], params: Any)
 
 def _mean(pq: dict[str, float], ids: tuple[str, ...] | list[str]) -> float:
     return sum(pq.get(q, 0.0) for q in ids) / len(ids) if ids else 0.0
+
+
+def best_trial(means: Sequence[float]) -> int:
+    """The trial with the highest mean (to 12 decimals); a tie goes to the earliest, so the config's own
+    params (trial 0) win any tie: tuning never moves a stage for nothing."""
+    return max(range(len(means)), key=lambda n: (round(means[n], 12), -n))
 
 
 def _show(a: dict) -> str:
