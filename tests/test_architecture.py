@@ -21,7 +21,7 @@ LAYERS = {
     2: ["models.encoders", "models.onnx_weights", "models.variants", "stages.base", "stages.neural", "llm.http", "llm.local", "llm.chat", "rerank.plugins", "rerank.pointwise",
         "llm.windows", "llm.families", "stages.bm25", "stages.dense", "stages.fusion", "stages.rerank", "stages.run_file",
         "stages.llm_rerank", "stages.oracle", "stages.pyterrier", "stages", "results.interop", "results", "results.ceilings", "results.queries", "results.folder", "results.depth",
-        "results.scoring", "results.cost", "results.check", "results.compare", "results.segments", "results.matrix", "judgments", "judgments.agreement", "judgments.pool",
+        "results.scoring", "results.cost", "results.check", "results.compare", "results.segments", "results.matrix", "results.experiment", "judgments", "judgments.agreement", "judgments.pool",
         "judgments.views", "judgments.incompleteness", "judgments.planning", "judgments.worksheet", "judgments.grades", "judgments.estimate",
         "judgments.coverage", "judgments.sampling", "results.baselines", "judge.rules",
         "judge.ask", "judge.section", "outputs"],

@@ -67,6 +67,7 @@ from stagebench.judgments.incompleteness import Incompleteness
 from stagebench.results import interop
 from stagebench.results.matrix import MatrixTable, matrix_table
 from stagebench.judgments.coverage import Coverage
+from stagebench.results.experiment import Experiment, experiment
 from stagebench.judgments.planning import Simulation
 from stagebench.results.segments import MIN_QUERIES, SegmentTable, folder_segments
 from stagebench.results.scoring import stage_evaluations
@@ -86,7 +87,7 @@ __all__ = [
     "Reranker", "StagebenchError",
     # one call per CLI command on a folder, training, reproductions and upkeep (stagebench.api.<name>)
     "table", "show", "measure_of", "segments", "matrix", "check", "pin", "judge", "incompleteness", "plan_judgments",
-    "simulate_plans", "simulate_estimates", "add_judgments", "evaluate_views", "train_reranker", "reproduce", "cache", "generate_data",
+    "simulate_plans", "simulate_estimates", "add_judgments", "compare_runs", "evaluate_views", "train_reranker", "reproduce", "cache", "generate_data",
     "config_from", "cross_encoder", "bi_encoder", "read_trec_run", "read_trec_qrels", "write_trec_run",
     "evaluate_files", "ir_measures_version",
     # what those return
@@ -634,6 +635,33 @@ def evaluate_files(qrels: str | Path, run: str | Path, metrics: Sequence[str], *
     if holes is None:
         raise StagebenchError(f"--view {view}: one of irrelevant, judged-only, bounds, all")
     return FileEvaluation(view, relevance_threshold, gain, evaluate(q, r, measures, **kw, holes=holes), None, delegated)
+
+
+def compare_runs(qrels: str | Path, runs: Sequence[str | Path], metrics: Sequence[str], *, relevance_threshold: int = 1,
+                 gain: Any = "linear", permutations: int = 10000, seed: int = 42, alpha: float = 0.05,
+                 names: Sequence[str] | None = None) -> Experiment:  # fmt: skip
+    """``stagebench eval QRELS RUN RUN ...``: several TREC run files against one qrels file, every pair of
+    runs tested (:mod:`stagebench.results.experiment`); ``names``: the runs' names (default: each
+    file's name without its extension, made unique)."""
+    if relevance_threshold < 1:
+        raise StagebenchError(f"--rel {relevance_threshold}: must be >= 1 (grade 0 means not relevant)")
+    if len(runs) < 2:
+        raise StagebenchError("compare_runs: give two or more run files")
+    measures = []
+    for m in metrics:
+        try:
+            measures.append(parse_measure(m))
+        except StagebenchError as exc:
+            raise StagebenchError(f"-m {m}: {exc}") from None
+    q = read_trec_qrels(qrels)
+    check_thresholds(q, relevance_threshold, measures, str(qrels), "--rel")
+    if names is None:
+        names = [Path(r).name.removesuffix(".gz").rsplit(".", 1)[0] or Path(r).name for r in runs]
+        names = [n if names.count(n) == 1 else f"{n}.{i}" for i, n in enumerate(names)]
+    if len(set(names)) != len(names):
+        raise StagebenchError(f"run names given twice: {names}")
+    loaded = {n: read_trec_run(r) for n, r in zip(names, runs)}
+    return experiment(q, loaded, measures, relevance_threshold, gain, permutations, seed, alpha)
 
 
 # -- training, reproductions and upkeep ------------------------------------------------------------------

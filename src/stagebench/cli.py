@@ -455,9 +455,13 @@ def _cmd_generate(args: argparse.Namespace) -> int:
 
 def _parser_eval(sub) -> None:
     """``stagebench eval``'s arguments, beside its handler."""
-    e = sub.add_parser("eval", help="score a TREC run file against TREC qrels")
+    e = sub.add_parser("eval", help="score a TREC run file against TREC qrels; several run files side by side, each "
+                       "pair tested for significance (as ranx compare, pt.Experiment)")  # fmt: skip
     e.add_argument("qrels")
-    e.add_argument("run")
+    e.add_argument("run", nargs="+")
+    e.add_argument("--permutations", type=int, default=10000, help="several runs: paired randomization test permutations")
+    e.add_argument("--seed", type=int, default=42, help="several runs: the randomization test's seed")
+    e.add_argument("--alpha", type=float, default=0.05, help="several runs: significance level, Holm over the pairs")
     e.add_argument("-m", "--metric", dest="metrics", action="extend", nargs="+", required=True,
                    help="measure names, e.g. -m nDCG@10 RR@10 R@100 (repeatable)")  # fmt: skip
     e.add_argument("--rel", type=int, default=1, help="relevance threshold for binary measures (default 1)")
@@ -475,6 +479,17 @@ def _parser_eval(sub) -> None:
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
+    if len(args.run) > 1:
+        if args.json or args.per_query or args.view != "irrelevant":
+            raise StagebenchError("several runs: --json, --per-query and --view are for one run (the table of several "
+                                  "shows the judged-only view and the bounds beside the main one)")  # fmt: skip
+        permutations, seed, alpha = (_declared(getattr(args, k), EvaluationConfig, k, f"--{k}")
+                                     for k in ("permutations", "seed", "alpha"))  # fmt: skip
+        exp = api.compare_runs(args.qrels, args.run, args.metrics, relevance_threshold=args.rel, gain=args.gain,
+                               permutations=permutations, seed=seed, alpha=alpha)  # fmt: skip
+        sys.stdout.write(exp.text())
+        return 0
+    args.run = args.run[0]
     result = api.evaluate_files(args.qrels, args.run, args.metrics, relevance_threshold=args.rel, gain=args.gain,
                                 view=args.view)  # fmt: skip
     _eval_header(args, result.evaluation, result.delegated)
@@ -555,7 +570,7 @@ ARGUMENTS = {
     "run_dir": "a results folder stagebench run wrote, e.g. results/default",
     "query_id": "a query id of the folder's scored queries",
     "qrels": "a TREC qrels file (qid 0 docid grade)",
-    "run": "a TREC run file (qid Q0 docid rank score tag)",
+    "run": "TREC run files (qid Q0 docid rank score tag); several: side by side, each pair tested",
     "format": "the output format",
     "cache_command": "ls: list the entries; prune: remove partial and corrupt ones",
 }
@@ -579,7 +594,7 @@ EXAMPLES = {
     "incompleteness": "stagebench incompleteness results/judging --report",
     "plan-judgments": "stagebench plan-judgments results/judging --strategy sample --budget 300 --output round1.csv",
     "add-judgments": "stagebench add-judgments results/judging round1.csv --output results/judging-round1",
-    "eval": "stagebench eval qrels.trec bm25.trec -m nDCG@10 RR@10 --view all",
+    "eval": "stagebench eval qrels.trec bm25.trec dense.trec rrf.trec -m nDCG@10 RR@10",
 }
 
 

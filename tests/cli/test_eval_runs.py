@@ -1,0 +1,51 @@
+"""Several run files side by side (issue 70): `stagebench eval QRELS RUN RUN ...` as ranx compare and
+pt.Experiment give it - every run's means over the same queries, each pair tested, the views beside."""
+
+from __future__ import annotations
+
+import ir_measures
+import pytest
+
+from stagebench import api
+from stagebench.cli import main
+from stagebench.errors import StagebenchError
+from stagebench.runs import write_trec_qrels, write_trec_run
+
+
+@pytest.fixture
+def files(tmp_path):
+    """30 queries, 3 relevant documents each at grades 3, 2, 1 and two irrelevant: ``good`` ranks them
+    best first, ``bad`` worst first, ``same`` is ``good`` again; ``bad`` misses query q29."""
+    qrels = {f"q{i}": {"d3": 3, "d2": 2, "d1": 1, "d0": 0, "e0": 0} for i in range(30)}
+    order = ["d3", "d2", "d1", "d0", "e0", "hole"]
+    good = {q: {d: float(10 - r) for r, d in enumerate(order)} for q in qrels}
+    bad = {q: {d: float(r) for r, d in enumerate(order)} for q in qrels if q != "q29"}
+    paths = {"qrels": tmp_path / "qrels.trec"}
+    write_trec_qrels(qrels, paths["qrels"])
+    for name, run in (("good", good), ("bad", bad), ("same", good)):
+        paths[name] = tmp_path / f"{name}.trec"
+        write_trec_run(run, paths[name])
+    return paths
+
+
+def test_several_runs_side_by_side_with_their_significant_pairs_and_the_means_ir_measures_gives(files):
+    exp = api.compare_runs(files["qrels"], [files["good"], files["bad"], files["same"]], ["nDCG@5", "RR@10"],
+                           permutations=2000)  # fmt: skip
+    assert exp.runs == ["good", "bad", "same"]
+    qrels = list(ir_measures.read_trec_qrels(str(files["qrels"])))
+    for name in exp.runs:
+        want = ir_measures.calc_aggregate([ir_measures.nDCG @ 5], qrels, list(ir_measures.read_trec_run(str(files[name]))))
+        assert exp.mean(name, "nDCG@5") == pytest.approx(want[ir_measures.nDCG @ 5], abs=1e-9)  # bad's q29: 0 in both
+    assert sorted(exp.better_than("good", "nDCG@5")) == ["bad"] and exp.better_than("same", "nDCG@5") == ["bad"]
+    assert exp.better_than("bad", "nDCG@5") == []  # and good vs same: equal on every query, never significant
+
+
+def test_the_command_prints_the_table_with_marks_views_and_bounds(files, capsys):
+    assert main(["eval", str(files["qrels"]), str(files["good"]), str(files["bad"]), "-m", "nDCG@5",
+                 "--permutations", "500"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "a   good" in out and "^b" in out and "judged only" in out and "bounds" in out
+    assert main(["eval", str(files["qrels"]), str(files["good"]), str(files["bad"]), "-m", "nDCG@5", "--json"]) == 2
+    assert "several runs: --json" in capsys.readouterr().err
+    with pytest.raises(StagebenchError, match="--rel 0"):
+        api.compare_runs(files["qrels"], [files["good"], files["bad"]], ["nDCG@5"], relevance_threshold=0)
