@@ -124,12 +124,23 @@ class RunFolder:
             raise StagebenchError(f"{p}: not recorded in {self.path / MANIFEST} (no run wrote it there), so it cannot "
                                   "be verified")  # fmt: skip
         if not p.is_file():
+            if rel.startswith(("runs/", "qrels")) and not self.holds_any_run():
+                config = self.manifest.config_path or "its config"
+                raise StagebenchError(f"{self.path}: its runs and qrels are missing: a committed results folder keeps "
+                                      f"its tables (stage_table.txt, report.html), not what they were scored from; run "
+                                      f"`stagebench run {config}` to rebuild it whole (for results/default: make bench) "
+                                      "(stagebench check --stored-table checks the stored table instead)")  # fmt: skip
             raise StagebenchError(f"{p}: missing; {MANIFEST} records it (the folder is incomplete: run its config "
-                                  "again{})".format(", or check the stored table with --stored-table" if rel.startswith(("runs/", "qrels")) else ""))  # fmt: skip
+                                  "again{})".format(", or check the stored table with stagebench check --stored-table"
+                                                    if rel.startswith(("runs/", "qrels")) else ""))  # fmt: skip
         if file_digest(p) != files[rel]:
             raise StagebenchError(f"{p}: changed after the run (its sha256 differs from the one in {MANIFEST}); "
                                   "run the config again")  # fmt: skip
         return p
+
+    def holds_any_run(self) -> bool:
+        """Whether any of the runs or qrels the manifest records is here."""
+        return any((self.path / r).is_file() for r in self.manifest.files if r.startswith(("runs/", "qrels")))
 
     def holds(self, rel: str) -> bool:
         """Whether the manifest records ``rel`` and it is here (a committed folder holds its
