@@ -123,3 +123,13 @@ def test_the_rules_judge_grades_by_the_datasets_own_label_map(tiny_synthetic):
     pairs = [(str(exact["query_id"]), str(exact["product_id"])), (str(irrelevant["query_id"]), str(irrelevant["product_id"]))]
     asked = judge.grade(pairs, None, scale, None, None)
     assert [a.grade for a in asked.answers] == [1, 0]
+
+
+def test_params_tuned_on_another_dataset_are_named_weak_where_they_are_copied():
+    from stagebench.results.baselines import elsewhere
+
+    stage = {"name": "bm25", "type": "bm25", "tuned_on": "data/synthetic-esci"}
+    assert elsewhere({"dataset": {"path": "data/synthetic-esci"}, "stages": [stage]}) == []
+    assert elsewhere({"dataset": {"path": "./data/synthetic-esci/"}, "stages": [stage]}) == []  # the same folder
+    (note,) = elsewhere({"dataset": {"path": "../shared/data/cranfield"}, "stages": [stage]})
+    assert note.startswith("(!) weak baseline: bm25's params were tuned on data/synthetic-esci") and "cranfield" in note

@@ -74,6 +74,7 @@ class StageConfig:
     target: str | None = None  # plug-in target "package.module:Class" (type: plugin)
     cache: bool = True  # false: always recompute this stage (and do not store its run)
     engine: EngineParams = field(default_factory=EngineParams)  # where its units run (stagebench.runtime.engine)
+    tuned_on: str | None = None  # the dataset its params were tuned on (dataset.path or dataset.id): a note elsewhere
 
 
 @dataclass
@@ -330,7 +331,7 @@ NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
 _TOP_KEYS = ("name", "output", "cache_dir", "engine", "dataset", "stages", "evaluation", "matrix", "training", "judge",
              "tune")
-_STAGE_KEYS = ("name", "type", "inputs", "params", "target", "cache", "engine")
+_STAGE_KEYS = ("name", "type", "inputs", "params", "target", "cache", "engine", "tuned_on")
 
 
 def load_config(path: str | Path, engine: str | None = None) -> Config:
@@ -545,8 +546,9 @@ def parse_stage(s: Any, where: str, seen: set[str], engine: EngineParams, traini
         raise ConfigError(f"{where}.engine: a {stype} stage runs in the driver process whatever the engine (only "
                           "model stages - dense, cross_encoder, plugin, llm_rerank - run on an engine); remove it")  # fmt: skip
     use_cache = coerce(s.get("cache", True), bool, f"{where}.cache")
+    tuned_on = None if s.get("tuned_on") is None else coerce(s["tuned_on"], str, f"{where}.tuned_on")
     return StageConfig(name=sname, type=stype, inputs=inputs, params=params, target=target, cache=use_cache,
-                       engine=engine)  # fmt: skip
+                       engine=engine, tuned_on=tuned_on)  # fmt: skip
 
 
 def _name(value: Any, where: str) -> str:

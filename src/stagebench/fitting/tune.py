@@ -440,6 +440,9 @@ def tuned_yaml(config: Config, tuned: dict[str, dict], record: dict) -> str:
     for s in raw["stages"]:
         if s.get("name") in tuned and tuned[s["name"]]:
             s["params"] = {**(s.get("params") or {}), **tuned[s["name"]]}
+            where = (raw.get("dataset") or {}).get("path") or (raw.get("dataset") or {}).get("id")
+            if where:
+                s["tuned_on"] = where  # a run of this file on another dataset says the params are not tuned there
     q = record["queries"]
     head = [f"# {config.path} with the params `stagebench tune` chose ({record['measure']}; {q['why']})."]
     if q["mode"] == "kfold":

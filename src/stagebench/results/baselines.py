@@ -79,3 +79,23 @@ def notes(found: Sequence[TunedBaseline], stages: Sequence[str], means: dict[str
             line += f". Each later stage's {m} gain over {b.stage}, against the tuned {b.stage} instead: " + "; ".join(parts)
         out.append(line)
     return out
+
+
+def elsewhere(config: dict) -> list[str]:
+    """One note per stage whose config says its params were tuned on another dataset (``tuned_on``)
+    than the one this run scored: copied params are not tuned params (``configs/default.yaml``'s BM25
+    is tuned to the synthetic data)."""
+    ds = config.get("dataset") or {}
+    here = ds.get("path") or ds.get("id")
+    out = []
+    for s in config.get("stages") or []:
+        there = s.get("tuned_on") if isinstance(s, dict) else None
+        if there and here and not _same_dataset(there, here):
+            out.append(f"(!) weak baseline: {s.get('name')}'s params were tuned on {there} (its tuned_on), not on this "
+                       f"dataset ({here}): they are not tuned here; run stagebench tune on this dataset's own train "
+                       "queries (docs/baselines.md)")  # fmt: skip
+    return out
+
+
+def _same_dataset(a: str, b: str) -> bool:
+    return a == b or Path(a).expanduser().resolve() == Path(b).expanduser().resolve()

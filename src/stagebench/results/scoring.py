@@ -174,6 +174,7 @@ def score_folder(manifest: Manifest, qrels: dict, runs: dict[str, Run]) -> Score
                      + "; each under the conventions its name states, unjudged documents as irrelevant, over the same "
                        "scored queries; they have no judged-only view and no bounds (docs/metrics.md)")  # fmt: skip
     notes += baselines.notes(manifest.tuned_baselines, names, {n: evals[n].means for n in names})
+    notes += baselines.elsewhere(manifest.config)
     g = gain_map(gain)
     table = StageTable(rows, metric_names, title, notes, {"gain": g.as_json(), "gain_map": g.describe(),
                                                           "relevance_threshold": rel, "top_grade": top})  # fmt: skip
