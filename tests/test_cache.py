@@ -290,3 +290,19 @@ def test_write_is_atomic_a_failing_writer_leaves_nothing(tmp_path):
     shutil.rmtree(tmp_path / "runs")
     os.makedirs(tmp_path / "runs" / "k2")  # an entry folder without entry.json: treated as corrupt
     assert cache.get("runs", "k2") is None and not (tmp_path / "runs" / "k2").exists()
+
+
+def test_a_relative_cache_dir_is_the_runs_wherever_the_cache_is_used(tmp_path, monkeypatch):
+    """Issue 71: a cache handed to a worker process whose working directory differs (a `ray start`
+    cluster started elsewhere) writes into the run's cache, not under the worker's directory."""
+    import pickle
+
+    from stagebench.cache import Cache
+
+    monkeypatch.chdir(tmp_path)
+    cache = Cache(".stagebench-cache")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    worker = pickle.loads(pickle.dumps(cache))  # as a worker receives it
+    assert worker.root == tmp_path / ".stagebench-cache"

@@ -154,7 +154,9 @@ class Cache:
     """A cache rooted at ``root``. ``read=False`` never reads (but still writes: a refresh)."""
 
     def __init__(self, root: str | Path, read: bool = True) -> None:
-        self.root = Path(root)
+        # absolute from the start: a Ray worker (or a thread after a chdir) that is handed this cache
+        # writes where the run's own cache is, never under its own working directory (issue 71)
+        self.root = Path(root).expanduser().absolute()
         self.read = read
         self._swept: set[str] = set()  # the kinds whose dead writers' leftovers this process removed
 
