@@ -46,9 +46,9 @@ def answers(tmp_path: Path) -> list[Path]:
 
 
 def test_a_call_that_failed_for_good_stops_the_run_at_once(tmp_path, small_synthetic):
-    """Two queries in flight, each call timing out: the first timeouts lower the requests in flight to
-    one, so one retry goes out and the other waits for a slot; when that retry fails, the waiting one
-    is abandoned and no further query starts."""
+    """Two queries in flight, each call timing out: two timeouts in a row with no answer between make
+    the server hung (issue 71), so neither is retried, no further query starts, and the one line says
+    why."""
     timeout = 3.0
     with PlainServer("hang") as srv:
         cfg = config(tmp_path, small_synthetic, "t", llm(srv.url, timeout=timeout, retries=1, backoff=0.5,
@@ -58,9 +58,9 @@ def test_a_call_that_failed_for_good_stops_the_run_at_once(tmp_path, small_synth
         posts = list(srv.posts)
     assert r.returncode == 2, r.stderr[-3000:]
     lines = errors(r.stderr)
-    assert len(lines) == 1 and "the request failed after every retry (" in lines[0] and "timed out" in lines[0], lines
-    assert len(posts) == 3, posts  # q1 and q2, then q1's retry; q2's retry abandoned, no third query started
-    failed_at = posts[-1] + timeout  # the retry's deadline: the call failed for good
+    assert len(lines) == 1 and "the server answered none of 2 requests in a row within the timeout" in lines[0], lines
+    assert len(posts) == 2, posts  # q1 and q2; no retry, no third query
+    failed_at = posts[-1] + timeout  # the second timeout: the server counts as hung
     assert ended - failed_at < timeout, f"the run ended {ended - failed_at:.1f} s after the failure"
     assert not (tmp_path / "t").exists() and not list(tmp_path.glob(".t.partial-*"))
 
@@ -103,3 +103,26 @@ def test_the_judge_stops_on_a_failed_pair_or_when_accepted_counts_its_holes(tmp_
         (tmp_path / "accept" / "judge" / "agreement.txt").read_text()  # fmt: skip
     warned = [line for line in r.stderr.splitlines() if "failed after every retry" in line]
     assert len(warned) == 1 and f"{judge['holes']} of {judge['holes']} pairs failed" in warned[0]  # one line, not one a pair
+
+
+def test_a_hung_server_ends_every_request_in_bounded_time_with_one_request_in_flight():
+    """Issue 71: one request in flight, 3 retries each, 4 requests: without the rule every request
+    queued behind the lowered limit waits out its every retry (16 timeouts); with it the second
+    timeout in a row ends them all."""
+    import concurrent.futures
+
+    from stagebench.llm.http import OpenAIBackend
+    from stagebench.llm.request import ChatRequest, RequestFailed
+
+    timeout = 1.0
+    with PlainServer("hang") as srv:
+        backend = OpenAIBackend(srv.url, MODEL, timeout=timeout, retries=3, backoff=0.2, concurrency=1)
+        req = ChatRequest((("user", "hello"),), 4, 0.0, 0)
+        t0 = time.monotonic()
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            futures = [pool.submit(backend.complete, req) for _ in range(4)]
+            errors_ = [f.exception() for f in futures]
+        took = time.monotonic() - t0
+        posts = len(srv.posts)
+    assert all(isinstance(e, RequestFailed) and "hung" in str(e) for e in errors_), errors_
+    assert posts == 2 and took < 2 * timeout + 1.5, (posts, took)

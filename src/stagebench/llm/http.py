@@ -17,6 +17,12 @@ model's identity, with the name and base URL.
 * **Deadline and size**: ``timeout`` is a deadline for the whole request (connecting, waiting, and
   reading the answer), not per socket read, so a server that trickles its answer is cut off in
   time; an answer larger than :data:`MAX_ANSWER_BYTES` is refused (and so never cached).
+* **A hung server** (issue 71): :data:`SILENT_TIMEOUTS` requests in a row that time out with no
+  answer between them end every request of the backend at once, each raising
+  :class:`~stagebench.llm.request.RequestFailed` with one line saying so: a server that accepts and
+  never answers ends the run within about ``timeout x SILENT_TIMEOUTS / concurrency`` (with the
+  defaults, 4 requests in flight and 120 s: at the first timeouts, about 2 minutes), not after every
+  retry of every request queued behind a lowered limit.
 * **Redirects** are never followed: the request carries the API key, and a 3xx would send it to
   another address, so a redirect is one error naming where the server pointed.
 """
@@ -203,9 +209,14 @@ def _answer_text(out: Any, where: str, labels: bool) -> str | None:
 
 
 class _Transient(Exception):
-    def __init__(self, message: str, wait: float | None = None) -> None:
+    def __init__(self, message: str, wait: float | None = None, timed_out: bool = False) -> None:
         super().__init__(message)
         self.wait = wait
+        self.timed_out = timed_out
+
+
+#: requests in a row that time out, no answer between them, after which the server counts as hung
+SILENT_TIMEOUTS = 2
 
 
 def _retry_after(value: str | None) -> float | None:
@@ -307,6 +318,8 @@ class OpenAIBackend:
         self._lock = threading.Lock()
         self._abandon = threading.Event()
         self._in_flight: set[_Watch] = set()
+        self._silent = 0  # requests in a row that timed out with no answer between
+        self._hung = ""  # set once the server counts as hung: every request then fails with it
 
     def __getstate__(self) -> dict:  # sent to Ray workers: the lock, the limit's and the stop's state are not
         return {k: v for k, v in self.__dict__.items() if k not in ("_lock", "_limit", "_abandon", "_in_flight")}
@@ -317,6 +330,20 @@ class OpenAIBackend:
         self._limit = InFlightLimit(self.concurrency)
         self._abandon = threading.Event()
         self._in_flight = set()
+        self._silent, self._hung = 0, ""
+
+    def _heard(self, timed_out: bool) -> None:
+        """Count a request's outcome toward the hung-server rule (module doc)."""
+        with self._lock:
+            if not timed_out:
+                self._silent = 0
+                return
+            self._silent += 1
+            if self._silent >= SILENT_TIMEOUTS and not self._hung:
+                self._hung = (f"the server answered none of {self._silent} requests in a row within the timeout "
+                              f"({self.timeout:g} s each): it is hung, or far too slow for this timeout (raise timeout, "
+                              "or check the server); no further request is sent")  # fmt: skip
+                log.error("%s: %s: %s", self.label, self.base_url, self._hung)
 
     def abandon(self) -> None:
         """The run is stopping (a call failed for good, with ``failed_calls: stop``): no request or
@@ -384,7 +411,7 @@ class OpenAIBackend:
                                       f"{how}") from None  # fmt: skip
             raise StagebenchError(f"{self.label}: {method} {url} failed: HTTP {exc.code}: {msg}") from None
         except (TimeoutError, ConnectionError, http.client.HTTPException) as exc:
-            raise _Transient(f"{type(exc).__name__}: {exc or 'timed out'}") from None
+            raise _Transient(f"{type(exc).__name__}: {exc or 'timed out'}", timed_out=isinstance(exc, TimeoutError)) from None
         except urllib.error.URLError as exc:
             raise _Transient(f"cannot reach {url}: {exc.reason}") from None
         finally:
@@ -445,11 +472,17 @@ class OpenAIBackend:
             with self._limit.slot():
                 if self._abandon.is_set():  # stopped while it waited for a slot
                     raise Abandoned()
+                if self._hung:  # a request before it found the server hung: none is sent any more
+                    raise RequestFailed(self._hung, attempt + 1)
                 t0 = time.perf_counter()
                 try:
                     out = self._call("POST", "/chat/completions", body)
+                    self._heard(False)
                 except _Transient as exc:
                     out, last, hint = None, str(exc), exc.wait
+                    self._heard(exc.timed_out)
+                    if self._hung:
+                        raise RequestFailed(self._hung, attempt + 1) from None
                 dt = time.perf_counter() - t0
             answered = out is not None
             if answered:
