@@ -278,15 +278,18 @@ def open(folder: str | Path) -> Result:  # noqa: A001 - stagebench.open, as a no
 
 
 def compare(a: Result | str | Path, b: Result | str | Path, *, permutations: int = 10000, seed: int = 42,
-            alpha: float = 0.05) -> Comparison:  # fmt: skip
+            alpha: float = 0.05, pairs: Mapping[str, str] | None = None, judgments: str = "same") -> Comparison:  # fmt: skip
     """Two results folders (or Results) stage by matching stage, as ``stagebench compare`` computes
     it: per stage and measure the means over the common queries, B - A, the paired randomization
     and t-tests Holm-corrected across the matching stages, and win/tie/loss counts. Folders scored
-    differently (gain, threshold, corpus, judgments) are refused.
+    differently (gain, threshold, corpus) are refused, and so are different judgments unless
+    ``judgments="each"`` (a judging round's before and after); ``pairs``: A's stage -> B's stage
+    compared besides those of the same name.
     :func:`stagebench.report.tables.comparison_text` renders it as the CLI prints it."""
     pa = a.output if isinstance(a, Result) else a
     pb = b.output if isinstance(b, Result) else b
-    return compare_folders(pa, pb, permutations=permutations, seed=seed, alpha=alpha)
+    return compare_folders(pa, pb, permutations=permutations, seed=seed, alpha=alpha, pairs=dict(pairs or {}),
+                           judgments=judgments)  # fmt: skip
 
 
 # -- the commands on a finished results folder (each reads the folder verified, as the CLI's) --------------

@@ -238,13 +238,24 @@ def _parser_compare(sub) -> None:
     c.add_argument("--permutations", type=int, default=10000, help="paired randomization test permutations")
     c.add_argument("--seed", type=int, default=42, help="the randomization test's seed")
     c.add_argument("--alpha", type=float, default=0.05, help="significance level, Holm-corrected over the matching stages")
+    c.add_argument("--pair", action="append", default=[], metavar="A_STAGE=B_STAGE",
+                   help="compare A's stage with B's of another name too (repeatable), e.g. cross_encoder=ce_finetuned")
+    c.add_argument("--judgments", choices=["same", "each"], default="same",
+                   help="same: refuse folders that judge a shared query differently; each: each folder under its own "
+                   "qrels, as its table has it (a judging round's before and after)")  # fmt: skip
     c.set_defaults(func=_cmd_compare)
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
     permutations, seed, alpha = (_declared(getattr(args, k), EvaluationConfig, k, f"--{k}") for k in ("permutations", "seed", "alpha"))
+    pairs = {}
+    for p in args.pair:
+        sa, sep, sb = p.partition("=")
+        if not sep or not sa or not sb:
+            raise StagebenchError(f"--pair {p}: A_STAGE=B_STAGE, e.g. cross_encoder=ce_finetuned")
+        pairs[sa] = sb
     sys.stdout.write(comparison_text(api.compare(args.run_dir_a, args.run_dir_b, permutations=permutations,
-                                                 seed=seed, alpha=alpha)))  # fmt: skip
+                                                 seed=seed, alpha=alpha, pairs=pairs, judgments=args.judgments)))  # fmt: skip
     return 0
 
 

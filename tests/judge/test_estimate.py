@@ -229,3 +229,24 @@ def test_a_second_round_is_drawn_from_the_folder_the_first_wrote_and_estimated_o
 def test_a_plan_that_needs_fewer_judgments_than_asked_fills_the_budget(judged_folder, tmp_path):
     sheet = api.plan_judgments(judged_folder, 40, tmp_path / "plan.csv")
     assert sheet.pairs == 40
+
+
+def test_compare_a_judging_rounds_before_and_after_and_stages_of_other_names(sample_round, tmp_path):
+    """Issue 70: folders whose judgments differ are refused unless --judgments each, which compares
+    each under its own qrels and says so; --pair a=b compares stages whose names differ."""
+    from stagebench.report.tables import comparison_text
+
+    folder, sheet = sample_round
+    after = tmp_path / "after"
+    api.add_judgments(folder, [_graded(folder, sheet.csv, tmp_path / "graded.csv")], after)
+    with pytest.raises(StagebenchError, match="judge query .* differently"):
+        api.compare(folder, after, permutations=200)
+    c = api.compare(folder, after, permutations=200, judgments="each", pairs={"bm25": "rrf"})
+    assert "each folder under its own judgments" in comparison_text(c)
+    before_rows = {r["stage"]: r["nDCG@10"] for r in json.loads((folder / "stage_table.json").read_text())}
+    after_rows = {r["stage"]: r["nDCG@10"] for r in json.loads((after / "stage_table.json").read_text())}
+    assert c.row("bm25", "nDCG@10").mean_a == pytest.approx(before_rows["bm25"], abs=1e-6)
+    assert c.row("bm25", "nDCG@10").mean_b == pytest.approx(after_rows["bm25"], abs=1e-6)
+    assert c.row("bm25=rrf", "nDCG@10").mean_b == pytest.approx(after_rows["rrf"], abs=1e-6)
+    with pytest.raises(StagebenchError, match="--pair bm25=nope: 'nope' is not a stage of"):
+        api.compare(folder, after, judgments="each", pairs={"bm25": "nope"})

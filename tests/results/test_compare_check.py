@@ -269,3 +269,4 @@ def test_compare_refuses_folders_scored_differently_or_on_other_data(sweep_folde
     with pytest.raises(StagebenchError, match=rf"ran on different corpora \(dataset fingerprints {mine[:12]} vs "
                                               rf"{'f' * 12}\): their numbers cannot be compared$"):  # fmt: skip
         compare_folders(sweep_folder, fp, permutations=PERMS)
+

@@ -259,6 +259,9 @@ def check_text(rows: Sequence[CheckRow], folder: str, expected_path: str, source
 def comparison_text(c: Comparison) -> str:
     """``stagebench compare``'s output: the folders, what was compared, one row per stage and measure."""
     lines = [f"A = {c.a}", f"B = {c.b}"]
+    if c.judgments == "each":
+        lines.append("each folder under its own judgments (--judgments each): a difference is the stage's change AND "
+                     "the judgments' change (a judging round's before and after), not the stage's alone")  # fmt: skip
     if not c.same_query_sets:
         lines.append(f"different query sets: A scored {c.queries_a}, B scored {c.queries_b}; only the {c.queries} common "
                      "queries are compared (means below are over those)")  # fmt: skip

@@ -63,6 +63,7 @@ class Comparison:
     stages: list[str]  # compared, in A's order
     only_measures: list[str]  # in one folder only: not compared
     only_stages: list[str]
+    judgments: str = "same"  # each: each folder's values under its own qrels
 
     def row(self, stage: str, measure: str) -> MeasureDelta:
         for r in self.rows:
@@ -75,8 +76,9 @@ class Comparison:
 EVALUATION_KEYS = ("gain", "relevance_threshold")
 
 
-def check_comparable(fa: RunFolder, fb: RunFolder) -> None:
-    """Refuse folders whose evaluation settings, corpus or shared judgments differ."""
+def check_comparable(fa: RunFolder, fb: RunFolder, judgments: str = "same") -> None:
+    """Refuse folders whose evaluation settings, corpus or (unless ``judgments`` is ``each``) shared
+    judgments differ."""
     a, b = fa.path, fb.path
     ea, eb, da, db = fa.manifest.evaluation, fb.manifest.evaluation, fa.manifest.dataset, fb.manifest.dataset
     for key in EVALUATION_KEYS:
@@ -87,6 +89,8 @@ def check_comparable(fa: RunFolder, fb: RunFolder) -> None:
     if da.fingerprint != db.fingerprint:
         raise StagebenchError(f"{a} and {b} ran on different corpora (dataset fingerprints {str(da.fingerprint)[:12]} vs "
                               f"{str(db.fingerprint)[:12]}): their numbers cannot be compared")  # fmt: skip
+    if judgments == "each":  # the before/after of a judging round: each folder scored with its own qrels
+        return
     if fa.holds_runs() and fb.holds_runs():
         ra, rb = fa.qrels(), fb.qrels()
         for q in sorted(set(ra) & set(rb)):
@@ -98,12 +102,23 @@ def check_comparable(fa: RunFolder, fb: RunFolder) -> None:
 
 
 def compare_folders(a: str | Path, b: str | Path, permutations: int = 10000, seed: int = 42,
-                    alpha: float = 0.05) -> Comparison:  # fmt: skip
-    """Compare two results folders (each file read verified against its manifest; nothing is re-run)."""
+                    alpha: float = 0.05, pairs: dict[str, str] | None = None, judgments: str = "same") -> Comparison:  # fmt: skip
+    """Compare two results folders (each file read verified against its manifest; nothing is re-run).
+    ``pairs``: A's stage -> B's stage, compared besides the stages of the same name (shown as
+    ``a=b``); ``judgments``: ``same`` (refuse folders that judge a shared query differently) or
+    ``each`` (each folder's values under its own qrels, as its table has them: a judging round's
+    before and after)."""
+    if judgments not in ("same", "each"):
+        raise StagebenchError(f"--judgments {judgments}: same or each")
     a, b = Path(a), Path(b)
     fa, fb = RunFolder.open(a), RunFolder.open(b)
-    check_comparable(fa, fb)
+    check_comparable(fa, fb, judgments)
     pa, pb = fa.per_query(), fb.per_query()
+    for sa, sb in (pairs or {}).items():
+        if sa not in pa or sb not in pb:
+            raise StagebenchError(f"--pair {sa}={sb}: {sa!r} is not a stage of {a} ({', '.join(pa)})" if sa not in pa else
+                                  f"--pair {sa}={sb}: {sb!r} is not a stage of {b} ({', '.join(pb)})")  # fmt: skip
+        pa[f"{sa}={sb}"], pb[f"{sa}={sb}"] = pa[sa], pb[sb]
     order_a, order_b = list(pa), list(pb)
     stages = [s for s in order_a if s in pb]
     if not stages:
@@ -128,6 +143,7 @@ def compare_folders(a: str | Path, b: str | Path, permutations: int = 10000, see
         for (s, c), pr, pt in zip(family, stats.holm([c.p_rand for _, c in family]), stats.holm([c.p_t for _, c in family])):
             rows.append(MeasureDelta(s, m, mean_a=c.mean_b, mean_b=c.mean_a, p_rand=pr, p_t=pt, wins=c.wins, ties=c.ties,
                                      losses=c.losses, significant=pr < alpha))  # fmt: skip
-    only = [s for s in order_a + order_b if s not in stages]
+    paired = {x for sa, sb in (pairs or {}).items() for x in (sa, sb)}
+    only = [s for s in order_a + order_b if s not in stages and s not in paired]
     return Comparison(a, b, rows, n_common, len(qa), len(qb), qa == qb, alpha, stages, list(dict.fromkeys(one_side)),
-                      list(dict.fromkeys(only)))  # fmt: skip
+                      list(dict.fromkeys(only)), judgments)  # fmt: skip
