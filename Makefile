@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 DATA   := data/synthetic-esci
 
-.PHONY: bench bench-llm bench-llm-families bench-judge bench-judging bench-depth bench-matrix bench-trained tune test test-fast unit-test check-default reproduce perf report-check mutation planted faults data install clean help
+.PHONY: explore bench bench-llm bench-llm-families bench-judge bench-judging bench-depth bench-matrix bench-trained tune test test-fast unit-test check-default reproduce perf report-check mutation planted faults data install clean help
 
 help:
 	@echo "make bench   run configs/default.yaml on the embedded synthetic dataset (offline)"
@@ -64,6 +64,10 @@ bench-judge: $(STAMP) data
 
 # the true table of the default chain (the generator's rules grade every hole in every top 10), the
 # incompleteness experiment against it, and the judging strategies at 100, 300 and 1,000 judgments
+# the committed explorable folder (runs and qrels included): written again after a change that moves its numbers
+explore: $(STAMP) data
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(VENV)/bin/stagebench run configs/explore.yaml
+
 bench-judging: $(STAMP) data
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(VENV)/bin/stagebench run configs/judging.yaml
 	$(VENV)/bin/stagebench incompleteness results/judging --report --json results/judging-incompleteness.json
