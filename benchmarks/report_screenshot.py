@@ -1,7 +1,8 @@
 """Open a run's report.html in headless Chromium, check it, and take a screenshot.
 
-    python benchmarks/report_screenshot.py results/default   # -> results/default/report_screenshot.png
-                                                             #    and results/default/plots/explorer.png
+    python benchmarks/report_screenshot.py results/default   # -> build/report-check/report_screenshot.png
+                                                             #    and build/report-check/explorer.png
+                                                             # (never into the results folder: its files are tracked)
 
 Needs Debian's chromium + chromium-driver (/usr/bin/chromium, /usr/bin/chromedriver) and
 selenium (test extra). Checks: the page has the stage tables (metrics, recall ceiling,
@@ -82,9 +83,31 @@ def check_report(html: Path, screenshot: Path, explorer_shot: Path | None = None
         driver.quit()
 
 
+def missing() -> str | None:
+    """What this check needs and this machine lacks, in one line (None: nothing)."""
+    lacking = [str(p) for p in (CHROME, DRIVER) if not p.exists()]
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        lacking.append("the selenium package")
+    if lacking:
+        return (f"report-check needs a headless browser: {', '.join(lacking)} not found (apt-get install chromium "
+                "chromium-driver; pip install selenium, the test extra)")  # fmt: skip
+    return None
+
+
 if __name__ == "__main__":
     folder = Path(sys.argv[1] if len(sys.argv) > 1 else "results/default")
-    info = check_report(folder / "report.html", folder / "report_screenshot.png", folder / "plots" / "explorer.png")
+    out = Path(sys.argv[2] if len(sys.argv) > 2 else "build/report-check")
+    why = missing()
+    if why:
+        print(f"report_screenshot: {why}", file=sys.stderr)
+        raise SystemExit(2)
+    if not (folder / "report.html").is_file():
+        print(f"report_screenshot: {folder / 'report.html'}: no such file (run the folder's config first)", file=sys.stderr)
+        raise SystemExit(2)
+    out.mkdir(parents=True, exist_ok=True)
+    info = check_report(folder / "report.html", out / "report_screenshot.png", out / "explorer.png")
     x = info["explorer"]
     print(f"{folder / 'report.html'}: {len(info['tables'])} tables, images {', '.join(info['images'])} rendered; "
           f"screenshot {info['screenshot']}; explorer: query {x['query']}, stages {', '.join(x['stages'])}, "
