@@ -151,9 +151,11 @@ def score_folder(manifest: Manifest, qrels: dict, runs: dict[str, Run]) -> Score
         "their ideal order; lost = queries with no relevant document among the stage's candidates",
     ]  # fmt: skip
     share = sum(r.top10_labels.get("unjudged", 0.0) for r in rows) / len(rows)
+    esci_eval = ", as the official ESCI evaluation does" if (manifest.config.get("dataset") or {}).get("loader") == "esci" else ""
     notes.append(f"unjudged documents (holes): {100 * share:.1f}% of the top-10 positions, averaged over the stages. "
-                 "The main table counts a hole as irrelevant (a lower bound; trec_eval's default); 'judged only' removes "
-                 "holes before the cut at k (trec_eval -J, the official ESCI evaluation); 'bounds' span every hole "
+                 "The main table counts a hole as irrelevant (trec_eval's default; a lower bound for P, R and RR, not "
+                 "always for nDCG and AP, whose ideal a graded hole raises); 'judged only' removes holes before the cut "
+                 f"at k (trec_eval -J{esci_eval}); 'bounds' span every hole "
                  f"irrelevant .. every hole at the top grade ({label_names.get(top, top)}), and where two stages' bounds "
                  "overlap the judgments do not settle their order (docs/metrics.md)")  # fmt: skip
     if any(r.llm for r in rows):
