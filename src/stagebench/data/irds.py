@@ -15,7 +15,9 @@ names this loader.
 
 from __future__ import annotations
 
+import logging
 import typing
+from contextlib import contextmanager
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -100,7 +102,26 @@ def _records(ds_id: str, what: str, make: Callable[[], Iterator[Any]]) -> Iterat
         raise _failure(ds_id, what, exc) from exc
 
 
+@contextmanager
+def _quiet() -> Iterator[None]:
+    """ir_datasets' own INFO and WARNING lines (downloads, retries, the files it builds) kept off the
+    screen while it loads: it gives each of its loggers a handler of its own at INFO, created on first
+    use, so no logger setting can reach them; they are disabled for the load (stagebench logs nothing
+    there) and the previous threshold put back. Its failures become one line (:func:`_failure`)."""
+    before = logging.root.manager.disable
+    logging.disable(max(before, logging.WARNING))
+    try:
+        yield
+    finally:
+        logging.disable(before)
+
+
 def load_irds(opts: IrdsOptions) -> Dataset:
+    with _quiet():
+        return _load_irds(opts)
+
+
+def _load_irds(opts: IrdsOptions) -> Dataset:
     irds = need("ir_datasets", "loader: ir_datasets")
     try:
         src = irds.load(opts.id)
