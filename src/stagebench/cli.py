@@ -528,7 +528,7 @@ def _eval_header(args: argparse.Namespace, ev, delegated: list[str] = ()) -> Non
             "judged-only": "unjudged documents removed before the cut at k (trec_eval -J)",
             "bounds": "bounds: every unjudged document irrelevant .. every one at the top grade",
             "all": "unjudged documents: as irrelevant, judged only (trec_eval -J), and the bounds"}[args.view]  # fmt: skip
-    print(f"# {conventions_line(args.rel, args.gain)}; {view}; {len(ev.scored_queries)} scored queries (every judged "
+    print(f"# {conventions_line(args.rel, args.gain, args.metrics)}; {view}; {len(ev.scored_queries)} scored queries (every judged "
           f"query with a positive grade), {len(ev.missing_queries)} of them without results (scored 0); left out: "
           f"{excluded}", file=sys.stderr)  # fmt: skip
     if delegated:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from string import ascii_lowercase
+from collections.abc import Sequence
 from typing import Any
 
 from stagebench import stats
@@ -31,10 +32,12 @@ class Scored:
     judged_only_comparisons: list[dict] = field(default_factory=list)  # the significance tests of the judged-only view
 
 
-def conventions_line(relevance_threshold: int, gain: Any) -> str:
-    """The evaluation's conventions, for every table: the gain map, the relevance threshold, ties."""
-    return (f"nDCG: {gain_map(gain).describe()}; nDCG_Burges: exponential gain; binary measures: relevant = grade >= "
-            f"{relevance_threshold}; ties: score desc, docid desc")  # fmt: skip
+def conventions_line(relevance_threshold: int, gain: Any, measures: Sequence[str] = ()) -> str:
+    """The evaluation's conventions, for every table: the gain map, the relevance threshold, ties
+    (nDCG_Burges's exponential gain only where ``measures`` has it)."""
+    burges = "nDCG_Burges: exponential gain; " if any(m.startswith("nDCG_Burges") for m in measures) else ""
+    return (f"nDCG: {gain_map(gain).describe()}; {burges}binary measures: relevant = grade >= {relevance_threshold}; "
+            "ties: score desc, docid desc")  # fmt: skip
 
 
 def stage_letter(i: int) -> str:
@@ -143,7 +146,7 @@ def score_folder(manifest: Manifest, qrels: dict, runs: dict[str, Run]) -> Score
         f"queries: {len(queries)} scored = every judged query with a positive grade, for every measure and threshold; "
         f"left out: {first.judged_without_positive} judged with no positive grade, "
         f"{first.unjudged_run_queries} in the runs but not judged",
-        conventions_line(rel, gain),
+        conventions_line(rel, gain, metric_names),
         f"significance: ^x = significantly better than stage x ({'paired randomization test, ' + str(ev.permutations) + ' permutations' if ev.test == 'randomization' else 'paired t-test'}, "
         f"seed {ev.seed}, Holm-Bonferroni over the {len(pairs)} comparisons of each metric, alpha {ev.alpha}); "
         f"each stage is compared with its inputs (a retriever: with the stage listed before it) and with the baseline ({baseline})",
