@@ -180,6 +180,7 @@ def test_the_graded_sample_gives_an_estimate_whose_intervals_hold_the_true_table
     assert not view["refused"] and view["judged"] == sheet.pairs
     true = {r["stage"]: r["nDCG@10"] for r in json.loads((folder / "judge" / "stage_table.json").read_text())}
     for t, lo, hi in zip(view["targets"], view["low"], view["high"]):
+        assert hi - lo < 1.0, (t, lo, hi)  # an interval, not the whole line
         if " - " not in t:
             assert lo - 1e-6 <= true[t] <= hi + 1e-6, (t, lo, true[t], hi)
     text = (tmp_path / "new" / "stage_table.txt").read_text()

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from stagebench.errors import StagebenchError
-from stagebench.judgments.estimate import Estimate, Frame, estimate
+from stagebench.judgments.estimate import Estimate, Frame, estimate, inclusion, predict
 from stagebench.judgments.grades import BinnedScores, Constant, GradePredictor, JudgeGrades, Quality, cross_fitted_quality
 from stagebench.runs import Run
 
@@ -176,8 +176,14 @@ def estimated_view(fr: Frame, means: np.ndarray, variances: np.ndarray, rec: Rec
     idx = match(fr, rec)
     if isinstance(idx, str):
         return refused(idx)
-    pi = np.zeros(len(fr.units))
-    pi[idx] = [float(u["probability"]) for u in rec.units]
+    # every unit's probability, rebuilt from the plan's own rule on the same judgments (the variance
+    # floor reads them all); the drawn units' must be the ones the worksheet recorded
+    pi = inclusion(fr, predict(fr, means, variances), rec.budget).pi
+    recorded = np.array([float(u["probability"]) for u in rec.units])
+    if not np.allclose(pi[idx], recorded, rtol=1e-5, atol=1e-9):
+        return refused("the draw's probabilities cannot be rebuilt from the folder (its runs, or stagebench's sampling "
+                       "rule, changed since the plan)")  # fmt: skip
+    pi[idx] = recorded
     drawn_gains = np.array([gain(graded[(u["qid"], d)]) for u in rec.units for d in u["docids"]], dtype=np.float64)
     e: Estimate = estimate(fr, means, pi, idx, drawn_gains, low, high, variances=variances)
     left_out = sum(1 for h in graded if h not in sample)
