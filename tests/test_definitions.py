@@ -133,3 +133,27 @@ def test_params_tuned_on_another_dataset_are_named_weak_where_they_are_copied():
     assert elsewhere({"dataset": {"path": "./data/synthetic-esci/"}, "stages": [stage]}) == []  # the same folder
     (note,) = elsewhere({"dataset": {"path": "../shared/data/cranfield"}, "stages": [stage]})
     assert note.startswith("(!) weak baseline: bm25's params were tuned on data/synthetic-esci") and "cranfield" in note
+
+
+def test_a_query_id_in_both_the_tuning_and_the_test_split_never_tunes(tmp_path):
+    """tune with queries: split: a query id the test split holds too is left out of tuning (its
+    judgments would otherwise choose the params the table then reports on)."""
+    import json
+
+    from stagebench.config import parse_config
+    from stagebench.data import LOADERS
+    from stagebench.fitting.tune import held_queries
+
+    root = tmp_path / "beir"
+    (root / "qrels").mkdir(parents=True)
+    (root / "corpus.jsonl").write_text("".join(json.dumps({"_id": f"d{i}", "title": "", "text": f"word{i}"}) + "\n"
+                                               for i in range(4)))  # fmt: skip
+    (root / "queries.jsonl").write_text("".join(json.dumps({"_id": q, "text": q}) + "\n" for q in ("q1", "q2", "q3")))
+    (root / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td2\t1\n")
+    (root / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\nq2\td2\t1\nq3\td3\t1\n")
+    cfg = parse_config({"name": "t", "dataset": {"loader": "beir", "path": str(root), "split": "test"},
+                        "stages": [{"name": "bm25", "type": "bm25"}],
+                        "tune": {"stages": ["bm25"], "queries": "split", "split": "train"}})  # fmt: skip
+    test = LOADERS["beir"].load(cfg.dataset.options)
+    held = held_queries(cfg, cfg.tune, test)
+    assert held.mode == "split" and [d.decide_on for d in held.decisions] == [("q3",)]
