@@ -65,3 +65,20 @@ def test_a_pyterrier_retriever_without_input_and_answers_that_cannot_be_a_run(tm
     with pytest.raises(ConfigError, match=r"stages\[1\] \(typo\).params.boots: unknown key for word_overlap \(known: boost\)"):
         run(tmp_path / "d", tiny_synthetic, [{"name": "typo", "type": "pyterrier", "inputs": ["bm25"],
                                               "target": "tests.pt_builders:word_overlap", "params": {"boots": 2}}])  # fmt: skip
+
+
+def test_a_retriever_builder_is_handed_the_corpus_and_keys_on_its_package(tmp_path, tiny_synthetic):
+    """Issue 70: a builder with a ``corpus`` argument indexes the corpus it is handed; the stage's key
+    holds the builder's source and the version of the package that holds it (none here: a module of
+    the working tree)."""
+    result = run(tmp_path, tiny_synthetic, [
+        {"name": "idx", "type": "pyterrier", "target": "tests.pt_builders:overlap_index", "params": {"top_k": 5}}])
+    ds = stagebench.load_dataset({"loader": "esci", "path": str(tiny_synthetic), "split": "test"})
+    for q, docs in result.runs["idx"].items():
+        words = set(ds.queries[q].lower().split())
+        want = {d: float(len(words & set(ds.doc_text[d].lower().split()))) for d in ds.doc_ids}
+        assert set(docs.values()) <= set(want.values())
+        assert max(docs.values()) == max(want.values())  # the best match of the whole corpus is found
+    from stagebench.stages.pyterrier import _package_version
+
+    assert _package_version("tests.pt_builders") == "" and _package_version("pyterrier.apply").startswith("pyterrier==")

@@ -72,20 +72,25 @@ def import_target(target: str, where: str, needs_score: bool = True) -> type:
     return obj
 
 
-def check_kwargs(factory: type, kwargs: dict, where: str) -> None:
-    """Fail on keys the factory does not accept, and on required keys that are missing."""
+def check_kwargs(factory: type, kwargs: dict, where: str, supplied: tuple[str, ...] = ()) -> None:
+    """Fail on keys the factory does not accept, and on required keys that are missing (``supplied``:
+    arguments the stage hands it itself, never read from the config)."""
     try:
         sig = inspect.signature(factory)
     except (TypeError, ValueError):  # pragma: no cover - builtins without signatures
         return
     params = sig.parameters
+    for key in supplied:
+        if key in kwargs:
+            raise ConfigError(f"{where}.{key}: handed to {factory.__name__} by the stage itself; remove it from params")
     if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
         for key in kwargs:
             if key not in params:
                 known = [n for n, p in params.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
                 raise ConfigError(f"{where}.{key}: unknown key for {factory.__name__} (known: {', '.join(known) or 'none'})")
     for name, p in params.items():
-        if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and name not in kwargs:
+        if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and name not in kwargs \
+                and name not in supplied:
             raise ConfigError(f"{where}.{name}: required by {factory.__name__} but missing")
 
 

@@ -17,15 +17,23 @@ input it receives the queries (``qid, query``) and returns documents of the corp
 the ``top_k`` best are kept. Whatever it returns is checked: the columns, finite scores, no
 document twice, every document in the corpus, and a reranker's documents among its
 candidates. PyTerrier (``pip install pyterrier``, its core, which needs no Java) is imported
-when such a stage runs; the cached run keys on the builder module's source and PyTerrier's
-version.
+when such a stage runs; the cached run keys on the builder module's source, the version of the
+installed package that holds it, and PyTerrier's version. A builder with a ``corpus`` argument
+(a retriever that indexes) is handed the corpus as ``{"docno", "text"}`` dicts; when building
+fails for a download (Terrier's jars, which ``pt.terrier`` fetches on first use), the error says
+so and what to do offline.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
+import inspect
 import logging
 import math
+import urllib.error
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from stagebench.cache import module_source_hash
@@ -54,6 +62,39 @@ class PyTerrierParams:
 
 #: the params the stage takes; every other key goes to the builder
 STAGE_KEYS = ("top_n", "top_k", "queries_per_call")
+#: a builder that takes this argument is handed the corpus: ``{"docno", "text"}`` dicts, PyTerrier's
+#: indexers' input (``text``: the indexed text of the dataset's template)
+CORPUS = "corpus"
+
+
+def _package_version(module: str) -> str:
+    """The installed distribution and version that holds ``module`` (a plug-in's package), else ''
+    (a module of the working tree, whose source the key already holds)."""
+    spec = importlib.util.find_spec(module)
+    origin = Path(spec.origin).resolve() if spec is not None and spec.origin else None
+    if origin is None:
+        return ""
+    for name in sorted(importlib.metadata.packages_distributions().get(module.split(".")[0], [])):
+        try:
+            dist = importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        # the distribution that installed this very file (a top-level name can be shared: a stray "tests")
+        if any(Path(dist.locate_file(f)).resolve() == origin for f in dist.files or () if f.name == origin.name):
+            return f"{name}=={dist.version}"
+    return ""
+
+
+def _is_download(exc: BaseException) -> bool:
+    """Whether building failed for a download (PyTerrier fetches Terrier's jars from Maven on first use)."""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, urllib.error.URLError) or type(e).__name__ in ("ConnectionError", "HTTPError", "URLError"):
+            return True
+        e = e.__cause__ or e.__context__
+    return False
 
 
 class PyTerrierStage(Stage):
@@ -72,22 +113,32 @@ class PyTerrierStage(Stage):
         raw = dict(raw or {})
         own = {k: raw.pop(k) for k in list(raw) if k in STAGE_KEYS}
         builder = import_target(target, where.rsplit(".", 1)[0] + ".target", needs_score=False)
-        check_kwargs(builder, raw, where)
+        check_kwargs(builder, raw, where, supplied=(CORPUS,))
         base = build(PyTerrierParams, own, where)
         return PyTerrierParams(target=target, top_n=base.top_n, top_k=base.top_k,
                                queries_per_call=base.queries_per_call, kwargs=raw)  # fmt: skip
 
     def identity(self) -> dict:
         p: PyTerrierParams = self.params
-        return {"builder_source": module_source_hash(p.target.partition(":")[0])}
+        module = p.target.partition(":")[0]
+        return {"builder_source": module_source_hash(module), "builder_package": _package_version(module)}
 
-    def _transformer(self) -> Any:
+    def _transformer(self, ctx: StageContext) -> Any:
         p: PyTerrierParams = self.params
         pt = need("pyterrier", f"stage {self.name} (type: pyterrier)")
         builder = import_target(p.target, f"stage {self.name}.target", needs_score=False)
+        kwargs = dict(p.kwargs or {})
+        if CORPUS in inspect.signature(builder).parameters:  # a retriever indexes the corpus it is handed
+            ds = ctx.dataset
+            kwargs[CORPUS] = ({"docno": d, "text": ds.doc_text[d]} for d in ds.doc_ids)
         try:
-            transformer = builder(**(p.kwargs or {}))
+            transformer = builder(**kwargs)
         except Exception as exc:
+            if _is_download(exc):
+                raise StagebenchError(f"stage {self.name}: {p.target}: PyTerrier could not download what it needs "
+                                      f"(Terrier's jars, on first use of pt.terrier; {type(exc).__name__}: "
+                                      f"{str(exc)[:160]}): run it once with internet, or copy a machine's ~/.pyterrier "
+                                      "here; PyTerrier's pure-Python transformers need neither") from exc  # fmt: skip
             raise StagebenchError(f"stage {self.name}: {p.target} raised when building the transformer: "
                                   f"{type(exc).__name__}: {exc}") from exc  # fmt: skip
         if not isinstance(transformer, pt.Transformer):
@@ -98,7 +149,7 @@ class PyTerrierStage(Stage):
 
     def __call__(self, ctx: StageContext, inputs: list[Run]) -> Run:
         p: PyTerrierParams = self.params
-        transformer = self._transformer()
+        transformer = self._transformer(ctx)
         qids = ctx.dataset.query_ids
         out: Run = {}
         with progress(len(qids), f"stage {self.name}: PyTerrier", "query") as bar:
@@ -109,7 +160,7 @@ class PyTerrierStage(Stage):
         return out
 
     def server(self, ctx: StageContext) -> Server:
-        transformer = self._transformer()
+        transformer = self._transformer(ctx)
         return lambda qid, inputs: self._rank(ctx, transformer, [qid], inputs)
 
     def _rank(self, ctx: StageContext, transformer: Any, qids: list[str], inputs: list[Run]) -> Run:
