@@ -51,3 +51,15 @@ def overlap_index(corpus):
             rows += [{"qid": q, "docno": d, "score": float(len(words & w))} for d, w in docs if words & w]
         return pd.DataFrame(rows, columns=["qid", "docno", "score"])
     return pt.apply.generic(rank)
+
+
+def needs_a_download():
+    """A builder whose first use downloads (as pt.terrier fetches Terrier's jars), offline."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        urllib.request.urlopen("http://127.0.0.1:9/terrier-assemblies.jar", timeout=2)
+    except OSError as exc:
+        raise RuntimeError("could not fetch the jar") from urllib.error.URLError(exc)
+    raise AssertionError("port 9 answered")

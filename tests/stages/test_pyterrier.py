@@ -82,3 +82,9 @@ def test_a_retriever_builder_is_handed_the_corpus_and_keys_on_its_package(tmp_pa
     from stagebench.stages.pyterrier import _package_version
 
     assert _package_version("tests.pt_builders") == "" and _package_version("pyterrier.apply").startswith("pyterrier==")
+
+
+def test_a_builder_that_cannot_download_says_so_in_one_line(tmp_path, tiny_synthetic):
+    with pytest.raises(StagebenchError, match=r"stage dl: tests.pt_builders:needs_a_download: PyTerrier could not "
+                                              r"download what it needs .* run it once with internet"):  # fmt: skip
+        run(tmp_path, tiny_synthetic, [{"name": "dl", "type": "pyterrier", "target": "tests.pt_builders:needs_a_download"}])
