@@ -227,6 +227,38 @@ def _root_cause(exc: BaseException) -> BaseException:
     return exc
 
 
+#: what Ray says, anywhere in a failure's chain, when the cluster or a node went away under a run
+_LOST = ("owner has died", "node has crashed", "node died", "raylet", "gcs", "connection to the cluster",
+         "failed to connect", "cluster was lost", "ray stop", "the driver is disconnected")
+#: ... and when the driver's and the cluster's authentication do not match
+_AUTH = ("invalidauthtoken", "authentication", "auth token", "unauthenticated", "cancelled before it started running")
+
+
+def ray_failure(desc: str, exc: BaseException, cluster: str = "the Ray cluster") -> str:
+    """One line for a Ray failure under a stage, naming what it is: the cluster (or a node) lost, an
+    authentication mismatch between driver and cluster, or a worker that died; each says that the
+    same command resumes (every finished stage is in the cache). Ray's own tracebacks stay in the
+    exception chain (``--verbose`` prints it), not on the screen."""
+    chain, seen, cur = [], set(), exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        chain.append(cur)
+        cur = getattr(cur, "cause", None) or cur.__cause__ or cur.__context__
+    text = " ".join(f"{type(e).__name__} {e}" for e in chain).lower()
+    names = {type(e).__name__ for e in chain}
+    last = str(chain[-1]).strip().splitlines()
+    detail = f"{type(chain[-1]).__name__}: {last[-1][:200] if last else ''}"
+    resume = "nothing of this stage was written; the same command resumes (finished stages come from the cache)"
+    if any(k in text for k in _AUTH) or "AuthenticationError" in names:
+        return (f"{desc}: the Ray workers never started: the driver's and the cluster's authentication do not match "
+                f"(RAY_AUTH_MODE / the token on both sides; {detail}); {resume}")  # fmt: skip
+    if names & {"NodeDiedError", "LocalRayletDiedError", "OwnerDiedError", "RaySystemError", "RpcError"} or \
+            any(k in text for k in _LOST):  # fmt: skip
+        return (f"{desc}: {cluster}, or a node of it, was lost during the stage (ray stop, or its head or a node "
+                f"died; {detail}); {resume}, once the cluster is back")  # fmt: skip
+    return f"{desc}: a Ray worker failed: {detail}; {resume}"
+
+
 class RayEngine(Engine):
     """Ray Data ``map_batches`` with an actor pool; the cluster is connected by :func:`ray_session`."""
 
@@ -284,9 +316,9 @@ class RayEngine(Engine):
                 root = _root_cause(exc)
                 if isinstance(root, StagebenchError):
                     raise StagebenchError(str(root)) from exc
-                first = str(root).strip().splitlines()
-                raise StagebenchError(f"{desc}: a Ray worker failed: {type(root).__name__}: "
-                                      f"{first[-1] if first else ''}") from exc  # fmt: skip
+                address, source = p.resolved_address()
+                where = f"the Ray cluster at {address} (from {source})" if address else "the run's local Ray cluster"
+                raise StagebenchError(ray_failure(desc, exc, where)) from exc
         if not got.all():
             raise StagebenchError(f"{desc}: Ray returned {int(got.sum())} of {len(units)} results")
         log.info("%s: done on Ray in %.1fs", desc, time.perf_counter() - t0)
