@@ -41,3 +41,43 @@ def test_results_follow_their_units_whatever_order_they_finish_in():
     with ray_session(params):
         out = RayEngine(params).map(SlowFirst(0.4), UNITS, desc="t")
     assert out == [f"unit {u}" for u in UNITS]
+
+
+class FailsFirst:
+    """Unit 0 fails for good at once; every other unit records when it started, then takes a while."""
+
+    def __init__(self, log: str) -> None:
+        self.log = log
+
+    def __call__(self, u: int) -> str:
+        from stagebench.errors import StagebenchError
+
+        with open(self.log, "a") as f:
+            f.write(f"{u} {'fail' if u == 0 else 'start'} {time.time()}\n")
+        if u == 0:
+            time.sleep(0.3)
+            with open(self.log, "a") as f:
+                f.write(f"0 failed {time.time()}\n")
+            raise StagebenchError("unit 0 failed for good")
+        time.sleep(0.6)
+        return f"unit {u}"
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("ray")
+def test_no_unit_starts_on_ray_after_one_failed_for_good(tmp_path):
+    """Issue 71 (``failed_calls: stop`` on Ray): Ray Data hands a freed worker the next batch; a
+    unit that failed for good marks the run stopped, and no worker starts a unit after it."""
+    pytest.importorskip("ray", reason="engine: ray needs the ray extra (make test installs it)")
+    from stagebench.errors import StagebenchError
+
+    log = tmp_path / "units.log"
+    params = EngineParams(type="ray", num_workers=2, batch_size=1, local_cpus=2)
+    with ray_session(params):
+        with pytest.raises(StagebenchError, match="unit 0 failed for good"):
+            RayEngine(params).map(FailsFirst(str(log)), list(range(10)), desc="t")
+        time.sleep(2.0)  # whatever the other worker would still start
+    rows = [line.split() for line in log.read_text().splitlines()]
+    failed = next(float(t) for u, what, t in rows if what == "failed")
+    after = [u for u, what, t in rows if what == "start" and float(t) > failed + 0.05]
+    assert after == [], rows  # without the mark: the units after it kept starting (7 of them)

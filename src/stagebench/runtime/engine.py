@@ -26,6 +26,7 @@ import signal
 import socket
 import tempfile
 import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from contextlib import contextmanager
@@ -183,10 +184,12 @@ class _NotStarted(Exception):
     """A unit the map did not start because an earlier one failed."""
 
 
-def _worker_class(task_blob: bytes, threads: str) -> type:
+def _worker_class(task_blob: bytes, threads: str, stop_key: str) -> type:
     """The Ray Data actor class: unpickles the task once per actor (the task loads its model on
     first use), then applies it to each unit of a batch. The task travels inside the class (by
-    value), not as a constructor argument in the object store, so a restarted actor rebuilds it."""
+    value), not as a constructor argument in the object store, so a restarted actor rebuilds it.
+    A unit that fails for good marks ``stop_key`` in the cluster's key-value store, and no worker
+    starts a unit after that mark (Ray Data would hand a freed worker the next batch: issue 71)."""
 
     class StagebenchWorker:
         def __init__(self) -> None:
@@ -195,11 +198,15 @@ def _worker_class(task_blob: bytes, threads: str) -> type:
 
         def __call__(self, batch: dict) -> dict:
             np = need("numpy", "the ray engine")
+            kv = need("ray", "the ray engine").experimental.internal_kv
             outs = []
             for b in batch["unit"]:
+                if kv._internal_kv_exists(stop_key):  # a unit failed for good elsewhere: start nothing more
+                    break
                 try:
                     outs.append(pickle.dumps(self.task(pickle.loads(b)), protocol=5))
                 except StagebenchError as exc:  # its words travel as data: Ray's wrapping cannot lose them
+                    kv._internal_kv_put(stop_key, b"1")
                     outs.append(pickle.dumps(_WorkerError(str(exc)), protocol=5))
                     break
             return {"i": batch["i"][: len(outs)], "out": np.array(outs, dtype=object)}
@@ -293,7 +300,8 @@ class RayEngine(Engine):
         threads = str(max(1, int(p.num_cpus_per_worker)))
         rows = [{"i": i, "unit": pickle.dumps(u, protocol=5)} for i, u in enumerate(units)]
         ds = ray.data.from_items(rows, override_num_blocks=math.ceil(len(units) / p.batch_size))
-        out = ds.map_batches(_worker_class(pickle.dumps(task, protocol=5), threads), batch_size=p.batch_size,
+        stop_key = f"stagebench-stop-{uuid.uuid4().hex}"
+        out = ds.map_batches(_worker_class(pickle.dumps(task, protocol=5), threads, stop_key), batch_size=p.batch_size,
                              compute=ray.data.ActorPoolStrategy(size=n_workers), num_cpus=p.num_cpus_per_worker,
                              num_gpus=p.num_gpus_per_worker or None, batch_format="numpy")  # fmt: skip
         results: list[Any] = [None] * len(units)
@@ -319,6 +327,7 @@ class RayEngine(Engine):
                 address, source = p.resolved_address()
                 where = f"the Ray cluster at {address} (from {source})" if address else "the run's local Ray cluster"
                 raise StagebenchError(ray_failure(desc, exc, where)) from exc
+        ray.experimental.internal_kv._internal_kv_del(stop_key)
         if not got.all():
             raise StagebenchError(f"{desc}: Ray returned {int(got.sum())} of {len(units)} results")
         log.info("%s: done on Ray in %.1fs", desc, time.perf_counter() - t0)
