@@ -128,10 +128,10 @@ def test_the_rules_judge_grades_by_the_datasets_own_label_map(tiny_synthetic):
 def test_params_tuned_on_another_dataset_are_named_weak_where_they_are_copied():
     from stagebench.results.baselines import elsewhere
 
-    stage = {"name": "bm25", "type": "bm25", "tuned_on": "data/synthetic-esci"}
-    assert elsewhere({"dataset": {"path": "data/synthetic-esci"}, "stages": [stage]}) == []
-    assert elsewhere({"dataset": {"path": "./data/synthetic-esci/"}, "stages": [stage]}) == []  # the same folder
-    (note,) = elsewhere({"dataset": {"path": "../shared/data/cranfield"}, "stages": [stage]})
+    stage = [("bm25", "data/synthetic-esci")]
+    assert elsewhere(stage, "data/synthetic-esci") == []
+    assert elsewhere(stage, "./data/synthetic-esci/") == []  # the same folder
+    (note,) = elsewhere(stage, "../shared/data/cranfield")
     assert note.startswith("(!) weak baseline: bm25's params were tuned on data/synthetic-esci") and "cranfield" in note
 
 

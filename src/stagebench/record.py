@@ -409,6 +409,18 @@ class Manifest:
         return self.raw.get("config") or {}
 
     @property
+    def dataset_source(self) -> tuple[str, str | None]:
+        """The config's dataset loader and where it read from (``path``, or ``id`` for ir_datasets)."""
+        ds = self.config.get("dataset") or {}
+        return str(ds.get("loader") or ""), ds.get("path") or ds.get("id")
+
+    @property
+    def tuned_on(self) -> list[tuple[str, str]]:
+        """Each stage whose config says where its params were tuned (``tuned_on``), with that dataset."""
+        return [(str(s.get("name")), str(s["tuned_on"])) for s in self.config.get("stages") or []
+                if isinstance(s, dict) and s.get("tuned_on")]  # fmt: skip
+
+    @property
     def stages(self) -> list[StageRecord]:
         return [StageRecord.from_json(s, self.where) for s in self.raw["stages"]]
 

@@ -17,12 +17,14 @@ model's identity, with the name and base URL.
 * **Deadline and size**: ``timeout`` is a deadline for the whole request (connecting, waiting, and
   reading the answer), not per socket read, so a server that trickles its answer is cut off in
   time; an answer larger than :data:`MAX_ANSWER_BYTES` is refused (and so never cached).
-* **A hung server** (issue 71): :data:`SILENT_TIMEOUTS` requests in a row that time out with no
-  answer between them end every request of the backend at once, each raising
-  :class:`~stagebench.llm.request.RequestFailed` with one line saying so: a server that accepts and
-  never answers ends the run within about ``timeout x SILENT_TIMEOUTS / concurrency`` (with the
-  defaults, 4 requests in flight and 120 s: at the first timeouts, about 2 minutes), not after every
-  retry of every request queued behind a lowered limit.
+* **A hung server** (issue 71): when :data:`SILENT_TIMEOUTS` requests in a row time out with no
+  answer between them, and no answer has come for a whole ``timeout`` (since the last answer, or
+  the first request), every request of the backend ends at once, each raising
+  :class:`~stagebench.llm.request.RequestFailed` with one line saying so. A server that accepts and
+  never answers ends the run at the first timeouts with the defaults (4 requests in flight, 120 s:
+  about 2 minutes), not after every retry of every request queued behind a lowered limit; a busy
+  server that still answers now and then (requests queued on it time out between its answers) is
+  never taken for hung.
 * **Redirects** are never followed: the request carries the API key, and a 3xx would send it to
   another address, so a redirect is one error naming where the server pointed.
 """
@@ -319,6 +321,7 @@ class OpenAIBackend:
         self._abandon = threading.Event()
         self._in_flight: set[_Watch] = set()
         self._silent = 0  # requests in a row that timed out with no answer between
+        self._since: float | None = None  # the last answer (or the first request) - monotonic seconds
         self._hung = ""  # set once the server counts as hung: every request then fails with it
 
     def __getstate__(self) -> dict:  # sent to Ray workers: the lock, the limit's and the stop's state are not
@@ -330,19 +333,21 @@ class OpenAIBackend:
         self._limit = InFlightLimit(self.concurrency)
         self._abandon = threading.Event()
         self._in_flight = set()
-        self._silent, self._hung = 0, ""
+        self._silent, self._since, self._hung = 0, None, ""
 
     def _heard(self, timed_out: bool) -> None:
         """Count a request's outcome toward the hung-server rule (module doc)."""
         with self._lock:
+            now = time.monotonic()
             if not timed_out:
-                self._silent = 0
+                self._silent, self._since = 0, now
                 return
             self._silent += 1
-            if self._silent >= SILENT_TIMEOUTS and not self._hung:
+            quiet = now - (self._since if self._since is not None else now)
+            if self._silent >= SILENT_TIMEOUTS and quiet >= self.timeout and not self._hung:
                 self._hung = (f"the server answered none of {self._silent} requests in a row within the timeout "
-                              f"({self.timeout:g} s each): it is hung, or far too slow for this timeout (raise timeout, "
-                              "or check the server); no further request is sent")  # fmt: skip
+                              f"({self.timeout:g} s each), nor anything for {quiet:.0f} s: it is hung, or far too slow "
+                              "for this timeout (raise timeout, or check the server); no further request is sent")  # fmt: skip
                 log.error("%s: %s: %s", self.label, self.base_url, self._hung)
 
     def abandon(self) -> None:
@@ -475,6 +480,9 @@ class OpenAIBackend:
                 if self._hung:  # a request before it found the server hung: none is sent any more
                     raise RequestFailed(self._hung, attempt + 1)
                 t0 = time.perf_counter()
+                with self._lock:
+                    if self._since is None:  # the clock of the hung-server rule starts at the first request
+                        self._since = time.monotonic()
                 try:
                     out = self._call("POST", "/chat/completions", body)
                     self._heard(False)

@@ -81,20 +81,13 @@ def notes(found: Sequence[TunedBaseline], stages: Sequence[str], means: dict[str
     return out
 
 
-def elsewhere(config: dict) -> list[str]:
-    """One note per stage whose config says its params were tuned on another dataset (``tuned_on``)
-    than the one this run scored: copied params are not tuned params (``configs/default.yaml``'s BM25
-    is tuned to the synthetic data)."""
-    ds = config.get("dataset") or {}
-    here = ds.get("path") or ds.get("id")
-    out = []
-    for s in config.get("stages") or []:
-        there = s.get("tuned_on") if isinstance(s, dict) else None
-        if there and here and not _same_dataset(there, here):
-            out.append(f"(!) weak baseline: {s.get('name')}'s params were tuned on {there} (its tuned_on), not on this "
-                       f"dataset ({here}): they are not tuned here; run stagebench tune on this dataset's own train "
-                       "queries (docs/baselines.md)")  # fmt: skip
-    return out
+def elsewhere(tuned_on: Sequence[tuple[str, str]], here: str | None) -> list[str]:
+    """One note per stage whose config says its params were tuned on another dataset (``tuned_on``:
+    (stage, dataset) pairs) than the one this run scored (``here``): copied params are not tuned
+    params (``configs/default.yaml``'s BM25 is tuned to the synthetic data)."""
+    return [f"(!) weak baseline: {stage}'s params were tuned on {there} (its tuned_on), not on this dataset ({here}): "
+            "they are not tuned here; run stagebench tune on this dataset's own train queries (docs/baselines.md)"
+            for stage, there in tuned_on if here and not _same_dataset(there, here)]  # fmt: skip
 
 
 def _same_dataset(a: str, b: str) -> bool:

@@ -154,7 +154,7 @@ def score_folder(manifest: Manifest, qrels: dict, runs: dict[str, Run]) -> Score
         "their ideal order; lost = queries with no relevant document among the stage's candidates",
     ]  # fmt: skip
     share = sum(r.top10_labels.get("unjudged", 0.0) for r in rows) / len(rows)
-    esci_eval = ", as the official ESCI evaluation does" if (manifest.config.get("dataset") or {}).get("loader") == "esci" else ""
+    esci_eval = ", as the official ESCI evaluation does" if manifest.dataset_source[0] == "esci" else ""
     notes.append(f"unjudged documents (holes): {100 * share:.1f}% of the top-10 positions, averaged over the stages. "
                  "The main table counts a hole as irrelevant (trec_eval's default; a lower bound for P, R and RR, not "
                  "always for nDCG and AP, whose ideal a graded hole raises); 'judged only' removes holes before the cut "
@@ -179,7 +179,7 @@ def score_folder(manifest: Manifest, qrels: dict, runs: dict[str, Run]) -> Score
                      + "; each under the conventions its name states, unjudged documents as irrelevant, over the same "
                        "scored queries; they have no judged-only view and no bounds (docs/metrics.md)")  # fmt: skip
     notes += baselines.notes(manifest.tuned_baselines, names, {n: evals[n].means for n in names})
-    notes += baselines.elsewhere(manifest.config)
+    notes += baselines.elsewhere(manifest.tuned_on, manifest.dataset_source[1])
     g = gain_map(gain)
     table = StageTable(rows, metric_names, title, notes, {"gain": g.as_json(), "gain_map": g.describe(),
                                                           "relevance_threshold": rel, "top_grade": top})  # fmt: skip
