@@ -71,3 +71,21 @@ def test_the_judging_round_on_a_folder_of_ir_measures_measures_is_one_line(tmp_p
     with pytest.raises(stagebench.StagebenchError, match="every measure of the folder is computed by ir_measures"):
         stagebench.api.plan_judgments(folder, 5, tmp_path / "sheet")
     assert stagebench.api.plan_judgments(folder, 5, tmp_path / "sheet", measure="nDCG@10").pairs == 5
+
+
+def test_a_measure_only_a_provider_outside_ir_measures_default_pipeline_computes_is_computed_by_it():
+    """RBP: only trectools computes it in ir_measures 0.4, and ir_measures' default pipeline calls it
+    "unsupported"; each delegated measure is computed by the provider it was resolved to, beside one
+    of another provider, and equals that provider's own answer."""
+    pytest.importorskip("trectools", reason="RBP's only provider (pip install 'ir-measures[trectools]')")
+    import ir_measures
+
+    from stagebench.metrics import evaluate
+
+    qrels = {"q1": {"a": 2, "b": 0, "c": 1}, "q2": {"a": 1, "d": 3}}
+    run = {"q1": {"a": 3.0, "b": 2.0, "c": 1.0}, "q2": {"d": 2.0, "a": 1.0, "x": 0.5}}
+    ev = evaluate(qrels, run, ["RBP(p=0.8)", "Bpref"])
+    assert [m.provider for m in ev.measures] == ["trectools", "pytrec_eval"]
+    rbp = ir_measures.parse_measure("RBP(p=0.8)")
+    want = {m.query_id: m.value for m in ir_measures.providers.registry["trectools"].evaluator([rbp], qrels).iter_calc(run)}
+    assert ev.per_query[ev.measures[0].name] == pytest.approx(want, abs=1e-12)

@@ -79,11 +79,19 @@ def delegated_per_query(measures: Iterable[Any], qrels: Mapping[str, Mapping[str
     """measure name (as given) -> qid -> value over the ``scored`` queries (absent from ir_measures'
     answer - a query the run lacks - : 0)."""
     irm = need("ir_measures", "a measure stagebench does not implement")
-    measures = [m.measure if isinstance(m, Delegated) else m for m in measures]
     scored = list(scored)
     keep = set(scored)
-    values: dict[str, dict[str, float]] = {str(m): {} for m in measures}
-    for metric in irm.iter_calc(measures, {q: dict(d) for q, d in qrels.items() if q in keep},
-                                {q: dict(d) for q, d in run.items() if q in keep}):  # fmt: skip
-        values[str(metric.measure)][metric.query_id] = float(metric.value)
-    return {name: {q: per.get(q, 0.0) for q in scored} for name, per in values.items()}
+    q = {qid: dict(d) for qid, d in qrels.items() if qid in keep}
+    r = {qid: dict(d) for qid, d in run.items() if qid in keep}
+    # each measure by the provider it was resolved to: ir_measures' default pipeline does not try every
+    # installed provider (RBP, which only trectools computes, is "unsupported" there)
+    groups: dict[str | None, list[Any]] = {}
+    for m in measures:
+        groups.setdefault(m.provider if isinstance(m, Delegated) else None, []).append(
+            m.measure if isinstance(m, Delegated) else m)
+    values: dict[str, dict[str, float]] = {str(m): {} for ms in groups.values() for m in ms}
+    for name, ms in groups.items():
+        calc = irm.iter_calc(ms, q, r) if name is None else irm.providers.registry[name].evaluator(ms, q).iter_calc(r)
+        for metric in calc:
+            values[str(metric.measure)][metric.query_id] = float(metric.value)
+    return {name: {qid: per.get(qid, 0.0) for qid in scored} for name, per in values.items()}
