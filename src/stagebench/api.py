@@ -610,11 +610,8 @@ class FileEvaluation:
         return self.evaluation.means
 
 
-def evaluate_files(qrels: str | Path, run: str | Path, metrics: Sequence[str], *, relevance_threshold: int = 1,
-                   gain: Any = "linear", view: str = "irrelevant") -> FileEvaluation:  # fmt: skip
-    """``stagebench eval``: a TREC run file scored against a TREC qrels file. Every measure name is
-    read as :func:`stagebench.metrics.parse_measure` reads it (ir_measures computes the ones stagebench
-    does not implement, in the ``irrelevant`` view only); each refusal is one line naming the flag."""
+def _flag_measures(metrics: Sequence[str], relevance_threshold: int) -> list:
+    """``eval``'s ``-m`` names parsed, and its ``--rel`` checked: each refusal one line naming the flag."""
     if relevance_threshold < 1:
         raise StagebenchError(f"--rel {relevance_threshold}: must be >= 1 (grade 0 means not relevant)")
     measures = []
@@ -623,6 +620,15 @@ def evaluate_files(qrels: str | Path, run: str | Path, metrics: Sequence[str], *
             measures.append(parse_measure(m))
         except StagebenchError as exc:
             raise StagebenchError(f"-m {m}: {exc}") from None
+    return measures
+
+
+def evaluate_files(qrels: str | Path, run: str | Path, metrics: Sequence[str], *, relevance_threshold: int = 1,
+                   gain: Any = "linear", view: str = "irrelevant") -> FileEvaluation:  # fmt: skip
+    """``stagebench eval``: a TREC run file scored against a TREC qrels file. Every measure name is
+    read as :func:`stagebench.metrics.parse_measure` reads it (ir_measures computes the ones stagebench
+    does not implement, in the ``irrelevant`` view only); each refusal is one line naming the flag."""
+    measures = _flag_measures(metrics, relevance_threshold)
     delegated = [m.name for m in measures if m.declared is None]
     if delegated and view != "irrelevant":
         raise StagebenchError(f"--view {view}: ir_measures' measures ({', '.join(delegated)}) count an unjudged "
@@ -646,16 +652,9 @@ def compare_runs(qrels: str | Path, runs: Sequence[str | Path], metrics: Sequenc
     """``stagebench eval QRELS RUN RUN ...``: several TREC run files against one qrels file, every pair of
     runs tested (:mod:`stagebench.results.experiment`); ``names``: the runs' names (default: each
     file's name without its extension, made unique)."""
-    if relevance_threshold < 1:
-        raise StagebenchError(f"--rel {relevance_threshold}: must be >= 1 (grade 0 means not relevant)")
     if len(runs) < 2:
         raise StagebenchError("compare_runs: give two or more run files")
-    measures = []
-    for m in metrics:
-        try:
-            measures.append(parse_measure(m))
-        except StagebenchError as exc:
-            raise StagebenchError(f"-m {m}: {exc}") from None
+    measures = _flag_measures(metrics, relevance_threshold)
     q = read_trec_qrels(qrels)
     check_thresholds(q, relevance_threshold, measures, str(qrels), "--rel")
     if names is None:

@@ -38,6 +38,7 @@ from stagebench.judge.section import parse_judge
 from stagebench.judge.rules import RULES
 from stagebench.judgments.incompleteness import FILE as INCOMPLETENESS, Incompleteness, experiment
 from stagebench.judgments.coverage import Coverage, simulate as simulate_rounds
+from stagebench.judgments.grades import Constant
 from stagebench.judgments.estimate import Frame, draw, frame, inclusion, predict
 from stagebench.judgments.planning import Hole, Simulation, depth_pooling, plan, pool_holes, random_holes, simulate
 from stagebench.judgments.sampling import (ESTIMATE, EstimatedView, Record, design_path, estimated_view, grade_model)
@@ -303,6 +304,16 @@ def write_worksheet(folder: str | Path, budget: int, output: str | Path, strateg
     return csv_path, jsonl_path, len(chosen)
 
 
+def _check_judge(g: Ground, depth: int, who: str, otherwise: str, what: str) -> None:
+    """A simulation answers from the folder's judge grades: the folder must hold them, to ``depth``."""
+    j = g.rf.manifest.judge
+    if j is None or g.judgments is None:
+        raise StagebenchError(f"{g.rf.path}: {who} the folder's judge grades, and it has none: run its config "
+                              f"with judge: {{backend: rules}} (the embedded data){otherwise}")  # fmt: skip
+    if j.depth < depth:
+        raise StagebenchError(f"{g.rf.path}: its judge graded the top {j.depth}, fewer than {what} {depth}")
+
+
 def estimate_coverage(folder: str | Path, budgets: list[int], rounds: int = 200, measure: str | None = None,
                        predictor: str | None = None, hide: float | None = None, seed: int = 0) -> Coverage:  # fmt: skip
     """``plan-judgments --simulate --strategy sample``: ``rounds`` sampling rounds at each budget, each
@@ -316,12 +327,7 @@ def estimate_coverage(folder: str | Path, budgets: list[int], rounds: int = 200,
     k = g.measure.cutoff
     notes = []
     if hide is None:
-        j = g.rf.manifest.judge
-        if j is None or g.judgments is None:
-            raise StagebenchError(f"{g.rf.path}: the simulated rounds are answered by the folder's judge grades, and it has "
-                                  "none: run its config with judge: {backend: rules} (the embedded data), or give --hide SHARE")  # fmt: skip
-        if j.depth < k:
-            raise StagebenchError(f"{g.rf.path}: its judge graded the top {j.depth}, fewer than the measure's cut-off {k}")
+        _check_judge(g, k, "the simulated rounds are answered by", ", or give --hide SHARE", "the measure's cut-off")
         qrels, truth = g.qrels, filled_qrels(g.qrels, g.judgments)[0]
         notes.append(f"the answers: {g.judge_name}")
     else:
@@ -337,16 +343,17 @@ def estimate_coverage(folder: str | Path, budgets: list[int], rounds: int = 200,
     est = estimation(g, predictor, qrels)
     gain = gain_map(g.measure.gain or g.gain)
     y = np.array([gain(truth[q][d]) for q, d in est.fr.holes()], dtype=np.float64)
-    grades = sorted(g.scale)
-    const = estimation(g, "constant", qrels)
-    models = {est.predictor: (est.means, est.variances), "constant": (const.means, const.variances)}
+    labelled = {(q, d): x for q, docs in qrels.items() for d, x in docs.items()}
+    dist = Constant.fit(labelled, sorted(g.scale)).distributions(est.fr.holes())  # the same units, no second frame
+    const_means = dist @ est.gains
+    models = {est.predictor: (est.means, est.variances),
+              "constant": (const_means, np.maximum(dist @ est.gains**2 - const_means**2, 0.0))}
     if est.predictor not in ("constant", "judge"):
         perm = np.random.default_rng(seed).permutation(len(est.means))
         models[f"{est.predictor} (shuffled)"] = (est.means[perm], est.variances[perm])
     cov = simulate_rounds(est.fr, models, y, budgets, rounds, seed, est.low, est.high)
     cov.notes = [f"{g.rf.path}: {g.measure.name}, {len(g.queries)} queries, {len(est.fr.holes()):,} holes in "
                  f"{len(est.fr.units):,} units; grade model {est.predictor}, {est.quality}", *notes]
-    assert grades
     return cov
 
 
@@ -354,12 +361,7 @@ def simulate_strategies(folder: str | Path, budgets: list[int], depth: int = 10,
                    measure: str | None = None) -> Simulation:  # fmt: skip
     """``plan-judgments --simulate``: every strategy at every budget, answered by the folder's judge."""
     g = ground(folder, measure)
-    j = g.rf.manifest.judge
-    if j is None or g.judgments is None:
-        raise StagebenchError(f"{g.rf.path}: --simulate answers the chosen pairs with the folder's judge grades, and it "
-                              "has none: run its config with judge: {backend: rules} (the embedded data) or any judge")  # fmt: skip
-    if j.depth < depth:
-        raise StagebenchError(f"{g.rf.path}: its judge graded the top {j.depth}, fewer than --depth {depth}")
+    _check_judge(g, depth, "--simulate answers the chosen pairs with", " or any judge", "--depth")
     sim = simulate(g.ranked, g.qrels, g.queries, g.measure, g.top, g.rel, g.gain, g.answers(), budgets, depth, seeds,
                    g.judge_name)  # fmt: skip
     if not g.is_truth:

@@ -85,8 +85,8 @@ def simulate(fr: Frame, predictors: Mapping[str, tuple[np.ndarray, np.ndarray]],
     s = len(fr.stages)
     pairs = names[s:]
     out = Coverage(names, pairs, dict(zip(names, theta.tolist())), {})
-    starts = np.array([a for a, _ in fr._spans], dtype=int)
-    ends = np.array([b for _, b in fr._spans], dtype=int)
+    starts = np.array([a for a, _ in fr.spans], dtype=int)
+    ends = np.array([b for _, b in fr.spans], dtype=int)
     for pname, (m, v) in predictors.items():
         pred = predict(fr, m, v)
         out.model[pname] = dict(zip(names, pred.point.tolist()))

@@ -141,15 +141,15 @@ class Frame:
             if not q.holes or q.fixed_ideal is not None:
                 self._known += proj @ q.values(np.zeros(len(q.holes))) / n
         # every hole's place in holes() order; a single unit's coefficient on its hole's gain
-        self._spans, self._coef, start = [], np.zeros((len(proj), len(self.units))), 0
+        self.spans, self._coef, start = [], np.zeros((len(proj), len(self.units))), 0
         for j, u in enumerate(self.units):
-            self._spans.append((start, start + u.cost))
+            self.spans.append((start, start + u.cost))
             start += u.cost
             if u.single:
                 q = self.queries[u.query]
                 self._coef[:, j] = proj @ q.weights[:, q.holes.index(u.holes[0])] / (q.fixed_ideal * n)
         self._single = np.array([u.single for u in self.units], dtype=bool)
-        self._first = np.array([s for s, _ in self._spans], dtype=int)
+        self._first = np.array([s for s, _ in self.spans], dtype=int)
 
     def contributions(self, gains: np.ndarray, only: Sequence[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(known, F): the targets' part no hole moves, and each unit's part (targets x units; ``only``:
@@ -162,7 +162,7 @@ class Frame:
         F[:, single] = self._coef[:, idx[single]] * gains[self._first[idx[single]]]
         for col in np.flatnonzero(~single):
             u = self.units[idx[col]]
-            a, b = self._spans[idx[col]]
+            a, b = self.spans[idx[col]]
             F[:, col] = proj @ self.queries[u.query].values(gains[a:b]) / n
         return self._known, F
 
@@ -175,7 +175,7 @@ class Frame:
         for j in np.flatnonzero(~self._single):
             u = self.units[j]
             q = self.queries[u.query]
-            a, b = self._spans[j]
+            a, b = self.spans[j]
             ideal = max(q.ideal(means[a:b]), 1e-9)
             A[:, j] = ((proj @ q.weights / (ideal * n)) ** 2) @ variances[a:b]
         return A
@@ -367,7 +367,7 @@ def estimate(fr: Frame, means: np.ndarray, pi: np.ndarray, drawn: Sequence[int],
     cannot estimate their own spread: at 100 judgments on the embedded benchmark the floor lifts the
     worst coverage from 0.92 to 0.95); None: the design-based variance alone (unbiased)."""
     idx = np.asarray(drawn, dtype=int)
-    spans = [fr._spans[i] for i in idx]
+    spans = [fr.spans[i] for i in idx]
     sampled = np.concatenate([np.arange(a, b) for a, b in spans]) if spans else np.zeros(0, dtype=int)
     p = pi[idx]
     weights = np.concatenate([np.full(b - a, 1.0 / pi[i]) for i, (a, b) in zip(idx, spans)]) if spans else np.zeros(0)
