@@ -38,3 +38,21 @@ def test_quality_is_measured_on_pairs_each_predicted_by_a_model_fitted_without_t
         hits += int(np.argmax(p) == g)
     assert q.pairs == 40 and q.log_loss == pytest.approx(want_ll / 40, abs=1e-9) and q.accuracy == hits / 40
     assert q.baseline_log_loss == pytest.approx(q.log_loss, abs=1e-12)  # the model is the constant one
+
+
+def test_the_refit_is_weighted_least_squares_of_the_sampled_gains_on_the_predictions_clipped_to_the_scale():
+    from stagebench.judgments.estimate import MIN_REFIT, recalibrated
+
+    rng = np.random.default_rng(0)
+    means = rng.uniform(0, 3, 60)
+    sampled = np.arange(0, 60, 2)[: max(MIN_REFIT, 25)]
+    gains = np.clip(0.5 * means[sampled] - 0.2 + rng.normal(0, 0.3, len(sampled)), 0, 3)
+    w = rng.uniform(1, 5, len(sampled))
+    # the normal equations of sum w (g - a - b m)^2, solved by hand
+    m, g = means[sampled], gains
+    sw, swm, swmm, swg, swmg = w.sum(), (w * m).sum(), (w * m * m).sum(), (w * g).sum(), (w * m * g).sum()
+    b = (sw * swmg - swm * swg) / (sw * swmm - swm**2)
+    a = (swg - b * swm) / sw
+    np.testing.assert_allclose(recalibrated(means, sampled, gains, w, 0.0, 3.0), np.clip(a + b * means, 0, 3), atol=1e-9)
+    few = sampled[: MIN_REFIT - 1]
+    assert recalibrated(means, few, gains[: len(few)], w[: len(few)], 0.0, 3.0) is means  # too few: as they were
