@@ -386,21 +386,23 @@ class Worksheet:
 
 def plan_judgments(folder: str | Path, budget: int, output: str | Path, *, strategy: str = "plan", depth: int = 10,
                    measure: str | None = None, seed: int = 0, predictor: str | None = None,
-                   show_ranks: bool = False) -> Worksheet:  # fmt: skip
+                   show_ranks: bool = False, cache_dir: str | None = None) -> Worksheet:  # fmt: skip
     """``stagebench plan-judgments``: the worksheet of ``budget`` unjudged pairs picked by ``strategy``
-    (``sample``: a random sample for the estimated view, its record beside the worksheet)."""
-    return Worksheet(*write_worksheet(folder, budget, output, strategy, depth, measure, seed, predictor, show_ranks))
+    (``sample``: a random sample for the estimated view, its record beside the worksheet; a
+    cross-encoder grade model scores the pairs outside its pool in the cache ``cache_dir``)."""
+    return Worksheet(*write_worksheet(folder, budget, output, strategy, depth, measure, seed, predictor, show_ranks,
+                                      cache_dir))
 
 
 def simulate_estimates(folder: str | Path, budgets: Sequence[int], *, rounds: int = 200, measure: str | None = None,
                        predictor: str | None = None, hide: float | None = None, seed: int = 0,
-                       json_path: str | Path | None = None) -> Coverage:  # fmt: skip
+                       json_path: str | Path | None = None, cache_dir: str | None = None) -> Coverage:  # fmt: skip
     """``plan-judgments --simulate --strategy sample``: the estimated view's coverage, settled pairs and
     widths over ``rounds`` simulated rounds a budget (:func:`stagebench.judging.estimate_coverage`)."""
     outputs.check_file(json_path, outputs.SIMULATION_JSON.out)
     if hide is not None and not 0 < hide < 1:
         raise StagebenchError(f"--hide {hide}: a share of the judged pairs, between 0 and 1")
-    cov = estimate_coverage(folder, list(budgets), rounds, measure, predictor, hide, seed)
+    cov = estimate_coverage(folder, list(budgets), rounds, measure, predictor, hide, seed, cache_dir)
     if json_path is not None:
         outputs.SIMULATION_JSON.write(json_path, cov.as_json())
     return cov
@@ -418,10 +420,10 @@ def simulate_plans(folder: str | Path, budgets: Sequence[int], *, depth: int = 1
 
 
 def add_judgments(folder: str | Path, worksheets: Sequence[str | Path], output: str | Path,
-                  prefer: str | None = None) -> Result:  # fmt: skip
+                  prefer: str | None = None, cache_dir: str | None = None) -> Result:  # fmt: skip
     """``stagebench add-judgments``: a new results folder scored with graded worksheets added to the
     folder's qrels; the folder itself is left as it is."""
-    rescore_with_worksheets(folder, [str(w) for w in worksheets], output, prefer)
+    rescore_with_worksheets(folder, [str(w) for w in worksheets], output, prefer, cache_dir)
     return open(output)
 
 

@@ -27,8 +27,8 @@ from stagebench.results.check import Expected
 from stagebench.judgments.planning import STRATEGIES
 from stagebench.results.segments import MIN_QUERIES
 from stagebench.results.scoring import conventions_line
-from stagebench.runtime.engine import connect
-from stagebench.runtime.supervisor import report_finished, run_watched, watched
+from stagebench.runtime.engine import connect, put_ray_output_aside, ray_output_log
+from stagebench.runtime.supervisor import ray_log_given, report_finished, run_watched, watched
 from stagebench.version import __version__
 
 
@@ -52,8 +52,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
         out = api.check_run(config, args.output, args.cache_dir)  # refused at once, before a child and a cluster start
         return run_watched(args.argv, config.path, engine, out, api.cache(args.cache_dir, config).remove_leftovers)
     if engine is not None and getattr(args, "watched", False):
-        # the watched child: connected before the run, Ray's teardown left to this process's exit,
-        # after its outcome is printed and reported (stagebench.runtime.supervisor)
+        # the watched child: Ray's output put aside (for good: its teardown too) into the file the parent
+        # gave, connected before the run, Ray's teardown left to this process's exit, after its outcome is
+        # printed and reported (stagebench.runtime.supervisor)
+        given = ray_log_given()
+        if given is not None:
+            put_ray_output_aside(given)
         connect(engine, f"{config.path}: engine")
     result = api.run(config, args.output, cache_dir=args.cache_dir, recompute=args.recompute)
     sys.stdout.write(result.table_text)
@@ -162,13 +166,17 @@ def _parser_plan_judgments(sub) -> None:
                     "(the rules judge: the truth) and count the stage pairs each settles")  # fmt: skip
     pj.add_argument("--seeds", type=_positive_int, default=3, help="--simulate: random strategy seeds (default 3)")
     pj.add_argument("--json", help="--simulate: also write the results as JSON to this file")
+    pj.add_argument("--cache-dir", help="--strategy sample with a cross-encoder grade model: the cache its scores of "
+                    "the pairs outside its pool go to (default: the folder's config's cache_dir, else "
+                    ".stagebench-cache)")  # fmt: skip
     pj.set_defaults(func=_cmd_plan)
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
     if args.simulate and args.strategy == "sample":
         cov = api.simulate_estimates(args.run_dir, args.budget, rounds=args.rounds, measure=args.measure,
-                                     predictor=args.predictor, hide=args.hide, seed=args.seed, json_path=args.json)  # fmt: skip
+                                     predictor=args.predictor, hide=args.hide, seed=args.seed, json_path=args.json,
+                                     cache_dir=args.cache_dir)  # fmt: skip
         sys.stdout.write(cov.text())
         return 0
     if args.simulate:
@@ -182,7 +190,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         raise StagebenchError("--output: the worksheet's path (a .csv; the .jsonl is written beside it)")
     sheet = api.plan_judgments(args.run_dir, args.budget[0], args.output, strategy=args.strategy, depth=args.depth,
                                measure=args.measure, seed=args.seed, predictor=args.predictor,
-                               show_ranks=args.show_ranks)  # fmt: skip
+                               show_ranks=args.show_ranks, cache_dir=args.cache_dir)  # fmt: skip
     print(f"{sheet.pairs} pairs to judge: {sheet.csv} and {sheet.jsonl} (fill the grade column, then: stagebench "
           f"add-judgments {args.run_dir} {sheet.csv} --output NEW_DIR)")  # fmt: skip
     return 0
@@ -197,11 +205,13 @@ def _parser_add_judgments(sub) -> None:
     aj.add_argument("--output", required=True, help="the new results folder (the source folder is left as it is)")
     aj.add_argument("--prefer", choices=["existing", "worksheet"],
                     help="when a worksheet grades a pair the folder's qrels grade differently: which wins (default: refuse)")
+    aj.add_argument("--cache-dir", help="a sampling round's worksheet: the cache of the grade model's scores (as "
+                    "plan-judgments --cache-dir; default: the folder's config's cache_dir, else .stagebench-cache)")  # fmt: skip
     aj.set_defaults(func=_cmd_add_judgments)
 
 
 def _cmd_add_judgments(args: argparse.Namespace) -> int:
-    sys.stdout.write(api.add_judgments(args.run_dir, args.worksheets, args.output, args.prefer).table_text)
+    sys.stdout.write(api.add_judgments(args.run_dir, args.worksheets, args.output, args.prefer, args.cache_dir).table_text)
     return 0
 
 
@@ -688,6 +698,9 @@ def main(argv: list[str] | None = None) -> int:
         code = _main(args)
         return code
     finally:
+        aside = ray_output_log()  # Ray's output of a watched run: kept only where its error line names it
+        if aside is not None and str(aside) not in getattr(args, "said", ""):
+            aside.unlink(missing_ok=True)
         report_finished(code)
         for sig, handler in old.items():
             signal.signal(sig, handler)
@@ -702,6 +715,7 @@ def _main(args: argparse.Namespace) -> int:
     try:
         return args.func(args)
     except StagebenchError as exc:
+        args.said = str(exc)
         return _fail(str(exc), debug)
     except KeyboardInterrupt as exc:
         if args.command in RESUMABLE:

@@ -23,13 +23,15 @@ import random
 import shutil
 import time
 from datetime import datetime, timezone
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from stagebench import outputs
+from stagebench.config import parse_config
 from stagebench.data import parse_dataset
+from stagebench.execute import context, make_stage, run_in
 from stagebench.errors import StagebenchError
 from stagebench.files import atomic_write, file_digest, check_apart, check_destination, remove_staging, staging, swap_in
 from stagebench.cache import Cache, cache_root
@@ -41,7 +43,8 @@ from stagebench.judgments.coverage import Coverage, simulate as simulate_rounds
 from stagebench.judgments.grades import Constant
 from stagebench.judgments.estimate import Frame, draw, frame, inclusion, predict
 from stagebench.judgments.planning import Hole, Simulation, depth_pooling, plan, pool_holes, random_holes, simulate
-from stagebench.judgments.sampling import (ESTIMATE, EstimatedView, Record, design_path, estimated_view, grade_model)
+from stagebench.judgments.sampling import (ESTIMATE, EstimatedView, Record, design_path, estimated_view, grade_model,
+                                           predictor_stage)
 from stagebench.judgments.pool import HOLE, JUDGMENTS, Judgment, filled_qrels, read_judgments
 from stagebench.judgments.views import rankings
 from stagebench.judgments.worksheet import (ADDED, SOURCES, added_tsv, merge, read_worksheet, sources_json, worksheet_csv,
@@ -53,7 +56,8 @@ from stagebench.params import read_yaml
 from stagebench.report.write import Rendered, render
 from stagebench.results.folder import RESULTS, RunFolder, rewritten, write_manifest
 from stagebench.results.scoring import label_names_of
-from stagebench.runs import write_trec_qrels
+from stagebench.runs import run_digest, write_trec_qrels
+from stagebench.runtime.engine import EngineParams
 
 log = logging.getLogger("stagebench")
 
@@ -206,8 +210,10 @@ def _nDCG_only(g: Ground) -> None:
                               "linear in the holes' gains once its ideal is known); give --measure nDCG@10")  # fmt: skip
 
 
-def estimation(g: Ground, predictor: str | None, qrels: dict | None = None) -> Estimation:
-    """The units and the grade model's predictions on ``qrels`` (default the folder's)."""
+def estimation(g: Ground, predictor: str | None, qrels: dict | None = None, cache_dir: str | None = None) -> Estimation:
+    """The units and the grade model's predictions on ``qrels`` (default the folder's). A cross-encoder
+    predictor scores the pairs in any stage's top k that its pool left out, once
+    (:func:`scores_beyond_pool`, cached under ``cache_dir``)."""
     _nDCG_only(g)
     qrels = g.qrels if qrels is None else qrels
     gain = gain_map(g.measure.gain or g.gain)
@@ -215,11 +221,47 @@ def estimation(g: Ground, predictor: str | None, qrels: dict | None = None) -> E
     fr = frame(g.ranked, qrels, g.queries, g.measure.cutoff, gain, g.top)
     types = {s.name: s.type for s in g.rf.manifest.stages}
     said = {(j.qid, j.docid): j.grade for j in g.judgments or [] if j.grade is not None}
-    model, quality = grade_model(predictor, g.rf.runs(), types, qrels, grades, said)
+    runs = g.rf.runs()
+    spec = predictor_stage(predictor, runs, types)
+    if spec is not None and types.get(spec) == "cross_encoder":
+        runs = {**runs, spec: model_scores(g, spec, runs[spec], cache_dir)}
+    model, quality = grade_model(predictor, runs, types, qrels, grades, said)
     gains = np.array([gain(x) for x in grades], dtype=np.float64)
     dist = model.distributions(fr.holes())
     means = dist @ gains
     return Estimation(g, fr, means, np.maximum(dist @ gains**2 - means**2, 0.0), model.name, quality.line(), gains)
+
+
+def model_scores(g: Ground, stage: str, run: dict[str, dict[str, float]], cache_dir: str | None = None) -> dict[str, dict[str, float]]:
+    """The cross-encoder ``stage``'s own scores of every pair in any stage's top k (k: the measure's
+    cut-off), for the grade model. Its run holds its model's score for its pool only (its input's top
+    ``top_n``); the tail's scores are placed below the pool's, not the model's, and are left out. The
+    pairs outside its pool are scored by the stage as the folder's config declares it, run on those
+    pairs alone through the stage cache (computed once, then read back; the dataset must be the
+    folder's)."""
+    record = next(s for s in g.rf.manifest.stages if s.name == stage)
+    depth = record.candidate_depth
+    head = {q: set(g.ranked[record.inputs[0]].get(q, [])[:depth]) for q in g.queries} if depth else {}
+    scores = {q: {d: x for d, x in docs.items() if d in head.get(q, ())} for q, docs in run.items()}
+    need: dict[str, dict[str, float]] = {}
+    for h in pool_holes(g.ranked, {}, g.queries, g.measure.cutoff):
+        if h.docid not in scores.get(h.qid, {}):
+            need.setdefault(h.qid, {})[h.docid] = 0.0
+    if not need:
+        return scores
+    raw = g.rf.manifest.config
+    where = f"{g.rf.path / 'manifest.json'} (its config)"
+    [sc] = [s for s in parse_config(raw, where).stages if s.name == stage]
+    sc = replace(sc, inputs=["pairs outside its pool"], engine=EngineParams(),
+                 params=replace(sc.params, top_n=max(len(d) for d in need.values()), depths=None))  # fmt: skip
+    ds = dataset_of(g.rf, parse_dataset(raw.get("dataset")), f"scoring the pairs outside stage {stage}'s pool")
+    cache = Cache(cache_root(cache_dir, raw.get("cache_dir") if isinstance(raw, dict) else None))
+    log.info("grade model: %d pair(s) in a stage's top %d are outside stage %s's pool (%d queries): scored by its "
+             "model", sum(map(len, need.values())), g.measure.cutoff, stage, len(need))  # fmt: skip
+    out = run_in(sc, make_stage(sc), context(sc, ds, cache), [need], [run_digest(need)]).output.run
+    for q, docs in need.items():
+        scores.setdefault(q, {}).update({d: out[q][d] for d in docs})
+    return scores
 
 
 def _write_all(sheets: dict[Path, bytes]) -> None:
@@ -241,7 +283,7 @@ def _write_all(sheets: dict[Path, bytes]) -> None:
 
 def write_worksheet(folder: str | Path, budget: int, output: str | Path, strategy: str = "plan", depth: int = 10,
                     measure: str | None = None, seed: int = 0, predictor: str | None = None,
-                    show_ranks: bool = False) -> tuple[Path, Path, int]:  # fmt: skip
+                    show_ranks: bool = False, cache_dir: str | None = None) -> tuple[Path, Path, int]:  # fmt: skip
     """``stagebench plan-judgments RUN_DIR --budget N``: the worksheet of ``strategy``'s holes as
     ``output`` (.csv) and beside it the same rows as .jsonl (and for ``sample`` the round's record,
     ``.design.json``); returns both sheets' paths and the rows. Rows are grouped by query, blind
@@ -255,7 +297,7 @@ def write_worksheet(folder: str | Path, budget: int, output: str | Path, strateg
     extra: dict = {}
     record = None
     if strategy == "sample":
-        est = estimation(g, predictor)
+        est = estimation(g, predictor, cache_dir=cache_dir)
         pred = predict(est.fr, est.means, est.variances)
         design = inclusion(est.fr, pred, budget)
         drawn = np.flatnonzero(draw(design.pi, seed))
@@ -315,7 +357,8 @@ def _check_judge(g: Ground, depth: int, who: str, otherwise: str, what: str) -> 
 
 
 def estimate_coverage(folder: str | Path, budgets: list[int], rounds: int = 200, measure: str | None = None,
-                       predictor: str | None = None, hide: float | None = None, seed: int = 0) -> Coverage:  # fmt: skip
+                       predictor: str | None = None, hide: float | None = None, seed: int = 0,
+                       cache_dir: str | None = None) -> Coverage:  # fmt: skip
     """``plan-judgments --simulate --strategy sample``: ``rounds`` sampling rounds at each budget, each
     answered from known grades and scored against the truth, for the grade model and two useless ones
     (constant, and its scores shuffled). The known grades: the folder's judge (the rules judge: the
@@ -340,7 +383,7 @@ def estimate_coverage(folder: str | Path, budgets: list[int], rounds: int = 200,
         qrels = {q: {d: x for d, x in docs.items() if (q, d) not in hidden} for q, docs in truth.items()}
         notes.append(f"the answers: {len(hidden):,} of the {len(judged):,} judged pairs in any stage's top {k} hidden "
                      f"(seed {seed}); the truth is the main table's value (holes irrelevant)")  # fmt: skip
-    est = estimation(g, predictor, qrels)
+    est = estimation(g, predictor, qrels, cache_dir)
     gain = gain_map(g.measure.gain or g.gain)
     y = np.array([gain(truth[q][d]) for q, d in est.fr.holes()], dtype=np.float64)
     labelled = {(q, d): x for q, docs in qrels.items() for d, x in docs.items()}
@@ -395,7 +438,7 @@ class _Corpus:
         return docid in self.corpus
 
 
-def _round_estimate(rf: RunFolder, worksheets: list[str], graded: list) -> EstimatedView | None:
+def _round_estimate(rf: RunFolder, worksheets: list[str], graded: list, cache_dir: str | None = None) -> EstimatedView | None:
     """The estimated view of a sampling round's worksheets (its record beside the worksheet), from the
     folder's judgments before the round; None when no worksheet comes from a sampling round."""
     records = [(w, Path(design_path(w))) for w in worksheets if Path(design_path(w)).is_file()]
@@ -407,7 +450,7 @@ def _round_estimate(rf: RunFolder, worksheets: list[str], graded: list) -> Estim
     w, path = records[0]
     rec = Record.read(path.read_text(encoding="utf-8"), str(path))
     g = ground(rf.path, rec.measure)
-    est = estimation(g, rec.predictor)
+    est = estimation(g, rec.predictor, cache_dir=cache_dir)
     by_pair = {(x.qid, x.docid): x for x in graded}
     view = None
     if file_digest(rf.path / "qrels.trec") != rec.qrels_sha256:
@@ -437,7 +480,8 @@ def _same_probability(text: str, p: float) -> bool:
         return False
 
 
-def rescore_with_worksheets(folder: str | Path, worksheets: list[str], output: str | Path, prefer: str | None = None) -> Rendered:
+def rescore_with_worksheets(folder: str | Path, worksheets: list[str], output: str | Path, prefer: str | None = None,
+                            cache_dir: str | None = None) -> Rendered:  # fmt: skip
     """``stagebench add-judgments RUN_DIR WORKSHEET... --output NEW_DIR``: a new results folder
     scored with the folder's qrels plus the worksheets' grades, with where each came from; the
     source folder and the dataset's files are left as they are."""
@@ -466,7 +510,7 @@ def rescore_with_worksheets(folder: str | Path, worksheets: list[str], output: s
     merged = merge(qrels, graded, sources, prefer)
     if isinstance(merged, list):
         raise _refusal(merged)
-    view = _round_estimate(rf, worksheets, graded)
+    view = _round_estimate(rf, worksheets, graded, cache_dir)
     check_destination(dest, RESULTS)
     tmp = staging(dest)
     try:

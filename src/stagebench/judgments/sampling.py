@@ -51,15 +51,25 @@ def grade_model(spec: str | None, runs: Mapping[str, Run], stage_types: Mapping[
             raise StagebenchError("--predictor judge: the folder holds no judge grades (run stagebench judge on it first)")
         fit = lambda L: JudgeGrades.fit(judge_said, L, grades)  # noqa: E731
         return fit(labelled), cross_fitted_quality(fit, labelled, grades)
+    spec = predictor_stage(spec, runs, stage_types)
+    assert spec is not None
+    scores = {(q, d): s for q, docs in runs[spec].items() for d, s in docs.items()}
+    fit = lambda L: BinnedScores.fit(scores, L, grades, spec)  # noqa: E731
+    return fit(labelled), cross_fitted_quality(fit, labelled, grades)
+
+
+def predictor_stage(spec: str | None, runs: Mapping[str, Run], stage_types: Mapping[str, str]) -> str | None:
+    """The stage whose scores the grade model ``spec`` calibrates (default: the last cross-encoder, else
+    the last stage); None for ``constant`` and ``judge``."""
+    if spec in (CONSTANT, JUDGE):
+        return None
     stages = list(runs)
     if spec is None:
         spec = next((s for s in reversed(stages) if stage_types.get(s) == "cross_encoder"), stages[-1])
     if spec not in runs:
         raise StagebenchError(f"--predictor {spec!r}: not a stage of the folder ({', '.join(stages)}), "
                               f"{CONSTANT!r} or {JUDGE!r}")  # fmt: skip
-    scores = {(q, d): s for q, docs in runs[spec].items() for d, s in docs.items()}
-    fit = lambda L: BinnedScores.fit(scores, L, grades, spec)  # noqa: E731
-    return fit(labelled), cross_fitted_quality(fit, labelled, grades)
+    return spec
 
 
 @dataclass

@@ -367,7 +367,9 @@ class OpenAIBackend:
             key = os.environ.get(self.api_key_env, "")
             if not key:
                 raise StagebenchError(f"{self.label}: environment variable {self.api_key_env} (api_key_env) is not set "
-                                      "or empty; export the server's API key in it")  # fmt: skip
+                                      f"or empty on {socket.gethostname()} (pid {os.getpid()}); export the server's API "
+                                      "key in it where the calls are made (engine ray: on every node, before "
+                                      "`ray start`; docs/scale.md)")  # fmt: skip
             h["Authorization"] = f"Bearer {key}"
         return h
 

@@ -17,6 +17,7 @@ Ray is optional (``pip install 'stagebench[ray]'``) and imported only when an en
 
 from __future__ import annotations
 
+import io
 import logging
 import math
 import os
@@ -24,6 +25,7 @@ import threading
 import pickle
 import signal
 import socket
+import sys
 import tempfile
 import time
 import uuid
@@ -31,6 +33,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 from stagebench.errors import StagebenchError
@@ -43,7 +46,10 @@ log = logging.getLogger("stagebench")
 #: seconds a TCP connection to a cluster's address may take before it counts as not answering
 PROBE_TIMEOUT_S = 5.0
 #: the settings that only mean something for ``type: ray``
-RAY_ONLY = ("address", "num_workers", "num_cpus_per_worker", "num_gpus_per_worker", "batch_size", "local_cpus")
+RAY_ONLY = ("address", "num_workers", "num_cpus_per_worker", "num_gpus_per_worker", "batch_size", "local_cpus",
+            "lost_after_s")
+#: the Ray setting :attr:`EngineParams.lost_after_s` gives the driver (read by Ray's core when it starts)
+RECONNECT_ENV = "RAY_gcs_rpc_server_reconnect_timeout_s"
 
 
 @dataclass
@@ -59,6 +65,9 @@ class EngineParams:
     batch_size: PositiveInt = param(4, "ray: units per task: model batches (dense), score_pairs calls (rerankers), "
                                     "queries (LLM); never changes the results")  # fmt: skip
     local_cpus: PositiveInt | None = param(None, "ray, address null: CPUs of the local cluster (null: this machine's)")
+    lost_after_s: PositiveInt = param(10, "ray: seconds a driver whose cluster stopped answering tries to reach it "
+                                      "again before the run ends (Ray's RAY_gcs_rpc_server_reconnect_timeout_s, "
+                                      "default 60; that variable, where set, wins)")  # fmt: skip
 
     def validate(self) -> list[tuple[str, str]]:
         if self.type == "local":
@@ -178,6 +187,12 @@ class _Raised(Exception):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
+
+
+class RayFailed(StagebenchError):
+    """A stage's work lost to Ray itself (the cluster, a node, authentication, a worker's
+    process), as opposed to a stagebench error a unit raised: :func:`ray_session` names the file
+    that holds Ray's own messages about it."""
 
 
 class _NotStarted(Exception):
@@ -326,7 +341,7 @@ class RayEngine(Engine):
                     raise StagebenchError(str(root)) from exc
                 address, source = p.resolved_address()
                 where = f"the Ray cluster at {address} (from {source})" if address else "the run's local Ray cluster"
-                raise StagebenchError(ray_failure(desc, exc, where)) from exc
+                raise RayFailed(ray_failure(desc, exc, where)) from exc
         ray.experimental.internal_kv._internal_kv_del(stop_key)
         if not got.all():
             raise StagebenchError(f"{desc}: Ray returned {int(got.sum())} of {len(units)} results")
@@ -443,6 +458,38 @@ def check_authentication(address: str, where: str) -> None:
         log.debug("engine ray: GCS pre-check of %s said: %s", address, aside[0].strip())
 
 
+#: seconds the first task on a cluster (a new worker process) may take to answer
+WORKER_PROBE_TIMEOUT_S = 60.0
+
+
+class _Answer:
+    def answer(self) -> int:
+        return 1
+
+
+def check_workers_answer(address: str, where: str) -> None:
+    """A driver that sends a token to a cluster without authentication is let in (the GCS does
+    not check), but the cluster's workers, which send none, cannot call back into the driver:
+    every actor dies before it starts (the cause, ``InvalidAuthToken``, is only in the
+    raylet's log). One actor, before any stage, names that mismatch in one line (about a second:
+    one worker process started)."""
+    ray = need("ray", "engine: ray")
+    try:
+        # an actor, as a stage's workers are (a task runs whatever the mismatch; an actor never starts)
+        actor = ray.remote(num_cpus=0)(_Answer).remote()
+        ray.get(actor.answer.remote(), timeout=WORKER_PROBE_TIMEOUT_S)
+        ray.kill(actor)
+    except Exception as exc:
+        if any(k in f"{type(exc).__name__} {exc}".lower() for k in _AUTH) or _authentication_failure(exc):
+            raise StagebenchError(f"{where}: this process sends a token (RAY_AUTH_MODE=token), but the Ray cluster at "
+                                  f"{address} does not use token authentication, so its workers cannot answer this "
+                                  "process (every actor dies before it starts); unset RAY_AUTH_MODE here, or "
+                                  "start the cluster with RAY_AUTH_MODE=token (docs/scale.md)") from exc  # fmt: skip
+        first = str(exc).strip().splitlines()
+        raise StagebenchError(f"{where}: the Ray cluster at {address} accepted this process, but its first task "
+                              f"failed ({type(exc).__name__}: {first[0][:200] if first else ''})") from exc  # fmt: skip
+
+
 @contextmanager
 def _native_stderr_aside() -> Iterator[list[str]]:
     """Point file descriptor 2 at a temporary file for the duration (what native code writes
@@ -483,6 +530,7 @@ def connect(params: EngineParams, where: str = "engine") -> None:
     stops a run as Ctrl-C does) is kept: ``ray.init`` replaces it with an immediate exit and its
     native core adds a stack dump, so a terminated run would skip its one line."""
     ray = need("ray", "engine: ray")
+    _ray_loggers_aside()  # Ray's loggers, configured on its import: to the file, where Ray's output is put aside
     address, source = params.resolved_address()
     named = f"{where}.address" if source == "engine.address" else source
     if address not in (None, "auto"):
@@ -491,6 +539,8 @@ def connect(params: EngineParams, where: str = "engine") -> None:
     kwargs: dict[str, Any] = {"include_dashboard": False, "logging_level": logging.WARNING, "log_to_driver": False}
     if address is None:
         kwargs["num_cpus"] = params.local_cpus or os.cpu_count()
+    # the driver's patience with a lost cluster: Ray's core reads it once, as ray.init starts it
+    os.environ.setdefault(RECONNECT_ENV, str(params.lost_after_s))
     main = threading.current_thread() is threading.main_thread()
     term = signal.getsignal(signal.SIGTERM) if main else None
     t0 = time.perf_counter()
@@ -507,6 +557,8 @@ def connect(params: EngineParams, where: str = "engine") -> None:
     finally:
         if callable(term):
             signal.signal(signal.SIGTERM, term)
+    if address not in (None, "auto") and os.environ.get("RAY_AUTH_MODE", "").lower() == "token":
+        check_workers_answer(address, named)
     res = ray.cluster_resources()
     log.info("engine ray: connected to %s in %.1fs: %g CPU, %g GPU", address or "a new local cluster",
              time.perf_counter() - t0, res.get("CPU", 0), res.get("GPU", 0))  # fmt: skip
@@ -515,26 +567,117 @@ def connect(params: EngineParams, where: str = "engine") -> None:
     data_ctx.print_on_execution_start = False
     for name in RAY_DATA_PROGRESS_LOGGERS:
         logging.getLogger(name).addFilter(_RAY_DATA_PROGRESS)
+    _ray_loggers_aside()  # where Ray's output is put aside (put_ray_output_aside), Ray Data's loggers' too
+
+
+def new_ray_log() -> Path:
+    """A new file for what Ray says on a run's standard error (:func:`put_ray_output_aside`), in the
+    system's temporary folder: removed after a run that ended well, kept and named after one that did not."""
+    fd, name = tempfile.mkstemp(prefix="stagebench-ray-", suffix=".log")
+    os.close(fd)
+    return Path(name)
+
+
+def ray_output_log() -> Path | None:
+    """The file Ray's output is put aside into in this process, if it is (:func:`put_ray_output_aside`)."""
+    return sys.stderr.path if isinstance(sys.stderr, _Screen) else None
+
+
+def put_ray_output_aside(path: Path) -> Callable[[], None]:
+    """Send what this process writes to file descriptor 2 from now on - Ray's native core
+    (``core_worker.cc`` lines), its Python loggers, Ray Data's error logging and tracebacks - to
+    the file ``path`` (appended), while stagebench's own lines and progress bars stay on the
+    screen: ``sys.stderr`` and the root logger's handlers move to a copy of the screen's
+    descriptor, and the ``ray`` loggers' stream handlers to the file. Returns the function that
+    puts everything back (a watched child never calls it: Ray's teardown at its exit stays in
+    the file too)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stderr.flush()
+    old = sys.stderr
+    screen_fd = os.dup(2)
+    file_fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(file_fd, 2)
+    os.close(file_fd)
+    screen = _Screen(open(screen_fd, "wb", closefd=True), encoding=getattr(old, "encoding", None) or "utf-8",
+                     errors="backslashreplace", line_buffering=True)  # fmt: skip
+    screen.aside, screen.path = old, path
+    sys.stderr = screen
+    moved = [h for h in logging.getLogger().handlers if isinstance(h, logging.StreamHandler) and h.stream is old]
+    for h in moved:
+        h.setStream(screen)
+
+    def restore() -> None:
+        screen.flush()
+        os.dup2(screen.fileno(), 2)
+        for h in moved:
+            h.setStream(old)
+        sys.stderr = old
+        screen.close()
+
+    return restore
+
+
+class _Screen(io.TextIOWrapper):
+    """``sys.stderr`` while Ray's output is put aside: the screen; ``aside`` is the stream that
+    now writes to the file ``path``."""
+
+    aside: Any = None
+    path: Path | None = None
+
+
+def _ray_loggers_aside() -> None:
+    """The ``ray`` loggers configured after :func:`put_ray_output_aside` (Ray Data's, on its
+    import) hold the screen's stream: moved to the file."""
+    screen = sys.stderr
+    if not isinstance(screen, _Screen):
+        return
+    for name, logger in list(logging.Logger.manager.loggerDict.items()):
+        if name.split(".")[0] == "ray" and isinstance(logger, logging.Logger):
+            for h in logger.handlers:
+                if isinstance(h, logging.StreamHandler) and h.stream is screen:
+                    h.setStream(screen.aside)
 
 
 @contextmanager
 def ray_session(params: EngineParams | None, where: str = "engine") -> Iterator[None]:
     """Connect to (or start) the cluster ``params`` names for the duration of a run, before any
     stage runs; a cluster this call started is stopped at the end. ``None`` or local: nothing.
-    A session the caller holds (a notebook's ``ray.init``, :func:`connect`) is used and left as it is."""
+    A session the caller holds (a notebook's ``ray.init``, :func:`connect`) is used and left as it is.
+    What Ray writes on standard error goes to a log file for the duration (:func:`new_ray_log`,
+    unless the caller put it aside already), named in the line of a stage Ray failed
+    (:class:`RayFailed`) and removed when the session ends well."""
     if params is None or params.type != "ray":
         yield
         return
     ray = need("ray", "engine: ray")
-    if ray.is_initialized():
-        yield
-        return
-    connect(params, where)
+    log_file, restore, ok = None, None, False
     try:
-        yield
+        if ray.is_initialized():
+            yield
+            ok = True
+            return
+        if ray_output_log() is None:
+            log_file = new_ray_log()
+            restore = put_ray_output_aside(log_file)
+        try:
+            connect(params, where)
+            try:
+                yield
+            finally:
+                ray.shutdown()
+        finally:
+            if restore is not None:
+                restore()
+        ok = True
+    except RayFailed as exc:
+        said = log_file or ray_output_log()
+        if said is not None and said.is_file() and said.stat().st_size:
+            raise RayFailed(f"{exc} (Ray's own messages: {said})") from exc
+        raise
     finally:
-        ray.shutdown()
+        if log_file is not None and (ok or not log_file.stat().st_size):
+            log_file.unlink(missing_ok=True)
 
 
-__all__ = ["Engine", "EngineParams", "LocalEngine", "RayEngine", "authentication_message", "check_authentication",
-           "connect", "make_engine", "probe", "ray_session"]
+__all__ = ["Engine", "EngineParams", "LocalEngine", "RayEngine", "RayFailed", "authentication_message", "check_authentication",
+           "connect", "make_engine", "probe", "new_ray_log", "put_ray_output_aside", "ray_output_log", "ray_session"]

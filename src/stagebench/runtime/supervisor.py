@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from stagebench.runtime.engine import EngineParams
+from stagebench.runtime.engine import EngineParams, new_ray_log
 from stagebench.errors import StagebenchError
 from stagebench.files import remove_stale_staging
 
@@ -46,6 +46,8 @@ STATUS_FD_ENV = "STAGEBENCH_STATUS_FD"
 FINISHED = b"finished "
 #: the environment variable naming the read end of the parent's lifeline (``fd:parent pid``)
 LIFELINE_FD_ENV = "STAGEBENCH_LIFELINE_FD"
+#: the environment variable naming the file a watched child puts Ray's standard-error output into
+RAY_LOG_ENV = "STAGEBENCH_RAY_LOG"
 #: seconds a child whose parent died has to stop on its own before it ends at once
 LIFELINE_GRACE = 20.0
 
@@ -111,10 +113,29 @@ def run_watched(argv: Sequence[str], config_path: Path, engine: EngineParams, ou
                 remove_leftovers: Callable[[int], object]) -> int:  # fmt: skip
     """Run ``python -m stagebench *argv`` in a child and return its exit status, or report (one
     line, exit 2) a child the Ray runtime ended before it could report anything itself, after
-    ``remove_leftovers(its pid)`` (the cache's half-written entries of that process)."""
+    ``remove_leftovers(its pid)`` (the cache's half-written entries of that process). The child
+    puts what Ray writes on its standard error into a log file (:data:`RAY_LOG_ENV`); it removes
+    the file unless its error line names it, and a child that ended without a word has it named
+    in this function's line."""
+    ray_log = new_ray_log()
+    try:
+        return _run_watched(argv, config_path, engine, out, remove_leftovers, ray_log)
+    finally:  # a child that reported removed the file unless its line names it; one that did not: named here
+        if ray_log.is_file() and not ray_log.stat().st_size:
+            ray_log.unlink()
+
+
+def ray_log_given() -> Path | None:
+    """The file :func:`run_watched` gave this process for Ray's output, when it is that child."""
+    return Path(os.environ[RAY_LOG_ENV]) if _status_fd() is not None and os.environ.get(RAY_LOG_ENV) else None
+
+
+def _run_watched(argv: Sequence[str], config_path: Path, engine: EngineParams, out: Path,
+                 remove_leftovers: Callable[[int], object], ray_log: Path) -> int:  # fmt: skip
     read_end, write_end = os.pipe()
     life_read, life_write = os.pipe()  # the lifeline: only this process holds its write end (not inheritable)
-    env = {**os.environ, STATUS_FD_ENV: f"{write_end}:{os.getpid()}", LIFELINE_FD_ENV: f"{life_read}:{os.getpid()}"}
+    env = {**os.environ, STATUS_FD_ENV: f"{write_end}:{os.getpid()}", LIFELINE_FD_ENV: f"{life_read}:{os.getpid()}",
+           RAY_LOG_ENV: str(ray_log)}  # fmt: skip
     forwarded = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     # its own session: a terminal's Ctrl-C reaches the child once, through the parent
     try:
@@ -154,7 +175,13 @@ def run_watched(argv: Sequence[str], config_path: Path, engine: EngineParams, ou
     raise StagebenchError(f"{config_path}: engine: the Ray runtime ended the run mid-stage without a word ({how}): "
                           f"{cluster} or this node's Ray processes went away (`ray stop`, a node lost); no results "
                           "folder was written or changed, every stage that finished is in the cache, so the same "
-                          "command resumes after the last finished stage once the cluster is back")  # fmt: skip
+                          "command resumes after the last finished stage once the cluster is back"
+                          f"{_said(ray_log)}")  # fmt: skip
 
 
-__all__ = ["FINISHED", "LIFELINE_FD_ENV", "STATUS_FD_ENV", "report_finished", "run_watched", "watched"]
+def _said(log: Path) -> str:
+    return f" (Ray's own messages: {log})" if log.is_file() and log.stat().st_size else ""
+
+
+__all__ = ["FINISHED", "LIFELINE_FD_ENV", "RAY_LOG_ENV", "STATUS_FD_ENV", "ray_log_given", "report_finished", "run_watched",
+           "watched"]
