@@ -269,3 +269,23 @@ def test_a_driver_sending_a_token_to_a_cluster_without_authentication_is_told_be
         "dies before it starts); unset RAY_AUTH_MODE here, or start the cluster with RAY_AUTH_MODE=token "
         "(docs/scale.md)"]  # fmt: skip
     assert not (tmp_path / "mismatch").exists()
+
+
+def test_address_auto_with_a_token_the_cluster_refuses_is_told_in_seconds(tmp_path, tiny, cluster):
+    """``address: auto`` and no RAY_AUTH_MODE: ray.init finds the cluster ``ray start`` runs here and sends
+    ~/.ray/auth_token; a token the cluster does not know is named before any stage, in seconds (it took
+    ray.init's 20 s of retries and 20 Ray warnings: issue 71)."""
+    home = tmp_path / "home"
+    (home / ".ray").mkdir(parents=True)
+    (home / ".ray" / "auth_token").write_text(secrets.token_hex(32))
+    t0 = time.monotonic()
+    r = stagebench_cli("run", config(tmp_path, tiny, "auto", "engine: {type: ray, address: auto}\n"), cwd=REPO,
+                       env=BASE | {"HOME": str(home)})  # fmt: skip
+    took = time.monotonic() - t0
+    assert r.returncode == 2, r.stderr[-3000:]
+    assert r.stderr.strip().splitlines() == error_lines(r.stderr), r.stderr[-3000:]
+    line = error_lines(r.stderr)[0]
+    assert "engine.address (auto: the cluster `ray start` runs on this machine): the Ray cluster at " in line
+    assert "rejected this process's authentication token (from ~/.ray/auth_token)" in line
+    assert took < 15, f"{took:.1f} s"
+    assert not (tmp_path / "auto").exists()

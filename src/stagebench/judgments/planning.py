@@ -254,7 +254,8 @@ def simulate(ranked: Mapping[str, Mapping[str, list[str]]], qrels: Mapping[str, 
                 got += 1
         settled = pair_settled(ranked, added, queries, measure, top, rel, gain)
         right = sum(1 for (a, b), s in settled.items() if s and s == (true_values[a] > true_values[b]) - (true_values[a] < true_values[b]))
-        table = stage_views(ranked, added, queries, measure, top, rel, gain).settled()
+        # the table's marks: its bounds apart and the pair's own bounds too (results.scoring._unsettled)
+        table = {p: t if t == settled[p] else 0 for p, t in stage_views(ranked, added, queries, measure, top, rel, gain).settled().items()}
         return got, sum(1 for s in settled.values() if s), right, sum(1 for s in table.values() if s)
 
     rows = []

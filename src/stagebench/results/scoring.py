@@ -13,6 +13,7 @@ from stagebench import stats
 from stagebench.metrics import Delegated, Evaluation, Measure, evaluate, holes
 from stagebench.metrics.delegate import ir_measures_version
 from stagebench.metrics.compute import gain_map
+from stagebench.judgments.views import pair_bounds, rankings
 from stagebench.record import LLMStats, Manifest, StageRecord
 from stagebench.results import baselines, ceilings
 from stagebench.results.depth import depth_sweep
@@ -100,8 +101,8 @@ def score_folder(manifest: Manifest, qrels: dict, runs: dict[str, Run]) -> Score
     viewed = [m.name for m in native if m.family not in holes.UNAFFECTED]
     bounded = {n: {m: _mean_bounds(evals[n].per_query[m], high[n].per_query[m], queries) for m in viewed}
                for n in names}  # fmt: skip
-    unsettled = {n: {m: [letters[o] for o in names if o != n and holes.overlap(bounded[n][m], bounded[o][m])]
-                     for m in viewed} for n in names}  # fmt: skip
+    unsettled = _unsettled(names, letters, {m.name: m for m in native if m.name in viewed}, bounded, runs, qrels,
+                           queries, top, rel, gain)  # fmt: skip
 
     rows: list[StageRow] = []
     for s in stages:
@@ -206,6 +207,31 @@ def significance(evals: dict, pairs: list[tuple[str, str]], metric_names: list[s
             win, lose = (c.a, c.b) if c.mean_a > c.mean_b else (c.b, c.a)
             better[win].setdefault(c.metric, []).append(letters[lose])
     return comps, better
+
+
+def _unsettled(names: list[str], letters: dict[str, str], measures: dict[str, Measure],
+               bounded: dict[str, dict[str, tuple[float, float]]], runs: dict[str, Run], qrels: dict,
+               queries: list[str], top: int, rel: int, gain: object) -> dict[str, dict[str, list[str]]]:  # fmt: skip
+    """Stage -> measure -> the letters of the stages the judgments leave it unordered with: their
+    bounds overlap, or, where they do not, the pair's own bounds over every grading of the holes
+    (:func:`stagebench.judgments.views.pair_bounds`) still hold 0. The two bounds each stage's
+    row shows (every hole irrelevant, every hole at the top grade) are two gradings, not the
+    extremes of nDCG over all of them (a hole at the top grade raises the ideal), so apart they
+    would claim orders a grading of the holes reverses (issue 69)."""
+    ranked: dict | None = None
+    out: dict[str, dict[str, list[str]]] = {n: {m: [] for m in measures} for n in names}
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            for m, measure in measures.items():
+                open_ = holes.overlap(bounded[a][m], bounded[b][m])
+                if not open_:
+                    ranked = ranked if ranked is not None else rankings(runs, names, queries)
+                    lo, hi = pair_bounds(ranked, qrels, queries, measure, top, rel, gain, a, b)
+                    open_ = lo <= 1e-12 and hi >= -1e-12
+                if open_:
+                    out[a][m].append(letters[b])
+                    out[b][m].append(letters[a])
+    return out
 
 
 def _mean_bounds(low: dict[str, float], high: dict[str, float], queries: list[str]) -> tuple[float, float]:

@@ -490,6 +490,26 @@ def check_workers_answer(address: str, where: str) -> None:
                               f"failed ({type(exc).__name__}: {first[0][:200] if first else ''})") from exc  # fmt: skip
 
 
+def _local_cluster() -> str | None:
+    """For ``address: auto``: the ``host:port`` of the cluster ``ray start`` runs on this machine, as
+    ``ray.init`` finds it, with this process's token settings made what ``ray.init`` makes them there
+    (it turns token authentication on where a token exists and RAY_AUTH_MODE is unset). None where
+    none is found, or Ray's private helpers for it are missing (then ``ray.init`` says it)."""
+    try:
+        from ray._private.authentication.authentication_token_setup import maybe_enable_token_auth_if_token_available
+        from ray._private.services import canonicalize_bootstrap_address
+    except ImportError:
+        return None
+    try:
+        found = canonicalize_bootstrap_address("auto")
+    except Exception:  # noqa: BLE001 - nothing found: ray.init says so in its words
+        return None
+    if not found:
+        return None
+    maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
+    return found
+
+
 @contextmanager
 def _native_stderr_aside() -> Iterator[list[str]]:
     """Point file descriptor 2 at a temporary file for the duration (what native code writes
@@ -536,6 +556,10 @@ def connect(params: EngineParams, where: str = "engine") -> None:
     if address not in (None, "auto"):
         probe(address, named)
         check_authentication(address, named)
+    elif address == "auto":
+        found = _local_cluster()
+        if found is not None:  # the token ray.init would send, asked at once instead of after its retries
+            check_authentication(found, f"{named} (auto: the cluster `ray start` runs on this machine)")
     kwargs: dict[str, Any] = {"include_dashboard": False, "logging_level": logging.WARNING, "log_to_driver": False}
     if address is None:
         kwargs["num_cpus"] = params.local_cpus or os.cpu_count()
