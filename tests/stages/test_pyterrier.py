@@ -88,3 +88,25 @@ def test_a_builder_that_cannot_download_says_so_in_one_line(tmp_path, tiny_synth
     with pytest.raises(StagebenchError, match=r"stage dl: tests.pt_builders:needs_a_download: PyTerrier could not "
                                               r"download what it needs .* run it once with internet"):  # fmt: skip
         run(tmp_path, tiny_synthetic, [{"name": "dl", "type": "pyterrier", "target": "tests.pt_builders:needs_a_download"}])
+
+
+def test_an_index_opened_by_path_is_in_the_key_so_a_rebuilt_one_is_not_served_from_the_cache(tmp_path, tiny_synthetic,
+                                                                                           caplog):  # fmt: skip
+    """Issue 70: a builder's argument that names a file or folder (an index it opens) keys the stage by
+    that index's files; the same index is read back from the cache, a rebuilt one is run again."""
+    import json
+
+    ds = stagebench.load_dataset({"loader": "esci", "path": str(tiny_synthetic), "split": "test"})
+    index = tmp_path / "index.json"
+    index.write_text(json.dumps({d: float(i) for i, d in enumerate(ds.doc_ids[:5])}))
+    stages = [{"name": "idx", "type": "pyterrier", "target": "tests.pt_builders:stored_index",
+               "params": {"top_k": 5, "index": str(index)}}]  # fmt: skip
+    caplog.set_level(logging.INFO, logger="stagebench")
+    first = run(tmp_path, tiny_synthetic, stages).runs["idx"]
+    caplog.clear()
+    assert run(tmp_path, tiny_synthetic, stages).runs["idx"] == first and "stage idx: cached run" in caplog.text
+    index.write_text(json.dumps({d: float(-i) for i, d in enumerate(ds.doc_ids[:5])}))  # the index rebuilt
+    caplog.clear()
+    again = run(tmp_path, tiny_synthetic, stages).runs["idx"]
+    assert "stage idx: computed run" in caplog.text and again != first
+    assert all(ranked_ids(again[q]) == ranked_ids(first[q])[::-1] for q in first)

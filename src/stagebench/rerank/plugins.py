@@ -26,6 +26,7 @@ signature when the config is loaded.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import inspect
 import sys
@@ -92,6 +93,35 @@ def check_kwargs(factory: type, kwargs: dict, where: str, supplied: tuple[str, .
         if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and name not in kwargs \
                 and name not in supplied:
             raise ConfigError(f"{where}.{name}: required by {factory.__name__} but missing")
+
+
+def path_identity(value: Any) -> str | None:
+    """A file's or folder's identity, when ``value`` is the path of one (an index a builder opens by
+    path, a model folder a plug-in loads): every file's relative name, size and modification time,
+    hashed; None for anything else. A rebuilt index changes it, so its cached runs are not reused."""
+    if not isinstance(value, str) or not value or not Path(value).exists():
+        return None
+    root = Path(value)
+    files = [root] if root.is_file() else sorted(f for f in root.rglob("*") if f.is_file())
+    h = hashlib.sha256()
+    for f in files:
+        st = f.stat()
+        h.update(f"{f.relative_to(root) if f != root else f.name}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()
+
+
+def target_identity(factory: Any, kwargs: dict) -> dict:
+    """What a target's cache key holds beyond its module's source: its optional
+    ``cache_identity(**kwargs)`` (e.g. a hash of the model files it loads), and the identity of every
+    keyword argument that names an existing file or folder (:func:`path_identity`)."""
+    out: dict = {}
+    extra = getattr(factory, "cache_identity", None)
+    if callable(extra):
+        out["plugin_identity"] = extra(**kwargs)
+    paths = {k: ident for k, v in sorted(kwargs.items()) if (ident := path_identity(v)) is not None}
+    if paths:
+        out["paths"] = paths
+    return out
 
 
 def build_plugin(target: str, kwargs: dict, stage: str, cwd: str) -> Any:

@@ -18,7 +18,8 @@ the ``top_k`` best are kept. Whatever it returns is checked: the columns, finite
 document twice, every document in the corpus, and a reranker's documents among its
 candidates. PyTerrier (``pip install pyterrier``, its core, which needs no Java) is imported
 when such a stage runs; the cached run keys on the builder module's source, the version of the
-installed package that holds it, and PyTerrier's version. A builder with a ``corpus`` argument
+installed package that holds it, PyTerrier's version, and the files of any param that names a file
+or folder (an index it opens by path: :func:`stagebench.rerank.plugins.target_identity`). A builder with a ``corpus`` argument
 (a retriever that indexes) is handed the corpus as ``{"docno", "text"}`` dicts; when building
 fails for a download (Terrier's jars, which ``pt.terrier`` fetches on first use), the error says
 so and what to do offline.
@@ -41,7 +42,7 @@ from stagebench.errors import ConfigError, DataError, StagebenchError
 from stagebench.optional import need
 from stagebench.params import PositiveInt, build, param
 from stagebench.rerank.merge import merge_head_tail, split_head
-from stagebench.rerank.plugins import check_kwargs, import_target
+from stagebench.rerank.plugins import check_kwargs, import_target, target_identity
 from stagebench.runs import Run, ranked
 from stagebench.stages.base import Server, Stage, StageContext
 from stagebench.ui import progress
@@ -121,7 +122,9 @@ class PyTerrierStage(Stage):
     def identity(self) -> dict:
         p: PyTerrierParams = self.params
         module = p.target.partition(":")[0]
-        return {"builder_source": module_source_hash(module), "builder_package": _package_version(module)}
+        builder = import_target(p.target, f"stage {self.name}.target", needs_score=False)
+        return {"builder_source": module_source_hash(module), "builder_package": _package_version(module),
+                **target_identity(builder, p.kwargs or {})}  # fmt: skip
 
     def _transformer(self, ctx: StageContext) -> Any:
         p: PyTerrierParams = self.params

@@ -15,7 +15,7 @@ from stagebench.cache import module_source_hash
 from stagebench.runtime.devices import HardwareParams
 from stagebench.errors import ConfigError
 from stagebench.params import PositiveInt, build, param
-from stagebench.rerank.plugins import build_plugin, check_kwargs, import_target
+from stagebench.rerank.plugins import build_plugin, check_kwargs, import_target, target_identity
 from stagebench.rerank.pointwise import CrossEncoderReranker, RerankCommon, Reranked, ScoreTask, rerank_depths
 from stagebench.runs import Run
 from stagebench.record import RerankStats
@@ -96,11 +96,7 @@ class PluginStage(Stage):
 
         p: PluginParams = self.params
         factory = import_target(p.target, f"stage {self.name}.target")
-        out: dict = {"plugin_source": module_source_hash(p.target.partition(":")[0])}
-        extra = getattr(factory, "cache_identity", None)
-        if callable(extra):
-            out["plugin_identity"] = extra(**(p.kwargs or {}))
-        return out
+        return {"plugin_source": module_source_hash(p.target.partition(":")[0]), **target_identity(factory, p.kwargs or {})}
 
     @classmethod
     def build_params(cls, raw: Any, where: str, target: str | None) -> PluginParams:
