@@ -602,6 +602,16 @@ def new_ray_log() -> Path:
     return Path(name)
 
 
+def _stderr_is_the_screen() -> bool:
+    """Whether ``sys.stderr`` writes to file descriptor 2 itself: in a notebook (its own stream, the
+    kernel's descriptor 2 is not the notebook) or under a capture, Ray's native output never reaches
+    what the user reads, and stagebench's lines must stay where they are."""
+    try:
+        return sys.stderr.fileno() == 2
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError and a ValueError
+        return False
+
+
 def ray_output_log() -> Path | None:
     """The file Ray's output is put aside into in this process, if it is (:func:`put_ray_output_aside`)."""
     return sys.stderr.path if isinstance(sys.stderr, _Screen) else None
@@ -668,8 +678,9 @@ def ray_session(params: EngineParams | None, where: str = "engine") -> Iterator[
     stage runs; a cluster this call started is stopped at the end. ``None`` or local: nothing.
     A session the caller holds (a notebook's ``ray.init``, :func:`connect`) is used and left as it is.
     What Ray writes on standard error goes to a log file for the duration (:func:`new_ray_log`,
-    unless the caller put it aside already), named in the line of a stage Ray failed
-    (:class:`RayFailed`) and removed when the session ends well."""
+    unless the caller put it aside already, or standard error is not the process's descriptor 2: a
+    notebook), named in the line of a stage Ray failed (:class:`RayFailed`) and removed when the
+    session ends well."""
     if params is None or params.type != "ray":
         yield
         return
@@ -680,7 +691,7 @@ def ray_session(params: EngineParams | None, where: str = "engine") -> Iterator[
             yield
             ok = True
             return
-        if ray_output_log() is None:
+        if ray_output_log() is None and _stderr_is_the_screen():
             log_file = new_ray_log()
             restore = put_ray_output_aside(log_file)
         try:
