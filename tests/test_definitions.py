@@ -10,7 +10,8 @@ from stagebench.data.irds import DOC_TEMPLATES, _template
 from stagebench.errors import StagebenchError
 from stagebench.judgments.planning import Hole, depth_pooling
 from stagebench.judgments.pool import HOLE, Judgment, filled_qrels
-from stagebench.judgments.views import pair_query_bounds, pair_settled, tau
+from stagebench.judgments.views import pair_settled, tau
+from stagebench.metrics.holes import pair_query_bounds
 from stagebench.judgments.worksheet import read_worksheet
 from stagebench.metrics import parse_measure
 from stagebench.params import read_yaml

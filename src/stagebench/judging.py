@@ -42,11 +42,10 @@ from stagebench.judgments.incompleteness import FILE as INCOMPLETENESS, Incomple
 from stagebench.judgments.coverage import Coverage, simulate as simulate_rounds
 from stagebench.judgments.grades import Constant
 from stagebench.judgments.estimate import Frame, draw, frame, inclusion, predict
-from stagebench.judgments.planning import Hole, Simulation, depth_pooling, plan, pool_holes, random_holes, simulate
+from stagebench.judgments.planning import Simulation, depth_pooling, plan, pool_holes, random_holes, simulate
 from stagebench.judgments.sampling import (ESTIMATE, EstimatedView, Record, design_path, estimated_view, grade_model,
                                            predictor_stage)
 from stagebench.judgments.pool import HOLE, JUDGMENTS, Judgment, filled_qrels, read_judgments
-from stagebench.judgments.views import rankings
 from stagebench.judgments.worksheet import (ADDED, SOURCES, added_tsv, merge, read_worksheet, sources_json, worksheet_csv,
                                             worksheet_jsonl, worksheet_rows)
 from stagebench.metrics import holes as hole_views, parse_measure, scored_query_ids
@@ -56,7 +55,7 @@ from stagebench.params import read_yaml
 from stagebench.report.write import Rendered, render
 from stagebench.results.folder import RESULTS, RunFolder, rewritten, write_manifest
 from stagebench.results.scoring import label_names_of
-from stagebench.runs import run_digest, write_trec_qrels
+from stagebench.runs import rankings, run_digest, write_trec_qrels
 from stagebench.runtime.engine import EngineParams
 
 log = logging.getLogger("stagebench")

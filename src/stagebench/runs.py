@@ -15,7 +15,7 @@ import hashlib
 import math
 import numbers
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,11 @@ def ranked(scores: Mapping[str, float]) -> list[tuple[str, float]]:
 
 def ranked_ids(scores: Mapping[str, float]) -> list[str]:
     return [d for d, _ in ranked(scores)]
+
+
+def rankings(runs: Mapping[str, Run], stages: Sequence[str], queries: Sequence[str]) -> dict[str, dict[str, list[str]]]:
+    """stage -> query -> its ranking (trec_eval's tie rule), computed once for every use."""
+    return {s: {q: ranked_ids(runs[s].get(q, {})) for q in queries} for s in stages}
 
 
 def truncate(run: Mapping[str, Mapping[str, float]], depth: int) -> Run:

@@ -25,7 +25,8 @@ from stagebench.results.folder import RunFolder
 from stagebench.judgments.incompleteness import subsample
 from stagebench.judgments.pool import filled_qrels
 from stagebench.judgments.planning import plan, pool_holes
-from stagebench.judgments.views import pair_bounds, pair_settled, stage_views
+from stagebench.judgments.views import pair_settled, stage_views
+from stagebench.metrics.holes import pair_bounds
 from stagebench.results.scoring import label_names_of
 from stagebench.judgments.worksheet import ADDED, SOURCES, read_worksheet
 
@@ -360,7 +361,7 @@ def test_paired_bounds_hold_every_grading_and_stay_in_minus_one_one():
     nDCG@3(a) - nDCG@3(b); the paired bounds hold them all and lie in [-1, 1]."""
     import itertools
 
-    from stagebench.judgments.views import pair_query_bounds
+    from stagebench.metrics.holes import pair_query_bounds
     from stagebench.metrics import holes as hole_views
 
     m = parse_measure("nDCG@3")
@@ -396,7 +397,7 @@ def test_a_pair_the_stage_table_shows_ordered_keeps_its_order_under_every_gradin
     import itertools
     import random
 
-    from stagebench.judgments.views import rankings
+    from stagebench.runs import rankings
     from stagebench.results.scoring import _unsettled
 
     m, rng, docs, qs = parse_measure("nDCG@3"), random.Random(5), [f"d{i}" for i in range(6)], ["q1", "q2"]

@@ -3,7 +3,7 @@ judgments settles the most open stage orders (``stagebench plan-judgments``), an
 against the usual strategies when the answers are known (``--simulate``).
 
 A pair of stages is *settled* when the bounds of their difference, over every grading of the holes
-left (a hole takes one grade for both stages), exclude 0 (:func:`stagebench.judgments.views.pair_bounds`).
+left (a hole takes one grade for both stages), exclude 0 (:func:`stagebench.metrics.holes.pair_bounds`).
 The plan settles the pairs one at a time, cheapest first: for each open pair it takes the direction
 the main table orders it, and greedily picks the holes that move the pair's bound towards 0 the
 most if each took the prior grade (the middle of the scale: 2 of ESCI's 0-3), recomputed exactly on
@@ -28,7 +28,8 @@ from dataclasses import asdict, dataclass, field
 from itertools import combinations
 
 from stagebench.metrics.names import Measure
-from stagebench.judgments.views import pair_query_bounds, pair_settled, stage_views
+from stagebench.judgments.views import pair_settled, stage_views
+from stagebench.metrics.holes import pair_query_bounds
 
 STRATEGIES = ("plan", "depth", "random")
 #: how far past 0 the plan moves a pair's bound, as a share of the distance to 0, with the holes at

@@ -13,11 +13,10 @@ from stagebench import stats
 from stagebench.metrics import Delegated, Evaluation, Measure, evaluate, holes
 from stagebench.metrics.delegate import ir_measures_version
 from stagebench.metrics.compute import gain_map
-from stagebench.judgments.views import pair_bounds, rankings
 from stagebench.record import LLMStats, Manifest, StageRecord
 from stagebench.results import baselines, ceilings
 from stagebench.results.depth import depth_sweep
-from stagebench.runs import Run
+from stagebench.runs import Run, rankings
 from stagebench.table import CeilingCells, LLMCells, StageRow, StageTable
 
 
@@ -214,7 +213,7 @@ def _unsettled(names: list[str], letters: dict[str, str], measures: dict[str, Me
                queries: list[str], top: int, rel: int, gain: object) -> dict[str, dict[str, list[str]]]:  # fmt: skip
     """Stage -> measure -> the letters of the stages the judgments leave it unordered with: their
     bounds overlap, or, where they do not, the pair's own bounds over every grading of the holes
-    (:func:`stagebench.judgments.views.pair_bounds`) still hold 0. The two bounds each stage's
+    (:func:`stagebench.metrics.holes.pair_bounds`) still hold 0. The two bounds each stage's
     row shows (every hole irrelevant, every hole at the top grade) are two gradings, not the
     extremes of nDCG over all of them (a hole at the top grade raises the ideal), so apart they
     would claim orders a grading of the holes reverses (issue 69)."""
@@ -226,7 +225,7 @@ def _unsettled(names: list[str], letters: dict[str, str], measures: dict[str, Me
                 open_ = holes.overlap(bounded[a][m], bounded[b][m])
                 if not open_:
                     ranked = ranked if ranked is not None else rankings(runs, names, queries)
-                    lo, hi = pair_bounds(ranked, qrels, queries, measure, top, rel, gain, a, b)
+                    lo, hi = holes.pair_bounds(ranked, qrels, queries, measure, top, rel, gain, a, b)
                     open_ = lo <= 1e-12 and hi >= -1e-12
                 if open_:
                     out[a][m].append(letters[b])
