@@ -256,11 +256,13 @@ _LOST = ("owner has died", "node has crashed", "node died", "raylet", "gcs", "co
 _AUTH = ("invalidauthtoken", "authentication", "auth token", "unauthenticated", "cancelled before it started running")
 
 
-def ray_failure(desc: str, exc: BaseException, cluster: str = "the Ray cluster") -> str:
+def ray_failure(desc: str, exc: BaseException, cluster: str = "the Ray cluster", answers: bool = True) -> str:
     """One line for a Ray failure under a stage, naming what it is: the cluster (or a node) lost, an
     authentication mismatch between driver and cluster, or a worker that died; each says that the
-    same command resumes (every finished stage is in the cache). Ray's own tracebacks stay in the
-    exception chain (``--verbose`` prints it), not on the screen."""
+    same command resumes (every finished stage is in the cache). ``answers``: whether the cluster
+    still accepts a connection (:func:`_cluster_answers`); one that does not is lost, whatever the
+    words (an actor ``ray stop`` cancelled reads as one the cluster never let start). Ray's own
+    tracebacks stay in the exception chain (``--verbose`` prints it), not on the screen."""
     chain, seen, cur = [], set(), exc
     while cur is not None and id(cur) not in seen:
         seen.add(id(cur))
@@ -271,14 +273,28 @@ def ray_failure(desc: str, exc: BaseException, cluster: str = "the Ray cluster")
     last = str(chain[-1]).strip().splitlines()
     detail = f"{type(chain[-1]).__name__}: {last[-1][:200] if last else ''}"
     resume = "nothing of this stage was written; the same command resumes (finished stages come from the cache)"
+    lost = (f"{desc}: {cluster}, or a node of it, was lost during the stage (ray stop, or its head or a node "
+            f"died; {detail}); {resume}, once the cluster is back")  # fmt: skip
+    if not answers:
+        return lost
     if any(k in text for k in _AUTH) or "AuthenticationError" in names:
         return (f"{desc}: the Ray workers never started: the driver's and the cluster's authentication do not match "
                 f"(RAY_AUTH_MODE / the token on both sides; {detail}); {resume}")  # fmt: skip
     if names & {"NodeDiedError", "LocalRayletDiedError", "OwnerDiedError", "RaySystemError", "RpcError"} or \
             any(k in text for k in _LOST):  # fmt: skip
-        return (f"{desc}: {cluster}, or a node of it, was lost during the stage (ray stop, or its head or a node "
-                f"died; {detail}); {resume}, once the cluster is back")  # fmt: skip
+        return lost
     return f"{desc}: a Ray worker failed: {detail}; {resume}"
+
+
+def _cluster_answers() -> bool:
+    """Whether the connected cluster's GCS still accepts a TCP connection (within 2 s)."""
+    try:
+        address = need("ray", "engine: ray").get_runtime_context().gcs_address
+        host, _, port = address.rpartition(":")
+        with socket.create_connection((host, int(port)), timeout=2.0):
+            return True
+    except Exception:  # noqa: BLE001 - no address, refused, timed out: it does not answer
+        return False
 
 
 class RayEngine(Engine):
@@ -341,7 +357,7 @@ class RayEngine(Engine):
                     raise StagebenchError(str(root)) from exc
                 address, source = p.resolved_address()
                 where = f"the Ray cluster at {address} (from {source})" if address else "the run's local Ray cluster"
-                raise RayFailed(ray_failure(desc, exc, where)) from exc
+                raise RayFailed(ray_failure(desc, exc, where, _cluster_answers())) from exc
         ray.experimental.internal_kv._internal_kv_del(stop_key)
         if not got.all():
             raise StagebenchError(f"{desc}: Ray returned {int(got.sum())} of {len(units)} results")
