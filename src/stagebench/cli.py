@@ -22,13 +22,13 @@ from stagebench.data.synthetic import SyntheticSpec
 from stagebench.errors import StagebenchError
 from stagebench.report.tables import (check_text, comparison_text, matrix_csv, matrix_markdown, matrix_text, segments_csv,
                                      segments_markdown, segments_text)  # fmt: skip
-from stagebench.reproductions import matrix_markdown
+from stagebench.reproductions import reproductions_markdown
 from stagebench.results.check import Expected
 from stagebench.judgments.planning import STRATEGIES
 from stagebench.results.segments import MIN_QUERIES
 from stagebench.results.scoring import conventions_line
-from stagebench.runtime.engine import connect, put_ray_output_aside, ray_output_log
-from stagebench.runtime.supervisor import ray_log_given, report_finished, run_watched, watched
+from stagebench.runtime.engine import ClusterLost, connect, put_ray_output_aside, ray_output_log
+from stagebench.runtime.supervisor import ray_log_given, report_finished, report_lost, run_watched, watched
 from stagebench.version import __version__
 
 
@@ -396,7 +396,7 @@ def _parser_reproduce(sub) -> None:
 
 def _cmd_reproduce(args: argparse.Namespace) -> int:
     outcomes = api.reproduce(args.root, args.names, args.output_root, args.matrix, args.cache_dir)
-    sys.stdout.write(matrix_markdown(outcomes))
+    sys.stdout.write(reproductions_markdown(outcomes))
     logging.getLogger("stagebench").info("matrix written to %s", args.matrix)
     return 1 if any(o.failed for o in outcomes) else 0
 
@@ -698,10 +698,14 @@ def main(argv: list[str] | None = None) -> int:
         code = _main(args)
         return code
     finally:
-        aside = ray_output_log()  # Ray's output of a watched run: kept only where its error line names it
-        if aside is not None and str(aside) not in getattr(args, "said", ""):
+        aside = ray_output_log()  # Ray's output of a watched run: kept only where a line names it
+        lost = getattr(args, "lost", False)
+        if aside is not None and not lost and str(aside) not in getattr(args, "said", ""):
             aside.unlink(missing_ok=True)
-        report_finished(code)
+        if lost:
+            report_lost()  # the parent says it, as when Ray's core ends this process first
+        else:
+            report_finished(code)
         for sig, handler in old.items():
             signal.signal(sig, handler)
 
@@ -714,6 +718,12 @@ def _main(args: argparse.Namespace) -> int:
     debug = args.verbose or os.environ.get("STAGEBENCH_DEBUG", "") not in ("", "0")
     try:
         return args.func(args)
+    except ClusterLost as exc:
+        if getattr(args, "watched", False):
+            logging.getLogger("stagebench").debug("the cluster went away: %s", exc)
+            args.lost = True
+            return 2
+        return _fail(str(exc), debug)
     except StagebenchError as exc:
         args.said = str(exc)
         return _fail(str(exc), debug)

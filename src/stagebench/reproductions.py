@@ -118,7 +118,7 @@ def run_one(r: Reproduction, repo: Path, output_root: Path, cache_dir: str | Non
     return Reproduced(r, rows)
 
 
-def matrix_markdown(outcomes: list[Reproduced]) -> str:
+def reproductions_markdown(outcomes: list[Reproduced]) -> str:
     """The Markdown matrix: one line per (reproduction, stage, metric)."""
     lines = ["# Reproductions", "",
              "Written by `stagebench reproduce` (`make reproduce`). Status: **OK** (equal to 6 decimals), "
@@ -159,8 +159,8 @@ def run_reproductions(repo: Path, names: list[str] | None, output_root: Path, ma
         check_file(matrix_path, MATRIX)  # before any reproduction runs
     outcomes = [run_one(r, repo, output_root, cache_dir) for r in find(repo, names)]
     if matrix_path is not None:
-        write_matrix(matrix_path, matrix_markdown(outcomes))
+        write_matrix(matrix_path, reproductions_markdown(outcomes))
     return outcomes
 
 
-__all__ = ["Reproduced", "Reproduction", "find", "matrix", "missing_needs", "reproduce", "run_one"]
+__all__ = ["Reproduced", "Reproduction", "find", "missing_needs", "reproductions_markdown", "run_one", "run_reproductions"]

@@ -81,6 +81,9 @@ def test_matrix_stages_cells_files_and_cache(tmp_path, small_synthetic, capsys, 
         assert f"{shown} " in lines[cell["pool"]] or lines[cell["pool"]].endswith(shown), (shown, lines[cell["pool"]])
     assert main(["matrix", str(out), "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out) == m
+    for fmt, name in (("markdown", "matrix.md"), ("csv", "matrix.csv")):  # each format is the folder's own file
+        assert main(["matrix", str(out), "--format", fmt]) == 0
+        assert capsys.readouterr().out == (out / name).read_text(encoding="utf-8"), fmt
     html = (out / "report.html").read_text()
     assert 'id="matrix"' in html and 'alt="matrix.png"' in html
     assert (out / "plots" / "matrix.png").stat().st_size > 5_000

@@ -243,8 +243,9 @@ def test_the_cluster_stopped_mid_stage_is_one_line_a_non_zero_exit_and_nothing_p
     finally:
         ray_log.unlink(missing_ok=True)
     assert not [line for line in text.splitlines() if "core_worker" in line or "ERROR" in line or "Traceback" in line]
-    assert lines[0].startswith(f"stagebench: error: {cfg}: engine: the Ray runtime ended the run mid-stage"), lines
-    assert f"the Ray cluster at {cluster.address} (from $RAY_ADDRESS)" in lines[0]
+    # the same line whether Ray's core ended the driver first or the driver saw the loss (supervisor.LOST)
+    assert lines[0].startswith(f"stagebench: error: {cfg}: engine: the Ray cluster at {cluster.address} (from "
+                               "$RAY_ADDRESS), or this node's Ray processes, went away during a stage"), lines
     assert "the same command resumes" in lines[0]
     assert not (tmp_path / "stopped").exists()
     assert sorted(p.name for p in tmp_path.glob(".stopped.partial-*")) == [".stopped.partial-1"]

@@ -195,6 +195,12 @@ class RayFailed(StagebenchError):
     that holds Ray's own messages about it."""
 
 
+class ClusterLost(RayFailed):
+    """The cluster (or a node of it) went away under a stage: a watched run leaves its line to the
+    parent (:mod:`stagebench.runtime.supervisor`), which says it the same way whether the driver
+    saw the loss or Ray's core ended the driver first."""
+
+
 class _NotStarted(Exception):
     """A unit the map did not start because an earlier one failed."""
 
@@ -251,9 +257,22 @@ def _root_cause(exc: BaseException) -> BaseException:
 
 #: what Ray says, anywhere in a failure's chain, when the cluster or a node went away under a run
 _LOST = ("owner has died", "node has crashed", "node died", "raylet", "gcs", "connection to the cluster",
-         "failed to connect", "cluster was lost", "ray stop", "the driver is disconnected")
+         "failed to connect", "cluster was lost", "ray stop", "the driver is disconnected",
+         "cancelled before it started running")
 #: ... and when the driver's and the cluster's authentication do not match
-_AUTH = ("invalidauthtoken", "authentication", "auth token", "unauthenticated", "cancelled before it started running")
+#: (an actor "cancelled before it started running" is what `ray stop` mid-stage leaves, 4 times in 8; a
+#: driver whose token the cluster's workers cannot answer is named before any stage: check_workers_answer)
+_AUTH = ("invalidauthtoken", "authentication", "auth token", "unauthenticated")
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """An exception and its causes (Ray's ``cause`` attribute, then Python's own links), each once."""
+    chain, seen, cur = [], set(), exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        chain.append(cur)
+        cur = getattr(cur, "cause", None) or cur.__cause__ or cur.__context__
+    return chain
 
 
 def ray_failure(desc: str, exc: BaseException, cluster: str = "the Ray cluster", answers: bool = True) -> str:
@@ -263,27 +282,33 @@ def ray_failure(desc: str, exc: BaseException, cluster: str = "the Ray cluster",
     still accepts a connection (:func:`_cluster_answers`); one that does not is lost, whatever the
     words (an actor ``ray stop`` cancelled reads as one the cluster never let start). Ray's own
     tracebacks stay in the exception chain (``--verbose`` prints it), not on the screen."""
-    chain, seen, cur = [], set(), exc
-    while cur is not None and id(cur) not in seen:
-        seen.add(id(cur))
-        chain.append(cur)
-        cur = getattr(cur, "cause", None) or cur.__cause__ or cur.__context__
-    text = " ".join(f"{type(e).__name__} {e}" for e in chain).lower()
-    names = {type(e).__name__ for e in chain}
+    chain = _chain(exc)
     last = str(chain[-1]).strip().splitlines()
     detail = f"{type(chain[-1]).__name__}: {last[-1][:200] if last else ''}"
     resume = "nothing of this stage was written; the same command resumes (finished stages come from the cache)"
-    lost = (f"{desc}: {cluster}, or a node of it, was lost during the stage (ray stop, or its head or a node "
-            f"died; {detail}); {resume}, once the cluster is back")  # fmt: skip
-    if not answers:
-        return lost
-    if any(k in text for k in _AUTH) or "AuthenticationError" in names:
+    kind = failure_kind(exc, answers)
+    if kind == "lost":
+        return (f"{desc}: {cluster}, or a node of it, was lost during the stage (ray stop, or its head or a node "
+                f"died; {detail}); {resume}, once the cluster is back")  # fmt: skip
+    if kind == "auth":
         return (f"{desc}: the Ray workers never started: the driver's and the cluster's authentication do not match "
                 f"(RAY_AUTH_MODE / the token on both sides; {detail}); {resume}")  # fmt: skip
+    return f"{desc}: a Ray worker failed: {detail}; {resume}"
+
+
+def failure_kind(exc: BaseException, answers: bool = True) -> Literal["lost", "auth", "worker"]:
+    """What a Ray failure under a stage is (:func:`ray_failure`), from the words and types in its chain."""
+    chain = _chain(exc)
+    text = " ".join(f"{type(e).__name__} {e}" for e in chain).lower()
+    names = {type(e).__name__ for e in chain}
+    if not answers:
+        return "lost"
+    if any(k in text for k in _AUTH) or "AuthenticationError" in names:
+        return "auth"
     if names & {"NodeDiedError", "LocalRayletDiedError", "OwnerDiedError", "RaySystemError", "RpcError"} or \
             any(k in text for k in _LOST):  # fmt: skip
-        return lost
-    return f"{desc}: a Ray worker failed: {detail}; {resume}"
+        return "lost"
+    return "worker"
 
 
 def _cluster_answers() -> bool:
@@ -357,7 +382,9 @@ class RayEngine(Engine):
                     raise StagebenchError(str(root)) from exc
                 address, source = p.resolved_address()
                 where = f"the Ray cluster at {address} (from {source})" if address else "the run's local Ray cluster"
-                raise RayFailed(ray_failure(desc, exc, where, _cluster_answers())) from exc
+                answers = _cluster_answers()
+                failed = ClusterLost if failure_kind(exc, answers) == "lost" else RayFailed
+                raise failed(ray_failure(desc, exc, where, answers)) from exc
         ray.experimental.internal_kv._internal_kv_del(stop_key)
         if not got.all():
             raise StagebenchError(f"{desc}: Ray returned {int(got.sum())} of {len(units)} results")
@@ -569,6 +596,7 @@ def connect(params: EngineParams, where: str = "engine") -> None:
     _ray_loggers_aside()  # Ray's loggers, configured on its import: to the file, where Ray's output is put aside
     address, source = params.resolved_address()
     named = f"{where}.address" if source == "engine.address" else source
+    address_found: str | None = None
     if address not in (None, "auto"):
         probe(address, named)
         check_authentication(address, named)
@@ -576,6 +604,7 @@ def connect(params: EngineParams, where: str = "engine") -> None:
         found = _local_cluster()
         if found is not None:  # the token ray.init would send, asked at once instead of after its retries
             check_authentication(found, f"{named} (auto: the cluster `ray start` runs on this machine)")
+        address_found = found
     kwargs: dict[str, Any] = {"include_dashboard": False, "logging_level": logging.WARNING, "log_to_driver": False}
     if address is None:
         kwargs["num_cpus"] = params.local_cpus or os.cpu_count()
@@ -597,8 +626,8 @@ def connect(params: EngineParams, where: str = "engine") -> None:
     finally:
         if callable(term):
             signal.signal(signal.SIGTERM, term)
-    if address not in (None, "auto") and os.environ.get("RAY_AUTH_MODE", "").lower() == "token":
-        check_workers_answer(address, named)
+    if address is not None and os.environ.get("RAY_AUTH_MODE", "").lower() == "token":
+        check_workers_answer(address if address != "auto" else (address_found or "auto"), named)
     res = ray.cluster_resources()
     log.info("engine ray: connected to %s in %.1fs: %g CPU, %g GPU", address or "a new local cluster",
              time.perf_counter() - t0, res.get("CPU", 0), res.get("GPU", 0))  # fmt: skip
@@ -730,5 +759,5 @@ def ray_session(params: EngineParams | None, where: str = "engine") -> Iterator[
             log_file.unlink(missing_ok=True)
 
 
-__all__ = ["Engine", "EngineParams", "LocalEngine", "RayEngine", "RayFailed", "authentication_message", "check_authentication",
+__all__ = ["ClusterLost", "Engine", "EngineParams", "LocalEngine", "RayEngine", "RayFailed", "authentication_message", "check_authentication",
            "connect", "make_engine", "probe", "new_ray_log", "put_ray_output_aside", "ray_output_log", "ray_session"]

@@ -26,6 +26,7 @@ every finished stage in the cache - and, should it not have stopped within
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -39,11 +40,15 @@ from stagebench.runtime.engine import EngineParams, new_ray_log
 from stagebench.errors import StagebenchError
 from stagebench.files import remove_stale_staging
 
+log = logging.getLogger("stagebench")
+
 #: the environment variable naming the file descriptor a watched child reports on
 STATUS_FD_ENV = "STAGEBENCH_STATUS_FD"
 #: what a watched child writes there when it ends the way stagebench ends, followed by its exit
 #: status and a newline
 FINISHED = b"finished "
+#: what a watched child writes there when the cluster went away under its run (then the parent says so)
+LOST = b"lost\n"
 #: the environment variable naming the read end of the parent's lifeline (``fd:parent pid``)
 LIFELINE_FD_ENV = "STAGEBENCH_LIFELINE_FD"
 #: the environment variable naming the file a watched child puts Ray's standard-error output into
@@ -97,16 +102,27 @@ def _watch_lifeline(fd: int) -> None:
     os._exit(128 + signal.SIGTERM)
 
 
-def report_finished(code: int) -> None:
-    """Tell the watching parent (if any) that this process ends the way stagebench ends, with exit
-    status ``code``: what the parent exits with, whatever Ray's teardown does to this process after."""
+def report_lost() -> None:
+    """Tell the watching parent that the cluster went away under this run (a ``ClusterLost`` this
+    process caught): the parent says so in the words it uses when Ray's core ended this process
+    first, so the line is the same whichever came first."""
+    _report(LOST)
+
+
+def _report(message: bytes) -> None:
     fd = _status_fd()
     if fd is not None:
         try:
-            os.write(fd, FINISHED + b"%d\n" % code)
+            os.write(fd, message)
             os.close(fd)
         except OSError:  # the parent is gone: nobody to tell
             pass
+
+
+def report_finished(code: int) -> None:
+    """Tell the watching parent (if any) that this process ends the way stagebench ends, with exit
+    status ``code``: what the parent exits with, whatever Ray's teardown does to this process after."""
+    _report(FINISHED + b"%d\n" % code)
 
 
 def run_watched(argv: Sequence[str], config_path: Path, engine: EngineParams, out: Path,
@@ -163,25 +179,25 @@ def _run_watched(argv: Sequence[str], config_path: Path, engine: EngineParams, o
         return int(said[len(FINISHED):-1])  # the child's own status, not what Ray's teardown left
     remove_stale_staging(out)
     remove_leftovers(child.pid)
-    if code < 0:  # a signal from outside: Ray's runtime ends a driver with an exit status, not a signal
+    if said != LOST and code < 0:  # a signal from outside: Ray's runtime ends a driver with an exit status, not a signal
         raise StagebenchError(f"{config_path}: the run's process (pid {child.pid}) was ended by signal "
                               f"{signal.Signals(-code).name}, sent by something outside stagebench (a kill, the "
                               "out-of-memory killer, a job scheduler's limit); no results folder was written or "
                               "changed, every stage that finished is in the cache, so the same command resumes "
                               "after the last finished stage")  # fmt: skip
-    how = f"exit status {code}"
+    log.debug("the run's process (pid %d) ended with status %d%s", child.pid, code,
+              " after it saw the cluster go" if said == LOST else ", ended by Ray's core before it could report")  # fmt: skip
     address, source = engine.resolved_address()
     cluster = f"the Ray cluster at {address} (from {source})" if address else "the run's local Ray cluster"
-    raise StagebenchError(f"{config_path}: engine: the Ray runtime ended the run mid-stage without a word ({how}): "
-                          f"{cluster} or this node's Ray processes went away (`ray stop`, a node lost); no results "
-                          "folder was written or changed, every stage that finished is in the cache, so the same "
-                          "command resumes after the last finished stage once the cluster is back"
-                          f"{_said(ray_log)}")  # fmt: skip
+    raise StagebenchError(f"{config_path}: engine: {cluster}, or this node's Ray processes, went away during a stage "
+                          "(`ray stop`, its head or a node lost); no results folder was written or changed, every "
+                          "stage that finished is in the cache, so the same command resumes after the last finished "
+                          f"stage once the cluster is back{_said(ray_log)}")  # fmt: skip
 
 
 def _said(log: Path) -> str:
     return f" (Ray's own messages: {log})" if log.is_file() and log.stat().st_size else ""
 
 
-__all__ = ["FINISHED", "LIFELINE_FD_ENV", "RAY_LOG_ENV", "STATUS_FD_ENV", "ray_log_given", "report_finished", "run_watched",
-           "watched"]
+__all__ = ["FINISHED", "LIFELINE_FD_ENV", "LOST", "RAY_LOG_ENV", "STATUS_FD_ENV", "ray_log_given", "report_finished",
+           "report_lost", "run_watched", "watched"]
