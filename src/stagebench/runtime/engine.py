@@ -752,7 +752,7 @@ def ray_session(params: EngineParams | None, where: str = "engine") -> Iterator[
     except RayFailed as exc:
         said = log_file or ray_output_log()
         if said is not None and said.is_file() and said.stat().st_size:
-            raise RayFailed(f"{exc} (Ray's own messages: {said})") from exc
+            raise type(exc)(f"{exc} (Ray's own messages: {said})") from exc
         raise
     finally:
         if log_file is not None and (ok or not log_file.stat().st_size):
