@@ -523,7 +523,10 @@ def check_workers_answer(address: str, where: str) -> None:
         ray.get(actor.answer.remote(), timeout=WORKER_PROBE_TIMEOUT_S)
         ray.kill(actor)
     except Exception as exc:
-        if any(k in f"{type(exc).__name__} {exc}".lower() for k in _AUTH) or _authentication_failure(exc):
+        # an actor that does nothing dies before it answers: the cluster's side cannot call this process
+        # back ("cancelled before it started running", or "died unexpectedly", as the race goes)
+        died = any(isinstance(e, need("ray", "engine: ray").exceptions.RayActorError) for e in _chain(exc))
+        if died or any(k in f"{type(exc).__name__} {exc}".lower() for k in _AUTH) or _authentication_failure(exc):
             raise StagebenchError(f"{where}: this process sends a token (RAY_AUTH_MODE=token), but the Ray cluster at "
                                   f"{address} does not use token authentication, so its workers cannot answer this "
                                   "process (every actor dies before it starts); unset RAY_AUTH_MODE here, or "
