@@ -1,7 +1,8 @@
 """What a measure does with the documents nobody judged (the "holes"): three treatments.
 
 * ``irrelevant`` - a hole counts as grade 0. trec_eval's default and every table's main view: it
-  never credits a stage for a product nobody looked at, so it is the low end of the bounds.
+  never credits a stage for a product nobody looked at. It is the lowest value over the gradings
+  of the holes for P, Hit, Hits, RR and R, not always for nDCG and AP (below).
 * ``judged_only`` - holes are removed from the ranking before it is cut at k (condensed lists:
   trec_eval ``-J``, pytrec_eval's ``judged_docs_only_flag``, the official ESCI evaluation).
 * ``top_grade`` - every hole within the measure's cut-off (the whole ranking for a measure without
