@@ -98,6 +98,7 @@ class Ground:
     rf: RunFolder
     qrels: dict
     queries: list[str]
+    runs: dict[str, dict[str, dict[str, float]]]  # read (and verified) once for every use
     ranked: dict[str, dict[str, list[str]]]
     measure: Measure
     top: int
@@ -153,7 +154,7 @@ def ground(folder: str | Path, measure: str | None = None) -> Ground:
     judgments = None
     if rf.manifest.judge is not None and rf.holds(JUDGMENTS):
         judgments = read_judgments(rf.verified(JUDGMENTS).read_text(encoding="utf-8"), str(rf.path / JUDGMENTS))
-    return Ground(rf, qrels, queries, rankings(runs, stages, queries), m, top, ev.relevance_threshold, ev.gain,
+    return Ground(rf, qrels, queries, runs, rankings(runs, stages, queries), m, top, ev.relevance_threshold, ev.gain,
                   label_names_of(rf.manifest, qrels), judgments)  # fmt: skip
 
 
@@ -212,7 +213,7 @@ def _nDCG_only(g: Ground) -> None:
 def estimation(g: Ground, predictor: str | None, qrels: dict | None = None, cache_dir: str | None = None) -> Estimation:
     """The units and the grade model's predictions on ``qrels`` (default the folder's). A cross-encoder
     predictor scores the pairs in any stage's top k that its pool left out, once
-    (:func:`scores_beyond_pool`, cached under ``cache_dir``)."""
+    (:func:`model_scores`, cached under ``cache_dir``)."""
     _nDCG_only(g)
     qrels = g.qrels if qrels is None else qrels
     gain = gain_map(g.measure.gain or g.gain)
@@ -220,10 +221,10 @@ def estimation(g: Ground, predictor: str | None, qrels: dict | None = None, cach
     fr = frame(g.ranked, qrels, g.queries, g.measure.cutoff, gain, g.top)
     types = {s.name: s.type for s in g.rf.manifest.stages}
     said = {(j.qid, j.docid): j.grade for j in g.judgments or [] if j.grade is not None}
-    runs = g.rf.runs()
+    runs = g.runs
     spec = predictor_stage(predictor, runs, types)
     if spec is not None and types.get(spec) == "cross_encoder":
-        runs = {**runs, spec: model_scores(g, spec, runs[spec], cache_dir)}
+        runs = {**runs, spec: model_scores(g, spec, cache_dir)}
     model, quality = grade_model(predictor, runs, types, qrels, grades, said)
     gains = np.array([gain(x) for x in grades], dtype=np.float64)
     dist = model.distributions(fr.holes())
@@ -231,7 +232,7 @@ def estimation(g: Ground, predictor: str | None, qrels: dict | None = None, cach
     return Estimation(g, fr, means, np.maximum(dist @ gains**2 - means**2, 0.0), model.name, quality.line(), gains)
 
 
-def model_scores(g: Ground, stage: str, run: dict[str, dict[str, float]], cache_dir: str | None = None) -> dict[str, dict[str, float]]:
+def model_scores(g: Ground, stage: str, cache_dir: str | None = None) -> dict[str, dict[str, float]]:
     """The cross-encoder ``stage``'s own scores of every pair in any stage's top k (k: the measure's
     cut-off), for the grade model. Its run holds its model's score for its pool only (its input's top
     ``top_n``); the tail's scores are placed below the pool's, not the model's, and are left out. The
@@ -241,7 +242,7 @@ def model_scores(g: Ground, stage: str, run: dict[str, dict[str, float]], cache_
     record = next(s for s in g.rf.manifest.stages if s.name == stage)
     depth = record.candidate_depth
     head = {q: set(g.ranked[record.inputs[0]].get(q, [])[:depth]) for q in g.queries} if depth else {}
-    scores = {q: {d: x for d, x in docs.items() if d in head.get(q, ())} for q, docs in run.items()}
+    scores = {q: {d: x for d, x in docs.items() if d in head.get(q, ())} for q, docs in g.runs[stage].items()}
     need: dict[str, dict[str, float]] = {}
     for h in pool_holes(g.ranked, {}, g.queries, g.measure.cutoff):
         if h.docid not in scores.get(h.qid, {}):

@@ -36,7 +36,7 @@ def test_pairs_outside_the_pool_get_the_models_own_score_once_and_the_tail_none(
     g = ground(folder)
     runs = g.rf.runs()
     with caplog.at_level(logging.INFO, logger="stagebench"):
-        scores = model_scores(g, "shallow", runs["shallow"], str(cache))
+        scores = model_scores(g, "shallow", str(cache))
     said = caplog.text
     assert "outside stage shallow's pool" in said and "computed run" in said, said[-2000:]
     pool = {q: set(g.ranked["bm25"][q][:4]) for q in g.queries}
@@ -53,7 +53,7 @@ def test_pairs_outside_the_pool_get_the_models_own_score_once_and_the_tail_none(
     np.testing.assert_allclose(got, deep, rtol=0, atol=1e-5)
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="stagebench"):
-        again = model_scores(g, "shallow", runs["shallow"], str(cache))
+        again = model_scores(g, "shallow", str(cache))
     assert again == scores and "cached run" in caplog.text and "computed run" not in caplog.text
 
 

@@ -9,7 +9,7 @@ import pytest
 
 ray_exceptions = pytest.importorskip("ray.exceptions", reason="Ray is not installed")
 
-from stagebench.runtime.engine import ray_failure  # noqa: E402
+from stagebench.runtime.engine import failure_kind, ray_failure  # noqa: E402
 
 
 def chained(outer: BaseException, inner: BaseException) -> BaseException:
@@ -36,11 +36,13 @@ def test_a_lost_cluster_an_auth_mismatch_and_a_dead_worker_are_each_one_line_say
                       (cancelled, "the Ray cluster at 127.0.0.1:6379 (from $RAY_ADDRESS), or a node of it, was lost"),
                       (auth, "the driver's and the cluster's authentication do not match"),
                       (died, "a Ray worker failed: ")):  # fmt: skip
-        line = ray_failure("stage cross_encoder: rerank", exc, "the Ray cluster at 127.0.0.1:6379 (from $RAY_ADDRESS)")
+        line = ray_failure("stage cross_encoder: rerank", exc, "the Ray cluster at 127.0.0.1:6379 (from $RAY_ADDRESS)",
+                           failure_kind(exc))  # fmt: skip
         assert line.startswith("stage cross_encoder: rerank: ") and what in line, line
         assert "the same command resumes" in line and "\n" not in line
     # a cluster that no longer accepts a connection is lost, whatever the words: after `ray stop` an actor
     # cancelled before it started reads as an authentication mismatch (1 of 5 stops, issue 71)
     for exc in (lost, auth, died):
-        line = ray_failure("stage x", exc, "the Ray cluster at 127.0.0.1:6379 (from $RAY_ADDRESS)", answers=False)
+        line = ray_failure("stage x", exc, "the Ray cluster at 127.0.0.1:6379 (from $RAY_ADDRESS)",
+                           failure_kind(exc, answers=False))  # fmt: skip
         assert "the Ray cluster at 127.0.0.1:6379 (from $RAY_ADDRESS), or a node of it, was lost during the stage" in line

@@ -275,18 +275,16 @@ def _chain(exc: BaseException) -> list[BaseException]:
     return chain
 
 
-def ray_failure(desc: str, exc: BaseException, cluster: str = "the Ray cluster", answers: bool = True) -> str:
-    """One line for a Ray failure under a stage, naming what it is: the cluster (or a node) lost, an
-    authentication mismatch between driver and cluster, or a worker that died; each says that the
-    same command resumes (every finished stage is in the cache). ``answers``: whether the cluster
-    still accepts a connection (:func:`_cluster_answers`); one that does not is lost, whatever the
-    words (an actor ``ray stop`` cancelled reads as one the cluster never let start). Ray's own
-    tracebacks stay in the exception chain (``--verbose`` prints it), not on the screen."""
+def ray_failure(desc: str, exc: BaseException, cluster: str = "the Ray cluster",
+                kind: Literal["lost", "auth", "worker"] = "worker") -> str:  # fmt: skip
+    """One line for a Ray failure under a stage, naming what it is (``kind``: :func:`failure_kind`):
+    the cluster (or a node) lost, an authentication mismatch between driver and cluster, or a worker
+    that died; each says that the same command resumes (every finished stage is in the cache). Ray's
+    own tracebacks stay in the exception chain (``--verbose`` prints it), not on the screen."""
     chain = _chain(exc)
     last = str(chain[-1]).strip().splitlines()
     detail = f"{type(chain[-1]).__name__}: {last[-1][:200] if last else ''}"
     resume = "nothing of this stage was written; the same command resumes (finished stages come from the cache)"
-    kind = failure_kind(exc, answers)
     if kind == "lost":
         return (f"{desc}: {cluster}, or a node of it, was lost during the stage (ray stop, or its head or a node "
                 f"died; {detail}); {resume}, once the cluster is back")  # fmt: skip
@@ -297,7 +295,9 @@ def ray_failure(desc: str, exc: BaseException, cluster: str = "the Ray cluster",
 
 
 def failure_kind(exc: BaseException, answers: bool = True) -> Literal["lost", "auth", "worker"]:
-    """What a Ray failure under a stage is (:func:`ray_failure`), from the words and types in its chain."""
+    """What a Ray failure under a stage is (:func:`ray_failure`), from the words and types in its chain;
+    ``answers``: whether the cluster still accepts a connection (:func:`_cluster_answers`): one that
+    does not is lost, whatever the words."""
     chain = _chain(exc)
     text = " ".join(f"{type(e).__name__} {e}" for e in chain).lower()
     names = {type(e).__name__ for e in chain}
@@ -382,9 +382,8 @@ class RayEngine(Engine):
                     raise StagebenchError(str(root)) from exc
                 address, source = p.resolved_address()
                 where = f"the Ray cluster at {address} (from {source})" if address else "the run's local Ray cluster"
-                answers = _cluster_answers()
-                failed = ClusterLost if failure_kind(exc, answers) == "lost" else RayFailed
-                raise failed(ray_failure(desc, exc, where, answers)) from exc
+                kind = failure_kind(exc, _cluster_answers())
+                raise (ClusterLost if kind == "lost" else RayFailed)(ray_failure(desc, exc, where, kind)) from exc
         ray.experimental.internal_kv._internal_kv_del(stop_key)
         if not got.all():
             raise StagebenchError(f"{desc}: Ray returned {int(got.sum())} of {len(units)} results")
@@ -673,7 +672,6 @@ def put_ray_output_aside(path: Path) -> Callable[[], None]:
     descriptor, and the ``ray`` loggers' stream handlers to the file. Returns the function that
     puts everything back (a watched child never calls it: Ray's teardown at its exit stays in
     the file too)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     sys.stderr.flush()
     old = sys.stderr
     screen_fd = os.dup(2)
