@@ -485,7 +485,15 @@ def _parser_eval(sub) -> None:
     e.add_argument("--alpha", type=float, default=0.05, help="several runs: significance level, Holm over the pairs")
     e.add_argument("-m", "--metric", dest="metrics", action="extend", nargs="+", required=True,
                    help="measure names, e.g. -m nDCG@10 RR@10 R@100 (repeatable)")  # fmt: skip
-    e.add_argument("--rel", type=int, default=1, help="relevance threshold for binary measures (default 1)")
+    e.add_argument("--rel", type=int, default=1, help="relevance threshold for binary measures and for ir_measures' "
+                   "measures whose name gives no rel (default 1, as trec_eval -l)")  # fmt: skip
+    e.add_argument("--queries", choices=("judged", "run"), default="judged",
+                   help="which queries are averaged: judged (default: every judged query with a positive grade, one "
+                        "the run lacks scored on an empty ranking, as trec_eval -c) or run (only those the run holds, "
+                        "trec_eval's default; with several runs, those every run holds)")  # fmt: skip
+    e.add_argument("-c", dest="queries", action="store_const", const="judged", help="the same as --queries judged")
+    e.add_argument("-M", dest="max_per_query", type=int, default=None, metavar="N",
+                   help="keep each query's top N documents of each run (trec_eval's order), as trec_eval -M N")
     e.add_argument("--gain", choices=("linear", "exponential", "exp", "esci"), default="linear",
                    help="nDCG gain map (default linear; esci: the official task-1 gains, docs/metrics.md)")
     e.add_argument("--view", choices=("irrelevant", "judged-only", "bounds", "all"), default="irrelevant",
@@ -507,13 +515,14 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         permutations, seed, alpha = (_declared(getattr(args, k), EvaluationConfig, k, f"--{k}")
                                      for k in ("permutations", "seed", "alpha"))  # fmt: skip
         exp = api.compare_runs(args.qrels, args.run, args.metrics, relevance_threshold=args.rel, gain=args.gain,
-                               permutations=permutations, seed=seed, alpha=alpha)  # fmt: skip
+                               permutations=permutations, seed=seed, alpha=alpha, queries=args.queries,
+                               max_per_query=args.max_per_query)  # fmt: skip
         sys.stdout.write(exp.text())
         return 0
     args.run = args.run[0]
     result = api.evaluate_files(args.qrels, args.run, args.metrics, relevance_threshold=args.rel, gain=args.gain,
-                                view=args.view)  # fmt: skip
-    _eval_header(args, result.evaluation, result.delegated)
+                                view=args.view, queries=args.queries, max_per_query=args.max_per_query)  # fmt: skip
+    _eval_header(args, result.evaluation, result.delegated, list(result.delegated) if args.view != "irrelevant" else [])
     if result.views is not None:
         return _eval_views(args, result.views)
     ev = result.evaluation
@@ -530,21 +539,32 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def _eval_header(args: argparse.Namespace, ev, delegated: list[str] = ()) -> None:  # type: ignore[assignment]
-    """The line on stderr that says how ``eval`` scored: gain, threshold, view, query set, and
-    which measures ir_measures computed."""
+def _eval_header(args: argparse.Namespace, ev, delegated: dict[str, str], unviewed: list[str] = ()) -> None:  # type: ignore[assignment]
+    """The lines on stderr that say how ``eval`` scored: gain, threshold, view, query set, and which
+    measures ir_measures computed (and as what, under the conventions)."""
     excluded = ", ".join(f"{n} {why}" for why, n in ev.excluded.items())
     view = {"irrelevant": "unjudged documents count as irrelevant",
             "judged-only": "unjudged documents removed before the cut at k (trec_eval -J)",
             "bounds": "bounds: every unjudged document irrelevant .. every one at the top grade",
             "all": "unjudged documents: as irrelevant, judged only (trec_eval -J), and the bounds"}[args.view]  # fmt: skip
-    print(f"# {conventions_line(args.rel, args.gain, args.metrics)}; {view}; {len(ev.scored_queries)} scored queries (every judged "
-          f"query with a positive grade), {len(ev.missing_queries)} of them without results (scored 0); left out: "
-          f"{excluded}", file=sys.stderr)  # fmt: skip
+    if ev.queries == "judged":
+        which = (f"{len(ev.scored_queries)} scored queries (every judged query with a positive grade, as trec_eval -c; "
+                 f"--queries run for trec_eval's default), {len(ev.missing_queries)} of them without results (scored "
+                 "on an empty ranking)")  # fmt: skip
+    else:
+        which = (f"{len(ev.scored_queries)} scored queries (the judged queries with a positive grade the run holds, "
+                 "as trec_eval without -c)")  # fmt: skip
+    cut = f"; each query's top {args.max_per_query} only (-M)" if args.max_per_query else ""
+    print(f"# {conventions_line(args.rel, args.gain, args.metrics)}; {view}; {which}{cut}; 'all' is the mean over "
+          f"them; left out: {excluded}", file=sys.stderr)  # fmt: skip
     if delegated:
-        print(f"# delegated to ir_measures {api.ir_measures_version()}: {', '.join(delegated)} (ir_measures' own implementation "
-              "and the conventions each string states; unjudged documents as irrelevant; the same scored queries, one "
-              "without results scored 0)", file=sys.stderr)  # fmt: skip
+        named = ", ".join(n if u == n else f"{n} (as {u})" for n, u in delegated.items())
+        print(f"# delegated to ir_measures {api.ir_measures_version()}: {named} (ir_measures' own implementation, "
+              f"relevant = grade >= {args.rel} where the name gives no rel; unjudged documents as irrelevant; the same "
+              "scored queries)", file=sys.stderr)  # fmt: skip
+    if unviewed:
+        print(f"# no judged-only view and no bounds for {', '.join(unviewed)} (ir_measures counts an unjudged document "
+              "as irrelevant): shown in the main view only", file=sys.stderr)  # fmt: skip
 
 
 def _eval_views(args: argparse.Namespace, views: api.HoleViews) -> int:

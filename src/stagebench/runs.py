@@ -12,6 +12,7 @@ by trec_eval/pytrec_eval or by :mod:`stagebench.metrics`, yields the same ranks.
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 import numbers
 import re
@@ -22,6 +23,8 @@ from typing import Any
 from stagebench.errors import DataError
 from stagebench.files import atomic_write
 from stagebench.textfile import text_lines
+
+log = logging.getLogger("stagebench")
 
 Run = dict[str, dict[str, float]]
 Qrels = dict[str, dict[str, int]]
@@ -150,17 +153,26 @@ def write_trec_run(run: Mapping[str, Mapping[str, float]], path: str | Path, tag
     atomic_write(Path(path), lines())
 
 
-def read_trec_run(path: str | Path) -> Run:
-    """Read a TREC run file (6 whitespace-separated columns; the rank column is ignored)."""
+def _comment(line: str) -> bool:
+    """A comment line as trec_eval 10 reads one: ``#`` in its first column (runs and qrels alike)."""
+    return line.startswith("#")
+
+
+def read_trec_run(path: str | Path, max_per_query: int | None = None) -> Run:
+    """Read a TREC run file as trec_eval 10 reads it: ``qid Q0 docid rank score tag`` (the rank column
+    ignored), ``#`` comment lines skipped, columns after the tag ignored (how many lines had them is
+    logged); ``max_per_query``: keep each query's top N in trec_eval's order (``trec_eval -M N``)."""
     path = Path(path)
     run: Run = {}
+    extra = 0
     for lineno, line in text_lines(path, "run file"):
-        if not line.strip():
+        if not line.strip() or _comment(line):
             continue
         parts = line.split()
-        if len(parts) != 6:
+        if len(parts) < 6:
             raise DataError(f"{path}:{lineno}: expected 6 columns 'qid Q0 docid rank score tag', got {len(parts)}")
-        qid, _, docid, _, score_s, _ = parts
+        extra += len(parts) > 6
+        qid, _, docid, _, score_s, _ = parts[:6]
         try:
             score = float(score_s)
         except ValueError:
@@ -172,6 +184,12 @@ def read_trec_run(path: str | Path) -> Run:
             raise DataError(f"{path}:{lineno}: duplicate line for query {qid!r} document {docid!r} (a run ranks a "
                             "document once)")  # fmt: skip
         docs[docid] = score
+    if extra:
+        log.warning("%s: %d line(s) have columns after the run tag; ignored, as trec_eval 10 ignores them", path, extra)
+    if max_per_query is not None:
+        if max_per_query < 1:
+            raise DataError(f"{path}: at most {max_per_query} documents per query: give N >= 1")
+        run = truncate(run, max_per_query)
     return run
 
 
@@ -185,7 +203,8 @@ def write_trec_qrels(qrels: Mapping[str, Mapping[str, int]], path: str | Path) -
 
 
 def read_trec_qrels(path: str | Path) -> Qrels:
-    """Read TREC qrels (``qid iter docid grade``; a BEIR-style 3-column TSV with a header also works).
+    """Read TREC qrels (``qid iter docid grade``; a BEIR-style 3-column TSV with a header also works;
+    ``#`` comment lines skipped, as trec_eval 10 skips them).
 
     Line 1 is skipped only when it is a header: its grade column is a word such as ``score``
     (``q1 0 d1 3.5`` is an error, not a header). A query-document pair judged twice is an
@@ -196,7 +215,7 @@ def read_trec_qrels(path: str | Path) -> Qrels:
     first_line: dict[tuple[str, str], int] = {}
     for lineno, line in text_lines(path, "qrels file"):
         parts = line.split()
-        if not parts:
+        if not parts or _comment(line):
             continue
         if len(parts) == 4:
             qid, _, docid, grade_s = parts

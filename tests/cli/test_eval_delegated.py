@@ -56,4 +56,5 @@ def test_our_own_families_are_never_delegated():
     assert claims("nDCG@10") and claims("P(rel=0)@1") and claims("nDCG(gain=esci)@10") and claims("mrr@10")
     assert claims("ERR@10") and claims("ERR(max_grade=3)@5")  # native since issue 68 (metrics/families.py)
     assert not claims("infAP") and not claims("nDCG(judged_only=True)@10") and not claims("ERR(p=0.8)@10")
-    assert not claims("P(rel=2,judged_only=True)@5") and not claims("RBP(p=0.8)")
+    assert not claims("P(rel=2,judged_only=True)@5") and claims("RBP(p=0.8)")  # RBP native since issue 77
+    assert not claims("RBP(p=0.8,judged_only=True)")

@@ -19,8 +19,13 @@ def test_trec_eval_names_are_stagebench_measures_and_ir_measures_names_are_deleg
     assert parse_measure("recip_rank").name == "RR" and parse_measure("map").name == "AP"
     assert parse_measure("map_cut_100").name == "AP@100" and parse_measure("recall_1000").name == "R@1000"
     assert isinstance(parse_measure("ERR@10"), Measure)  # native
-    rbp = parse_measure("RBP(rel=1,p=0.8)")
-    assert isinstance(rbp, Delegated) and rbp.provider == "cwl_eval" and rbp.declared is None
+    assert parse_measure("num_rel_ret").name == "Hits" and parse_measure("rbp").name == "RBP(p=0.9,graded=True)"
+    rbp = parse_measure("RBP(rel=1,p=0.8)")  # native since issue 77: the docs' example needs no provider
+    assert isinstance(rbp, Measure) and rbp.name == "RBP(rel=1)"
+    bpref = parse_measure("bpref")  # trec_eval's name of a measure ir_measures computes
+    assert isinstance(bpref, Delegated) and bpref.name == "Bpref" and bpref.provider == "pytrec_eval"
+    with pytest.raises(stagebench.StagebenchError, match=r"trec_eval's gm_map has no name in stagebench or ir_measures"):
+        parse_measure("gm_map")
     with pytest.raises(stagebench.StagebenchError, match="unknown family 'Nonsense'"):
         parse_measure("Nonsense@10")
 
@@ -36,9 +41,11 @@ def test_a_config_table_gives_delegated_measures_their_significance_and_ir_measu
     table = result.stage_table
     assert table.metrics == ["nDCG@10", "ERR@10", "RBP(rel=1)", "Bpref"]
     notes = " ".join(table.notes)
-    assert "computed by ir_measures" in notes and "RBP(rel=1) (cwl_eval), Bpref (pytrec_eval)" in notes
+    assert "computed by ir_measures" in notes and "Bpref (pytrec_eval)" in notes and "RBP(rel=1) (" not in notes
     rows = {r.stage: r for r in table.rows}
-    assert set(rows["bm25"].judged_only) == {"nDCG@10", "ERR@10"}  # no judged-only view of ir_measures' measures
+    assert set(rows["bm25"].judged_only) == {"nDCG@10", "ERR@10", "RBP(rel=1)"}  # none of ir_measures' measures
+    # no bounds for Bpref: the holes settle none of its orders, so its every mark carries a "?"
+    assert all(sorted(r.unsettled["Bpref"]) == sorted(o.id for o in table.rows if o is not r) for r in table.rows)
     assert all(m in rows["bm25"].ci95 for m in table.metrics)  # intervals and significance from per-query values
     per_query = {}
     with open(result.output / "per_query.csv", encoding="utf-8") as fh:
@@ -71,21 +78,3 @@ def test_the_judging_round_on_a_folder_of_ir_measures_measures_is_one_line(tmp_p
     with pytest.raises(stagebench.StagebenchError, match="every measure of the folder is computed by ir_measures"):
         stagebench.api.plan_judgments(folder, 5, tmp_path / "sheet")
     assert stagebench.api.plan_judgments(folder, 5, tmp_path / "sheet", measure="nDCG@10").pairs == 5
-
-
-def test_a_measure_only_a_provider_outside_ir_measures_default_pipeline_computes_is_computed_by_it():
-    """RBP: only trectools computes it in ir_measures 0.4, and ir_measures' default pipeline calls it
-    "unsupported"; each delegated measure is computed by the provider it was resolved to, beside one
-    of another provider, and equals that provider's own answer."""
-    pytest.importorskip("trectools", reason="RBP's only provider (pip install 'ir-measures[trectools]')")
-    import ir_measures
-
-    from stagebench.metrics import evaluate
-
-    qrels = {"q1": {"a": 2, "b": 0, "c": 1}, "q2": {"a": 1, "d": 3}}
-    run = {"q1": {"a": 3.0, "b": 2.0, "c": 1.0}, "q2": {"d": 2.0, "a": 1.0, "x": 0.5}}
-    ev = evaluate(qrels, run, ["RBP(p=0.8)", "Bpref"])
-    assert [m.provider for m in ev.measures] == ["trectools", "pytrec_eval"]
-    rbp = ir_measures.parse_measure("RBP(p=0.8)")
-    want = {m.query_id: m.value for m in ir_measures.providers.registry["trectools"].evaluator([rbp], qrels).iter_calc(run)}
-    assert ev.per_query[ev.measures[0].name] == pytest.approx(want, abs=1e-12)

@@ -11,7 +11,7 @@ import random
 import pytest
 import pytrec_eval
 
-from stagebench.metrics import evaluate
+from stagebench.metrics import evaluate, parse_measure
 from stagebench.runs import ranked
 from tests.parity.test_pytrec_eval import CUTS, random_case
 
@@ -123,3 +123,34 @@ def test_err_hit_and_judged_agree_with_ir_measures_on_random_cases():
             else:
                 assert v == pytest.approx(want, abs=1e-9), (n, q, v, want)
     assert sum(v > 0 for v in ours["ERR@10"].values()) > 75  # real values, not zeros (94 of 150 here)
+
+
+def test_binary_rbp_agrees_with_ir_measures_cwl_eval_and_graded_rbp_is_trec_eval_10s_rule():
+    """Binary RBP(rel=r,p=x)[@k] against ir_measures' (cwl_eval computes it) on random cases, to 1e-9;
+    graded RBP (trec_eval 10's rbp, which only trec_eval 10 computes: tests/parity/test_trec_eval_suite.py
+    holds it against trec_eval's own output) by its definition on one hand-made query."""
+    irm = pytest.importorskip("ir_measures", reason="the interop extra is not installed")
+    rng = random.Random(77)
+    qrels, run = {}, {}
+    for q in range(1, 121):
+        one_qrels, one_run = random_case(rng)
+        qrels[str(q)], run[str(q)] = one_qrels["q"], {d: rng.random() for d in one_run["q"]}
+    names = ["RBP(rel=1,p=0.8)", "RBP(rel=2,p=0.5)", "RBP(rel=1,p=0.95)"]
+    ours = evaluate(qrels, run, names).per_query
+    theirs: dict[str, dict[str, float]] = {}
+    for m in irm.iter_calc([irm.parse_measure(n) for n in names], qrels, run):
+        theirs.setdefault(str(m.measure), {})[m.query_id] = m.value
+    for n in names:
+        ours_n, theirs_n = ours[parse_measure(n).name], theirs[str(irm.parse_measure(n))]
+        for q, v in ours_n.items():
+            assert v == pytest.approx(theirs_n.get(q, 0.0), abs=1e-9), (n, q)
+        assert sum(v > 0 for v in ours_n.values()) > 60, n
+    # graded: grades 3, hole, 1, 0 with the query's top grade 3: (1 - p) (3/3 + 0 + p^2 1/3 + 0)
+    graded = evaluate({"q": {"a": 3, "b": 1, "c": 0}}, {"q": {"a": 4.0, "x": 3.0, "b": 2.0, "c": 1.0}},
+                      ["RBP(graded=true,p=0.9)"]).means["RBP(p=0.9,graded=True)"]  # fmt: skip
+    assert graded == pytest.approx(0.1 * (1 + 0.81 / 3), abs=1e-15)
+    cut = evaluate({"q": {"a": 1, "b": 1}}, {"q": {"a": 2.0, "x": 1.5, "b": 1.0}}, ["RBP(p=0.5)@2", "RBP(p=0.5)"]).means
+    assert (cut["RBP(p=0.5)@2"], cut["RBP(p=0.5)"]) == (0.5, pytest.approx(0.5 + 0.5 * 0.25, abs=1e-15))
+    # a query whose top grade is 1 keeps its gains (trec_eval scales only above 1)
+    one = evaluate({"q": {"a": 1}}, {"q": {"x": 2.0, "a": 1.0}}, ["RBP(graded=true,p=0.5)"]).means
+    assert one["RBP(p=0.5,graded=True)"] == pytest.approx(0.5 * 0.5, abs=1e-15)

@@ -12,10 +12,15 @@ Conventions (see ``docs/metrics.md``):
   ``relevance_threshold`` (default 1, as trec_eval's ``relevance_level``).
 * **Scored queries** (one set for every measure, whatever the threshold): every query in
   the qrels with at least one positive grade (``>= 1``). A scored query missing from the
-  run scores 0 on every measure; a scored query with no document at a binary measure's
-  ``rel`` scores 0 on that measure (as trec_eval). Queries judged only with grades <= 0,
-  and run queries absent from the qrels, are not scored; their counts are reported
-  (:attr:`Evaluation.excluded`). No scored query at all is an error.
+  run is scored on an empty ranking, as ``trec_eval -c`` scores it: 0 on every measure of the
+  ranking, its judgments still counted by those of the judgments alone (NumRel, NumQ); a scored
+  query with no document at a binary measure's ``rel`` scores 0 on that measure (as trec_eval).
+  Queries judged only with grades <= 0, and run queries absent from the qrels, are not scored;
+  their counts are reported (:attr:`Evaluation.excluded`). ``queries="run"`` keeps only the
+  scored queries the run holds (trec_eval without ``-c``). No scored query at all is an error.
+* **Negative grades** are trec_eval's "in the pool, not judged": a hole to every native measure
+  (never relevant, not judged for Judged@k, removed by the judged-only view); ir_measures reads
+  them as trec_eval does (infAP).
 * **Cut-offs are real**: ``RR@10`` is 0 when the first relevant document is below rank 10.
 """
 
@@ -23,7 +28,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from stagebench.errors import StagebenchError
@@ -52,12 +57,17 @@ class Evaluation:
     unjudged_run_queries: int = 0  # run queries absent from the qrels (not scored)
     judged_without_positive: int = 0  # qrels queries whose every grade is <= 0 (not scored)
     holes: str = "irrelevant"  # how unjudged documents were treated (stagebench.metrics.holes)
+    queries: str = "judged"  # the query set: judged (trec_eval -c) or run (trec_eval's default)
+    run_without_scored: int = 0  # queries="run": scored queries the run lacks, left out of the averages
 
     @property
     def excluded(self) -> dict[str, int]:
         """Why queries were left out of the averages, with their counts."""
-        return {"judged, no positive grade": self.judged_without_positive,
-                "in the run, not judged": self.unjudged_run_queries}  # fmt: skip
+        out = {"judged, no positive grade": self.judged_without_positive,
+               "in the run, not judged": self.unjudged_run_queries}  # fmt: skip
+        if self.queries == "run":
+            out["judged, not in the run"] = self.run_without_scored
+        return out
 
     @property
     def means(self) -> dict[str, float]:
@@ -67,6 +77,8 @@ class Evaluation:
 
 #: a query is scored when it has a judgment at this grade or above (a positive gain)
 SCORED_MIN_GRADE = 1
+#: the query sets a run can be averaged over (:func:`evaluate`'s ``queries``)
+QUERY_SETS = ("judged", "run")
 
 
 def scored_query_ids(qrels: Mapping[str, Mapping[str, int]]) -> list[str]:
@@ -99,14 +111,19 @@ def evaluate(
     relevance_threshold: int = 1,
     gain: Any = "linear",
     holes: str = "irrelevant",
+    queries: str = "judged",
 ) -> Evaluation:
     """Score ``run`` against ``qrels`` on every measure, per query and on average; ``gain``: a
     name (linear, exponential, esci) or a table grade -> gain (:func:`compute.gain_map`);
     ``holes``: what an unjudged document counts as - ``irrelevant`` (trec_eval's default),
     ``judged_only`` (removed before the cut, trec_eval ``-J``) or ``top_grade``
-    (:mod:`stagebench.metrics.holes`)."""
+    (:mod:`stagebench.metrics.holes`); ``queries``: ``judged`` (every judged query with a positive
+    grade, a query the run lacks scored on an empty ranking: trec_eval -c) or ``run`` (only those
+    the run holds: trec_eval's default)."""
     if holes not in HOLES:
         raise StagebenchError(f"holes {holes!r}: one of {', '.join(HOLES)}")
+    if queries not in QUERY_SETS:
+        raise StagebenchError(f"queries {queries!r}: one of {', '.join(QUERY_SETS)}")
     try:
         gain = compute.gain_map(gain)
     except ValueError as exc:
@@ -130,15 +147,19 @@ def evaluate(
         problem = m.params.problem(max(held, default=0)) if hasattr(getattr(m, "params", None), "problem") else None
         if problem:
             raise StagebenchError(f"{m.name}: {problem}")
-    if len(set(names)) != len(names):
-        raise StagebenchError(f"measures: duplicate names in {names}")
+    check_distinct(ms)
     if relevance_threshold < 1:
         raise StagebenchError(f"relevance threshold {relevance_threshold}: must be >= 1 (grade 0 means not relevant)")
-    scored = scored_query_ids(qrels)
-    if not scored:
+    judged_scored = scored_query_ids(qrels)
+    if not judged_scored:
         raise StagebenchError(f"no query in the qrels has a positive grade ({len(qrels)} queries judged): "
                               "nothing can be scored")  # fmt: skip
+    scored = judged_scored if queries == "judged" else [q for q in judged_scored if run.get(q)]
+    if not scored:
+        raise StagebenchError(f"the run holds none of the {len(judged_scored)} judged queries with a positive grade: "
+                              "nothing to average over the run's queries")  # fmt: skip
     top = _holes.top_grade(qrels, gain)
+    native_qrels = _without_negative(qrels)
     per_query: dict[str, dict[str, float]] = {n: {} for n in names}
     missing = []
     for qid in scored:
@@ -148,10 +169,10 @@ def evaluate(
         ranking = ranked_ids(docs) if docs else []
         for m, n in zip(ms, names):
             if isinstance(m, Measure):
-                per_query[n][qid] = _holes.value(m, ranking, qrels[qid], holes, top, relevance_threshold, gain)
+                per_query[n][qid] = _holes.value(m, ranking, native_qrels[qid], holes, top, relevance_threshold, gain)
     if delegated:
         try:
-            per_query.update(delegated_per_query(delegated, qrels, run, scored))
+            per_query.update(delegated_per_query(delegated, qrels, run, scored, relevance_threshold, gain))
         except Exception as exc:  # noqa: BLE001 - any failure of the library (a provider's subprocess too) is one line
             first = (str(exc).splitlines() or [type(exc).__name__])[0]
             raise StagebenchError(f"{', '.join(m.name for m in delegated)}: ir_measures could not compute it "
@@ -164,16 +185,39 @@ def evaluate(
         scored_queries=scored,
         missing_queries=missing,
         unjudged_run_queries=sum(1 for q in run if q not in qrels),
-        judged_without_positive=len(qrels) - len(scored),
+        judged_without_positive=len(qrels) - len(judged_scored),
         holes=holes,
+        queries=queries,
+        run_without_scored=len(judged_scored) - len(scored),
     )
+
+
+def _without_negative(qrels: Mapping[str, Mapping[str, int]]) -> Mapping[str, Mapping[str, int]]:
+    """The judgments native measures read: a negative grade (trec_eval: in the pool, not judged) is a hole."""
+    if all(g >= 0 for docs in qrels.values() for g in docs.values()):
+        return qrels
+    return {q: {d: g for d, g in docs.items() if g >= 0} for q, docs in qrels.items()}
+
+
+def check_distinct(measures: Sequence[Measure | Delegated], given: Sequence[str] | None = None) -> None:
+    """Refuse two names of one measure (``ndcg_cut_10`` beside ``nDCG@10``) in one line naming both
+    spellings; ``given``: the names as the user wrote them (default: the parsed names)."""
+    given = list(given) if given is not None else [m.name for m in measures]
+    first: dict[str, str] = {}
+    for m, text in zip(measures, given):
+        if m.name in first:
+            if first[m.name] == text:
+                raise StagebenchError(f"measures: {m.name} is given twice; keep one")
+            raise StagebenchError(f"measures: {first[m.name]!r} and {text!r} both name {m.name}; keep one")
+        first[m.name] = text
 
 
 @dataclass
 class HoleViews:
     """One run scored under every treatment of its holes (``stagebench eval --view bounds|all``):
     the ``irrelevant``, ``judged_only`` and ``top_grade`` evaluations, and per measure and query the
-    bounds they leave open (:func:`stagebench.metrics.holes.bounds`)."""
+    bounds they leave open (:func:`stagebench.metrics.holes.bounds`). A measure ir_measures computes
+    is in ``irrelevant`` only (:attr:`unviewed`): it has no judged-only view and no bounds."""
 
     irrelevant: Evaluation
     judged_only: Evaluation
@@ -183,6 +227,11 @@ class HoleViews:
     def scored_queries(self) -> list[str]:
         return self.irrelevant.scored_queries
 
+    @property
+    def unviewed(self) -> list[str]:
+        """The measures with no judged-only view and no bounds (ir_measures')."""
+        return [n for n in self.irrelevant.per_query if n not in self.judged_only.per_query]
+
     def bounds(self, name: str) -> dict[str, tuple[float, float]]:
         """Per query, the low and high value of measure ``name``."""
         lo, hi = _holes.bounds(self.irrelevant.per_query[name], self.top_grade.per_query[name])
@@ -190,10 +239,10 @@ class HoleViews:
 
     @property
     def means(self) -> dict[str, dict[str, float]]:
-        """Per measure the mean of each view: ``irrelevant``, ``judged_only``, ``low``, ``high``."""
+        """Per measure with views the mean of each: ``irrelevant``, ``judged_only``, ``low``, ``high``."""
         n = len(self.scored_queries)
         out = {}
-        for name in self.irrelevant.per_query:
+        for name in self.judged_only.per_query:
             b = self.bounds(name).values()
             out[name] = {"irrelevant": self.irrelevant.means[name], "judged_only": self.judged_only.means[name],
                          "low": sum(lo for lo, _ in b) / n, "high": sum(hi for _, hi in b) / n}  # fmt: skip
@@ -201,8 +250,15 @@ class HoleViews:
 
 
 def evaluate_views(qrels: Mapping[str, Mapping[str, int]], run: Mapping[str, Mapping[str, float]],
-                   measures: Iterable[Measure | str], *, relevance_threshold: int = 1, gain: Any = "linear") -> HoleViews:  # fmt: skip
-    """:func:`evaluate` under each treatment of the holes, with the bounds between them."""
-    ms = list(measures)
-    kw = {"relevance_threshold": relevance_threshold, "gain": gain}
-    return HoleViews(*(evaluate(qrels, run, ms, **kw, holes=h) for h in ("irrelevant", "judged_only", "top_grade")))
+                   measures: Iterable[Measure | str], *, relevance_threshold: int = 1, gain: Any = "linear",
+                   queries: str = "judged") -> HoleViews:  # fmt: skip
+    """:func:`evaluate` under each treatment of the holes, with the bounds between them; a measure
+    ir_measures computes is scored in the ``irrelevant`` view only."""
+    ms = [m if isinstance(m, Measure | Delegated) else parse_measure(m) for m in measures]
+    native = [m for m in ms if isinstance(m, Measure)]
+    kw = {"relevance_threshold": relevance_threshold, "gain": gain, "queries": queries}
+    main = evaluate(qrels, run, ms, **kw)
+    if not native:
+        raise StagebenchError(f"{', '.join(m.name for m in ms)}: computed by ir_measures, which counts an unjudged "
+                              "document as irrelevant only: no judged-only view and no bounds")  # fmt: skip
+    return HoleViews(main, *(evaluate(qrels, run, native, **kw, holes=h) for h in ("judged_only", "top_grade")))

@@ -196,3 +196,33 @@ def err(ranking: Sequence[str], judgments: Mapping[str, int], cutoff: int | None
         total += going * stop / i
         going *= 1.0 - stop
     return total
+
+
+def num_rel(judgments: Mapping[str, int], rel: int) -> float:
+    """The number of judged documents at grade ``rel`` or above (trec_eval's ``num_rel``): a property of
+    the judgments, whatever the ranking."""
+    return float(_num_rel(judgments, rel))
+
+
+def num_ret(ranking: Sequence[str], cutoff: int | None) -> float:
+    """The number of documents the ranking holds (within the cut-off): trec_eval's ``num_ret``."""
+    return float(len(ranking if cutoff is None else ranking[:cutoff]))
+
+
+def rbp(ranking: Sequence[str], judgments: Mapping[str, int], cutoff: int | None, rel: int, p: float,
+        graded: bool) -> float:  # fmt: skip
+    """Rank-biased precision (Moffat and Zobel, TOIS 2008): ``(1 - p) sum_i p^(i-1) u_i`` over the ranks
+    (within the cut-off). Binary: ``u_i`` is 1 when the document's grade is ``>= rel``. Graded (trec_eval
+    10's ``rbp``): ``u_i = grade / G`` where G is the query's highest judged grade when that is above 1
+    (grades scaled into [0, 1] per query, as trec_eval scales them), else 1; grades <= 0 and holes count 0."""
+    top = ranking if cutoff is None else ranking[:cutoff]
+    if graded:
+        scale = max(1, max(judgments.values(), default=0))
+        worth = [max(0, judgments.get(d, 0)) / scale for d in top]
+    else:
+        worth = [1.0 if _is_rel(judgments, d, rel) else 0.0 for d in top]
+    total, weight = 0.0, 1.0
+    for u in worth:
+        total += u * weight
+        weight *= p
+    return (1.0 - p) * total

@@ -60,10 +60,8 @@ def parse_delegated(text: str) -> Delegated | None:
     if ir_measures_version() is None:
         return None
     irm = need("ir_measures", "a measure stagebench does not implement")
-    try:
-        m = irm.parse_measure(text)
-        m.validate_params()  # a parameter the measure does not take: ir_measures does not know it either
-    except (ValueError, NameError, TypeError, SyntaxError, AttributeError, KeyError, AssertionError):
+    m = _ir_measure(irm, text)
+    if m is None:
         return None
     providers = [p for p in irm.providers.registry.values() if p.supports(m)]
     ready = [p for p in providers if p.is_available()]
@@ -74,24 +72,82 @@ def parse_delegated(text: str) -> Delegated | None:
     return Delegated(str(m), ready[0].NAME, m)
 
 
-def delegated_per_query(measures: Iterable[Any], qrels: Mapping[str, Mapping[str, int]],
-                        run: Mapping[str, Mapping[str, float]], scored: Iterable[str]) -> dict[str, dict[str, float]]:  # fmt: skip
-    """measure name (as given) -> qid -> value over the ``scored`` queries (absent from ir_measures'
-    answer - a query the run lacks - : 0)."""
+def _ir_measure(irm: Any, text: str) -> Any:
+    """ir_measures' measure for ``text``, its own spelling (``Bpref``, ``IPrec@0.1``) or trec_eval's of a
+    measure it computes (``bpref``, ``iprec_at_recall_0.10``, ``set_P``); None when it knows neither."""
+    errors = (ValueError, NameError, TypeError, SyntaxError, AttributeError, KeyError, AssertionError)
+    try:
+        m = irm.parse_measure(text)
+        m.validate_params()  # a parameter the measure does not take: ir_measures does not know it either
+        return m
+    except errors:
+        pass
+    try:
+        found = irm.parse_trec_measure(text.strip())
+    except errors:
+        return None
+    return found[0] if len(found) == 1 else None
+
+
+#: the document a query the run lacks is scored on, as trec_eval -c scores it ("ceci_nest_pas_un_docno"):
+#: one unjudged document, so that a measure of the judgments alone (NumRel) keeps its value and every
+#: other scores what an empty ranking scores
+ABSENT_DOC = "stagebench:no-document"
+
+
+def under(measure: Delegated, relevance_threshold: int, gains: Mapping[int, float] | None = None) -> Any:
+    """ir_measures' measure with the evaluation's conventions where its name leaves them open: ``rel`` set to
+    the relevance threshold for a measure whose ``rel`` defaults to 1 (Bpref, infAP, SetP, IPrec, ...), and
+    ``gains`` (grade -> gain; None for the linear map, ir_measures' default) for one that takes gains. A
+    name that states them keeps its own."""
+    m = measure.measure
+    supported, given = m.SUPPORTED_PARAMS, m.params
+    extra: dict[str, Any] = {}
+    if "rel" in supported and "rel" not in given and getattr(supported["rel"], "default", None) == 1:
+        extra["rel"] = relevance_threshold
+    if "gains" in supported and "gains" not in given and gains is not None:
+        extra["gains"] = dict(gains)
+    return m(**extra) if extra else m
+
+
+def gains_of(gain: Any, qrels: Mapping[str, Mapping[str, int]]) -> dict[int, float] | None:
+    """The gain map (a :class:`~stagebench.metrics.compute.Gain`) as ir_measures' ``gains``: grade -> gain
+    for every grade the qrels hold; None for the linear map (ir_measures' own default) or no map."""
+    if gain is None or gain.name == "linear":
+        return None
+    return {g: gain(g) for g in sorted({g for docs in qrels.values() for g in docs.values()})}
+
+
+def delegated_per_query(measures: Iterable[Delegated], qrels: Mapping[str, Mapping[str, int]],
+                        run: Mapping[str, Mapping[str, float]], scored: Iterable[str], relevance_threshold: int = 1,
+                        gain: Any = None) -> dict[str, dict[str, float]]:  # fmt: skip
+    """measure name (as given) -> qid -> value over the ``scored`` queries, each measure under the
+    evaluation's conventions (:func:`under`; ``gain``: a :class:`~stagebench.metrics.compute.Gain`, its
+    table read for the grades the qrels hold). A scored query the run lacks is scored as trec_eval -c
+    scores it, on one unjudged document (:data:`ABSENT_DOC`)."""
     irm = need("ir_measures", "a measure stagebench does not implement")
     scored = list(scored)
     keep = set(scored)
     q = {qid: dict(d) for qid, d in qrels.items() if qid in keep}
-    r = {qid: dict(d) for qid, d in run.items() if qid in keep}
+    r = {qid: dict(run[qid]) if run.get(qid) else {_absent(q[qid]): 1.0} for qid in scored}
+    gains = gains_of(gain, q)
     # each measure by the provider it was resolved to: ir_measures' default pipeline does not try every
     # installed provider (RBP, which only trectools computes, is "unsupported" there)
-    groups: dict[str | None, list[Any]] = {}
+    groups: dict[str, list[Any]] = {}
+    named: dict[str, str] = {}
     for m in measures:
-        groups.setdefault(m.provider if isinstance(m, Delegated) else None, []).append(
-            m.measure if isinstance(m, Delegated) else m)
-    values: dict[str, dict[str, float]] = {str(m): {} for ms in groups.values() for m in ms}
-    for name, ms in groups.items():
-        calc = irm.iter_calc(ms, q, r) if name is None else irm.providers.registry[name].evaluator(ms, q).iter_calc(r)
-        for metric in calc:
-            values[str(metric.measure)][metric.query_id] = float(metric.value)
+        eff = under(m, relevance_threshold, gains)
+        groups.setdefault(m.provider, []).append(eff)
+        named[str(eff)] = m.name
+    values: dict[str, dict[str, float]] = {name: {} for name in named.values()}
+    for provider, ms in groups.items():
+        for metric in irm.providers.registry[provider].evaluator(ms, q).iter_calc(r):
+            values[named[str(metric.measure)]][metric.query_id] = float(metric.value)
     return {name: {qid: per.get(qid, 0.0) for qid in scored} for name, per in values.items()}
+
+
+def _absent(judged: Mapping[str, int]) -> str:
+    doc = ABSENT_DOC
+    while doc in judged:
+        doc += "_"
+    return doc

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from stagebench.metrics import compute
-from stagebench.params import NonNegativeInt, PositiveInt, param
+from stagebench.params import NonNegativeInt, PositiveInt, Probability, param
 
 #: a family's per-query value: (ranking, the query's judgments, cut-off, relevance threshold, gain, the
 #: measure's parameters) -> value
@@ -74,6 +74,24 @@ class ErrParams:
 
 
 @dataclass(frozen=True)
+class RbpParams:
+    """The parameters of RBP."""
+
+    p: Probability = param(0.8, "the persistence: the chance the user reads on past each rank, in (0, 1) (0.8 as "
+                                "ir_measures; trec_eval's rbp uses 0.9)")  # fmt: skip
+    rel: PositiveInt | None = param(None, "binary RBP: the grade from which a document counts as relevant (default: "
+                                          "the evaluation's relevance_threshold)")  # fmt: skip
+    graded: bool = param(False, "graded RBP as trec_eval 10's rbp: a document is worth its grade over the query's "
+                                "highest judged grade (when above 1), not 0 or 1")  # fmt: skip
+
+    def problem(self, top_grade: int) -> str | None:
+        """A name that cannot mean one thing, or None."""
+        if self.graded and self.rel is not None:
+            return "graded RBP has no relevance threshold: give rel= (binary) or graded=true, not both"
+        return None
+
+
+@dataclass(frozen=True)
 class Family:
     """One measure family (module docstring)."""
 
@@ -91,6 +109,8 @@ class Family:
     #: trec_eval's names of the family, read as its own (``ndcg_cut_10`` is ``nDCG@10``, ``recip_rank``
     #: is ``RR``): the one that takes ``_k`` (cut at k), and the one without a cut-off
     trec_eval: tuple[str, str] = ("", "")
+    #: the parameters that make the family trec_eval's measure (``rbp`` is ``RBP(graded=true,p=0.9)``)
+    trec_eval_params: str = ""
 
 
 def _ndcg(ranking, judgments, k, rel, gain, params):
@@ -99,6 +119,10 @@ def _ndcg(ranking, judgments, k, rel, gain, params):
 
 def _err(ranking, judgments, k, rel, gain, params):
     return compute.err(ranking, judgments, k, params.max_grade)
+
+
+def _rbp(ranking, judgments, k, rel, gain, params):
+    return compute.rbp(ranking, judgments, k, rel, params.p, params.graded)
 
 
 #: the registry, in the order docs/metrics.md lists the families
@@ -121,8 +145,10 @@ FAMILIES: tuple[Family, ...] = (
     Family("Hit", "1 if any relevant document is in the top k", lambda r, j, k, rel, g, p: compute.hit(r, j, k, rel),
            graded=False, cutoff="required", params=BinaryParams, holes="monotone", aliases=("success", "hit_rate"),
            trec_eval=("success", "")),
-    Family("Hits", "the number of relevant documents in the top k", lambda r, j, k, rel, g, p: compute.hits(r, j, k, rel),
-           graded=False, cutoff="required", params=BinaryParams, holes="monotone"),
+    Family("Hits", "the number of relevant documents in the top k (without a cut-off: in the whole ranking, trec_eval's "
+           "num_rel_ret)", lambda r, j, k, rel, g, p: compute.hits(r, j, k, rel),
+           graded=False, cutoff="optional", params=BinaryParams, holes="monotone", aliases=("numrelret",),
+           trec_eval=("", "num_rel_ret")),
     Family("Rprec", "precision at rank R (R = the number of relevant documents)",
            lambda r, j, k, rel, g, p: compute.r_precision(r, j, rel), graded=False, cutoff="absent", params=BinaryParams,
            aliases=("r-prec",), trec_eval=("", "Rprec")),
@@ -130,6 +156,18 @@ FAMILIES: tuple[Family, ...] = (
            "probability (2^g - 1) / 2^max_grade", _err, graded=True, cutoff="optional", params=ErrParams),
     Family("Judged", "the share of the top k that has any judgment", lambda r, j, k, rel, g, p: compute.judged(r, j, k),
            graded=False, cutoff="required", holes="unaffected"),
+    Family("RBP", "rank-biased precision (Moffat and Zobel 2008): binary (a document relevant at rel and above) or, "
+           "with graded=true, trec_eval 10's graded rbp (grade over the query's highest judged grade)", _rbp,
+           graded=False, cutoff="optional", params=RbpParams, trec_eval=("", "rbp"),
+           trec_eval_params="graded=true,p=0.9"),
+    Family("NumQ", "1 for every scored query (trec_eval's num_q; its 'all' line is the count, stagebench's the mean)",
+           lambda r, j, k, rel, g, p: 1.0, graded=False, cutoff="absent", holes="unaffected", trec_eval=("", "num_q")),
+    Family("NumRel", "the number of judged documents at grade rel and above, whatever the ranking (trec_eval's "
+           "num_rel)", lambda r, j, k, rel, g, p: compute.num_rel(j, rel), graded=False, cutoff="absent",
+           params=BinaryParams, holes="unaffected", trec_eval=("", "num_rel")),
+    Family("NumRet", "the number of documents the run holds for the query (trec_eval's num_ret)",
+           lambda r, j, k, rel, g, p: compute.num_ret(r, k), graded=False, cutoff="absent", holes="unaffected",
+           trec_eval=("", "num_ret")),
 )  # fmt: skip
 #: family name -> its declaration
 FAMILY: dict[str, Family] = {f.name: f for f in FAMILIES}

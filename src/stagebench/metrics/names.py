@@ -11,6 +11,7 @@ absent, the evaluation's relevance threshold applies (default 1, as trec_eval).
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -20,13 +21,11 @@ import yaml
 from stagebench.errors import ConfigError, StagebenchError
 from stagebench.metrics.delegate import Delegated, ir_measures_version, parse_delegated
 from stagebench.metrics.families import ALIASES, FAMILIES as REGISTRY, FAMILY, Family
+from stagebench.metrics.trec_names import TREC_EVAL, native_name as trec_eval_name, unnamed
 from stagebench.params import build
 
 #: the family names, in the registry's order
 FAMILIES = tuple(f.name for f in REGISTRY)
-#: trec_eval's names, lower-cased -> (family, whether the name takes ``_k``)
-TREC_EVAL = {name.lower(): (f.name, cut) for f in REGISTRY for name, cut in zip(f.trec_eval, (True, False)) if name}
-_TREC_RE = re.compile(r"^(?P<base>[A-Za-z]+(?:_[A-Za-z]+)*?)(?:_(?P<k>\d+))?$")
 
 _NAME_RE = re.compile(r"^(?P<family>[A-Za-z][A-Za-z0-9_-]*)(?:\((?P<params>[^)]*)\))?(?:@(?P<cutoff>\d+))?$")
 
@@ -102,16 +101,6 @@ def _value(text: str, family: Family, key: str, raw: str) -> Any:
         raise StagebenchError(f"measure {text!r}: {key} {str(exc).removeprefix(f'p.{key}: ')}") from None
 
 
-def trec_eval_name(text: str) -> str | None:
-    """``text`` written as stagebench writes it, when it is trec_eval's name of one of its measures
-    (``ndcg_cut_10`` -> ``nDCG@10``, ``P_5`` -> ``P@5``, ``recip_rank`` -> ``RR``), else None."""
-    m = _TREC_RE.fullmatch(text.strip())
-    found = TREC_EVAL.get(m["base"].lower()) if m else None
-    if found is None or found[1] != (m["k"] is not None):
-        return None
-    return found[0] + (f"@{int(m['k'])}" if m["k"] is not None else "")
-
-
 def parse_measure(text: str) -> Measure | Delegated:
     """Parse a measure name: stagebench's (or trec_eval's name of one of its measures) as a
     :class:`Measure`; a name no family claims, which ir_measures knows, as a :class:`Delegated`
@@ -123,9 +112,20 @@ def parse_measure(text: str) -> Measure | Delegated:
     try:
         return parse_native(text)
     except StagebenchError as exc:
+        why = unnamed(text)
+        if why is not None:
+            raise StagebenchError(f"measure {text!r}: trec_eval's {text.strip()} has no name in stagebench or "
+                                  f"ir_measures ({why})") from None  # fmt: skip
         hint = "" if ir_measures_version() is not None else (
             "; ir_measures, which names many more, is not installed: pip install 'stagebench[interop]'")
         raise StagebenchError(f"{exc}{hint}") from None
+
+
+def _nearest(family: str) -> str:
+    """", did you mean X?" for a family name close to one stagebench or trec_eval spells, else ""."""
+    spellings = {**{a: ALIASES[a] for a in ALIASES}, **{n: f for n, (f, _, _) in TREC_EVAL.items()}}
+    close = difflib.get_close_matches(family.lower(), list(spellings), n=1, cutoff=0.75)
+    return f"; did you mean {spellings[close[0]]}?" if close else ""
 
 
 def parse_native(text: str) -> Measure:
@@ -139,7 +139,8 @@ def parse_native(text: str) -> Measure:
         raise StagebenchError(f"measure {text!r}: not of the form FAMILY[(rel=N)][@K], e.g. nDCG@10, RR@10, R@100")
     name = ALIASES.get(m["family"].lower())
     if name is None:
-        raise StagebenchError(f"measure {text!r}: unknown family {m['family']!r} (known: {', '.join(FAMILIES)})")
+        raise StagebenchError(f"measure {text!r}: unknown family {m['family']!r} (known: {', '.join(FAMILIES)}; "
+                              f"trec_eval's names of them too, e.g. ndcg_cut_10, P_5, recip_rank){_nearest(m['family'])}")
     family = FAMILY[name]
     cutoff = int(m["cutoff"]) if m["cutoff"] is not None else None
     if cutoff is not None and cutoff < 1:

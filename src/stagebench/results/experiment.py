@@ -8,7 +8,7 @@ the holes beside them.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import combinations
 
 from stagebench.metrics import Evaluation, HoleViews, Measure, evaluate, evaluate_views
@@ -24,11 +24,17 @@ class Experiment:
 
     runs: list[str]
     measures: list[str]
-    views: dict[str, HoleViews | Evaluation]  # run -> its views (an Evaluation when a measure is delegated)
+    views: dict[str, HoleViews | Evaluation]  # run -> its views (an Evaluation when every measure is delegated)
     tests: dict[str, list[tuple[PairTest, float]]]
     alpha: float
     permutations: int
     seed: int
+    delegated: dict[str, str] = field(default_factory=dict)  # ir_measures' measures -> what each computes
+
+    @property
+    def viewed(self) -> list[str]:
+        """The measures with a judged-only view and bounds (stagebench's own)."""
+        return [m for m in self.measures if m not in self.delegated]
 
     def mean(self, run: str, measure: str, view: str = "irrelevant") -> float:
         v = self.views[run]
@@ -52,31 +58,40 @@ class Experiment:
         ids = {r: chr(ord("a") + i) if i < 26 else str(i) for i, r in enumerate(self.runs)}
         first = self.views[self.runs[0]]
         ev = first if isinstance(first, Evaluation) else first.irrelevant
-        lines = [f"{len(self.runs)} runs on {len(ev.scored_queries)} scored queries (every judged query with a positive "
-                 f"grade; a run without a query scores 0 there); nDCG: {ev.gain.describe()}; binary measures: relevant "
-                 f"= grade >= {ev.relevance_threshold}",
+        which = ("every judged query with a positive grade; a run without a query scores there what an empty ranking "
+                 "scores, as trec_eval -c" if ev.queries == "judged" else
+                 "the judged queries with a positive grade that every run holds, as trec_eval without -c")  # fmt: skip
+        lines = [f"{len(self.runs)} runs on {len(ev.scored_queries)} scored queries ({which}); nDCG: "
+                 f"{ev.gain.describe()}; relevant = grade >= {ev.relevance_threshold} (binary measures and "
+                 "ir_measures' measures whose name gives no rel)",
                  f"^x: significantly better than run x (paired randomization test, {self.permutations} permutations, "
                  f"seed {self.seed}, Holm-Bonferroni over the {len(self.runs) * (len(self.runs) - 1) // 2} pairs of each "
                  f"measure, alpha {self.alpha})", "",
                  "unjudged documents as irrelevant (trec_eval's default)"]  # fmt: skip
-        lines += self._table(ids, "irrelevant", marks=True)
-        if not isinstance(first, Evaluation):
+        if self.delegated:
+            lines.insert(2, "computed by ir_measures " + ", ".join(f"{n} (as {u})" if u != n else n for n, u in
+                         self.delegated.items()) + ": no judged-only view and no bounds, so a mark on them (^x?) is not "
+                         "settled by the holes")  # fmt: skip
+        lines += self._table(ids, "irrelevant", self.measures, marks=True)
+        if self.viewed:
             lines += ["", "judged only: unjudged documents removed before the cut (trec_eval -J)"]
-            lines += self._table(ids, "judged_only")
+            lines += self._table(ids, "judged_only", self.viewed)
             lines += ["", "bounds: every hole irrelevant .. every hole at the top grade"]
-            rows = [["id", "run", *self.measures]]
+            rows = [["id", "run", *self.viewed]]
             for r in self.runs:
                 rows.append([ids[r], r, *(f"[{self.mean(r, m, 'low'):.4f}, {self.mean(r, m, 'high'):.4f}]"
-                                          for m in self.measures)])  # fmt: skip
+                                          for m in self.viewed)])  # fmt: skip
             lines += _aligned(rows)
         return "\n".join(lines) + "\n"
 
-    def _table(self, ids: Mapping[str, str], view: str, marks: bool = False) -> list[str]:
-        rows = [["id", "run", *self.measures]]
+    def _table(self, ids: Mapping[str, str], view: str, measures: Sequence[str], marks: bool = False) -> list[str]:
+        rows = [["id", "run", *measures]]
         for r in self.runs:
             cells = []
-            for m in self.measures:
-                mark = "^" + "".join(sorted(ids[x] for x in self.better_than(r, m))) if marks and self.better_than(r, m) else ""
+            for m in measures:
+                open_ = "?" if m in self.delegated else ""
+                won = sorted(ids[x] for x in self.better_than(r, m)) if marks else []
+                mark = "^" + "".join(x + open_ for x in won) if won else ""
                 cells.append(f"{self.mean(r, m, view):.4f}{mark}")
             rows.append([ids[r], r, *cells])
         return _aligned(rows)
@@ -90,13 +105,21 @@ def _aligned(rows: list[list[str]]) -> list[str]:
 
 
 def experiment(qrels: Mapping[str, Mapping[str, int]], runs: Mapping[str, Run], measures: Sequence[Measure | Delegated],
-               relevance_threshold: int, gain: object, permutations: int, seed: int, alpha: float) -> Experiment:  # fmt: skip
-    """The module's comparison of ``runs`` (name -> run, in the order to show them)."""
+               relevance_threshold: int, gain: object, permutations: int, seed: int, alpha: float,
+               queries: str = "judged", delegated: Mapping[str, str] | None = None) -> Experiment:  # fmt: skip
+    """The module's comparison of ``runs`` (name -> run, in the order to show them); ``queries="run"``:
+    the scored queries every run holds (each pair tested on the same queries); ``delegated``: ir_measures'
+    measures -> what each computes under the conventions (default: their names)."""
     names = [m.name for m in measures]
-    own = all(isinstance(m, Measure) for m in measures)
-    kw = {"relevance_threshold": relevance_threshold, "gain": gain}
+    viewed = any(isinstance(m, Measure) for m in measures)
+    if queries == "run":  # one query set for every run: those all of them answer
+        common = set.intersection(*({q for q, docs in run.items() if docs} for run in runs.values()))
+        runs = {r: {q: docs for q, docs in run.items() if q in common} for r, run in runs.items()}
+        qrels = {q: docs for q, docs in qrels.items() if q in common}
+    kw = {"relevance_threshold": relevance_threshold, "gain": gain, "queries": queries}
     views: dict[str, HoleViews | Evaluation] = {
-        r: evaluate_views(qrels, run, measures, **kw) if own else evaluate(qrels, run, measures, **kw) for r, run in runs.items()}
+        r: evaluate_views(qrels, run, measures, **kw) if viewed else evaluate(qrels, run, measures, **kw)
+        for r, run in runs.items()}  # fmt: skip
     tests = {}
     for m in names:
         pairs = []
@@ -107,7 +130,9 @@ def experiment(qrels: Mapping[str, Mapping[str, int]], runs: Mapping[str, Run], 
             pairs.append(paired_test(a, b, m, [ea.per_query[m][q] for q in qs], [eb.per_query[m][q] for q in qs],
                                      permutations, seed))  # fmt: skip
         tests[m] = list(zip(pairs, holm([t.p_rand for t in pairs])))
-    return Experiment(list(runs), names, views, tests, alpha, permutations, seed)
+    if delegated is None:
+        delegated = {m.name: m.name for m in measures if isinstance(m, Delegated)}
+    return Experiment(list(runs), names, views, tests, alpha, permutations, seed, dict(delegated))
 
 
 __all__ = ["Experiment", "experiment"]

@@ -11,7 +11,7 @@ from typing import Any
 
 from stagebench import stats
 from stagebench.metrics import Delegated, Evaluation, Measure, evaluate, holes
-from stagebench.metrics.delegate import ir_measures_version
+from stagebench.metrics.delegate import gains_of, ir_measures_version, under
 from stagebench.metrics.compute import gain_map
 from stagebench.record import LLMStats, Manifest, StageRecord
 from stagebench.results import baselines, ceilings
@@ -102,6 +102,9 @@ def score_folder(manifest: Manifest, qrels: dict, runs: dict[str, Run]) -> Score
                for n in names}  # fmt: skip
     unsettled = _unsettled(names, letters, {m.name: m for m in native if m.name in viewed}, bounded, runs, qrels,
                            queries, top, rel, gain)  # fmt: skip
+    for m in delegated:  # no bounds: the holes settle none of its orders, so its every mark carries a "?"
+        for n in names:
+            unsettled[n][m.name] = [letters[o] for o in names if o != n]
 
     rows: list[StageRow] = []
     for s in stages:
@@ -174,10 +177,13 @@ def score_folder(manifest: Manifest, qrels: dict, runs: dict[str, Run]) -> Score
                          "accepted (failed_calls: accept): their products kept the input order (listwise, pointwise) "
                          "or the call said nothing (pairwise, setwise), so the row understates the model")  # fmt: skip
     if delegated:
+        gains = gains_of(gain_map(gain), qrels)
+        computed = [(m, str(under(m, rel, gains))) for m in delegated]
         notes.append(f"computed by ir_measures {ir_measures_version()}: "
-                     + ", ".join(f"{m.name} ({m.provider})" for m in delegated)
-                     + "; each under the conventions its name states, unjudged documents as irrelevant, over the same "
-                       "scored queries; they have no judged-only view and no bounds (docs/metrics.md)")  # fmt: skip
+                     + ", ".join(f"{m.name} ({m.provider}" + (f", as {u})" if u != m.name else ")") for m, u in computed)
+                     + "; each under the conventions its name states (else the relevance threshold and gain above), "
+                       "unjudged documents as irrelevant, over the same scored queries; they have no judged-only view "
+                       "and no bounds, so their marks carry ? (not settled by the holes; docs/metrics.md)")  # fmt: skip
     notes += baselines.notes(manifest.tuned_baselines, names, {n: evals[n].means for n in names})
     notes += baselines.elsewhere(manifest.tuned_on, manifest.dataset_source[1])
     g = gain_map(gain)
