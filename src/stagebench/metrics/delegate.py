@@ -1,5 +1,5 @@
-"""Measures stagebench does not implement, computed by ir_measures (``RBP(rel=1,p=0.8)``, ``Bpref``,
-``infAP``): wherever a measure name is read - a config's ``evaluation.metrics``, ``stagebench eval -m``,
+"""Measures stagebench does not implement, computed by ir_measures (``Bpref``, ``infAP``, ``SetP``, or
+trec_eval's names of them: ``bpref``, ``set_P``): wherever a measure name is read - a config's ``evaluation.metrics``, ``stagebench eval -m``,
 ``stagebench.evaluate`` - a name no family of :mod:`stagebench.metrics.families` claims is handed to
 ir_measures when it is installed, and becomes a :class:`Delegated` measure: its per-query values are
 ir_measures', and everything built on per-query values (the table's means and intervals, the
@@ -10,9 +10,11 @@ asked for.
 ir_measures (``pip install 'stagebench[interop]'``) names hundreds of measures over a dozen
 providers (trec_eval, gdeval, cwl_eval, ...). A measure string stagebench does not parse
 itself is handed to it when it is installed; its value is ir_measures' own, with the
-conventions its string carries (``P(rel=2)@10``, ``nDCG(gains={0:0,1:1,2:3})@10``), unjudged
-documents counted as irrelevant, and averaged over the same query set as every stagebench
-measure: every judged query with a positive grade, a query the run lacks scored 0.
+conventions its string carries (``P(rel=2)@10``, ``nDCG(gains={0:0,1:1,2:3})@10``) and the
+evaluation's where it leaves them open (:func:`under`: the relevance threshold, the gain map),
+unjudged documents counted as irrelevant, and averaged over the same query set as every stagebench
+measure: every judged query with a positive grade, a query the run lacks scored on one unjudged
+document as trec_eval -c scores it.
 """
 
 from __future__ import annotations

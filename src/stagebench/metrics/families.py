@@ -13,7 +13,8 @@ one declaration). A :class:`Family` says everything that parses, computes and tr
   raise it, so every grading of the holes lies inside its bounds), ``extremes`` (its normaliser
   moves too: the bounds are the two extreme scenarios) or ``unaffected`` (it describes the
   judgments, the same under every treatment);
-* what qrels it cannot score (``params.problem(top_grade)``, ERR's ``max_grade`` below a grade held);
+* what qrels it cannot score (``params.problem(top_grade)``, ERR's ``max_grade`` below a grade held), and
+  parameters that contradict each other (``params.conflict()``, refused when the name is read);
 * its paired bounds: whether :mod:`stagebench.judgments.views` bounds a difference of two stages on
   it exactly, hole by hole (``paired``), or by the two stages' own bounds.
 
@@ -84,8 +85,8 @@ class RbpParams:
     graded: bool = param(False, "graded RBP as trec_eval 10's rbp: a document is worth its grade over the query's "
                                 "highest judged grade (when above 1), not 0 or 1")  # fmt: skip
 
-    def problem(self, top_grade: int) -> str | None:
-        """A name that cannot mean one thing, or None."""
+    def conflict(self) -> str | None:
+        """Why these parameters cannot mean one measure (refused when the name is read), or None."""
         if self.graded and self.rel is not None:
             return "graded RBP has no relevance threshold: give rel= (binary) or graded=true, not both"
         return None

@@ -155,4 +155,8 @@ def parse_native(text: str) -> Measure:
         if key not in declared:
             raise StagebenchError(f"measure {text!r}: parameter {key!r} does not apply to {name}")
         values[key] = _value(text, family, key, raw)
-    return Measure(name, cutoff, family.params(**values))
+    params = family.params(**values)
+    conflict = params.conflict() if hasattr(params, "conflict") else None
+    if conflict:
+        raise StagebenchError(f"measure {text!r}: {conflict}")
+    return Measure(name, cutoff, params)
