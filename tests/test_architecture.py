@@ -15,7 +15,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "stagebench"
 LAYERS = {
     0: ["errors", "version", "optional", "files", "textfile", "params", "runtime.system", "ui", "analyzer", "metrics.compute", "stats",
         "table", "data.text", "data.corpus", "rerank", "llm", "llm.schemes", "runtime.devices", "runtime.engine", "judge", "models", "runtime", "models.onnx_graphs"],
-    1: ["llm.listwise", "llm.labels", "llm.request", "judge.scale", "runs", "metrics.families", "metrics.names", "metrics.value", "metrics.holes", "metrics", "cache", "models.resolve", "record", "data.dataset", "data.esci", "data.jsonl", "data.trec", "data.irds",
+    1: ["llm.listwise", "llm.labels", "llm.request", "judge.scale", "runs", "metrics.families", "metrics.trec_names", "metrics.names", "metrics.value", "metrics.holes", "metrics", "cache", "models.resolve", "record", "data.dataset", "data.esci", "data.jsonl", "data.trec", "data.irds",
         "metrics.delegate",
         "data.synthetic", "data", "rerank.merge"],
     2: ["models.encoders", "models.onnx_weights", "models.variants", "stages.base", "stages.neural", "llm.http", "llm.local", "llm.chat", "rerank.plugins", "rerank.pointwise",

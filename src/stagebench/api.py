@@ -647,10 +647,7 @@ def _flag_measures(metrics: Sequence[str], relevance_threshold: int) -> list:
             measures.append(parse_measure(m))
         except StagebenchError as exc:
             raise StagebenchError(f"-m {m}: {exc}") from None
-    try:
-        check_distinct(measures, metrics)
-    except StagebenchError as exc:
-        raise StagebenchError(f"-m: {exc}") from None
+    check_distinct(measures, metrics, "-m")
     return measures
 
 

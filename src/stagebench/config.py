@@ -43,6 +43,7 @@ from stagebench.errors import ConfigError, StagebenchError
 from stagebench.judge.ask import JudgeParams
 from stagebench.judge.section import parse_judge
 from stagebench.metrics.compute import gain_map
+from stagebench.metrics import check_distinct
 from stagebench.metrics.names import Measure, parse_measure
 from stagebench.models.resolve import check_model, check_stage_model
 from stagebench.record import MatrixRecord
@@ -426,8 +427,10 @@ def parse_config(raw: Any, path: str = "<config>", engine: str | None = None) ->
             measures.append(parse_measure(m))
         except StagebenchError as exc:
             raise ConfigError(f"evaluation.metrics[{j}]: {exc}") from None
-    if len({m.name for m in measures}) != len(measures):
-        raise ConfigError("evaluation.metrics: duplicate measure")
+    try:
+        check_distinct(measures, evaluation.metrics, "evaluation.metrics")
+    except StagebenchError as exc:
+        raise ConfigError(str(exc)) from None
     if evaluation.baseline is not None and evaluation.baseline not in seen:
         raise ConfigError(f"evaluation.baseline: unknown stage {evaluation.baseline!r}")
     if training is not None:

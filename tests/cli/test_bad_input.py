@@ -440,7 +440,7 @@ def test_6_duplicate_eval_measure_after_aliasing(tmp_path, capsys):
     (tmp_path / "qrels").write_text("q1 0 d1 1\n")
     (tmp_path / "run").write_text("q1 Q0 d1 1 1.0 t\n")
     expect_error(capsys, "eval", tmp_path / "qrels", tmp_path / "run", "-m", "RR@10", "mrr@10",
-                 contains=("duplicate",))
+                 contains=("'RR@10' and 'mrr@10' both name RR@10",))
 
 
 # --------------------------------------------------------------------------- 7. the query set

@@ -73,7 +73,7 @@ def test_max_per_query_and_comment_lines_and_columns_after_the_tag(tmp_path, fil
 @pytest.mark.parametrize("measures, line", [
     (["RBP(rel=1,p=1.5)"], "measure 'RBP(rel=1,p=1.5)': p must be < 1, got 1.5"),
     (["RBP(rel=2,graded=true)"], "graded RBP has no relevance threshold"),
-    (["nDCG@10", "ndcg_cut_10"], "-m: measures: 'nDCG@10' and 'ndcg_cut_10' both name nDCG@10; keep one"),
+    (["nDCG@10", "ndcg_cut_10"], "-m: 'nDCG@10' and 'ndcg_cut_10' both name nDCG@10; keep one"),
     (["gm_map"], "trec_eval's gm_map has no name in stagebench or ir_measures (AP averaged geometrically"),
     (["ndgc@10"], "did you mean nDCG?"),
 ])  # fmt: skip

@@ -199,7 +199,8 @@ def _without_negative(qrels: Mapping[str, Mapping[str, int]]) -> Mapping[str, Ma
     return {q: {d: g for d, g in docs.items() if g >= 0} for q, docs in qrels.items()}
 
 
-def check_distinct(measures: Sequence[Measure | Delegated], given: Sequence[str] | None = None) -> None:
+def check_distinct(measures: Sequence[Measure | Delegated], given: Sequence[str] | None = None,
+                   where: str = "measures") -> None:  # fmt: skip
     """Refuse two names of one measure (``ndcg_cut_10`` beside ``nDCG@10``) in one line naming both
     spellings; ``given``: the names as the user wrote them (default: the parsed names)."""
     given = list(given) if given is not None else [m.name for m in measures]
@@ -207,8 +208,8 @@ def check_distinct(measures: Sequence[Measure | Delegated], given: Sequence[str]
     for m, text in zip(measures, given):
         if m.name in first:
             if first[m.name] == text:
-                raise StagebenchError(f"measures: {m.name} is given twice; keep one")
-            raise StagebenchError(f"measures: {first[m.name]!r} and {text!r} both name {m.name}; keep one")
+                raise StagebenchError(f"{where}: {m.name} is given twice; keep one")
+            raise StagebenchError(f"{where}: {first[m.name]!r} and {text!r} both name {m.name}; keep one")
         first[m.name] = text
 
 
