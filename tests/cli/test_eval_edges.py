@@ -122,3 +122,19 @@ def test_several_runs_keep_native_views_beside_a_delegated_measure_whose_marks_s
     assert "1.0000^b " in main_table + " " and "1.0000^b?" in main_table  # nDCG settled, Bpref not by the holes
     assert "nDCG@10" in judged and "Bpref" not in judged
     assert "computed by ir_measures Bpref: no judged-only view and no bounds" in out
+
+
+@pytest.mark.parametrize("name, line", [
+    ("IPrec@1.5", "recall 1.5 is outside [0.0, 1.0]"),
+    ("Compat(p=1.5)", "p 1.5 is outside (0.0, 1.0)"),
+    ("SetP(rel=0)", "rel 0 is outside [1, inf) (grade 0 means not relevant)"),
+    ("alpha_nDCG(alpha=2)@10", "ir_measures 0.4.3 knows the measure but not this form (invalid param alpha=2)"),
+])  # fmt: skip
+def test_a_delegated_measure_outside_its_range_is_refused_when_read(files, capsys, name, line):
+    """ir_measures accepts IPrec@1.5 and Compat(p=1.5) and prints 0 for every query."""
+    if "0.4.3" in line and irm.__version__ != "0.4.3":
+        line = line.replace("0.4.3", irm.__version__)
+    qrels, run = files
+    assert main(["eval", qrels, run, "-m", name]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and line in err[0], err

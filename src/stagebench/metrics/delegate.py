@@ -55,16 +55,48 @@ def ir_measures_version() -> str | None:
         return None
 
 
+#: the ranges of ir_measures' parameters that cannot mean anything outside them (ir_measures accepts
+#: ``IPrec@1.5`` and ``Compat(p=1.5)`` and prints 0): parameter -> (low, high, low open, high open, why)
+RANGES = {
+    "cutoff": (1, None, False, False, "a cut-off keeps at least one document"),
+    "rel": (1, None, False, False, "grade 0 means not relevant"),
+    "p": (0.0, 1.0, True, True, "a persistence, the chance of reading on"),
+    "recall": (0.0, 1.0, False, False, "a recall level"),
+    "alpha": (0.0, 1.0, False, False, "a redundancy penalty"),
+    "beta": (0.0, None, True, False, "the weight of recall"),
+}  # fmt: skip
+
+
+def out_of_range(params: Mapping[str, Any]) -> str | None:
+    """Why a parameter ir_measures was given lies outside the range it can mean anything in (:data:`RANGES`)."""
+    for key, value in params.items():
+        if key not in RANGES or isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        lo, hi, lo_open, hi_open, why = RANGES[key]
+        below = value <= lo if lo_open else value < lo
+        above = hi is not None and (value >= hi if hi_open else value > hi)
+        if below or above:
+            span = f"{'(' if lo_open else '['}{lo}, {'inf)' if hi is None else str(hi) + (')' if hi_open else ']')}"
+            return f"{key} {value:g} is outside {span} ({why})"
+    return None
+
+
 def parse_delegated(text: str) -> Delegated | None:
     """ir_measures' measure for ``text`` as a :class:`Delegated`, or None when ir_measures is absent or
-    does not know it; a measure it knows but no installed provider computes is one error naming what
-    to install."""
+    does not know it; a measure it knows but no installed provider computes, a form of a measure it
+    knows that it refuses, or a parameter outside its range (:data:`RANGES`) is one error naming it."""
     if ir_measures_version() is None:
         return None
     irm = need("ir_measures", "a measure stagebench does not implement")
     m = _ir_measure(irm, text)
     if m is None:
         return None
+    if isinstance(m, str):
+        raise StagebenchError(f"measure {text!r}: ir_measures {irm.__version__} knows the measure but not this "
+                              f"form ({m})")  # fmt: skip
+    bad = out_of_range(m.params)
+    if bad:
+        raise StagebenchError(f"measure {text!r}: {bad}")
     providers = [p for p in irm.providers.registry.values() if p.supports(m)]
     ready = [p for p in providers if p.is_available()]
     if not ready:
@@ -76,19 +108,25 @@ def parse_delegated(text: str) -> Delegated | None:
 
 def _ir_measure(irm: Any, text: str) -> Any:
     """ir_measures' measure for ``text``, its own spelling (``Bpref``, ``IPrec@0.1``) or trec_eval's of a
-    measure it computes (``bpref``, ``iprec_at_recall_0.10``, ``set_P``); None when it knows neither."""
+    measure it computes (``bpref``, ``iprec_at_recall_0.10``, ``set_P``); None when it knows neither; its
+    reason (a string) when it knows the measure's name but refuses the rest (``SetF(beta=-1)``)."""
     errors = (ValueError, NameError, TypeError, SyntaxError, AttributeError, KeyError, AssertionError)
     try:
         m = irm.parse_measure(text)
         m.validate_params()  # a parameter the measure does not take: ir_measures does not know it either
         return m
-    except errors:
-        pass
+    except errors as exc:
+        refused = exc
     try:
         found = irm.parse_trec_measure(text.strip())
     except errors:
-        return None
-    return found[0] if len(found) == 1 else None
+        found = []
+    if len(found) == 1:
+        return found[0]
+    family = text.strip().split("(")[0].split("@")[0]
+    if family in irm.measures.registry:
+        return (str(refused).splitlines() or [type(refused).__name__])[0]
+    return None
 
 
 #: the document a query the run lacks is scored on, as trec_eval -c scores it ("ceci_nest_pas_un_docno"):
