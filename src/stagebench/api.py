@@ -52,7 +52,7 @@ from stagebench.metrics import scored_query_ids
 from stagebench.metrics import evaluate_views as _evaluate_views
 from stagebench.metrics import evaluate as _evaluate
 from stagebench.metrics.compute import gain_map
-from stagebench.metrics.delegate import gains_of, ir_measures_version, under
+from stagebench.metrics.delegate import computed_as, gains_of, ir_measures_version
 from stagebench.files import check_apart, check_destination, remove_staging, staging, swap_in
 from stagebench.models.resolve import ResolvedModel, resolve_model
 from stagebench.rerank.plugins import Reranker
@@ -621,8 +621,8 @@ def write_trec_run(run: Mapping[str, Mapping[str, float]], path: str | Path, tag
 class FileEvaluation:
     """``stagebench eval QRELS RUN``'s answer: the run scored in ``view`` (``irrelevant``,
     ``judged-only``, ``bounds`` or ``all``) - one :class:`Evaluation`, or for ``bounds`` and ``all`` the
-    :class:`HoleViews` - and the measures ir_measures computed, each with the measure it computed under
-    the evaluation's conventions (``Bpref`` -> ``Bpref(rel=2)`` at ``--rel 2``)."""
+    :class:`HoleViews` - and the measures ir_measures computed, each with its provider and the measure it
+    computed under the evaluation's conventions (``Bpref`` -> ``pytrec_eval, as Bpref(rel=2)`` at ``--rel 2``)."""
 
     view: str
     relevance_threshold: int
@@ -653,10 +653,10 @@ def _flag_measures(metrics: Sequence[str], relevance_threshold: int) -> list:
 
 def delegated_under(measures: Sequence[Measure | Delegated], qrels: Mapping[str, Mapping[str, int]],
                     relevance_threshold: int, gain: Any) -> dict[str, str]:  # fmt: skip
-    """Each measure ir_measures computes -> the measure it computes under the evaluation's conventions
-    (:func:`stagebench.metrics.delegate.under`), as the header and the table's notes name it."""
+    """Each measure ir_measures computes -> its provider and what it computes under the evaluation's
+    conventions (:func:`stagebench.metrics.delegate.computed_as`), as the header and the notes name it."""
     gains = gains_of(gain_map(gain), qrels)
-    return {m.name: str(under(m, relevance_threshold, gains)) for m in measures if isinstance(m, Delegated)}
+    return {m.name: computed_as(m, relevance_threshold, gains) for m in measures if isinstance(m, Delegated)}
 
 
 def _read_run(path: str | Path, max_per_query: int | None) -> Run:

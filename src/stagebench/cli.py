@@ -558,7 +558,7 @@ def _eval_header(args: argparse.Namespace, ev, delegated: dict[str, str], unview
     print(f"# {conventions_line(args.rel, args.gain, args.metrics)}; {view}; {which}{cut}; 'all' is the mean over "
           f"them; left out: {excluded}", file=sys.stderr)  # fmt: skip
     if delegated:
-        named = ", ".join(n if u == n else f"{n} (as {u})" for n, u in delegated.items())
+        named = ", ".join(f"{n} ({how})" for n, how in delegated.items())
         print(f"# delegated to ir_measures {api.ir_measures_version()}: {named} (ir_measures' own implementation, "
               f"relevant = grade >= {args.rel} where the name gives no rel; unjudged documents as irrelevant; the same "
               "scored queries)", file=sys.stderr)  # fmt: skip

@@ -25,7 +25,7 @@ def test_a_measure_only_ir_measures_knows_is_delegated_named_and_averaged_over_o
     qrels, run = files(tmp_path)
     assert main(["eval", qrels, run, "-m", "nDCG@10", "Bpref", "infAP", "--per-query"]) == 0
     cap = capsys.readouterr()
-    assert f"# delegated to ir_measures {irm.__version__}: Bpref, infAP" in cap.err
+    assert f"# delegated to ir_measures {irm.__version__}: Bpref (pytrec_eval), infAP (pytrec_eval)" in cap.err
     rows = {tuple(line.split("\t")[:2]): float(line.split("\t")[2]) for line in cap.out.splitlines()}
     # ir_measures' own per-query values; q3 (judged, positive, no results) scored 0; q4 (no positive grade) left out
     theirs = {(str(m.measure), m.query_id): m.value for m in irm.iter_calc(

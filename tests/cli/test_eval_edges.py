@@ -41,7 +41,7 @@ def test_the_relevance_threshold_reaches_a_delegated_measure_and_the_header_name
         assert got["SetP", qid] == pytest.approx(ref[qid]["set_P"], abs=5e-5)
         assert got["P@2", qid] == pytest.approx(ref[qid]["P_2"], abs=5e-5)
     assert got["SetP", "q1"] == 0.25  # at --rel 1 it would be 0.5 (c and a): the threshold reached it
-    assert "Bpref (as Bpref(rel=2)), SetP (as SetP(rel=2))" in cap.err
+    assert "Bpref (pytrec_eval, as Bpref(rel=2)), SetP (pytrec_eval, as SetP(rel=2))" in cap.err
     assert "2 scored queries (the judged queries with a positive grade the run holds, as trec_eval without -c)" in cap.err
 
 
@@ -121,7 +121,7 @@ def test_several_runs_keep_native_views_beside_a_delegated_measure_whose_marks_s
     main_table, judged = out.split("judged only")[0], out.split("judged only")[1].split("bounds")[0]
     assert "1.0000^b " in main_table + " " and "1.0000^b?" in main_table  # nDCG settled, Bpref not by the holes
     assert "nDCG@10" in judged and "Bpref" not in judged
-    assert "computed by ir_measures Bpref: no judged-only view and no bounds" in out
+    assert "computed by ir_measures: Bpref (pytrec_eval); no judged-only view and no bounds" in out
 
 
 @pytest.mark.parametrize("name, line", [

@@ -150,6 +150,13 @@ def under(measure: Delegated, relevance_threshold: int, gains: Mapping[int, floa
     return m(**extra) if extra else m
 
 
+def computed_as(measure: Delegated, relevance_threshold: int, gains: Mapping[int, float] | None = None) -> str:
+    """What the notes and the header say a delegated measure is: its provider, and the measure computed
+    when the conventions filled in what its name left open (``pytrec_eval, as Bpref(rel=2)``)."""
+    done = str(under(measure, relevance_threshold, gains))
+    return measure.provider + ("" if done == measure.name else f", as {done}")
+
+
 def gains_of(gain: Any, qrels: Mapping[str, Mapping[str, int]]) -> dict[int, float] | None:
     """The gain map (a :class:`~stagebench.metrics.compute.Gain`) as ir_measures' ``gains``: grade -> gain
     for every grade the qrels hold; None for the linear map (ir_measures' own default) or no map."""

@@ -29,7 +29,7 @@ class Experiment:
     alpha: float
     permutations: int
     seed: int
-    delegated: dict[str, str] = field(default_factory=dict)  # ir_measures' measures -> what each computes
+    delegated: dict[str, str] = field(default_factory=dict)  # ir_measures' measures -> provider, what each computes
 
     @property
     def viewed(self) -> list[str]:
@@ -69,8 +69,8 @@ class Experiment:
                  f"measure, alpha {self.alpha})", "",
                  "unjudged documents as irrelevant (trec_eval's default)"]  # fmt: skip
         if self.delegated:
-            lines.insert(2, "computed by ir_measures " + ", ".join(f"{n} (as {u})" if u != n else n for n, u in
-                         self.delegated.items()) + ": no judged-only view and no bounds, so a mark on them (^x?) is not "
+            lines.insert(2, "computed by ir_measures: " + ", ".join(f"{n} ({how})" for n, how in
+                         self.delegated.items()) + "; no judged-only view and no bounds, so a mark on them (^x?) is not "
                          "settled by the holes")  # fmt: skip
         lines += self._table(ids, "irrelevant", self.measures, marks=True)
         if self.viewed:
@@ -131,7 +131,7 @@ def experiment(qrels: Mapping[str, Mapping[str, int]], runs: Mapping[str, Run], 
                                      permutations, seed))  # fmt: skip
         tests[m] = list(zip(pairs, holm([t.p_rand for t in pairs])))
     if delegated is None:
-        delegated = {m.name: m.name for m in measures if isinstance(m, Delegated)}
+        delegated = {m.name: m.provider for m in measures if isinstance(m, Delegated)}
     return Experiment(list(runs), names, views, tests, alpha, permutations, seed, dict(delegated))
 
 
