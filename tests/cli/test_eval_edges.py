@@ -138,3 +138,20 @@ def test_a_delegated_measure_outside_its_range_is_refused_when_read(files, capsy
     assert main(["eval", qrels, run, "-m", name]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and line in err[0], err
+
+
+def test_a_negative_grade_is_a_hole_as_trec_eval_reads_it():
+    """trec_eval: a qrels grade below 0 is "in the pool, not judged" - not judged for Judged@k, removed by
+    the judged-only view (-J), never relevant; ir_measures' infAP reads it as trec_eval does."""
+    from stagebench.metrics import evaluate
+
+    qrels = {"q": {"a": 1, "b": -1, "c": 0, "d": 2}}
+    run = {"q": {"b": 4.0, "a": 3.0, "x": 2.0, "c": 1.5, "d": 1.0}}
+    ev = evaluate(qrels, run, ["Judged@2", "P@2", "NumRel"])
+    assert ev.per_query["Judged@2"]["q"] == 0.5 and ev.per_query["P@2"]["q"] == 0.5 and ev.per_query["NumRel"]["q"] == 2
+    judged = evaluate(qrels, run, ["P@2", "P@3", "nDCG@3"], holes="judged_only").per_query
+    ref = pytrec_eval.RelevanceEvaluator(qrels, {"P.2,3", "ndcg_cut.3"}, judged_docs_only_flag=True).evaluate(run)["q"]
+    assert (judged["P@2"]["q"], judged["P@3"]["q"]) == (ref["P_2"], ref["P_3"]) == (0.5, 2 / 3)
+    assert judged["nDCG@3"]["q"] == pytest.approx(ref["ndcg_cut_3"], abs=1e-12)
+    theirs = pytrec_eval.RelevanceEvaluator(qrels, {"infAP"}).evaluate(run)["q"]["infAP"]
+    assert evaluate(qrels, run, ["infAP"]).per_query["infAP"]["q"] == pytest.approx(theirs, abs=1e-12)
