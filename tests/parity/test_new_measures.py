@@ -96,17 +96,23 @@ def test_ndcg_under_a_gain_table_that_does_not_rise_with_the_grade_agrees_with_t
     assert differs > 100  # the ideal by grade and by gain differ in most cases
 
 
+def numbered_cases(rng: random.Random, n: int) -> tuple[dict, dict]:
+    """``n`` random queries with numeric ids (gdeval refuses others) and distinct scores (each library
+    breaks ties its own way)."""
+    qrels, run = {}, {}
+    for q in range(1, n + 1):
+        one_qrels, one_run = random_case(rng)
+        qrels[str(q)], run[str(q)] = one_qrels["q"], {d: rng.random() for d in one_run["q"]}
+    return qrels, run
+
+
 def test_err_hit_and_judged_agree_with_ir_measures_on_random_cases():
     """ERR@k against ir_measures' ERR (gdeval.pl, which prints 5 decimals: equal once ours is rounded the
     same way, and within 5e-6 before); Hit@k against its Success@k and Judged@k against its Judged@k,
     to 1e-9. Numeric query ids: gdeval refuses others. Grades 0..4, gdeval's scale. Scores distinct:
     each library breaks ties its own way (ours is trec_eval's, tested above)."""
     irm = pytest.importorskip("ir_measures", reason="the interop extra is not installed")
-    rng = random.Random(68)
-    qrels, run = {}, {}
-    for q in range(1, 151):
-        one_qrels, one_run = random_case(rng)
-        qrels[str(q)], run[str(q)] = one_qrels["q"], {d: rng.random() for d in one_run["q"]}
+    qrels, run = numbered_cases(random.Random(68), 150)
     names = [f"{f}@{k}" for f in ("ERR", "Hit", "Judged") for k in CUTS]
     ours = evaluate(qrels, run, names).per_query
     theirs: dict[str, dict[str, float]] = {n: {} for n in names}
@@ -130,11 +136,7 @@ def test_binary_rbp_agrees_with_ir_measures_cwl_eval_and_graded_rbp_is_trec_eval
     graded RBP (trec_eval 10's rbp, which only trec_eval 10 computes: tests/parity/test_trec_eval_suite.py
     holds it against trec_eval's own output) by its definition on one hand-made query."""
     irm = pytest.importorskip("ir_measures", reason="the interop extra is not installed")
-    rng = random.Random(77)
-    qrels, run = {}, {}
-    for q in range(1, 121):
-        one_qrels, one_run = random_case(rng)
-        qrels[str(q)], run[str(q)] = one_qrels["q"], {d: rng.random() for d in one_run["q"]}
+    qrels, run = numbered_cases(random.Random(77), 120)
     names = ["RBP(rel=1,p=0.8)", "RBP(rel=2,p=0.5)", "RBP(rel=1,p=0.95)"]
     ours = evaluate(qrels, run, names).per_query
     theirs: dict[str, dict[str, float]] = {}

@@ -55,6 +55,11 @@ def ir_measures_version() -> str | None:
         return None
 
 
+class UnknownForm(StagebenchError):
+    """ir_measures knows the measure's name but refuses the rest of the string; where the name is also one
+    of stagebench's families, stagebench's own reason is the one to give."""
+
+
 #: the ranges of ir_measures' parameters that cannot mean anything outside them (ir_measures accepts
 #: ``IPrec@1.5`` and ``Compat(p=1.5)`` and prints 0): parameter -> (low, high, low open, high open, why)
 RANGES = {
@@ -92,7 +97,7 @@ def parse_delegated(text: str) -> Delegated | None:
     if m is None:
         return None
     if isinstance(m, str):
-        raise StagebenchError(f"measure {text!r}: ir_measures {irm.__version__} knows the measure but not this "
+        raise UnknownForm(f"measure {text!r}: ir_measures {irm.__version__} knows the measure but not this "
                               f"form ({m})")  # fmt: skip
     bad = out_of_range(m.params)
     if bad:

@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from stagebench.errors import ConfigError, StagebenchError
-from stagebench.metrics.delegate import Delegated, ir_measures_version, parse_delegated
+from stagebench.metrics.delegate import Delegated, UnknownForm, ir_measures_version, parse_delegated
 from stagebench.metrics.families import ALIASES, FAMILIES as REGISTRY, FAMILY, Family
 from stagebench.metrics.trec_names import TREC_EVAL, native_name as trec_eval_name, unnamed
 from stagebench.params import build
@@ -106,7 +106,12 @@ def parse_measure(text: str) -> Measure | Delegated:
     :class:`Measure`; a name no family claims, which ir_measures knows, as a :class:`Delegated`
     (:mod:`stagebench.metrics.delegate`); anything else raises :class:`StagebenchError` with the reason."""
     if not claims(text):
-        delegated = parse_delegated(text)
+        try:
+            delegated = parse_delegated(text)
+        except UnknownForm:
+            if re.split(r"[(@]", text.strip(), maxsplit=1)[0].lower() not in ALIASES:
+                raise
+            delegated = None  # one of stagebench's families: its own reason says more
         if delegated is not None:
             return delegated
     try:
