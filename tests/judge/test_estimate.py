@@ -251,3 +251,25 @@ def test_compare_a_judging_rounds_before_and_after_and_stages_of_other_names(sam
     assert c.row("bm25=rrf", "nDCG@10").mean_b == pytest.approx(after_rows["rrf"], abs=1e-6)
     with pytest.raises(StagebenchError, match="--pair bm25=nope: 'nope' is not a stage of"):
         api.compare(folder, after, judgments="each", pairs={"bm25": "nope"})
+
+
+def test_a_census_is_exact_whatever_the_model_and_the_refit():
+    """Every unit drawn with probability 1: the estimate is the truth (to float rounding) with an interval
+    of width 0, with and without the cross-fitted refit, for a model far from the grades; a unit drawn
+    with certainty beside sampled ones contributes its own value, not the refit's."""
+    ranked, qrels, queries, truth = _simulated(3)
+    fr = frame(ranked, qrels, queries, 10, LINEAR, 3)
+    y = np.array([float(truth[q][d]) for q, d in fr.holes()])
+    known, F = fr.contributions(y)
+    theta = known + F.sum(axis=1)
+    means = np.clip(3.0 - y + 0.3, 0, 3)  # wrong on purpose: the refit has something to change
+    every = np.arange(len(fr.units))
+    for refit in (False, True):
+        e = estimate(fr, means, np.ones(len(fr.units)), every, y, 0.0, 3.0, refit=refit, variances=np.ones(len(y)))
+        assert np.allclose(e.value, theta, atol=1e-12, rtol=0) and np.all(e.high - e.low == 0), refit
+    # half the units certain, the rest sampled at 0.5 and all drawn: the certain ones enter as they are
+    sure = every % 2 == 0
+    rest = estimate(fr, means, np.where(sure, 1.0, 0.5), every, y, 0.0, 3.0, refit=False)
+    P = fr.contributions(means)[1]
+    want = known + F[:, sure].sum(axis=1) + P[:, ~sure].sum(axis=1) + ((F - P)[:, ~sure] / 0.5).sum(axis=1)
+    assert np.allclose(rest.value, want, atol=1e-12)

@@ -375,9 +375,8 @@ def estimate(fr: Frame, means: np.ndarray, pi: np.ndarray, drawn: Sequence[int],
     full[sampled] = drawn_gains
     _, F = fr.contributions(full, only=idx)
     if not refit:
-        known, P = fr.contributions(means)
-        r = F - P[:, idx]
-        value = known + P.sum(axis=1) + (r / p).sum(axis=1)
+        known, P_all = fr.contributions(means)
+        r = F - P_all[:, idx]
     else:  # cross-fitted: each half of the drawn units corrected by the model refitted on the other half
         half = np.arange(len(idx)) % 2
         owner = np.repeat(half, [b - a for a, b in spans]) if spans else np.zeros(0, dtype=int)
@@ -388,7 +387,12 @@ def estimate(fr: Frame, means: np.ndarray, pi: np.ndarray, drawn: Sequence[int],
             known, P_h = fr.contributions(m_h)
             P_all = P_all + P_h / 2
             r[:, half == h] = F[:, half == h] - P_h[:, idx[half == h]]
-        value = known + P_all.sum(axis=1) + (r / p).sum(axis=1)
+    # a unit drawn with certainty (pi = 1) is enumerated, not estimated: its own contribution, whatever the
+    # predictions (the cross-fitted corrections would leave half the two refits' difference on it)
+    sure = p >= 1.0
+    value = (known + P_all.sum(axis=1) - P_all[:, idx[sure]].sum(axis=1) + F[:, sure].sum(axis=1)
+             + (r[:, ~sure] / p[~sure]).sum(axis=1))  # fmt: skip
+    r = np.where(sure, 0.0, r)
     each = (1 - p) / p**2 * r**2
     var = each.sum(axis=1)
     # the Welch-Satterthwaite degrees of freedom: few when a few drawn units carry the variance
