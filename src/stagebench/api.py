@@ -118,6 +118,7 @@ class Result:
     stage_table: StageTable
     table_text: str
     judge_text: str = ""  # the judge's summary, when a judge: section ran with the run (or judge() did)
+    estimate_refused: str = ""  # add_judgments of a sampling round: why its estimated view was refused
     _runs: dict[str, Run] | None = field(default=None, repr=False)
     _per_query: dict[str, dict[str, dict[str, float]]] | None = field(default=None, repr=False)
 
@@ -424,9 +425,10 @@ def simulate_plans(folder: str | Path, budgets: Sequence[int], *, depth: int = 1
 def add_judgments(folder: str | Path, worksheets: Sequence[str | Path], output: str | Path,
                   prefer: str | None = None, cache_dir: str | None = None) -> Result:  # fmt: skip
     """``stagebench add-judgments``: a new results folder scored with graded worksheets added to the
-    folder's qrels; the folder itself is left as it is."""
-    rescore_with_worksheets(folder, [str(w) for w in worksheets], output, prefer, cache_dir)
-    return open(output)
+    folder's qrels; the folder itself is left as it is. A sampling round's estimated view that was
+    refused (the folder is written all the same) says why in :attr:`Result.estimate_refused`."""
+    rendered = rescore_with_worksheets(folder, [str(w) for w in worksheets], output, prefer, cache_dir)
+    return replace(open(output), estimate_refused=rendered.estimate_refused)
 
 
 @dataclass(frozen=True)

@@ -196,6 +196,10 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+#: add-judgments' exit status when the folder was written but the round's estimated view was refused
+ESTIMATE_REFUSED = 3
+
+
 def _parser_add_judgments(sub) -> None:
     """``stagebench add-judgments``'s arguments, beside its handler."""
     aj = sub.add_parser("add-judgments", help="score a finished folder again with graded worksheets added to its qrels, "
@@ -207,11 +211,19 @@ def _parser_add_judgments(sub) -> None:
                     help="when a worksheet grades a pair the folder's qrels grade differently: which wins (default: refuse)")
     aj.add_argument("--cache-dir", help="a sampling round's worksheet: the cache of the grade model's scores (as "
                     "plan-judgments --cache-dir; default: the folder's config's cache_dir, else .stagebench-cache)")  # fmt: skip
+    aj.epilog = (f"exit status {ESTIMATE_REFUSED}: the judgments were added and the folder written, but a sampling "
+                 "round's estimated view was refused (a drawn row ungraded, an edited probability, its record missing "
+                 "or another round's); the line says why")  # fmt: skip
     aj.set_defaults(func=_cmd_add_judgments)
 
 
 def _cmd_add_judgments(args: argparse.Namespace) -> int:
-    sys.stdout.write(api.add_judgments(args.run_dir, args.worksheets, args.output, args.prefer, args.cache_dir).table_text)
+    added = api.add_judgments(args.run_dir, args.worksheets, args.output, args.prefer, args.cache_dir)
+    sys.stdout.write(added.table_text)
+    if added.estimate_refused:  # the judgments are in; the round's estimate is not: a pipeline must know
+        print(f"stagebench: the judgments were added and written to {args.output}, but the estimated view was "
+              f"refused: {added.estimate_refused}", file=sys.stderr)  # fmt: skip
+        return ESTIMATE_REFUSED
     return 0
 
 
@@ -658,7 +670,7 @@ def _explained(sub) -> None:
         parser.description = parser.description or said.get(name)
         parser.formatter_class = _Help
         if name in EXAMPLES:
-            parser.epilog = f"example:\n  {EXAMPLES[name]}"
+            parser.epilog = (f"{parser.epilog}\n\n" if parser.epilog else "") + f"example:\n  {EXAMPLES[name]}"
         for action in parser._actions:
             if not action.help and action.dest in ARGUMENTS:
                 action.help = ARGUMENTS[action.dest]

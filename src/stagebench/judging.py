@@ -44,7 +44,7 @@ from stagebench.judgments.grades import Constant
 from stagebench.judgments.estimate import Frame, draw, frame, inclusion, predict
 from stagebench.judgments.planning import Simulation, depth_pooling, plan, pool_holes, random_holes, simulate
 from stagebench.judgments.sampling import (ESTIMATE, EstimatedView, Record, design_path, estimated_view, grade_model,
-                                           predictor_stage)
+                                           predictor_stage, same_probability)
 from stagebench.judgments.pool import HOLE, JUDGMENTS, Judgment, filled_qrels, read_judgments
 from stagebench.judgments.worksheet import (ADDED, SOURCES, added_tsv, merge, read_worksheet, sources_json, worksheet_csv,
                                             worksheet_jsonl, worksheet_rows)
@@ -303,15 +303,16 @@ def write_worksheet(folder: str | Path, budget: int, output: str | Path, strateg
         drawn = np.flatnonzero(draw(design.pi, seed))
         units = [est.fr.units[i] for i in drawn]
         aims = "; ".join(design.aimed)
+        record = Record(str(g.rf.path), file_digest(g.rf.path / "qrels.trec"), g.measure.name, est.predictor, budget,
+                        seed, design.aimed, [{"qid": u.qid, "docids": list(u.holes), "probability": float(design.pi[i])}
+                                             for u, i in zip(units, drawn)],
+                        dict(zip(est.fr.targets, pred.point.tolist())))  # fmt: skip
+        record.round = record.identity()
         for u, i in zip(units, drawn):
             for d in u.holes:
                 extra[(u.qid, d)] = {"unit": u.qid if not u.single else f"{u.qid} {d}",
-                                     "probability": f"{design.pi[i]:.6g}", "aims_at": aims}  # fmt: skip
+                                     "probability": f"{design.pi[i]:.6g}", "aims_at": aims, "round": record.round}  # fmt: skip
         chosen = [h for h in pool_holes(g.ranked, g.qrels, g.queries, g.measure.cutoff) if (h.qid, h.docid) in extra]
-        record = Record(str(g.rf.path), file_digest(g.rf.path / "qrels.trec"), g.measure.name, est.predictor, budget,
-                        seed, design.aimed, [{"qid": u.qid, "docids": list(u.holes), "probability": float(f"{design.pi[i]:.6g}")}
-                                             for u, i in zip(units, drawn)],
-                        dict(zip(est.fr.targets, pred.point.tolist())))  # fmt: skip
         log.info("%s: grade model %s, %s", g.rf.path, est.predictor, est.quality)
         holes = chosen
     else:
@@ -438,17 +439,63 @@ class _Corpus:
         return docid in self.corpus
 
 
-def _round_estimate(rf: RunFolder, worksheets: list[str], graded: list, cache_dir: str | None = None) -> EstimatedView | None:
-    """The estimated view of a sampling round's worksheets (its record beside the worksheet), from the
-    folder's judgments before the round; None when no worksheet comes from a sampling round."""
-    records = [(w, Path(design_path(w))) for w in worksheets if Path(design_path(w)).is_file()]
-    if not records:
+def _round_record(worksheets: list[str], graded: list) -> tuple[str, Path, Record] | str | None:
+    """The sampling round the worksheets come from - (worksheet, its record's path, the record) - found by
+    the round's id every row carries: beside the worksheet under its own name, else any record of that
+    round in the worksheet's folder (a sheet saved under another name); why none fits, in one line; or
+    None when no worksheet comes from a sampling round."""
+    found = []
+    for i, w in enumerate(worksheets):
+        rows = [x for x in graded if x.source == i]
+        ids = sorted({x.round for x in rows if x.round})
+        beside = Path(design_path(w))
+        if not ids and not any(x.probability for x in rows):
+            if beside.is_file():  # a record beside a sheet without the round's columns: its round all the same
+                found.append((w, beside, Record.read(beside.read_text(encoding="utf-8"), str(beside))))
+            continue
+        if len(ids) > 1:
+            return f"{w}: its rows come from {len(ids)} sampling rounds ({', '.join(ids)}): add each round's sheet alone"
+        want = ids[0] if ids else None
+        candidates = [beside] if beside.is_file() else []
+        candidates += sorted(p for p in Path(w).parent.glob("*.design.json") if p != beside and p.is_file())
+        other = None
+        for path in candidates:
+            try:
+                rec = Record.read(path.read_text(encoding="utf-8"), str(path))
+            except (StagebenchError, OSError, UnicodeDecodeError):
+                continue
+            if want is None or rec.round == want:
+                found.append((w, path, rec))
+                break
+            other = other or (path, rec)
+        else:
+            if want is None:
+                return (f"{w}: its rows carry a sampling round's probabilities but no record is beside it (expected "
+                        f"{beside}): the estimate needs the record plan-judgments wrote")  # fmt: skip
+            if other is not None:
+                return (f"{w}: its rows are sampling round {want}'s, but the record beside it ({other[0]}) is round "
+                        f"{other[1].round}'s and no record of round {want} is in {Path(w).parent}")  # fmt: skip
+            return (f"{w}: its rows are sampling round {want}'s, whose record is missing (expected {beside}, or a "
+                    f"*.design.json of that round in {Path(w).parent}): the estimate needs the record plan-judgments "
+                    "wrote")  # fmt: skip
+    if not found:
         return None
-    if len(records) > 1:
+    if len(found) > 1:
         log.warning("%d worksheets from sampling rounds: the estimated view uses the first, %s (a later round is "
-                    "estimated on the folder the earlier one wrote)", len(records), records[0][0])  # fmt: skip
-    w, path = records[0]
-    rec = Record.read(path.read_text(encoding="utf-8"), str(path))
+                    "estimated on the folder the earlier one wrote)", len(found), found[0][0])  # fmt: skip
+    return found[0]
+
+
+def _round_estimate(rf: RunFolder, worksheets: list[str], graded: list, cache_dir: str | None = None) -> EstimatedView | None:
+    """The estimated view of a sampling round's worksheets (its record found by :func:`_round_record`),
+    from the folder's judgments before the round; None when no worksheet comes from a sampling round."""
+    got = _round_record(worksheets, graded)
+    if got is None:
+        return None
+    if isinstance(got, str):
+        log.warning("the estimated view is refused: %s", got)
+        return EstimatedView("", [], [], [], [], 0, 0, "", "", [], 0, got)
+    w, path, rec = got
     g = ground(rf.path, rec.measure)
     est = estimation(g, rec.predictor, cache_dir=cache_dir)
     by_pair = {(x.qid, x.docid): x for x in graded}
@@ -458,7 +505,7 @@ def _round_estimate(rf: RunFolder, worksheets: list[str], graded: list, cache_di
                "the worksheet is another folder's)")  # fmt: skip
     else:
         edited = [x for h, p in rec.holes.items() if (x := by_pair.get(h)) is not None and x.probability
-                  and not _same_probability(x.probability, p)]  # fmt: skip
+                  and not same_probability(x.probability, p)]  # fmt: skip
         why = (f"{worksheets[edited[0].source]}: line {edited[0].line}: probability {edited[0].probability} is not the one the "
                f"round drew with ({rec.holes[(edited[0].qid, edited[0].docid)]:.6g}, {path}); the estimate needs the "
                "probabilities the draw used") if edited else ""  # fmt: skip
@@ -471,13 +518,6 @@ def _round_estimate(rf: RunFolder, worksheets: list[str], graded: list, cache_di
     if view.refused:
         log.warning("the estimated view is refused: %s", view.refused)
     return view
-
-
-def _same_probability(text: str, p: float) -> bool:
-    try:
-        return abs(float(text.replace(",", ".")) - p) <= 1e-6 * max(p, 1e-12)
-    except ValueError:
-        return False
 
 
 def rescore_with_worksheets(folder: str | Path, worksheets: list[str], output: str | Path, prefer: str | None = None,
@@ -533,4 +573,4 @@ def rescore_with_worksheets(folder: str | Path, worksheets: list[str], output: s
         raise
     log.info("%s: %d judgments added from %d worksheet(s) (%d already there); written to %s", rf.path,
              len(merged.added), len(sources), merged.kept, dest)  # fmt: skip
-    return rendered
+    return replace(rendered, estimate_refused=view.refused) if view is not None and view.refused else rendered

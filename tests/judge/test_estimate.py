@@ -139,8 +139,10 @@ def _rows(path: Path) -> tuple[list[str], list[list[str]]]:
 
 
 def _graded(folder: Path, sheet: Path, dest: Path, drop: int = 0, edit_probability: bool = False,
-            extra: tuple[str, str] | None = None) -> Path:  # fmt: skip
-    """The worksheet graded by the rules judge's grades (the truth), as a rater would fill it."""
+            extra: tuple[str, str] | None = None, record: bool = True, digits: int | None = None) -> Path:  # fmt: skip
+    """The worksheet graded by the rules judge's grades (the truth), as a rater would fill it; ``record``:
+    the round's record copied beside it under its name; ``digits``: the probabilities rounded to that
+    many significant digits, as a spreadsheet shows them."""
     g = ground(folder)
     truth = filled_qrels(g.qrels, g.judgments)[0]
     header, rows = _rows(sheet)
@@ -149,13 +151,17 @@ def _graded(folder: Path, sheet: Path, dest: Path, drop: int = 0, edit_probabili
         r[gi] = str(truth[r[0]][r[2]])
     if edit_probability:
         rows[0][pi] = "0.999"
+    if digits is not None:
+        for r in rows:
+            r[pi] = f"{float(r[pi]):.{digits}g}"
     rows = rows[drop:]
     if extra is not None:
         rows.append([extra[0], "", extra[1], "", *[""] * (len(header) - 4)])
         rows[-1][gi] = str(truth[extra[0]][extra[1]])
     with dest.open("w", encoding="utf-8", newline="") as f:
         csv.writer(f).writerows([header, *rows])
-    Path(design_path(str(dest))).write_text(Path(design_path(str(sheet))).read_text())
+    if record:
+        Path(design_path(str(dest))).write_text(Path(design_path(str(sheet))).read_text())
     return dest
 
 
@@ -273,3 +279,40 @@ def test_a_census_is_exact_whatever_the_model_and_the_refit():
     P = fr.contributions(means)[1]
     want = known + F[:, sure].sum(axis=1) + P[:, ~sure].sum(axis=1) + ((F - P)[:, ~sure] / 0.5).sum(axis=1)
     assert np.allclose(rest.value, want, atol=1e-12)
+
+
+def test_the_round_s_files_never_lose_the_estimate(sample_round, tmp_path, capsys):
+    """Every row carries its round's id: a sheet saved under another name finds its record in its folder;
+    a missing or another round's record is one line naming where it was expected, and add-judgments exits 3
+    with the folder written; probabilities a spreadsheet rounded to 3 digits still match the record, which
+    keeps them exact."""
+    from stagebench.cli import main
+
+    folder, sheet = sample_round
+    rec = Record.read(Path(design_path(str(sheet.csv))).read_text(), "x")
+    header, rows = _rows(sheet.csv)
+    assert rec.round == rec.identity() and {r[header.index("round")] for r in rows} == {rec.round}
+    assert any(len(repr(u["probability"])) > 8 for u in rec.units)  # exact, not the sheet's 6 digits
+    # saved under another name beside the plan's files: found by its round
+    renamed = _graded(folder, sheet.csv, sheet.csv.parent / "renamed-by-rater.csv", record=False)
+    api.add_judgments(folder, [renamed], tmp_path / "renamed")
+    assert not json.loads((tmp_path / "renamed" / ESTIMATE).read_text())["refused"]
+    # rounded to 3 significant digits
+    rounded = _graded(folder, sheet.csv, tmp_path / "rounded.csv", digits=3)
+    api.add_judgments(folder, [rounded], tmp_path / "rounded")
+    assert not json.loads((tmp_path / "rounded" / ESTIMATE).read_text())["refused"]
+    # moved without its record: one line naming where it was expected, exit 3, the folder written
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    moved = _graded(folder, sheet.csv, alone / "graded.csv", record=False)
+    assert main(["add-judgments", str(folder), str(moved), "--output", str(tmp_path / "moved")]) == 3
+    err = capsys.readouterr().err
+    assert f"its rows are sampling round {rec.round}'s, whose record is missing (expected {alone / 'graded.design.json'}" in err
+    assert (tmp_path / "moved" / "qrels.trec").is_file()
+    # another round's record beside it: named as that, not as ungraded rows
+    other = api.plan_judgments(folder, 30, tmp_path / "other" / "sheet.csv", strategy="sample", seed=11)
+    foreign = _graded(folder, sheet.csv, tmp_path / "other" / "graded.csv", record=False)
+    Path(design_path(str(foreign))).write_text(Path(design_path(str(other.csv))).read_text())
+    view = api.add_judgments(folder, [foreign], tmp_path / "foreign").estimate_refused
+    other_id = Record.read(Path(design_path(str(other.csv))).read_text(), "x").round
+    assert f"its rows are sampling round {rec.round}'s, but the record beside it" in view and f"round {other_id}'s" in view

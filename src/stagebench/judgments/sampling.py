@@ -12,8 +12,10 @@ is a judgment like any other, in the main table, and the estimate leaves it out 
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping, Sequence
+from decimal import Decimal, InvalidOperation
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -27,6 +29,20 @@ DESIGN_KIND = "stagebench sampling round"
 #: the estimated view in a results folder that add-judgments wrote from a sampling round
 ESTIMATE = "judgments/estimate.json"
 CONSTANT, JUDGE = "constant", "judge"
+
+
+def same_probability(text: str, p: float) -> bool:
+    """Whether a worksheet's probability ``text`` is the recorded ``p`` as written to the digits it shows
+    (``0.123`` for 0.1234567: a spreadsheet that rounds the column keeps the match), within float rounding."""
+    try:
+        shown = Decimal(text.strip().replace(",", "."))
+    except InvalidOperation:
+        return False
+    if not shown.is_finite():
+        return False
+    exponent = shown.as_tuple().exponent
+    half = 0.5 * 10.0 ** int(exponent) if isinstance(exponent, int) else 0.0
+    return abs(float(shown) - p) <= half * (1 + 1e-9) + 1e-12 * max(p, 1e-12)
 
 
 def design_path(worksheet: str) -> str:
@@ -83,8 +99,14 @@ class Record:
     budget: int
     seed: int
     aimed: list[str]
-    units: list[dict]  # {"qid", "docids", "probability"} for every drawn unit
+    units: list[dict]  # {"qid", "docids", "probability"} for every drawn unit (the exact probability)
     model: dict[str, float] = field(default_factory=dict)  # the model's own estimates before the sample
+    round: str = ""  # the round's identity (:meth:`identity`), which every row of its worksheet carries
+
+    def identity(self) -> str:
+        """The round's id: a digest of what it drew from and what it drew (the same plan, the same id)."""
+        what = {k: getattr(self, k) for k in ("folder", "qrels_sha256", "measure", "predictor", "budget", "seed", "units")}
+        return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:12]
 
     def as_json(self) -> str:
         return json.dumps({"kind": DESIGN_KIND, **vars(self)}, indent=1) + "\n"
@@ -96,6 +118,7 @@ class Record:
             if raw.pop("kind") != DESIGN_KIND:
                 raise ValueError
             rec = cls(**raw)
+            rec.round = rec.round or rec.identity()  # a record written before rounds had ids
             for u in rec.units:
                 if not (isinstance(u["qid"], str) and isinstance(u["docids"], list) and 0 < float(u["probability"]) <= 1):
                     raise ValueError
@@ -202,4 +225,4 @@ def estimated_view(fr: Frame, means: np.ndarray, variances: np.ndarray, rec: Rec
 
 
 __all__ = ["CONSTANT", "DESIGN_KIND", "ESTIMATE", "JUDGE", "EstimatedView", "Record", "design_path", "estimated_view",
-           "grade_model", "match"]  # fmt: skip
+           "grade_model", "match", "same_probability"]  # fmt: skip

@@ -90,6 +90,7 @@ class Graded:
     line: int
     rater: str
     probability: str = ""  # a sampling round's row: its probability as the worksheet holds it
+    round: str = ""  # a sampling round's row: the round's id (its record's)
 
 
 @dataclass(frozen=True)
@@ -226,7 +227,8 @@ def read_worksheet(path: str | Path, index: int, scale: Mapping[int, str], queri
         else:
             rater = str(r.get("rater") or "").strip()
             raters.add(rater) if rater else None
-            graded.append(Graded(qid, docid, g, index, i, rater, str(r.get("probability") or "").strip()))
+            graded.append(Graded(qid, docid, g, index, i, rater, str(r.get("probability") or "").strip(),
+                                 str(r.get("round") or "").strip()))
     return graded, Source(str(p), file_digest(p), len(records), len(graded), sorted(raters), read_at=read_at), bad
 
 

@@ -48,6 +48,7 @@ class Rendered:
     text: str
     written: list[str] = field(default_factory=list)  # files render() wrote, relative to the folder
     judge_text: str = ""  # the LLM judge's summary and agreement (empty: no judge on this folder)
+    estimate_refused: str = ""  # add-judgments of a sampling round: why its estimated view was refused
 
     @property
     def table(self) -> StageTable:
