@@ -380,21 +380,25 @@ def incompleteness(folder: str | Path, rates: Sequence[float] = (0.9, 0.7, 0.5, 
 
 @dataclass(frozen=True)
 class Worksheet:
-    """A judging worksheet :func:`plan_judgments` wrote: the CSV, the same rows as JSONL, and how many."""
+    """A judging worksheet :func:`plan_judgments` wrote: the CSV, the same rows as JSONL, how many, and for a
+    sample what its budget buys each aimed pair if the grade model is right."""
 
     csv: Path
     jsonl: Path
     pairs: int
+    power: list[str] = field(default_factory=list)
 
 
 def plan_judgments(folder: str | Path, budget: int, output: str | Path, *, strategy: str = "plan", depth: int = 10,
                    measure: str | None = None, seed: int = 0, predictor: str | None = None,
-                   show_ranks: bool = False, cache_dir: str | None = None) -> Worksheet:  # fmt: skip
+                   show_ranks: bool = False, cache_dir: str | None = None,
+                   aim: Sequence[str] | None = None) -> Worksheet:  # fmt: skip
     """``stagebench plan-judgments``: the worksheet of ``budget`` unjudged pairs picked by ``strategy``
-    (``sample``: a random sample for the estimated view, its record beside the worksheet; a
-    cross-encoder grade model scores the pairs outside its pool in the cache ``cache_dir``)."""
+    (``sample``: a random sample for the estimated view, its record beside the worksheet, aimed at the
+    stage pairs ``aim`` names (``["ce=plugin"]``) or else at those its grade model predicts the budget
+    can settle; a cross-encoder grade model scores the pairs outside its pool in the cache ``cache_dir``)."""
     return Worksheet(*write_worksheet(folder, budget, output, strategy, depth, measure, seed, predictor, show_ranks,
-                                      cache_dir))
+                                      cache_dir, aim))
 
 
 def simulate_estimates(folder: str | Path, budgets: Sequence[int], *, rounds: int = 200, measure: str | None = None,

@@ -154,6 +154,9 @@ def _parser_plan_judgments(sub) -> None:
                     "pairs, for the estimated view (docs/metrics.md#the-estimated-view)")  # fmt: skip
     pj.add_argument("--predictor", help="sample: the grade model: a stage whose scores to calibrate (default: the last "
                     "cross-encoder, else the last stage), constant, or judge (the folder's judge grades)")  # fmt: skip
+    pj.add_argument("--aim", action="append", metavar="A=B", help="--strategy sample: aim the sample at the difference of "
+                    "stages A and B (repeatable; default: the pairs the grade model predicts the budget can settle); "
+                    "the plan says how many judgments each aimed pair needs if the model is right")  # fmt: skip
     pj.add_argument("--show-ranks", action="store_true", help="put each stage's rank of the pair in the worksheet "
                     "(default: blind, the raters do not see which stage found it)")  # fmt: skip
     pj.add_argument("--rounds", type=_positive_int, default=200, help="--simulate --strategy sample: rounds a budget (default 200)")
@@ -190,7 +193,9 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         raise StagebenchError("--output: the worksheet's path (a .csv; the .jsonl is written beside it)")
     sheet = api.plan_judgments(args.run_dir, args.budget[0], args.output, strategy=args.strategy, depth=args.depth,
                                measure=args.measure, seed=args.seed, predictor=args.predictor,
-                               show_ranks=args.show_ranks, cache_dir=args.cache_dir)  # fmt: skip
+                               show_ranks=args.show_ranks, cache_dir=args.cache_dir, aim=args.aim)  # fmt: skip
+    for line in sheet.power:
+        print(f"aimed at {line}")
     print(f"{sheet.pairs} pairs to judge: {sheet.csv} and {sheet.jsonl} (fill the grade column, then: stagebench "
           f"add-judgments {args.run_dir} {sheet.csv} --output NEW_DIR)")  # fmt: skip
     return 0

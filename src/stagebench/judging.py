@@ -23,6 +23,7 @@ import random
 import shutil
 import time
 from datetime import datetime, timezone
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -41,7 +42,7 @@ from stagebench.judge.rules import RULES
 from stagebench.judgments.incompleteness import FILE as INCOMPLETENESS, Incompleteness, experiment
 from stagebench.judgments.coverage import Coverage, simulate as simulate_rounds
 from stagebench.judgments.grades import Constant
-from stagebench.judgments.estimate import Frame, draw, frame, inclusion, predict
+from stagebench.judgments.estimate import Frame, draw, frame, inclusion, power, predict
 from stagebench.judgments.planning import Simulation, depth_pooling, plan, pool_holes, random_holes, simulate
 from stagebench.judgments.sampling import (ESTIMATE, EstimatedView, Record, design_path, estimated_view, grade_model,
                                            predictor_stage, same_probability)
@@ -281,33 +282,59 @@ def _write_all(sheets: dict[Path, bytes]) -> None:
         raise
 
 
+def aimed_targets(aim: Sequence[str], stages: Sequence[str]) -> list[str]:
+    """``--aim A=B`` (each a pair of the folder's stages, either order) as the estimate's target names
+    (``A - B`` in stage order); one line naming what does not fit."""
+    out = []
+    for text in aim:
+        a, sep, b = (x.strip() for x in text.partition("="))
+        if not sep or not a or not b or a == b:
+            raise StagebenchError(f"--aim {text}: name two stages of the folder as A=B (e.g. --aim {stages[-1]}={stages[0]})")
+        for x in (a, b):
+            if x not in stages:
+                raise StagebenchError(f"--aim {text}: {x!r} is not a stage of the folder ({', '.join(stages)})")
+        first, second = sorted((a, b), key=stages.index)
+        if f"{first} - {second}" not in out:
+            out.append(f"{first} - {second}")
+    return out
+
+
 def write_worksheet(folder: str | Path, budget: int, output: str | Path, strategy: str = "plan", depth: int = 10,
                     measure: str | None = None, seed: int = 0, predictor: str | None = None,
-                    show_ranks: bool = False, cache_dir: str | None = None) -> tuple[Path, Path, int]:  # fmt: skip
+                    show_ranks: bool = False, cache_dir: str | None = None,
+                    aim: Sequence[str] | None = None) -> tuple[Path, Path, int, list[str]]:  # fmt: skip
     """``stagebench plan-judgments RUN_DIR --budget N``: the worksheet of ``strategy``'s holes as
     ``output`` (.csv) and beside it the same rows as .jsonl (and for ``sample`` the round's record,
-    ``.design.json``); returns both sheets' paths and the rows. Rows are grouped by query, blind
-    (no stage's rank) unless ``show_ranks``."""
+    ``.design.json``); returns both sheets' paths, the rows, and for ``sample`` what the budget buys
+    each aimed pair (:func:`stagebench.judgments.estimate.power`). Rows are grouped by query, blind
+    (no stage's rank) unless ``show_ranks``; ``aim``: the stage pairs (``A=B``) a sample aims at."""
     out = Path(output)
     csv_path, jsonl_path = out.with_suffix(".csv"), out.with_suffix(".jsonl")
     record_path = Path(design_path(str(csv_path)))
     for p in (csv_path, jsonl_path, *([record_path] if strategy == "sample" else [])):  # before any work
         outputs.check_folder(p, "worksheet")
+    if aim and strategy != "sample":
+        raise StagebenchError(f"--aim: for --strategy sample (the estimated view's pairs), not {strategy}")
     g = ground(folder, measure)
+    targets = aimed_targets(aim, list(g.ranked)) if aim else None
     extra: dict = {}
     record = None
+    powers: list[str] = []
     if strategy == "sample":
         est = estimation(g, predictor, cache_dir=cache_dir)
         pred = predict(est.fr, est.means, est.variances)
-        design = inclusion(est.fr, pred, budget)
+        design = inclusion(est.fr, pred, budget, aim=targets)
+        powers = [power(est.fr, pred, t, budget).line(budget) for t in design.aimed if " - " in t]
         drawn = np.flatnonzero(draw(design.pi, seed))
         units = [est.fr.units[i] for i in drawn]
         aims = "; ".join(design.aimed)
         record = Record(str(g.rf.path), file_digest(g.rf.path / "qrels.trec"), g.measure.name, est.predictor, budget,
                         seed, design.aimed, [{"qid": u.qid, "docids": list(u.holes), "probability": float(design.pi[i])}
                                              for u, i in zip(units, drawn)],
-                        dict(zip(est.fr.targets, pred.point.tolist())))  # fmt: skip
+                        dict(zip(est.fr.targets, pred.point.tolist())), power=powers)  # fmt: skip
         record.round = record.identity()
+        for line in powers:
+            log.info("aimed at %s", line)
         for u, i in zip(units, drawn):
             for d in u.holes:
                 extra[(u.qid, d)] = {"unit": u.qid if not u.single else f"{u.qid} {d}",
@@ -344,7 +371,7 @@ def write_worksheet(folder: str | Path, budget: int, output: str | Path, strateg
              len(holes) if strategy != "sample" else len(est.fr.holes()), depth if strategy != "sample" else g.measure.cutoff,
              strategy, f", aimed at {'; '.join(record.aimed)}, the round's record {record_path}" if record else "",
              csv_path, jsonl_path)  # fmt: skip
-    return csv_path, jsonl_path, len(chosen)
+    return csv_path, jsonl_path, len(chosen), powers
 
 
 def _check_judge(g: Ground, depth: int, who: str, otherwise: str, what: str) -> None:

@@ -316,3 +316,58 @@ def test_the_round_s_files_never_lose_the_estimate(sample_round, tmp_path, capsy
     view = api.add_judgments(folder, [foreign], tmp_path / "foreign").estimate_refused
     other_id = Record.read(Path(design_path(str(other.csv))).read_text(), "x").round
     assert f"its rows are sampling round {rec.round}'s, but the record beside it" in view and f"round {other_id}'s" in view
+
+
+def test_the_power_of_a_budget_is_the_fewest_judgments_whose_predicted_interval_excludes_0():
+    """By hand on the simulated case: at the judgments power() names the predicted half-width of the design
+    aimed at the pair is below the predicted difference, one judgment fewer it is not; no predicted
+    difference, no budget."""
+    from stagebench.judgments.estimate import Z95, power
+
+    ranked, qrels, queries, truth = _simulated(5)
+    fr = frame(ranked, qrels, queries, 10, LINEAR, 3)
+    y = np.array([float(truth[q][d]) for q, d in fr.holes()])
+    rng = np.random.default_rng(1)
+    pred = predict(fr, np.clip(y + rng.normal(0, 0.5, len(y)), 0, 3), np.full(len(y), 0.5))
+    t = fr.targets.index("a - b")
+
+    def half(n: int) -> float:
+        pi = inclusion(fr, pred, n, aim=["a - b"]).pi
+        return Z95 * float(np.sqrt(((1 - pi) / pi * pred.A[t]).sum()))
+
+    p = power(fr, pred, "a - b", 40)
+    assert p.difference == pytest.approx(pred.point[t]) and p.half_width == pytest.approx(half(40))
+    assert p.needed is not None and half(p.needed) < abs(p.difference) <= half(p.needed - 1)
+    assert "at 40 judgments the 95% interval would be" in p.line(40)
+    same = {s: ranked["a"] for s in ranked}  # two identical stages: no difference, no budget settles it
+    fr0 = frame(same, qrels, queries, 10, LINEAR, 3)
+    assert power(fr0, predict(fr0, np.ones(len(fr0.holes())), np.full(len(fr0.holes()), 0.5)), "a - b", 40).needed is None
+
+
+def test_a_sample_aims_where_it_is_told_and_says_what_its_budget_buys(judged_folder, tmp_path, capsys):
+    from stagebench.cli import main
+
+    stages = [r.stage for r in api.open(judged_folder).stage_table.rows]
+    a, b = stages[-1], stages[0]
+    sheet = api.plan_judgments(judged_folder, 30, tmp_path / "aimed.csv", strategy="sample", seed=2, aim=[f"{a}={b}"])
+    rec = Record.read(Path(design_path(str(sheet.csv))).read_text(), "x")
+    assert rec.aimed == [f"{b} - {a}"] and len(rec.power) == 1 and rec.power[0].startswith(f"{b} - {a}: the model predicts")
+    header, rows = _rows(sheet.csv)
+    assert {r[header.index("aims_at")] for r in rows} == {f"{b} - {a}"}
+    assert main(["plan-judgments", str(judged_folder), "--budget", "30", "--strategy", "sample", "--aim", f"{a}=nope",
+                 "--output", str(tmp_path / "x.csv")]) == 2  # fmt: skip
+    assert f"--aim {a}=nope: 'nope' is not a stage of the folder ({', '.join(stages)})" in capsys.readouterr().err
+    assert main(["plan-judgments", str(judged_folder), "--budget", "30", "--aim", f"{a}={b}",
+                 "--output", str(tmp_path / "y.csv")]) == 2  # fmt: skip
+    assert "--aim: for --strategy sample" in capsys.readouterr().err
+
+
+def test_an_open_aimed_pair_says_about_how_many_more_judgments_would_settle_it():
+    from stagebench.judgments.sampling import EstimatedView
+
+    view = EstimatedView("nDCG@10", ["a", "b", "a - b", "a - c"], [0.5, 0.45, 0.05, 0.2], [0.4, 0.3, -0.05, 0.1],
+                         [0.6, 0.6, 0.15, 0.3], 100, 60, "m", "q", ["a - b", "a - c"], 0)  # fmt: skip
+    # a - b: half-width 0.10 against 0.05: 100 * (2^2 - 1) = 300 more; a - c is settled: nothing to say
+    assert view.more() == ["a - b: open at 100 judgments; about 300 more judgments would settle it if the estimate "
+                           "+0.0500 holds (the interval narrows as 1/sqrt(judgments))"]
+    assert view.more()[0] in view.text()

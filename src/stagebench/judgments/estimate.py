@@ -305,6 +305,48 @@ def inclusion(fr: Frame, pred: Prediction, budget: int, aim: Sequence[str] | Non
     return Design(pi, [names[t] for t in chosen], reach)
 
 
+@dataclass(frozen=True)
+class Power:
+    """What a budget buys one pair if the grade model is right: its predicted difference, the 95% interval's
+    predicted half-width at the budget, and the judgments that would settle it at 95% (None: the model
+    predicts no difference, and no budget settles a difference of 0)."""
+
+    target: str
+    difference: float
+    half_width: float
+    needed: int | None
+
+    def line(self, budget: int) -> str:
+        settled = "settled" if abs(self.difference) > self.half_width else "not settled"
+        need = ("no budget settles it: the model predicts no difference" if self.needed is None else
+                f"about {self.needed:,} judgments would settle it")  # fmt: skip
+        return (f"{self.target}: the model predicts {self.difference:+.4f}; at {budget:,} judgments the 95% interval "
+                f"would be +-{self.half_width:.4f} ({settled}); {need} (if the model is right)")  # fmt: skip
+
+
+def power(fr: Frame, pred: Prediction, target: str, budget: int) -> Power:
+    """:class:`Power` of the design aimed at ``target`` alone: its predicted variance
+    ``sum (1 - pi) / pi * A`` at each budget, the fewest judgments (a bisection over the budget) whose
+    1.96 standard errors fall below the predicted difference. A guide, as the design's allocation is: the
+    interval a round gets is the sample's, not this prediction."""
+    t = fr.targets.index(target)
+    cost = float(sum(u.cost for u in fr.units))
+    d = float(pred.point[t])
+
+    def half_width(n: float) -> float:
+        pi = inclusion(fr, pred, int(n), aim=[target]).pi
+        return Z95 * float(np.sqrt(((1 - pi) / np.maximum(pi, 1e-300) * pred.A[t]).sum()))
+
+    at_budget = half_width(min(budget, cost))
+    if abs(d) <= 1e-12:
+        return Power(target, d, at_budget, None)
+    lo, hi = 0, int(cost)  # a census settles any difference: its interval has width 0
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if half_width(mid) < abs(d) else (mid, hi)
+    return Power(target, d, at_budget, hi)
+
+
 def draw(pi: np.ndarray, seed: int) -> np.ndarray:
     """Poisson sampling: each unit in independently with its probability (seeded)."""
     return np.random.default_rng(seed).random(len(pi)) < pi
@@ -410,5 +452,5 @@ def estimate(fr: Frame, means: np.ndarray, pi: np.ndarray, drawn: Sequence[int],
     return Estimate(fr.targets, value, np.sqrt(var), len(idx), len(sampled), df)
 
 
-__all__ = ["UNIFORM_SHARE", "Z95", "Design", "Estimate", "Frame", "Prediction", "QueryFrame", "Unit", "draw",
-           "estimate", "frame", "inclusion", "predict"]  # fmt: skip
+__all__ = ["UNIFORM_SHARE", "Z95", "Design", "Estimate", "Frame", "Power", "Prediction", "QueryFrame", "Unit", "draw",
+           "estimate", "frame", "inclusion", "power", "predict"]  # fmt: skip

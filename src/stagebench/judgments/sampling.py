@@ -102,6 +102,7 @@ class Record:
     units: list[dict]  # {"qid", "docids", "probability"} for every drawn unit (the exact probability)
     model: dict[str, float] = field(default_factory=dict)  # the model's own estimates before the sample
     round: str = ""  # the round's identity (:meth:`identity`), which every row of its worksheet carries
+    power: list[str] = field(default_factory=list)  # for each aimed pair, what the budget buys it (estimate.Power)
 
     def identity(self) -> str:
         """The round's id: a digest of what it drew from and what it drew (the same plan, the same id)."""
@@ -189,7 +190,22 @@ class EstimatedView:
             lines.append(f"{t:<36}  {v:8.4f}  [{lo:8.4f}, {hi:8.4f}]{mark}")
         settled = self.settled()
         lines.append(f"settled at 95%: {', '.join(settled) if settled else 'none'}")
+        lines += self.more()
         return "\n".join(lines) + "\n"
+
+    def more(self) -> list[str]:
+        """For each aimed pair the round left open, about how many more judgments would settle it: the
+        interval's width shrinks as 1/sqrt(judgments), if the estimate holds (a guide for the next round)."""
+        out = []
+        for t, v, lo, hi in zip(self.targets, self.value, self.low, self.high):
+            if t not in self.aimed or lo > 0 or hi < 0 or not self.judged:
+                continue
+            half = (hi - lo) / 2
+            more = "no number of judgments: the estimate is 0" if abs(v) < 1e-12 else \
+                f"about {max(1, round(self.judged * ((half / abs(v)) ** 2 - 1))):,} more judgments"  # fmt: skip
+            out.append(f"{t}: open at {self.judged:,} judgments; {more} would settle it if the estimate {v:+.4f} "
+                       "holds (the interval narrows as 1/sqrt(judgments))")  # fmt: skip
+        return out
 
 
 def estimated_view(fr: Frame, means: np.ndarray, variances: np.ndarray, rec: Record, graded: Mapping[tuple[str, str], int],
