@@ -44,6 +44,7 @@ COMPARE = ("tests/results/test_compare_check.py",)
 EXPLORER = ("tests/report/test_explorer.py",)
 TUNING = "tests/fitting/test_tune.py::"
 DEFS = "tests/test_definitions.py::"
+EST_DEFS = "tests/judge/test_estimator_definitions.py::"
 ESTIMATE = "tests/judge/test_estimate.py::"
 
 BUGS: tuple[Bug, ...] = (
@@ -249,8 +250,8 @@ BUGS: tuple[Bug, ...] = (
         (DEFS + "test_a_query_id_in_both_the_tuning_and_the_test_split_never_tunes",)),
     # issue 69: the estimated view (tests/judge/test_estimate.py)
     Bug("estimation", "the residuals not weighted by 1/pi", "src/stagebench/judgments/estimate.py",
-        "value = known + P.sum(axis=1) + (r / p).sum(axis=1)\n    else:",
-        "value = known + P.sum(axis=1) + r.sum(axis=1)\n    else:", (ESTIMATE + "test_the_estimator_is_unbiased_and_its_variance_estimate_too_over_every_possible_sample",)),
+        "+ (r[:, ~sure] / p[~sure]).sum(axis=1))", "+ r[:, ~sure].sum(axis=1))",
+        (ESTIMATE + "test_the_estimator_is_unbiased_and_its_variance_estimate_too_over_every_possible_sample",)),
     Bug("estimation", "the variance without the finite-population factor", "src/stagebench/judgments/estimate.py",
         "each = (1 - p) / p**2 * r**2", "each = 1 / p**2 * r**2",
         (ESTIMATE + "test_the_estimator_is_unbiased_and_its_variance_estimate_too_over_every_possible_sample",)),
@@ -260,6 +261,28 @@ BUGS: tuple[Bug, ...] = (
     Bug("estimation", "no uniform share: a unit the model is sure of is never drawn", "src/stagebench/judgments/estimate.py",
         "pi = np.minimum(1.0, (1 - UNIFORM_SHARE) * active + UNIFORM_SHARE * uniform)", "pi = active",
         (ESTIMATE + "test_the_design_spends_the_budget_and_a_unit_the_model_is_sure_of_keeps_a_floor",)),
+    # issue 78: each mechanic against its definition (tests/judge/test_estimator_definitions.py)
+    Bug("estimation", "the refit's residuals weighted by pi, not 1/pi", "src/stagebench/judgments/estimate.py",
+        "np.full(b - a, 1.0 / pi[i])", "np.full(b - a, pi[i])",
+        (EST_DEFS + "test_the_refit_is_weighted_by_1_over_pi_and_cross_fitted_over_two_halves",)),
+    Bug("estimation", "the refit not cross-fitted: a unit corrected by a model its own grade fitted",
+        "src/stagebench/judgments/estimate.py", "            other = owner != h", "            other = owner >= 0",
+        (EST_DEFS + "test_the_refit_is_weighted_by_1_over_pi_and_cross_fitted_over_two_halves",)),
+    Bug("estimation", "the variance floor computed but not applied", "src/stagebench/judgments/estimate.py",
+        "        var = np.maximum(var, floor)", "        var = var",
+        (EST_DEFS + "test_the_variance_its_floor_and_the_degrees_of_freedom_by_their_formulas",)),
+    Bug("estimation", "Welch-Satterthwaite degrees of freedom in the thousands", "src/stagebench/judgments/estimate.py",
+        "df = np.where(var > 0, var**2 / np.maximum((each**2).sum(axis=1), 1e-300), np.inf)",
+        "df = np.full(len(var), 5000.0)",
+        (EST_DEFS + "test_ten_equal_variance_terms_give_ten_degrees_of_freedom",)),
+    Bug("estimation", "a query's ideal fixed when only its best judged grade is the top one",
+        "src/stagebench/judgments/estimate.py", "gains[k - 1] >= top_gain", "gains[0] >= top_gain",
+        (EST_DEFS + "test_the_fixed_ideal_rule_needs_k_judged_documents_at_the_top_grade",)),
+    Bug("estimation", "a census left to the cross-fitted refit", "src/stagebench/judgments/estimate.py",
+        "sure = p >= 1.0", "sure = p > 1.0", (ESTIMATE + "test_a_census_is_exact_whatever_the_model_and_the_refit",)),
+    Bug("estimation", "coverage counts an interval that holds either end", "src/stagebench/judgments/coverage.py",
+        "(low <= theta + 1e-12) & (theta - 1e-12 <= high)", "(low <= theta + 1e-12) | (theta - 1e-12 <= high)",
+        (EST_DEFS + "test_coverage_counts_an_interval_only_when_it_holds_the_truth_at_both_ends",)),
 )
 
 

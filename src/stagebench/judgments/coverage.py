@@ -75,6 +75,19 @@ class Coverage:
                          for r in self.rows]}  # fmt: skip
 
 
+def covered(low: np.ndarray, high: np.ndarray, theta: np.ndarray) -> np.ndarray:
+    """(rounds, targets): whether each round's interval holds the true value - both ends, to float rounding."""
+    return (low <= theta + 1e-12) & (theta - 1e-12 <= high)
+
+
+def orders(low: np.ndarray, high: np.ndarray, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(rounds, pairs) each: an interval that excludes 0 on the side of the true difference (settled in the
+    true order), and one that excludes 0 on the other side or settles a true tie (a wrong order)."""
+    right = ((low > 0) & (theta > 0)) | ((high < 0) & (theta < 0))
+    wrong = ((low > 0) & (theta <= 0)) | ((high < 0) & (theta >= 0))
+    return right, wrong
+
+
 def simulate(fr: Frame, predictors: Mapping[str, tuple[np.ndarray, np.ndarray]], truth_gains: np.ndarray,
              budgets: Sequence[int], rounds: int, seed: int, low: float, high: float) -> Coverage:  # fmt: skip
     """``predictors``: name -> (expected gain, variance) of every hole in :meth:`Frame.holes` order;
@@ -104,13 +117,12 @@ def simulate(fr: Frame, predictors: Mapping[str, tuple[np.ndarray, np.ndarray]],
                 judged.append(e.judged)
             took = (time.perf_counter() - t0) / max(rounds, 1)
             L, H = np.array(lo), np.array(hi)
-            cover = ((L <= theta + 1e-12) & (theta - 1e-12 <= H)).mean(axis=0)
-            right = ((L[:, s:] > 0) & (theta[s:] > 0)) | ((H[:, s:] < 0) & (theta[s:] < 0))
-            wrong = ((L[:, s:] > 0) & (theta[s:] <= 0)) | ((H[:, s:] < 0) & (theta[s:] >= 0))
+            cover = covered(L, H, theta).mean(axis=0)
+            right, wrong = orders(L[:, s:], H[:, s:], theta[s:])
             out.rows.append(Budgeted(pname, b, rounds, float(np.mean(judged)), dict(zip(names, cover.tolist())),
                                      dict(zip(names, (H - L).mean(axis=0).tolist())), right.sum(axis=1).tolist(),
                                      dict(zip(pairs, wrong.mean(axis=0).tolist())), design.aimed, took))  # fmt: skip
     return out
 
 
-__all__ = ["Budgeted", "Coverage", "simulate"]
+__all__ = ["Budgeted", "Coverage", "covered", "orders", "simulate"]

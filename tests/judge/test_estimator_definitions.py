@@ -1,0 +1,129 @@
+"""Every mechanic of the estimated view against its definition, each on a hand-made case small enough to
+follow (issue 78): the refit's 1/pi weights and its cross-fitting (no drawn unit corrected by a model its
+own grades fitted), the variance, its floor, the Welch-Satterthwaite degrees of freedom, the rule that
+fixes a query's ideal, the census, and the coverage count. Each test recomputes the quantity by its
+formula, written out here, and holds the code to it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from stagebench.judgments.coverage import covered, orders
+from stagebench.judgments.estimate import MIN_REFIT, estimate, frame, recalibrated
+from stagebench.metrics.compute import gain_map
+
+LINEAR = gain_map("linear")
+
+
+def fixed_ideal_case(queries: int = 24):
+    """``queries`` queries whose ideal is fixed (3 judged Exacts at k = 3), each with 3 holes over two
+    stages: every hole is a unit of its own (72 units), enough for the refit on either half."""
+    ranked: dict[str, dict[str, list[str]]] = {"a": {}, "b": {}}
+    qrels = {}
+    for i in range(queries):
+        q = f"q{i}"
+        qrels[q] = {"e1": 3, "e2": 3, "e3": 3}
+        ranked["a"][q] = [f"h1{q}", f"h2{q}", "e1"]
+        ranked["b"][q] = [f"h3{q}", "e1", f"h1{q}"]
+    fr = frame(ranked, qrels, list(qrels), 3, LINEAR, 3)
+    rng = np.random.default_rng(4)
+    truth = rng.integers(0, 4, len(fr.holes())).astype(float)
+    means = np.clip(truth * 0.6 + 0.7 + rng.normal(0, 0.4, len(truth)), 0, 3)  # biased: the refit matters
+    pi = rng.uniform(0.2, 0.9, len(fr.units))
+    return fr, truth, means, pi
+
+
+def test_the_fixed_ideal_rule_needs_k_judged_documents_at_the_top_grade():
+    """A query's ideal is fixed - its holes single units - only when k judged documents already have the top
+    gain; one Exact (the best judged grade is the top one) or k judged with the k-th below the top: the
+    query is one unit."""
+    ranked = {"a": {"full": ["h1", "e1", "h2"], "one": ["g1", "x1", "g2"], "low": ["f1", "y1", "f2"]},
+              "b": {"full": ["e1", "h2", "e2"], "one": ["x1", "g3", "g1"], "low": ["y1", "f1", "y2"]}}  # fmt: skip
+    qrels = {"full": {"e1": 3, "e2": 3, "e3": 3}, "one": {"x1": 3}, "low": {"y1": 3, "y2": 3, "y3": 2}}
+    fr = frame(ranked, qrels, list(qrels), 3, LINEAR, 3)
+    units = {(u.qid, u.single, len(u.holes)) for u in fr.units}
+    assert units == {("full", True, 1), ("one", False, 3), ("low", False, 2)}
+    assert [q.fixed_ideal is not None for q in fr.queries] == [True, False, False]
+
+
+def test_the_refit_is_weighted_by_1_over_pi_and_cross_fitted_over_two_halves():
+    """The estimate written out unit by unit: drawn units alternate between two halves; each half's
+    residuals use the model refitted (weights 1/pi) on the other half's holes only; every unit's
+    prediction is the mean of the two refits."""
+    fr, truth, means, pi = fixed_ideal_case()
+    drawn = np.flatnonzero(np.random.default_rng(9).random(len(pi)) < pi)
+    assert len(drawn) >= 2 * MIN_REFIT
+    spans = [fr.spans[i] for i in drawn]
+    holes = np.concatenate([np.arange(a, b) for a, b in spans])
+    got = estimate(fr, means, pi, drawn, truth[holes], 0.0, 3.0, refit=True)
+    halves = [[j for j in range(len(drawn)) if j % 2 == h] for h in (0, 1)]
+    models = []
+    for h in (0, 1):
+        other = [j for j in range(len(drawn)) if j % 2 != h]
+        sampled = np.array([fr.spans[drawn[j]][0] for j in other])  # one hole a unit here
+        models.append(recalibrated(means, sampled, truth[sampled], np.array([1 / pi[drawn[j]] for j in other]), 0.0, 3.0))
+    known, F = fr.contributions(truth)
+    P = [fr.contributions(m)[1] for m in models]
+    want = known + (P[0] + P[1]).sum(axis=1) / 2
+    for h in (0, 1):
+        for j in halves[h]:
+            u = drawn[j]
+            want = want + (F[:, u] - P[h][:, u]) / pi[u]
+    np.testing.assert_allclose(got.value, want, atol=1e-12)
+    # neither the uncorrected model nor one refit on every drawn hole gives it
+    whole = recalibrated(means, holes, truth[holes], 1 / pi[drawn], 0.0, 3.0)
+    assert not np.allclose(fr.contributions(whole)[1].sum(axis=1), (P[0] + P[1]).sum(axis=1) / 2, atol=1e-6)
+
+
+def test_the_variance_its_floor_and_the_degrees_of_freedom_by_their_formulas():
+    """Without the refit, r = F - P on the drawn units: variance sum (1 - p) / p^2 r^2; Welch-Satterthwaite
+    df = var^2 / sum of the squared terms; the floor s2 * sum over every unit of (1 - pi) / pi * A, s2 the
+    1/p-weighted mean of r^2 / A over the drawn units; the standard error the larger of the two. Here few
+    units are drawn, so the floor is the larger and must be the one applied."""
+    fr, truth, means, pi = fixed_ideal_case()
+    pi = np.full(len(fr.units), 0.5)
+    drawn = np.arange(0, len(fr.units), 6)  # 12 of 72 units
+    holes = np.array([fr.spans[i][0] for i in drawn])
+    variances = np.full(len(truth), 0.8)
+    got = estimate(fr, means, pi, drawn, truth[holes], 0.0, 3.0, refit=False, variances=variances)
+    known, F = fr.contributions(truth)
+    P = fr.contributions(means)[1]
+    r = F[:, drawn] - P[:, drawn]
+    p = pi[drawn]
+    each = (1 - p) / p**2 * r**2
+    var = each.sum(axis=1)
+    df = var**2 / (each**2).sum(axis=1)
+    A = fr.sensitivity(means, variances)
+    s2 = ((r**2 / A[:, drawn]) / p).sum(axis=1) / (1 / p).sum()
+    floor = s2 * ((1 - pi) / pi * A).sum(axis=1)
+    assert np.all(floor > var)  # the case the floor is for: the few drawn units understate the spread
+    np.testing.assert_allclose(got.se**2, np.maximum(var, floor), rtol=1e-12)
+    np.testing.assert_allclose(got.df, df, rtol=1e-12)
+    assert np.all((5 < got.df) & (got.df <= len(drawn)))  # about the drawn units' count, never the holes'
+    np.testing.assert_allclose(got.value, known + P.sum(axis=1) + (r / p).sum(axis=1), atol=1e-12)
+
+
+def test_ten_equal_variance_terms_give_ten_degrees_of_freedom():
+    """Welch-Satterthwaite on n equal terms is n: ten drawn units whose residuals on stage a's mean are all
+    0.01 (each hole's judged gain its prediction plus 0.01 over its coefficient), at one probability."""
+    fr, truth, means, _ = fixed_ideal_case()
+    n = len(fr.holes())
+    coef = fr.contributions(np.ones(n))[1][0] - fr.contributions(np.zeros(n))[1][0]  # stage a, per unit
+    drawn = np.flatnonzero(coef != 0)[:10]
+    assert len(drawn) == 10
+    gains = means[[fr.spans[i][0] for i in drawn]] + 0.01 / coef[drawn]
+    e = estimate(fr, means, np.full(len(fr.units), 0.5), drawn, gains, -10.0, 10.0, refit=False)
+    assert e.df[0] == pytest.approx(10.0, rel=1e-9)
+    assert e.se[0] == pytest.approx(np.sqrt(10 * (1 - 0.5) / 0.5**2 * 0.01**2), rel=1e-9)
+
+
+def test_coverage_counts_an_interval_only_when_it_holds_the_truth_at_both_ends():
+    theta = np.array([0.5, 0.0, -0.2])
+    low = np.array([[0.4, -0.1, -0.3], [0.6, 0.0, -0.1], [0.0, 0.1, -0.5]])
+    high = np.array([[0.6, 0.1, -0.1], [0.9, 0.2, 0.0], [0.4, 0.3, -0.3]])
+    np.testing.assert_array_equal(covered(low, high, theta), [[True, True, True], [False, True, False],
+                                                              [False, False, False]])  # fmt: skip
+    right, wrong = orders(low, high, theta)
+    np.testing.assert_array_equal(right, [[True, False, True], [True, False, False], [False, False, True]])
+    np.testing.assert_array_equal(wrong, [[False, False, False], [False, False, False], [False, True, False]])
