@@ -153,7 +153,8 @@ def _parser_plan_judgments(sub) -> None:
                     "random: random holes; sample: a random sample with recorded probabilities, aimed at the open "
                     "pairs, for the estimated view (docs/metrics.md#the-estimated-view)")  # fmt: skip
     pj.add_argument("--predictor", help="sample: the grade model: a stage whose scores to calibrate (default: the last "
-                    "cross-encoder, else the last stage), constant, or judge (the folder's judge grades)")  # fmt: skip
+                    "cross-encoder, else the last stage), constant, judge (the folder's judge grades), or learned "
+                    "(trees over every stage's rank and score of the pair and the words query and product share)")  # fmt: skip
     pj.add_argument("--aim", action="append", metavar="A=B", help="--strategy sample: aim the sample at the difference of "
                     "stages A and B (repeatable; default: the pairs the grade model predicts the budget can settle); "
                     "the plan says how many judgments each aimed pair needs if the model is right")  # fmt: skip

@@ -371,3 +371,12 @@ def test_an_open_aimed_pair_says_about_how_many_more_judgments_would_settle_it()
     assert view.more() == ["a - b: open at 100 judgments; about 300 more judgments would settle it if the estimate "
                            "+0.0500 holds (the interval narrows as 1/sqrt(judgments))"]
     assert view.more()[0] in view.text()
+
+
+def test_a_round_with_the_learned_grade_model_plans_and_estimates(judged_folder, tmp_path):
+    sheet = api.plan_judgments(judged_folder, 30, tmp_path / "learned.csv", strategy="sample", seed=5, predictor="learned")
+    rec = Record.read(Path(design_path(str(sheet.csv))).read_text(), "x")
+    assert rec.predictor == "learned"
+    api.add_judgments(judged_folder, [_graded(judged_folder, sheet.csv, tmp_path / "graded.csv")], tmp_path / "new")
+    view = json.loads((tmp_path / "new" / ESTIMATE).read_text())
+    assert not view["refused"] and view["predictor"] == "learned" and "log-loss" in view["quality"]

@@ -9,7 +9,9 @@ bin's grade frequencies smoothed towards the overall ones (``SMOOTHING`` pseudo-
 stage never scored (outside its candidate pool) falls in a bin of its own, calibrated on the judged
 pairs the stage never scored either. Other predictors: ``constant`` (every pair the judged pairs'
 grade frequencies: a model that knows nothing), a folder's LLM judge (its grade of the pair,
-calibrated on the judged pairs it graded blind), or any :class:`GradePredictor` of the user's.
+calibrated on the judged pairs it graded blind), ``learned`` (:class:`LearnedGrades`: gradient-boosted
+trees over every stage's rank and score of the pair, how many stages retrieved it, and the words query
+and product share, fitted on the judged pairs), or any :class:`GradePredictor` of the user's.
 
 A model's errors never bias the estimate (the judged sample corrects them); they only widen its
 interval. Its quality is reported on the judged pairs by cross-fitting (:func:`cross_fitted_quality`:
@@ -21,11 +23,16 @@ reason): the figures say how well the model ranks judged pairs, not how well it 
 from __future__ import annotations
 
 import hashlib
+import math
+import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
+
+from stagebench.optional import need
+from stagebench.runs import ranked
 
 #: pseudo-counts pulling a bin's grade frequencies towards the overall ones
 SMOOTHING = 4.0
@@ -123,6 +130,101 @@ class JudgeGrades:
             np.empty((0, len(self.grades)))  # fmt: skip
 
 
+_WORD = re.compile(r"[0-9a-z]+")
+#: the share of the judged pairs' grade frequencies mixed into the learned model's distributions (no
+#: grade ever has probability 0: a log-loss stays finite, a sure model stays correctable)
+LEARNED_PRIOR = 0.02
+
+
+def _words(text: str) -> set[str]:
+    return set(_WORD.findall(text.lower()))
+
+
+@dataclass
+class PairFeatures:
+    """What the learned grade model reads of a (query, document) pair: for every stage its rank's discount
+    (0 outside its run), its score standardised within the query's run (missing outside it) and whether
+    the pair is in its top 10; how many stages have it in their top 10; the share of the query's words the
+    document holds, and the two texts' Jaccard overlap."""
+
+    runs: Mapping[str, Mapping[str, Mapping[str, float]]]
+    queries: Mapping[str, str]
+    docs: Mapping[str, str]
+    _at: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        for s, run in self.runs.items():
+            for q, scores in run.items():
+                xs = np.array(list(scores.values()), dtype=np.float64)
+                mu, sd = (float(xs.mean()), float(xs.std()) or 1.0) if len(xs) else (0.0, 1.0)
+                self._at[s, q] = ({d: r for r, (d, _) in enumerate(ranked(scores), start=1)}, mu, sd)
+
+    @property
+    def names(self) -> list[str]:
+        per = [f"{s}:{x}" for s in self.runs for x in ("discount", "score", "top10")]
+        return [*per, "stages in top 10", "query words held", "word overlap"]
+
+    def matrix(self, pairs: Sequence[Pair]) -> np.ndarray:
+        out = np.zeros((len(pairs), len(self.names)))
+        words: dict[str, set[str]] = {}
+        for i, (q, d) in enumerate(pairs):
+            row = []
+            tops = 0
+            for s, run in self.runs.items():
+                ranks, mu, sd = self._at.get((s, q), ({}, 0.0, 1.0))
+                r = ranks.get(d)
+                score = run.get(q, {}).get(d)
+                row += [1.0 / math.log2(r + 1) if r else 0.0, (score - mu) / sd if score is not None else np.nan,
+                        1.0 if r is not None and r <= 10 else 0.0]  # fmt: skip
+                tops += r is not None and r <= 10
+            qw = words.setdefault(q, _words(self.queries.get(q, "")))
+            dw = _words(self.docs.get(d, ""))
+            held = len(qw & dw) / len(qw) if qw else 0.0
+            jac = len(qw & dw) / len(qw | dw) if qw | dw else 0.0
+            out[i] = [*row, tops, held, jac]
+        return out
+
+
+@dataclass(frozen=True)
+class LearnedGrades:
+    """Gradient-boosted trees (scikit-learn's ``HistGradientBoostingClassifier``, fixed seed) over
+    :class:`PairFeatures`, fitted on the judged pairs; each distribution mixed with the judged pairs'
+    grade frequencies (:data:`LEARNED_PRIOR`)."""
+
+    grades: tuple[int, ...]
+    features: PairFeatures
+    model: Any
+    prior: np.ndarray
+    name: str = "learned"
+
+    @classmethod
+    def fit(cls, features: PairFeatures, labelled: Mapping[Pair, int], grades: Sequence[int], seed: int = 0,
+            rounds: int | None = None) -> LearnedGrades:  # fmt: skip
+        """``rounds``: boosting iterations (default: one per 40 judged pairs, 30 to 150)."""
+        ensemble = need("sklearn.ensemble", "the learned grade model (--predictor learned)")
+        prior = _frequencies(list(labelled.values()), grades, None, 1.0)
+        y = np.array(list(labelled.values()))
+        if len(set(y.tolist())) < 2:
+            return cls(tuple(grades), features, None, prior)
+        rounds = rounds or int(np.clip(len(labelled) / 40, 30, 150))
+        clf = ensemble.HistGradientBoostingClassifier(max_iter=rounds, learning_rate=0.06, max_leaf_nodes=15,
+                                                      min_samples_leaf=20, l2_regularization=1.0,
+                                                      early_stopping=False, random_state=seed)  # fmt: skip
+        clf.fit(features.matrix(list(labelled)), y)
+        return cls(tuple(grades), features, clf, prior)
+
+    def distributions(self, pairs: Sequence[Pair]) -> np.ndarray:
+        out = np.tile(self.prior, (len(pairs), 1))
+        if self.model is None or not len(pairs):
+            return out
+        proba = self.model.predict_proba(self.features.matrix(pairs))
+        col = {g: i for i, g in enumerate(self.grades)}
+        learned = np.zeros_like(out)
+        for j, g in enumerate(self.model.classes_):
+            learned[:, col[int(g)]] = proba[:, j]
+        return (1 - LEARNED_PRIOR) * learned + LEARNED_PRIOR * out
+
+
 def shuffled(pred: BinnedScores, seed: int) -> BinnedScores:
     """The same model with its scores dealt to the wrong pairs (a useless predictor, for the coverage checks)."""
     keys = list(pred.scores)
@@ -188,5 +290,6 @@ def expected_gain(p: np.ndarray, gains: np.ndarray) -> tuple[np.ndarray, np.ndar
     return m, np.maximum(p @ (gains**2) - m**2, 0.0)
 
 
-__all__ = ["BINS", "FOLDS", "SMOOTHING", "BinnedScores", "Constant", "GradePredictor", "JudgeGrades", "Quality",
+__all__ = ["BINS", "FOLDS", "LEARNED_PRIOR", "SMOOTHING", "BinnedScores", "Constant", "GradePredictor", "JudgeGrades",
+           "LearnedGrades", "PairFeatures", "Quality",
            "cross_fitted_quality", "expected_gain", "shuffled"]  # fmt: skip

@@ -22,13 +22,14 @@ import numpy as np
 
 from stagebench.errors import StagebenchError
 from stagebench.judgments.estimate import Estimate, Frame, estimate, inclusion, predict
-from stagebench.judgments.grades import BinnedScores, Constant, GradePredictor, JudgeGrades, Quality, cross_fitted_quality
+from stagebench.judgments.grades import (BinnedScores, Constant, GradePredictor, JudgeGrades, LearnedGrades, PairFeatures,
+                                         Quality, cross_fitted_quality)
 from stagebench.runs import Run
 
 DESIGN_KIND = "stagebench sampling round"
 #: the estimated view in a results folder that add-judgments wrote from a sampling round
 ESTIMATE = "judgments/estimate.json"
-CONSTANT, JUDGE = "constant", "judge"
+CONSTANT, JUDGE, LEARNED = "constant", "judge", "learned"
 
 
 def same_probability(text: str, p: float) -> bool:
@@ -53,13 +54,19 @@ def design_path(worksheet: str) -> str:
 
 def grade_model(spec: str | None, runs: Mapping[str, Run], stage_types: Mapping[str, str],
                 qrels: Mapping[str, Mapping[str, int]], grades: Sequence[int],
-                judge_said: Mapping[tuple[str, str], int] | None) -> tuple[GradePredictor, Quality]:  # fmt: skip
+                judge_said: Mapping[tuple[str, str], int] | None,
+                features: PairFeatures | None = None) -> tuple[GradePredictor, Quality]:  # fmt: skip
     """The grade model ``spec`` names, fitted on ``qrels`` (the judged pairs), and its cross-fitted
     quality. ``spec``: a stage (its scores; default the last cross-encoder, else the last stage),
-    ``constant``, or ``judge`` (the folder's judge grades)."""
+    ``constant``, ``judge`` (the folder's judge grades) or ``learned`` (trees over ``features``)."""
     labelled = {(q, d): g for q, docs in qrels.items() for d, g in docs.items()}
     if not labelled:
         raise StagebenchError("the folder has no judged pairs to fit a grade model on")
+    if spec == LEARNED:
+        if features is None:
+            raise StagebenchError("--predictor learned: no pair features were given")
+        fit_learned = lambda L: LearnedGrades.fit(features, L, grades)  # noqa: E731
+        return fit_learned(labelled), cross_fitted_quality(fit_learned, labelled, grades)
     if spec == CONSTANT:
         return Constant.fit(labelled, grades), cross_fitted_quality(lambda L: Constant.fit(L, grades), labelled, grades)
     if spec == JUDGE:
@@ -77,14 +84,14 @@ def grade_model(spec: str | None, runs: Mapping[str, Run], stage_types: Mapping[
 def predictor_stage(spec: str | None, runs: Mapping[str, Run], stage_types: Mapping[str, str]) -> str | None:
     """The stage whose scores the grade model ``spec`` calibrates (default: the last cross-encoder, else
     the last stage); None for ``constant`` and ``judge``."""
-    if spec in (CONSTANT, JUDGE):
+    if spec in (CONSTANT, JUDGE, LEARNED):
         return None
     stages = list(runs)
     if spec is None:
         spec = next((s for s in reversed(stages) if stage_types.get(s) == "cross_encoder"), stages[-1])
     if spec not in runs:
         raise StagebenchError(f"--predictor {spec!r}: not a stage of the folder ({', '.join(stages)}), "
-                              f"{CONSTANT!r} or {JUDGE!r}")  # fmt: skip
+                              f"{CONSTANT!r}, {JUDGE!r} or {LEARNED!r}")  # fmt: skip
     return spec
 
 
@@ -240,5 +247,5 @@ def estimated_view(fr: Frame, means: np.ndarray, variances: np.ndarray, rec: Rec
                          predictor, quality, rec.aimed, left_out)  # fmt: skip
 
 
-__all__ = ["CONSTANT", "DESIGN_KIND", "ESTIMATE", "JUDGE", "EstimatedView", "Record", "design_path", "estimated_view",
+__all__ = ["CONSTANT", "DESIGN_KIND", "ESTIMATE", "JUDGE", "LEARNED", "EstimatedView", "Record", "design_path", "estimated_view",
            "grade_model", "match", "same_probability"]  # fmt: skip
