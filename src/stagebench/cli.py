@@ -161,8 +161,9 @@ def _parser_plan_judgments(sub) -> None:
     pj.add_argument("--show-ranks", action="store_true", help="put each stage's rank of the pair in the worksheet "
                     "(default: blind, the raters do not see which stage found it)")  # fmt: skip
     pj.add_argument("--rounds", type=_positive_int, default=200, help="--simulate --strategy sample: rounds a budget (default 200)")
-    pj.add_argument("--hide", type=float, help="--simulate --strategy sample: answer from this share of the folder's "
-                    "judged pairs hidden as holes (data without a rules judge: Cranfield, real ESCI)")  # fmt: skip
+    pj.add_argument("--hide", type=float, help="--simulate --strategy sample: answer from this share of all pairs in "
+                    "any stage's top k hidden as holes, judged or not, a real hole counting irrelevant (data without a "
+                    "rules judge: Cranfield, real ESCI)")  # fmt: skip
     pj.add_argument("--depth", type=_positive_int, default=10, help="the pool: unjudged pairs in every stage's top DEPTH (default 10)")
     pj.add_argument("--measure", help="the measure whose stage orders to settle (default: nDCG@10 when scored)")
     pj.add_argument("--seed", type=int, default=0, help="random strategy: its seed")

@@ -395,9 +395,9 @@ def estimate_coverage(folder: str | Path, budgets: list[int], rounds: int = 200,
     """``plan-judgments --simulate --strategy sample``: ``rounds`` sampling rounds at each budget, each
     answered from known grades and scored against the truth, for the grade model and two useless ones
     (constant, and its scores shuffled). The known grades: the folder's judge (the rules judge: the
-    truth) or, with ``hide``, that share of the folder's judged pairs in any stage's top k hidden as
-    if they were holes (the other holes count irrelevant, as in the main table, so the truth is the
-    main table's value)."""
+    truth) or, with ``hide``, that share of all pairs in any stage's top k hidden as if they were holes,
+    judged or not: every real hole counts irrelevant (as in the main table, so the truth is the main
+    table's value) and is hidden with the same chance as a judged pair."""
     g = ground(folder, measure)
     _nDCG_only(g)
     k = g.measure.cutoff
@@ -407,15 +407,16 @@ def estimate_coverage(folder: str | Path, budgets: list[int], rounds: int = 200,
         qrels, truth = g.qrels, filled_qrels(g.qrels, g.judgments)[0]
         notes.append(f"the answers: {g.judge_name}")
     else:
-        pooled = pool_holes(g.ranked, {}, g.queries, k)  # every document in any stage's top k
-        judged = [(h.qid, h.docid) for h in pooled if h.docid in g.qrels.get(h.qid, {})]
-        hidden = set(random.Random(seed).sample(judged, round(hide * len(judged))))
+        pooled = [(h.qid, h.docid) for h in pool_holes(g.ranked, {}, g.queries, k)]  # every pair in any top k
+        hidden = set(random.Random(seed).sample(pooled, round(hide * len(pooled))))
         truth = {q: dict(docs) for q, docs in g.qrels.items()}
-        for h in pooled:  # a true hole counts irrelevant, as the main table counts it
-            truth.setdefault(h.qid, {}).setdefault(h.docid, 0)
+        for q, d in pooled:  # a true hole counts irrelevant, as the main table counts it
+            truth.setdefault(q, {}).setdefault(d, 0)
         qrels = {q: {d: x for d, x in docs.items() if (q, d) not in hidden} for q, docs in truth.items()}
-        notes.append(f"the answers: {len(hidden):,} of the {len(judged):,} judged pairs in any stage's top {k} hidden "
-                     f"(seed {seed}); the truth is the main table's value (holes irrelevant)")  # fmt: skip
+        was = sum(1 for q, d in hidden if d in g.qrels.get(q, {}))
+        notes.append(f"the answers: {len(hidden):,} of the {len(pooled):,} pairs in any stage's top {k} hidden, judged "
+                     f"or not ({was:,} judged; seed {seed}); a real hole counts irrelevant, so the truth is the main "
+                     "table's value")  # fmt: skip
     est = estimation(g, predictor, qrels, cache_dir)
     gain = gain_map(g.measure.gain or g.gain)
     y = np.array([gain(truth[q][d]) for q, d in est.fr.holes()], dtype=np.float64)

@@ -380,3 +380,19 @@ def test_a_round_with_the_learned_grade_model_plans_and_estimates(judged_folder,
     api.add_judgments(judged_folder, [_graded(judged_folder, sheet.csv, tmp_path / "graded.csv")], tmp_path / "new")
     view = json.loads((tmp_path / "new" / ESTIMATE).read_text())
     assert not view["refused"] and view["predictor"] == "learned" and "log-loss" in view["quality"]
+
+
+def test_hide_hides_that_share_of_every_pair_in_any_top_k_judged_or_not(judged_folder):
+    """--hide: the world of a real catalog - real holes counted irrelevant, then that share of all the
+    pooled pairs hidden, judged or not - with the main table's value as the truth."""
+    from stagebench.judgments.planning import pool_holes
+
+    g = ground(judged_folder)
+    pooled = pool_holes(g.ranked, {}, g.queries, 10)
+    cov = api.simulate_estimates(judged_folder, [20], rounds=4, hide=0.5, seed=1)
+    line = next(n for n in cov.notes if n.startswith("the answers:"))
+    assert f"{round(0.5 * len(pooled)):,} of the {len(pooled):,} pairs in any stage's top 10 hidden, judged or not" in line
+    judged = sum(1 for h in pooled if h.docid in g.qrels.get(h.qid, {}))
+    assert 0 < judged < len(pooled)  # both kinds are there to hide
+    main = {r.stage: r.metrics["nDCG@10"] for r in api.open(judged_folder).stage_table.rows}
+    assert cov.truth == pytest.approx({**main, **{t: v for t, v in cov.truth.items() if " - " in t}}, abs=1e-6)  # 6 decimals
