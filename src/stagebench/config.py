@@ -35,6 +35,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 from stagebench.data import DatasetConfig, parse_dataset
@@ -78,6 +79,23 @@ class StageConfig:
     tuned_on: str | None = None  # the dataset its params were tuned on (dataset.path or dataset.id): a note elsewhere
 
 
+#: the families of stage pairs ``evaluation.comparisons`` may name (besides explicit pairs ``A=B``)
+COMPARISON_KINDS = ("inputs", "siblings", "baseline", "all")
+
+
+def comparison_problem(kind: str, stages: Sequence[str]) -> str | None:
+    """Why an ``evaluation.comparisons`` entry names nothing, or None."""
+    if kind in COMPARISON_KINDS:
+        return None
+    a, sep, b = (x.strip() for x in str(kind).partition("="))
+    if not sep:
+        return f"{kind!r}: one of {', '.join(COMPARISON_KINDS)}, or a pair of stages A=B"
+    for x in (a, b):
+        if x not in stages:
+            return f"{kind!r}: {x!r} is not a stage ({', '.join(stages)})"
+    return f"{kind!r}: a stage against itself" if a == b else None
+
+
 @dataclass
 class EvaluationConfig:
     metrics: list[str] = param(doc="measure names (docs/metrics.md), case-insensitive", factory=lambda: list(DEFAULT_METRICS))
@@ -85,6 +103,12 @@ class EvaluationConfig:
     gain: str | dict[int, float] = param("linear", "nDCG gain map: linear (the grade, as trec_eval), exponential "
                                          "(2^grade - 1), esci (the official task-1 gains), or a table {grade: gain}")  # fmt: skip
     baseline: str | None = param(None, "the stage every other stage is compared with, besides its inputs (null: the first)")
+    comparisons: list[str] = param(
+        doc="the stage pairs tested for significance (Holm over them, per measure): inputs (each stage against its "
+            "inputs; a retriever against the stage listed before it), siblings (stages over the same input, e.g. two "
+            "rerankers of one pool, against each other), baseline (every stage against evaluation.baseline), all "
+            "(every pair), or a pair A=B of stage names",
+        factory=lambda: ["inputs", "siblings", "baseline"])  # fmt: skip
     test: Literal["randomization", "ttest"] = param("randomization", "which test marks significance (both are in significance.json)")
     alpha: Probability = param(0.05, "significance level, after Holm-Bonferroni correction")
     permutations: Annotated[int, Range(ge=100, le=10_000_000)] = param(10000, "randomization-test permutations (at most "
@@ -433,6 +457,10 @@ def parse_config(raw: Any, path: str = "<config>", engine: str | None = None) ->
         raise ConfigError(str(exc)) from None
     if evaluation.baseline is not None and evaluation.baseline not in seen:
         raise ConfigError(f"evaluation.baseline: unknown stage {evaluation.baseline!r}")
+    for j, kind in enumerate(evaluation.comparisons):
+        why = comparison_problem(kind, [sc.name for sc in stages])
+        if why:
+            raise ConfigError(f"evaluation.comparisons[{j}]: {why}")
     if training is not None:
         training.check_against(stages)
     judge = None if raw.get("judge") is None else parse_judge(raw["judge"], None, [s.name for s in stages], dataset)

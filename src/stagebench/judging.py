@@ -55,7 +55,7 @@ from stagebench.metrics.names import Measure
 from stagebench.params import read_yaml
 from stagebench.report.write import Rendered, render
 from stagebench.results.folder import RESULTS, RunFolder, rewritten, write_manifest
-from stagebench.results.scoring import label_names_of
+from stagebench.results.scoring import comparisons_for, label_names_of
 from stagebench.runs import rankings, run_digest, write_trec_qrels
 from stagebench.runtime.engine import EngineParams
 
@@ -304,6 +304,16 @@ def aimed_targets(aim: Sequence[str], stages: Sequence[str]) -> list[str]:
     return out
 
 
+def head_targets(g: Ground) -> list[str] | None:
+    """The head-to-head pairs the folder's comparisons declare (siblings over one input, named pairs) as the
+    estimate's targets: what a sample aims at unless --aim says otherwise; None when there are none."""
+    ev = g.rf.manifest.evaluation
+    stages = g.rf.manifest.stages
+    _, head = comparisons_for(stages, ev.baseline or stages[0].name, ev.comparisons)
+    names = list(g.ranked)
+    return aimed_targets([f"{a}={b}" for a, b in head], names) if head else None
+
+
 def write_worksheet(folder: str | Path, budget: int, output: str | Path, strategy: str = "plan", depth: int = 10,
                     measure: str | None = None, seed: int = 0, predictor: str | None = None,
                     show_ranks: bool = False, cache_dir: str | None = None,
@@ -321,7 +331,7 @@ def write_worksheet(folder: str | Path, budget: int, output: str | Path, strateg
     if aim and strategy != "sample":
         raise StagebenchError(f"--aim: for --strategy sample (the estimated view's pairs), not {strategy}")
     g = ground(folder, measure)
-    targets = aimed_targets(aim, list(g.ranked)) if aim else None
+    targets = aimed_targets(aim, list(g.ranked)) if aim else head_targets(g)
     extra: dict = {}
     record = None
     powers: list[str] = []

@@ -259,6 +259,7 @@ class EvaluationRecord:
     seed: int
     segments: tuple[str, ...] = ()  # the segments table's segmentations (built-in names and files)
     matrix: MatrixRecord | None = None  # the reranker-by-pool matrix the config asked for
+    comparisons: tuple[str, ...] = ("inputs", "siblings", "baseline")  # the pairs tested (evaluation.comparisons)
 
     @classmethod
     def from_json(cls, d: dict) -> EvaluationRecord:
@@ -266,7 +267,8 @@ class EvaluationRecord:
                    baseline=d.get("baseline"), test=d.get("test", "randomization"), alpha=float(d.get("alpha", 0.05)),
                    permutations=int(d.get("permutations", 10000)), bootstrap=int(d.get("bootstrap", 2000)),
                    seed=int(d.get("seed", 42)), segments=tuple(d.get("segments", ())),
-                   matrix=MatrixRecord.from_json(d["matrix"]) if d.get("matrix") else None)  # fmt: skip
+                   matrix=MatrixRecord.from_json(d["matrix"]) if d.get("matrix") else None,
+                   comparisons=tuple(d.get("comparisons", ("inputs", "siblings", "baseline"))))  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -92,6 +92,8 @@ class StageRow:
     judged_only_better_than: dict[str, list[str]] = field(default_factory=dict)  # significance in that view
     bounds: dict[str, list[float]] = field(default_factory=dict)  # measure -> [low, high]: holes irrelevant / top grade
     unsettled: dict[str, list[str]] = field(default_factory=dict)  # measure -> letters of stages whose bounds overlap
+    #: head to head (siblings, named pairs): other stage -> measure -> difference, ci95, p, wins, ties, losses, holes
+    compared: dict[str, dict[str, dict]] = field(default_factory=dict)
 
     def to_json(self) -> dict:
         d = {"stage": self.stage, "id": self.id, "type": self.type, "inputs": list(self.inputs), **self.metrics}
@@ -105,6 +107,8 @@ class StageRow:
             d["llm"] = asdict(self.llm)
         if self.depths is not None:
             d["depths"] = [asdict(c) for c in self.depths]
+        if self.compared:
+            d["compared"] = self.compared
         return d
 
     @classmethod
@@ -124,7 +128,7 @@ class StageRow:
                    llm=LLMCells(**{k: v for k, v in d["llm"].items() if k in LLM_CELL_FIELDS}) if d.get("llm") else None,
                    depths=[DepthCells(**c) for c in d["depths"]] if d.get("depths") else None,
                    judged_only=d.get("judged_only", {}), judged_only_better_than=d.get("judged_only_better_than", {}),
-                   bounds=d.get("bounds", {}), unsettled=d.get("unsettled", {}))  # fmt: skip
+                   bounds=d.get("bounds", {}), unsettled=d.get("unsettled", {}), compared=d.get("compared", {}))  # fmt: skip
 
 
 def _ceiling_json(c: CeilingCells) -> dict:

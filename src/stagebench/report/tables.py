@@ -84,6 +84,12 @@ def tables(table: StageTable) -> list[tuple[str, list[str], list[list[str]], int
              "(~x: the bounds overlap stage x's, so the judgments do not settle their order)", ["id", "stage", *viewed],
              [[r.id, r.stage, *[bounds_cell(r, m) for m in viewed]] for r in rows], 2),
         ]  # fmt: skip
+    head = head_rows(rows, metrics)
+    if head:  # the question a team came with leads: two stages over one input, or the pairs it named
+        out.insert(0, ("Head to head: stages over the same input and the pairs the config names (a - b: the difference "
+                       "of the means, 95% bootstrap interval of the per-query differences, p Holm-adjusted as the marks, "
+                       "wins/ties/losses over the queries; holes: whether the bounds settle the order)",
+                       ["a - b", "measure", "difference", "95% CI", "p", "W/T/L", "holes"], head, 2))  # fmt: skip
     for r in rows:
         if r.depths:
             out.append((f"Depth sweep: {r.stage} (one scoring pass at the largest depth; its own top {r.ceiling.depth if r.ceiling else '-'} "
@@ -92,6 +98,20 @@ def tables(table: StageTable) -> list[tuple[str, list[str], list[list[str]], int
     if llm:
         out.append(("LLM reranking: how each call's answer was read (ok / repaired / low mass / no answer used), tokens, cost",
                     [*LLM_COLUMNS], [llm_cells(stage, c) for stage, c in llm], 2))  # fmt: skip
+    return out
+
+
+def head_rows(rows: Sequence[StageRow], metrics: Sequence[str]) -> list[list[str]]:
+    """The head-to-head lines (:attr:`StageRow.compared`), a pair's measures together."""
+    out = []
+    for r in rows:
+        for other, by in r.compared.items():
+            for m in metrics:
+                c = by.get(m)
+                if c is None:
+                    continue
+                out.append([f"{r.stage} - {other}", m, f"{c['difference']:+.4f}", f"[{c['ci95'][0]:+.4f}, {c['ci95'][1]:+.4f}]",
+                            format_p(c["p"]), f"{c['wins']}/{c['ties']}/{c['losses']}", c["holes"]])  # fmt: skip
     return out
 
 

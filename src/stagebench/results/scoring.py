@@ -44,16 +44,61 @@ def stage_letter(i: int) -> str:
     return ascii_lowercase[i] if i < 26 else f"s{i}"
 
 
-def comparisons_for(stages: list[StageRecord], baseline: str) -> list[tuple[str, str]]:
-    """Each stage vs the stage(s) before it in the cascade - its inputs, or for a stage
-    without inputs the one listed before it - and vs the baseline; no pair twice."""
+def comparisons_for(stages: list[StageRecord], baseline: str,
+                    declared: Sequence[str] = ("inputs", "siblings", "baseline")) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:  # fmt: skip
+    """The stage pairs ``declared`` (``evaluation.comparisons``) names, no pair twice: for each stage in
+    order, against its inputs (a stage without inputs: the one listed before it), its earlier siblings
+    (stages over the same input) and the baseline; then every pair (``all``) and the named ones (``A=B``).
+    Returns (every pair, the head-to-head ones: siblings and named pairs, which the table shows first)."""
     names = [s.name for s in stages]
     pairs: list[tuple[str, str]] = []
+    head: list[tuple[str, str]] = []
+
+    def add(a: str, b: str, lead: bool = False) -> None:
+        if a != b and (a, b) not in pairs and (b, a) not in pairs:
+            pairs.append((a, b))
+        if lead and a != b and (a, b) not in head and (b, a) not in head:
+            head.append((a, b))
+
     for i, s in enumerate(stages[1:], start=1):
-        for other in [*(s.inputs or [names[i - 1]]), baseline]:
-            if other != s.name and (s.name, other) not in pairs and (other, s.name) not in pairs:
-                pairs.append((s.name, other))
-    return pairs
+        if "inputs" in declared:
+            for other in s.inputs or [names[i - 1]]:
+                add(s.name, other)
+        if "siblings" in declared and s.inputs:
+            for other in stages[:i]:
+                if list(other.inputs) == list(s.inputs):
+                    add(s.name, other.name, lead=True)
+        if "baseline" in declared:
+            add(s.name, baseline)
+    if "all" in declared:
+        for i, a in enumerate(names):
+            for b in names[:i]:
+                add(a, b)
+    for kind in declared:
+        a, sep, b = (x.strip() for x in kind.partition("="))
+        if sep:
+            add(a, b, lead=True)
+    return pairs, head
+
+
+def comparisons_said(ev: Any, stages: list[StageRecord], baseline: str, head: list[tuple[str, str]]) -> str:
+    """The notes' words for the family of comparisons the marks are corrected over."""
+    declared = ev.comparisons
+    parts = []
+    if "all" in declared:
+        parts.append("every other stage")
+    if "inputs" in declared:
+        parts.append("its inputs (a retriever: with the stage listed before it)")
+    siblings = [f"{a} vs {b}" for a, b in head if any(s.name == a for s in stages) and f"{a}={b}" not in declared
+                and f"{b}={a}" not in declared]  # fmt: skip
+    if "siblings" in declared and siblings:
+        parts.append(f"its siblings over the same input ({', '.join(siblings)})")
+    if "baseline" in declared:
+        parts.append(f"the baseline ({baseline})")
+    named = [k for k in declared if "=" in k]
+    if named:
+        parts.append(f"as named ({', '.join(named)})")
+    return "each stage is compared with " + (", with ".join(parts[:-1]) + " and with " + parts[-1] if len(parts) > 1 else parts[0])
 
 
 def llm_cells(s: LLMStats) -> LLMCells:
@@ -86,7 +131,7 @@ def score_folder(manifest: Manifest, qrels: dict, runs: dict[str, Run]) -> Score
     # significance: each stage vs the one before it and vs the baseline; Holm per metric; in the main
     # view (holes as irrelevant) and, from its own per-query values, in the judged-only view
     baseline = ev.baseline or names[0]
-    pairs = comparisons_for(stages, baseline)
+    pairs, head = comparisons_for(stages, baseline, ev.comparisons)
     comps, better = significance(evals, pairs, metric_names, queries, letters, ev)
     # the views of the holes, for stagebench's own measures (ir_measures' count a hole as irrelevant only)
     native = [m for m in evals[names[0]].measures if isinstance(m, Measure)]
@@ -106,6 +151,7 @@ def score_folder(manifest: Manifest, qrels: dict, runs: dict[str, Run]) -> Score
         for n in names:
             unsettled[n][m.name] = [letters[o] for o in names if o != n]
 
+    compared = head_to_head(head, comps, evals, queries, metric_names, letters, unsettled, ev)
     rows: list[StageRow] = []
     for s in stages:
         n = s.name
@@ -137,6 +183,7 @@ def score_folder(manifest: Manifest, qrels: dict, runs: dict[str, Run]) -> Score
             top10_labels={k: round(v, 6) for k, v in ceilings.top_labels(runs[n], qrels, queries, label_names).items()},
             llm=llm_cells(s.stats) if isinstance(s.stats, LLMStats) else None,
             depths=depth_sweep(s, runs, qrels, queries, rel, gain, ev) if s.depth_runs else None,
+            compared=compared.get(n, {}),
         ))  # fmt: skip
 
     title = f"Stage table: {manifest.name}"
@@ -152,7 +199,7 @@ def score_folder(manifest: Manifest, qrels: dict, runs: dict[str, Run]) -> Score
         conventions_line(rel, gain, metric_names),
         f"significance: ^x = significantly better than stage x ({'paired randomization test, ' + str(ev.permutations) + ' permutations' if ev.test == 'randomization' else 'paired t-test'}, "
         f"seed {ev.seed}, Holm-Bonferroni over the {len(pairs)} comparisons of each metric, alpha {ev.alpha}); "
-        f"each stage is compared with its inputs (a retriever: with the stage listed before it) and with the baseline ({baseline})",
+        f"{comparisons_said(ev, stages, baseline, head)}",
         "ceiling: for rerankers, N = candidate depth, pool R@N = recall of the candidates it received, oracle = nDCG@10 of "
         "their ideal order; lost = queries with no relevant document among the stage's candidates",
     ]  # fmt: skip
@@ -190,6 +237,27 @@ def score_folder(manifest: Manifest, qrels: dict, runs: dict[str, Run]) -> Score
                                                           "relevance_threshold": rel, "top_grade": top})  # fmt: skip
     per_query = {n: evals[n].per_query for n in names}
     return Scored(table, [c.as_dict() for c in comps], per_query, queries, [c.as_dict() for c in judged_comps])
+
+
+def head_to_head(head: list[tuple[str, str]], comps: list[stats.PairTest], evals: dict, queries: list[str],
+                 metric_names: list[str], letters: dict[str, str], unsettled: dict, ev: Any) -> dict[str, dict]:  # fmt: skip
+    """For each head-to-head pair (a, b) (siblings, named pairs): stage a -> b -> measure -> the difference
+    of the means, the 95% bootstrap interval of the per-query differences, the Holm-adjusted p of the
+    evaluation's test, wins/ties/losses over the queries, and whether the holes' bounds settle the order
+    (``open`` where they do not, or the measure has no bounds)."""
+    key = "p_rand_holm" if ev.test == "randomization" else "p_t_holm"
+    by = {(c.a, c.b, c.metric): c for c in comps}
+    out: dict[str, dict] = {}
+    for a, b in head:
+        for m in metric_names:
+            c = by[(a, b, m)]
+            diffs = [evals[a].per_query[m][q] - evals[b].per_query[m][q] for q in queries]
+            lo, hi = stats.bootstrap_ci(diffs, ev.bootstrap, ev.seed)
+            holes = "open" if letters[b] in unsettled.get(a, {}).get(m, []) else "settled"
+            out.setdefault(a, {}).setdefault(b, {})[m] = {
+                "difference": round(c.mean_a - c.mean_b, 6), "ci95": [round(lo, 6), round(hi, 6)],
+                "p": getattr(c, key), "wins": c.wins, "ties": c.ties, "losses": c.losses, "holes": holes}
+    return out
 
 
 def significance(evals: dict, pairs: list[tuple[str, str]], metric_names: list[str], queries: list[str],

@@ -1,0 +1,77 @@
+"""The comparisons a team asks for (issue 79): ``evaluation.comparisons`` declares the family of stage pairs
+tested (Holm over it, named in the notes); by default two stages over the same input - two rerankers of
+one pool, two fusions of one pair of runs - are tested against each other and lead the table, with the
+difference, its interval, p, wins/ties/losses and whether the holes settle it."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+import stagebench
+from stagebench.errors import ConfigError
+from stagebench.judgments.sampling import Record, design_path
+
+STAGES = [{"name": "bm25", "type": "bm25", "params": {"top_k": 50}},
+          {"name": "bm25_flat", "type": "bm25", "params": {"k1": 0.3, "b": 0.1, "top_k": 50}},
+          {"name": "rrf60", "type": "rrf", "inputs": ["bm25", "bm25_flat"], "params": {"k": 60}},
+          {"name": "rrf1", "type": "rrf", "inputs": ["bm25", "bm25_flat"], "params": {"k": 1}}]  # fmt: skip
+
+
+def config(tmp_path, tiny_synthetic, **evaluation):
+    return {"name": "siblings", "output": str(tmp_path / "out"), "cache_dir": str(tmp_path / "cache"),
+            "dataset": {"loader": "esci", "path": str(tiny_synthetic), "split": "test"}, "stages": STAGES,
+            "evaluation": {"metrics": ["nDCG@10", "RR@10"], "permutations": 500, "latency_queries": 0, **evaluation}}  # fmt: skip
+
+
+def test_siblings_are_tested_against_each_other_by_default_and_lead_the_table(tmp_path, tiny_synthetic):
+    result = stagebench.run(config(tmp_path, tiny_synthetic))
+    sig = json.loads((result.output / "significance.json").read_text())
+    tested = {(c["a"], c["b"]) for c in sig}
+    assert ("rrf1", "rrf60") in tested and ("rrf60", "bm25") in tested and ("rrf1", "bm25_flat") in tested
+    notes = " ".join(result.stage_table.notes)
+    assert "Holm-Bonferroni over the 6 comparisons" in notes and "its siblings over the same input (rrf1 vs rrf60)" in notes
+    text = (result.output / "stage_table.txt").read_text()
+    assert text.index("Head to head") < text.index("Stage metrics")
+    row = result.stage_table.row("rrf1")
+    per = result.per_query_values  # stage -> measure -> qid -> value
+    for m in ("nDCG@10", "RR@10"):
+        c = row.compared["rrf60"][m]
+        diffs = [per["rrf1"][m][q] - per["rrf60"][m][q] for q in per["rrf1"][m]]
+        assert c["difference"] == pytest.approx(sum(diffs) / len(diffs), abs=1e-6)
+        assert c["wins"] == sum(d > 1e-12 for d in diffs) and c["losses"] == sum(d < -1e-12 for d in diffs)
+        assert c["wins"] + c["ties"] + c["losses"] == len(diffs) and c["ci95"][0] <= c["difference"] <= c["ci95"][1]
+        p = next(x for x in sig if (x["a"], x["b"], x["metric"]) == ("rrf1", "rrf60", m))["p_rand_holm"]
+        assert c["p"] == p and c["holes"] in ("open", "settled")
+        assert any(line.startswith("rrf1 - rrf60") and m in line for line in text.splitlines())
+    assert json.loads((result.output / "stage_table.json").read_text())[3]["compared"]["rrf60"]["nDCG@10"] == row.compared["rrf60"]["nDCG@10"]
+    assert "Head to head" in (result.output / "report.html").read_text()
+
+
+def test_the_family_is_what_the_config_declares(tmp_path, tiny_synthetic):
+    result = stagebench.run(config(tmp_path, tiny_synthetic, comparisons=["inputs", "rrf1=bm25"]))
+    sig = json.loads((result.output / "significance.json").read_text())
+    assert sorted({(c["a"], c["b"]) for c in sig}) == [("bm25_flat", "bm25"), ("rrf1", "bm25"), ("rrf1", "bm25_flat"),
+                                                       ("rrf60", "bm25"), ("rrf60", "bm25_flat")]  # fmt: skip
+    notes = " ".join(result.stage_table.notes)
+    assert "over the 5 comparisons" in notes and "and with as named (rrf1=bm25)" in notes
+    assert list(result.stage_table.row("rrf1").compared) == ["bm25"]  # the named pair leads; no siblings tested
+
+
+@pytest.mark.parametrize("entry, line", [
+    ("nope", "evaluation.comparisons[0]: 'nope': one of inputs, siblings, baseline, all, or a pair of stages A=B"),
+    ("rrf1=zzz", "evaluation.comparisons[0]: 'rrf1=zzz': 'zzz' is not a stage (bm25, bm25_flat, rrf60, rrf1)"),
+    ("rrf1=rrf1", "evaluation.comparisons[0]: 'rrf1=rrf1': a stage against itself"),
+])  # fmt: skip
+def test_a_comparison_that_names_nothing_is_refused_at_load(tmp_path, tiny_synthetic, entry, line):
+    with pytest.raises(ConfigError, match=re.escape(line)):
+        stagebench.api.config_from(config(tmp_path, tiny_synthetic, comparisons=[entry]))
+
+
+def test_a_sample_aims_at_the_siblings_by_default(tmp_path, tiny_synthetic):
+    result = stagebench.run({**config(tmp_path, tiny_synthetic), "judge": {"backend": "rules", "depth": 10}})
+    sheet = stagebench.api.plan_judgments(result.output, 30, tmp_path / "s.csv", strategy="sample", seed=1)
+    assert sheet.power and sheet.power[0].startswith("rrf60 - rrf1: the model predicts")
+    assert Record.read(open(design_path(str(sheet.csv))).read(), "x").aimed == ["rrf60 - rrf1"]
