@@ -715,12 +715,13 @@ def _judged_only(q: dict, r: Run, measures: list, kw: dict) -> Evaluation:
 def compare_runs(qrels: str | Path, runs: Sequence[str | Path], metrics: Sequence[str], *, relevance_threshold: int = 1,
                  gain: Any = "linear", permutations: int = 10000, seed: int = 42, alpha: float = 0.05,
                  names: Sequence[str] | None = None, queries: str = "judged",
-                 max_per_query: int | None = None) -> Experiment:  # fmt: skip
+                 max_per_query: int | None = None, baseline: str | Path | None = None) -> Experiment:  # fmt: skip
     """``stagebench eval QRELS RUN RUN ...``: several TREC run files against one qrels file, every pair of
     runs tested (:mod:`stagebench.results.experiment`); ``names``: the runs' names (default: each
     file's name without its extension, made unique). A run that answers none of the scored queries is
     refused naming its file. ``queries="run"`` averages over the queries every run holds, so that
-    the pairs are tested on the same queries."""
+    the pairs are tested on the same queries; ``baseline``: one of the runs (its name or its file) -
+    every other run is tested against it alone, as pt.Experiment's ``baseline=``."""
     if len(runs) < 2:
         raise StagebenchError("compare_runs: give two or more run files")
     measures = _flag_measures(metrics, relevance_threshold)
@@ -735,8 +736,14 @@ def compare_runs(qrels: str | Path, runs: Sequence[str | Path], metrics: Sequenc
     for n, path in zip(names, runs):
         loaded[n] = _read_run(path, max_per_query)
         check_answers(q, loaded[n], str(path))
+    base = None
+    if baseline is not None:
+        by_file = {str(Path(r)): n for n, r in zip(names, runs)}
+        base = str(baseline) if str(baseline) in loaded else by_file.get(str(Path(baseline)))
+        if base is None:
+            raise StagebenchError(f"--baseline {baseline}: not one of the runs ({', '.join(names)}, or their files)")
     return experiment(q, loaded, measures, relevance_threshold, gain, permutations, seed, alpha, queries,
-                      delegated_under(measures, q, relevance_threshold, gain))  # fmt: skip
+                      delegated_under(measures, q, relevance_threshold, gain), base)  # fmt: skip
 
 
 # -- training, reproductions and upkeep ------------------------------------------------------------------

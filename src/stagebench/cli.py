@@ -502,6 +502,9 @@ def _parser_eval(sub) -> None:
     e.add_argument("--permutations", type=int, default=10000, help="several runs: paired randomization test permutations")
     e.add_argument("--seed", type=int, default=42, help="several runs: the randomization test's seed")
     e.add_argument("--alpha", type=float, default=0.05, help="several runs: significance level, Holm over the pairs")
+    e.add_argument("--baseline", help="several runs: test every run against this one (its file, or its name: the file's "
+                   "name without extension) instead of every pair, with each difference's interval and wins/ties/losses "
+                   "(as pt.Experiment's baseline=)")  # fmt: skip
     e.add_argument("-m", "--metric", dest="metrics", action="extend", nargs="+", required=True,
                    help="measure names, e.g. -m nDCG@10 RR@10 R@100 (repeatable)")  # fmt: skip
     e.add_argument("--rel", type=int, default=1, help="relevance threshold for binary measures and for ir_measures' "
@@ -527,16 +530,21 @@ def _parser_eval(sub) -> None:
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
+    if len(args.run) == 1 and args.baseline:
+        raise StagebenchError("--baseline: give two or more run files, one of them the baseline")
     if len(args.run) > 1:
-        if args.json or args.per_query or args.view != "irrelevant":
-            raise StagebenchError("several runs: --json, --per-query and --view are for one run (the table of several "
-                                  "shows the judged-only view and the bounds beside the main one)")  # fmt: skip
+        if args.json or args.view != "irrelevant":
+            raise StagebenchError("several runs: --json and --view are for one run (the table of several shows the "
+                                  "judged-only view and the bounds beside the main one)")  # fmt: skip
         permutations, seed, alpha = (_declared(getattr(args, k), EvaluationConfig, k, f"--{k}")
                                      for k in ("permutations", "seed", "alpha"))  # fmt: skip
         exp = api.compare_runs(args.qrels, args.run, args.metrics, relevance_threshold=args.rel, gain=args.gain,
                                permutations=permutations, seed=seed, alpha=alpha, queries=args.queries,
-                               max_per_query=args.max_per_query)  # fmt: skip
+                               max_per_query=args.max_per_query, baseline=args.baseline)  # fmt: skip
         sys.stdout.write(exp.text())
+        if args.per_query:
+            print("\n# run\tmeasure\tquery\tvalue")
+            print("\n".join(exp.per_query_lines()))
         return 0
     args.run = args.run[0]
     result = api.evaluate_files(args.qrels, args.run, args.metrics, relevance_threshold=args.rel, gain=args.gain,

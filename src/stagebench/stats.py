@@ -82,6 +82,11 @@ def holm(pvalues: Sequence[float]) -> list[float]:
     return adjusted
 
 
+def format_p(p: float) -> str:
+    """p-values below double precision's resolution of 1 - cdf read as <1e-16, not 0."""
+    return "<1e-16" if p < 1e-16 else f"{p:.4g}"
+
+
 def bootstrap_ci(values: Sequence[float], resamples: int = 2000, seed: int = 42, level: float = 0.95) -> tuple[float, float]:
     """Percentile bootstrap confidence interval of the mean."""
     v = np.asarray(values, dtype=np.float64)

@@ -49,3 +49,21 @@ def test_the_command_prints_the_table_with_marks_views_and_bounds(files, capsys)
     assert "several runs: --json" in capsys.readouterr().err
     with pytest.raises(StagebenchError, match="--rel 0"):
         api.compare_runs(files["qrels"], [files["good"], files["bad"]], ["nDCG@5"], relevance_threshold=0)
+
+
+def test_a_baseline_tests_every_run_against_it_alone_with_intervals_and_wins(files, capsys):
+    """pt.Experiment's baseline=: bad and same against good, Holm over those 2; each difference with its
+    bootstrap interval and wins/ties/losses; --per-query prints every run's values."""
+    exp = api.compare_runs(files["qrels"], [files["good"], files["bad"], files["same"]], ["nDCG@5"], permutations=500,
+                           baseline="good")  # fmt: skip
+    assert [(t.a, t.b) for t, _ in exp.tests["nDCG@5"]] == [("bad", "good"), ("same", "good")]
+    rows = {r[0]: r for r in exp.against_baseline()}
+    assert rows["bad"][2] == f"{exp.mean('bad', 'nDCG@5') - exp.mean('good', 'nDCG@5'):+.4f}"
+    assert rows["bad"][5] == "0/0/30" and rows["same"][5] == "0/30/0"  # bad loses every query (q29: 0 against good's)
+    assert "Holm-Bonferroni over the 2 comparisons with the baseline" in exp.text()
+    assert main(["eval", str(files["qrels"]), str(files["good"]), str(files["bad"]), "-m", "nDCG@5", "--baseline",
+                 str(files["good"]), "--permutations", "200", "--per-query"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "against the baseline good" in out and sum(line.startswith("bad\tnDCG@5\t") for line in out.splitlines()) == 30
+    assert main(["eval", str(files["qrels"]), str(files["good"]), str(files["bad"]), "-m", "nDCG@5", "--baseline", "nope"]) == 2
+    assert "--baseline nope: not one of the runs (good, bad, or their files)" in capsys.readouterr().err

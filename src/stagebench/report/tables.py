@@ -19,16 +19,11 @@ from stagebench.results.compare import Comparison
 from stagebench.results.matrix import MEASURE as MATRIX_MEASURE, MatrixTable
 from stagebench.results.segments import SegmentTable
 from stagebench.table import CeilingCells, DepthCells, LLMCells, StageRow, StageTable
-from stagebench.stats import latency_percentiles
+from stagebench.stats import format_p, latency_percentiles
 
 
 def _f(x: float | None, digits: int = 4) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
-
-
-def format_p(p: float) -> str:
-    """p-values below double precision's resolution of 1 - cdf read as <1e-16, not 0."""
-    return "<1e-16" if p < 1e-16 else f"{p:.4g}"
 
 
 def _pct(x: float | None) -> str:

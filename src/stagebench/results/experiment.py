@@ -13,7 +13,7 @@ from itertools import combinations
 
 from stagebench.metrics import Evaluation, HoleViews, Measure, evaluate, evaluate_views
 from stagebench.metrics.delegate import Delegated
-from stagebench.stats import PairTest, holm, paired_test
+from stagebench.stats import PairTest, bootstrap_ci, format_p, holm, paired_test
 from stagebench.runs import Run
 
 
@@ -30,6 +30,8 @@ class Experiment:
     permutations: int
     seed: int
     delegated: dict[str, str] = field(default_factory=dict)  # ir_measures' measures -> provider, what each computes
+    baseline: str | None = None  # every run tested against this one only (pt.Experiment's baseline=)
+    bootstrap: int = 2000
 
     @property
     def viewed(self) -> list[str]:
@@ -65,14 +67,17 @@ class Experiment:
                  f"{ev.gain.describe()}; relevant = grade >= {ev.relevance_threshold} (binary measures and "
                  "ir_measures' measures whose name gives no rel)",
                  f"^x: significantly better than run x (paired randomization test, {self.permutations} permutations, "
-                 f"seed {self.seed}, Holm-Bonferroni over the {len(self.runs) * (len(self.runs) - 1) // 2} pairs of each "
-                 f"measure, alpha {self.alpha})", "",
+                 f"seed {self.seed}, Holm-Bonferroni over the {self.family} of each measure, alpha {self.alpha})", "",
                  "unjudged documents as irrelevant (trec_eval's default)"]  # fmt: skip
         if self.delegated:
             lines.insert(2, "computed by ir_measures: " + ", ".join(f"{n} ({how})" for n, how in
                          self.delegated.items()) + "; no judged-only view and no bounds, so a mark on them (^x?) is not "
                          "settled by the holes")  # fmt: skip
         lines += self._table(ids, "irrelevant", self.measures, marks=True)
+        if self.baseline is not None:
+            lines += ["", f"against the baseline {self.baseline}: the difference of the means, the 95% bootstrap interval "
+                      "of the per-query differences, p (Holm), wins/ties/losses over the queries"]  # fmt: skip
+            lines += _aligned([["run", "measure", "difference", "95% CI", "p", "W/T/L"], *self.against_baseline()])
         if self.viewed:
             lines += ["", "judged only: unjudged documents removed before the cut (trec_eval -J)"]
             lines += self._table(ids, "judged_only", self.viewed)
@@ -83,6 +88,34 @@ class Experiment:
                                           for m in self.viewed)])  # fmt: skip
             lines += _aligned(rows)
         return "\n".join(lines) + "\n"
+
+    @property
+    def family(self) -> str:
+        """The comparisons each measure's Holm correction is over, in words."""
+        n = len(self.runs) - 1 if self.baseline is not None else len(self.runs) * (len(self.runs) - 1) // 2
+        return f"{n} comparisons with the baseline" if self.baseline is not None else f"{n} pairs"
+
+    def against_baseline(self) -> list[list[str]]:
+        """Each run against the baseline on each measure: difference, interval, p (Holm), W/T/L."""
+        out = []
+        for m in self.measures:
+            for t, p in self.tests[m]:
+                ea = self.views[t.a] if isinstance(self.views[t.a], Evaluation) else self.views[t.a].irrelevant
+                eb = self.views[t.b] if isinstance(self.views[t.b], Evaluation) else self.views[t.b].irrelevant
+                diffs = [ea.per_query[m][q] - eb.per_query[m][q] for q in ea.scored_queries]
+                lo, hi = bootstrap_ci(diffs, self.bootstrap, self.seed)
+                out.append([t.a, m, f"{t.mean_a - t.mean_b:+.4f}", f"[{lo:+.4f}, {hi:+.4f}]", format_p(p),
+                            f"{t.wins}/{t.ties}/{t.losses}"])  # fmt: skip
+        return out
+
+    def per_query_lines(self) -> list[str]:
+        """run, measure, query, value (the main view), tab-separated: every run's per-query values."""
+        out = []
+        for r in self.runs:
+            ev = self.views[r] if isinstance(self.views[r], Evaluation) else self.views[r].irrelevant
+            for m in self.measures:
+                out += [f"{r}\t{m}\t{q}\t{ev.per_query[m][q]:.4f}" for q in ev.scored_queries]
+        return out
 
     def _table(self, ids: Mapping[str, str], view: str, measures: Sequence[str], marks: bool = False) -> list[str]:
         rows = [["id", "run", *measures]]
@@ -106,10 +139,12 @@ def _aligned(rows: list[list[str]]) -> list[str]:
 
 def experiment(qrels: Mapping[str, Mapping[str, int]], runs: Mapping[str, Run], measures: Sequence[Measure | Delegated],
                relevance_threshold: int, gain: object, permutations: int, seed: int, alpha: float,
-               queries: str = "judged", delegated: Mapping[str, str] | None = None) -> Experiment:  # fmt: skip
+               queries: str = "judged", delegated: Mapping[str, str] | None = None, baseline: str | None = None,
+               bootstrap: int = 2000) -> Experiment:  # fmt: skip
     """The module's comparison of ``runs`` (name -> run, in the order to show them); ``queries="run"``:
     the scored queries every run holds (each pair tested on the same queries); ``delegated``: ir_measures'
-    measures -> what each computes under the conventions (default: their names)."""
+    measures -> what each computes under the conventions (default: their names); ``baseline``: a run's
+    name - every other run is tested against it alone (Holm over those), as pt.Experiment's ``baseline=``."""
     names = [m.name for m in measures]
     viewed = any(isinstance(m, Measure) for m in measures)
     if queries == "run":  # one query set for every run: those all of them answer
@@ -123,7 +158,7 @@ def experiment(qrels: Mapping[str, Mapping[str, int]], runs: Mapping[str, Run], 
     tests = {}
     for m in names:
         pairs = []
-        for a, b in combinations(runs, 2):
+        for a, b in (combinations(runs, 2) if baseline is None else [(r, baseline) for r in runs if r != baseline]):
             ea = views[a] if isinstance(views[a], Evaluation) else views[a].irrelevant
             eb = views[b] if isinstance(views[b], Evaluation) else views[b].irrelevant
             qs = ea.scored_queries
@@ -132,7 +167,7 @@ def experiment(qrels: Mapping[str, Mapping[str, int]], runs: Mapping[str, Run], 
         tests[m] = list(zip(pairs, holm([t.p_rand for t in pairs])))
     if delegated is None:
         delegated = {m.name: m.provider for m in measures if isinstance(m, Delegated)}
-    return Experiment(list(runs), names, views, tests, alpha, permutations, seed, dict(delegated))
+    return Experiment(list(runs), names, views, tests, alpha, permutations, seed, dict(delegated), baseline, bootstrap)
 
 
 __all__ = ["Experiment", "experiment"]
