@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import logging
 from dataclasses import asdict
+from pathlib import Path
 
 from stagebench.cache import Cache
 from stagebench.data import LOADERS, Dataset, DatasetConfig
-from stagebench.errors import StagebenchError
+from stagebench.errors import DataError, StagebenchError
 from stagebench.judge.ask import Judge, JudgeParams
 from stagebench.judge.rules import RULES, RulesJudge
 from stagebench.judge.scale import scale_for
@@ -79,8 +80,17 @@ def judge_runs(params: JudgeParams, judge: Judge | RulesJudge, ds: Dataset, runs
 
 def dataset_of(rf: RunFolder, dc: DatasetConfig, who: str) -> Dataset:
     """The dataset a folder's config names, loaded, and refused unless it is the one the folder's runs
-    were scored on (corpus and qrels fingerprints): ``who`` needs the same texts."""
-    ds = LOADERS[dc.loader].load(dc.options)
+    were scored on (corpus and qrels fingerprints): ``who`` needs the same texts. A dataset that is not
+    here is one line saying where it was expected and what writes it (the embedded one: ``make data``)."""
+    try:
+        ds = LOADERS[dc.loader].load(dc.options)
+    except DataError as exc:
+        path = getattr(dc.options, "path", None)
+        how = ("; `make data` (stagebench generate-data --output data/synthetic-esci) writes it" if path and
+               Path(path).as_posix().rstrip("/").endswith("data/synthetic-esci") else
+               "; put it back where the folder's config names it")  # fmt: skip
+        raise StagebenchError(f"{rf.path}: {who} needs the texts of the dataset its runs were scored on, which is not "
+                              f"here ({exc}){how}") from None  # fmt: skip
     recorded, here = rf.manifest.dataset, DatasetRecord.from_json(ds.stats())
     if (recorded.fingerprint, recorded.qrels_fingerprint) != (here.fingerprint, here.qrels_fingerprint):
         raise StagebenchError(f"{rf.path}: the dataset its config names ({dc.loader}) is not the one its runs were "
