@@ -239,13 +239,18 @@ def score_folder(manifest: Manifest, qrels: dict, runs: dict[str, Run]) -> Score
     return Scored(table, [c.as_dict() for c in comps], per_query, queries, [c.as_dict() for c in judged_comps])
 
 
+def p_key(ev: Any) -> str:
+    """The p-value the marks read: the evaluation's test, Holm-adjusted over the declared comparisons."""
+    return "p_rand_holm" if ev.test == "randomization" else "p_t_holm"
+
+
 def head_to_head(head: list[tuple[str, str]], comps: list[stats.PairTest], evals: dict, queries: list[str],
                  metric_names: list[str], letters: dict[str, str], unsettled: dict, ev: Any) -> dict[str, dict]:  # fmt: skip
     """For each head-to-head pair (a, b) (siblings, named pairs): stage a -> b -> measure -> the difference
     of the means, the 95% bootstrap interval of the per-query differences, the Holm-adjusted p of the
     evaluation's test, wins/ties/losses over the queries, and whether the holes' bounds settle the order
     (``open`` where they do not, or the measure has no bounds)."""
-    key = "p_rand_holm" if ev.test == "randomization" else "p_t_holm"
+    key = p_key(ev)
     by = {(c.a, c.b, c.metric): c for c in comps}
     out: dict[str, dict] = {}
     for a, b in head:
@@ -272,7 +277,7 @@ def significance(evals: dict, pairs: list[tuple[str, str]], metric_names: list[s
         for c, pt, pr in zip(family, stats.holm([c.p_t for c in family]), stats.holm([c.p_rand for c in family])):
             c.p_t_holm, c.p_rand_holm = pt, pr
         comps += family
-    key = "p_rand_holm" if ev.test == "randomization" else "p_t_holm"
+    key = p_key(ev)
     better: dict[str, dict[str, list[str]]] = {n: {} for n in evals}
     for c in comps:
         if getattr(c, key) < ev.alpha and c.mean_a != c.mean_b:
