@@ -254,7 +254,8 @@ def test_report_html_renders_in_headless_chromium_with_its_images(finished):
     assert "http://" not in text and "https://" not in text and "<link" not in text and "<script src" not in text
     info = check_report(report, tmp / "one" / "report_screenshot.png", tmp / "one" / "explorer.png")
     assert info["images"] == ["metrics.png", "recall_at_k.png", "ceiling.png", "top10_labels.png", "quality_cost.png"]
-    assert info["tables"][:6] == ["stage", "judged", "bounds", "recall", "top-10", "95"]  # the three views in order
+    # the two rerankers of one pool head to head first, then the three views in order
+    assert info["tables"][:7] == ["head", "stage", "judged", "bounds", "recall", "top-10", "95"]
     assert (tmp / "one" / "report_screenshot.png").stat().st_size > 10_000
     x = info["explorer"]
     assert len(x["stages"]) == len(json.loads((tmp / "one" / "manifest.json").read_text())["stages"])
