@@ -52,7 +52,7 @@ from stagebench.metrics import scored_query_ids
 from stagebench.metrics import evaluate_views as _evaluate_views
 from stagebench.metrics import evaluate as _evaluate
 from stagebench.metrics.compute import gain_map
-from stagebench.metrics.delegate import computed_as, gains_of, ir_measures_version
+from stagebench.metrics.delegate import described, ir_measures_version
 from stagebench.files import check_apart, check_destination, remove_staging, staging, swap_in
 from stagebench.models.resolve import ResolvedModel, resolve_model
 from stagebench.rerank.plugins import Reranker
@@ -657,14 +657,6 @@ def _flag_measures(metrics: Sequence[str], relevance_threshold: int) -> list:
     return measures
 
 
-def delegated_under(measures: Sequence[Measure | Delegated], qrels: Mapping[str, Mapping[str, int]],
-                    relevance_threshold: int, gain: Any) -> dict[str, str]:  # fmt: skip
-    """Each measure ir_measures computes -> its provider and what it computes under the evaluation's
-    conventions (:func:`stagebench.metrics.delegate.computed_as`), as the header and the notes name it."""
-    gains = gains_of(gain_map(gain), qrels)
-    return {m.name: computed_as(m, relevance_threshold, gains) for m in measures if isinstance(m, Delegated)}
-
-
 def _read_run(path: str | Path, max_per_query: int | None) -> Run:
     if max_per_query is not None and max_per_query < 1:
         raise StagebenchError(f"-M {max_per_query}: the most documents a query keeps must be >= 1")
@@ -690,7 +682,7 @@ def evaluate_files(qrels: str | Path, run: str | Path, metrics: Sequence[str], *
     check_thresholds(q, relevance_threshold, measures, str(qrels), "--rel")
     r = _read_run(run, max_per_query)
     check_answers(q, r, str(run))
-    delegated = delegated_under(measures, q, relevance_threshold, gain)
+    delegated = described(measures, q, relevance_threshold, gain_map(gain))
     kw = {"relevance_threshold": relevance_threshold, "gain": gain, "queries": queries}
     if view in ("bounds", "all"):
         views = _evaluate_views(q, r, measures, **kw)
@@ -743,7 +735,7 @@ def compare_runs(qrels: str | Path, runs: Sequence[str | Path], metrics: Sequenc
         if base is None:
             raise StagebenchError(f"--baseline {baseline}: not one of the runs ({', '.join(names)}, or their files)")
     return experiment(q, loaded, measures, relevance_threshold, gain, permutations, seed, alpha, queries,
-                      delegated_under(measures, q, relevance_threshold, gain), base)  # fmt: skip
+                      described(measures, q, relevance_threshold, gain_map(gain)), base)  # fmt: skip
 
 
 # -- training, reproductions and upkeep ------------------------------------------------------------------

@@ -151,6 +151,8 @@ class PairFeatures:
     queries: Mapping[str, str]
     docs: Mapping[str, str]
     _at: dict = field(default_factory=dict, repr=False)
+    _rows: dict = field(default_factory=dict, repr=False)  # pair -> its features
+    _words: dict = field(default_factory=dict, repr=False)  # query -> its words
 
     def __post_init__(self) -> None:
         for s, run in self.runs.items():
@@ -165,24 +167,26 @@ class PairFeatures:
         return [*per, "stages in top 10", "query words held", "word overlap"]
 
     def matrix(self, pairs: Sequence[Pair]) -> np.ndarray:
-        out = np.zeros((len(pairs), len(self.names)))
-        words: dict[str, set[str]] = {}
-        for i, (q, d) in enumerate(pairs):
-            row = []
-            tops = 0
+        """One row a pair, each computed once (the cross-fitted folds and the holes read the same pairs again)."""
+        return np.array([self._row(p) for p in pairs]).reshape(len(pairs), len(self.names))
+
+    def _row(self, pair: Pair) -> list[float]:
+        got = self._rows.get(pair)
+        if got is None:
+            q, d = pair
+            got, tops = [], 0
             for s, run in self.runs.items():
                 ranks, mu, sd = self._at.get((s, q), ({}, 0.0, 1.0))
                 r = ranks.get(d)
                 score = run.get(q, {}).get(d)
-                row += [1.0 / math.log2(r + 1) if r else 0.0, (score - mu) / sd if score is not None else np.nan,
+                got += [1.0 / math.log2(r + 1) if r else 0.0, (score - mu) / sd if score is not None else np.nan,
                         1.0 if r is not None and r <= 10 else 0.0]  # fmt: skip
                 tops += r is not None and r <= 10
-            qw = words.setdefault(q, _words(self.queries.get(q, "")))
+            qw = self._words.setdefault(q, _words(self.queries.get(q, "")))
             dw = _words(self.docs.get(d, ""))
-            held = len(qw & dw) / len(qw) if qw else 0.0
-            jac = len(qw & dw) / len(qw | dw) if qw | dw else 0.0
-            out[i] = [*row, tops, held, jac]
-        return out
+            got += [tops, len(qw & dw) / len(qw) if qw else 0.0, len(qw & dw) / len(qw | dw) if qw | dw else 0.0]
+            self._rows[pair] = got
+        return got
 
 
 @dataclass(frozen=True)

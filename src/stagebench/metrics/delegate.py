@@ -162,6 +162,14 @@ def computed_as(measure: Delegated, relevance_threshold: int, gains: Mapping[int
     return measure.provider + ("" if done == measure.name else f", as {done}")
 
 
+def described(measures: Iterable[Any], qrels: Mapping[str, Mapping[str, int]], relevance_threshold: int,
+              gain: Any) -> dict[str, str]:  # fmt: skip
+    """Each delegated measure among ``measures`` -> :func:`computed_as` under the evaluation's threshold and
+    gain map (a :class:`~stagebench.metrics.compute.Gain`), as the header and the table's notes name it."""
+    gains = gains_of(gain, qrels)
+    return {m.name: computed_as(m, relevance_threshold, gains) for m in measures if isinstance(m, Delegated)}
+
+
 def gains_of(gain: Any, qrels: Mapping[str, Mapping[str, int]]) -> dict[int, float] | None:
     """The gain map (a :class:`~stagebench.metrics.compute.Gain`) as ir_measures' ``gains``: grade -> gain
     for every grade the qrels hold; None for the linear map (ir_measures' own default) or no map."""

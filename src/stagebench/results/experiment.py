@@ -59,7 +59,7 @@ class Experiment:
     def text(self) -> str:
         ids = {r: chr(ord("a") + i) if i < 26 else str(i) for i, r in enumerate(self.runs)}
         first = self.views[self.runs[0]]
-        ev = first if isinstance(first, Evaluation) else first.irrelevant
+        ev = main_view(first)
         which = ("every judged query with a positive grade; a run without a query scores there what an empty ranking "
                  "scores, as trec_eval -c" if ev.queries == "judged" else
                  "the judged queries with a positive grade that every run holds, as trec_eval without -c")  # fmt: skip
@@ -100,8 +100,7 @@ class Experiment:
         out = []
         for m in self.measures:
             for t, p in self.tests[m]:
-                ea = self.views[t.a] if isinstance(self.views[t.a], Evaluation) else self.views[t.a].irrelevant
-                eb = self.views[t.b] if isinstance(self.views[t.b], Evaluation) else self.views[t.b].irrelevant
+                ea, eb = main_view(self.views[t.a]), main_view(self.views[t.b])
                 diffs = [ea.per_query[m][q] - eb.per_query[m][q] for q in ea.scored_queries]
                 lo, hi = bootstrap_ci(diffs, self.bootstrap, self.seed)
                 out.append([t.a, m, f"{t.mean_a - t.mean_b:+.4f}", f"[{lo:+.4f}, {hi:+.4f}]", format_p(p),
@@ -112,7 +111,7 @@ class Experiment:
         """run, measure, query, value (the main view), tab-separated: every run's per-query values."""
         out = []
         for r in self.runs:
-            ev = self.views[r] if isinstance(self.views[r], Evaluation) else self.views[r].irrelevant
+            ev = main_view(self.views[r])
             for m in self.measures:
                 out += [f"{r}\t{m}\t{q}\t{ev.per_query[m][q]:.4f}" for q in ev.scored_queries]
         return out
@@ -128,6 +127,11 @@ class Experiment:
                 cells.append(f"{self.mean(r, m, view):.4f}{mark}")
             rows.append([ids[r], r, *cells])
         return _aligned(rows)
+
+
+def main_view(v: HoleViews | Evaluation) -> Evaluation:
+    """A run's evaluation with unjudged documents as irrelevant (every measure is in it)."""
+    return v if isinstance(v, Evaluation) else v.irrelevant
 
 
 def _aligned(rows: list[list[str]]) -> list[str]:
@@ -159,8 +163,7 @@ def experiment(qrels: Mapping[str, Mapping[str, int]], runs: Mapping[str, Run], 
     for m in names:
         pairs = []
         for a, b in (combinations(runs, 2) if baseline is None else [(r, baseline) for r in runs if r != baseline]):
-            ea = views[a] if isinstance(views[a], Evaluation) else views[a].irrelevant
-            eb = views[b] if isinstance(views[b], Evaluation) else views[b].irrelevant
+            ea, eb = main_view(views[a]), main_view(views[b])
             qs = ea.scored_queries
             pairs.append(paired_test(a, b, m, [ea.per_query[m][q] for q in qs], [eb.per_query[m][q] for q in qs],
                                      permutations, seed))  # fmt: skip

@@ -11,7 +11,7 @@ from typing import Any
 
 from stagebench import stats
 from stagebench.metrics import Delegated, Evaluation, Measure, evaluate, holes
-from stagebench.metrics.delegate import computed_as, gains_of, ir_measures_version
+from stagebench.metrics.delegate import described, ir_measures_version
 from stagebench.metrics.compute import gain_map
 from stagebench.record import LLMStats, Manifest, StageRecord
 from stagebench.results import baselines, ceilings
@@ -224,9 +224,8 @@ def score_folder(manifest: Manifest, qrels: dict, runs: dict[str, Run]) -> Score
                          "accepted (failed_calls: accept): their products kept the input order (listwise, pointwise) "
                          "or the call said nothing (pairwise, setwise), so the row understates the model")  # fmt: skip
     if delegated:
-        gains = gains_of(gain_map(gain), qrels)
         notes.append(f"computed by ir_measures {ir_measures_version()}: "
-                     + ", ".join(f"{m.name} ({computed_as(m, rel, gains)})" for m in delegated)
+                     + ", ".join(f"{n} ({how})" for n, how in described(delegated, qrels, rel, gain_map(gain)).items())
                      + "; each under the conventions its name states (else the relevance threshold and gain above), "
                        "unjudged documents as irrelevant, over the same scored queries; they have no judged-only view "
                        "and no bounds, so their marks carry ? (not settled by the holes; docs/metrics.md)")  # fmt: skip
