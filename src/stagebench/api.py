@@ -69,6 +69,7 @@ from stagebench.judgments.incompleteness import Incompleteness
 from stagebench.results import interop
 from stagebench.results.matrix import MatrixTable, matrix_table
 from stagebench.judgments.coverage import Coverage
+from stagebench.judgments.design import DESIGNS, QUERY
 from stagebench.results.experiment import Experiment, experiment
 from stagebench.judgments.planning import Simulation
 from stagebench.results.segments import MIN_QUERIES, SegmentTable, folder_segments
@@ -392,24 +393,27 @@ class Worksheet:
 def plan_judgments(folder: str | Path, budget: int, output: str | Path, *, strategy: str = "plan", depth: int = 10,
                    measure: str | None = None, seed: int = 0, predictor: str | None = None,
                    show_ranks: bool = False, cache_dir: str | None = None,
-                   aim: Sequence[str] | None = None) -> Worksheet:  # fmt: skip
+                   aim: Sequence[str] | None = None, design: str = QUERY) -> Worksheet:  # fmt: skip
     """``stagebench plan-judgments``: the worksheet of ``budget`` unjudged pairs picked by ``strategy``
     (``sample``: a random sample for the estimated view, its record beside the worksheet, aimed at the
     stage pairs ``aim`` names (``["ce=plugin"]``) or else at those its grade model predicts the budget
-    can settle; a cross-encoder grade model scores the pairs outside its pool in the cache ``cache_dir``)."""
+    can settle; a cross-encoder grade model scores the pairs outside its pool in the cache ``cache_dir``;
+    ``design``: the sample's design, :data:`stagebench.judgments.design.DESIGNS`)."""
     return Worksheet(*write_worksheet(folder, budget, output, strategy, depth, measure, seed, predictor, show_ranks,
-                                      cache_dir, aim))
+                                      cache_dir, aim, design))
 
 
 def simulate_estimates(folder: str | Path, budgets: Sequence[int], *, rounds: int = 200, measure: str | None = None,
                        predictor: str | None = None, hide: float | None = None, seed: int = 0,
-                       json_path: str | Path | None = None, cache_dir: str | None = None) -> Coverage:  # fmt: skip
+                       json_path: str | Path | None = None, cache_dir: str | None = None,
+                       designs: Sequence[str] = DESIGNS) -> Coverage:  # fmt: skip
     """``plan-judgments --simulate --strategy sample``: the estimated view's coverage, settled pairs and
-    widths over ``rounds`` simulated rounds a budget (:func:`stagebench.judging.estimate_coverage`)."""
+    widths over ``rounds`` simulated rounds a budget, for each of ``designs`` side by side
+    (:func:`stagebench.judging.estimate_coverage`)."""
     outputs.check_file(json_path, outputs.SIMULATION_JSON.out)
     if hide is not None and not 0 < hide < 1:
         raise StagebenchError(f"--hide {hide}: a share of the judged pairs, between 0 and 1")
-    cov = estimate_coverage(folder, list(budgets), rounds, measure, predictor, hide, seed, cache_dir)
+    cov = estimate_coverage(folder, list(budgets), rounds, measure, predictor, hide, seed, cache_dir, designs)
     if json_path is not None:
         outputs.SIMULATION_JSON.write(json_path, cov.as_json())
     return cov

@@ -42,7 +42,8 @@ from stagebench.judge.rules import RULES
 from stagebench.judgments.incompleteness import FILE as INCOMPLETENESS, Incompleteness, experiment
 from stagebench.judgments.coverage import Coverage, simulate as simulate_rounds
 from stagebench.judgments.grades import Constant, PairFeatures
-from stagebench.judgments.estimate import Frame, draw, frame, inclusion, power, predict
+from stagebench.judgments.design import DESIGNS, QUERY, Sampler
+from stagebench.judgments.estimate import Frame, frame
 from stagebench.judgments.planning import Simulation, depth_pooling, plan, pool_holes, random_holes, simulate
 from stagebench.judgments.sampling import (ESTIMATE, LEARNED, EstimatedView, Record, design_path, estimated_view,
                                            grade_model, predictor_stage, same_probability)
@@ -184,24 +185,21 @@ def run_incompleteness(folder: str | Path, rates: list[float], seeds: int, measu
 
 @dataclass
 class Estimation:
-    """What a sampling round needs from a folder: the units of its holes, the grade model's prediction
-    of every hole's gain, and the scale's gains."""
+    """What a sampling round needs from a folder: its design over the holes (the units, the grade model's
+    distribution of every hole's grade, the scale's gains), the model's name and its quality."""
 
     g: Ground
-    fr: Frame
-    means: np.ndarray
-    variances: np.ndarray
+    sampler: Sampler
     predictor: str
     quality: str
-    gains: np.ndarray  # the gain of each grade of the scale, lowest grade first
 
     @property
-    def low(self) -> float:
-        return float(self.gains.min())
+    def fr(self) -> Frame:
+        return self.sampler.fr
 
     @property
-    def high(self) -> float:
-        return float(self.gains.max())
+    def gains(self) -> np.ndarray:
+        return self.sampler.gains
 
 
 def _nDCG_only(g: Ground) -> None:
@@ -211,15 +209,15 @@ def _nDCG_only(g: Ground) -> None:
                               "linear in the holes' gains once its ideal is known); give --measure nDCG@10")  # fmt: skip
 
 
-def estimation(g: Ground, predictor: str | None, qrels: dict | None = None, cache_dir: str | None = None) -> Estimation:
-    """The units and the grade model's predictions on ``qrels`` (default the folder's). A cross-encoder
+def estimation(g: Ground, predictor: str | None, qrels: dict | None = None, cache_dir: str | None = None,
+               design: str = QUERY) -> Estimation:  # fmt: skip
+    """The ``design``'s units and the grade model's predictions on ``qrels`` (default the folder's). A cross-encoder
     predictor scores the pairs in any stage's top k that its pool left out, once
     (:func:`model_scores`, cached under ``cache_dir``)."""
     _nDCG_only(g)
     qrels = g.qrels if qrels is None else qrels
     gain = gain_map(g.measure.gain or g.gain)
     grades = sorted(g.scale)
-    fr = frame(g.ranked, qrels, g.queries, g.measure.cutoff, gain, g.top)
     types = {s.name: s.type for s in g.rf.manifest.stages}
     said = {(j.qid, j.docid): j.grade for j in g.judgments or [] if j.grade is not None}
     runs = g.runs
@@ -233,9 +231,9 @@ def estimation(g: Ground, predictor: str | None, qrels: dict | None = None, cach
         features = PairFeatures(runs, ds.queries, ds.doc_text)
     model, quality = grade_model(predictor, runs, types, qrels, grades, said, features)
     gains = np.array([gain(x) for x in grades], dtype=np.float64)
-    dist = model.distributions(fr.holes())
-    means = dist @ gains
-    return Estimation(g, fr, means, np.maximum(dist @ gains**2 - means**2, 0.0), model.name, quality.line(), gains)
+    sampler = Sampler.over(design, g.ranked, qrels, g.queries, g.measure.cutoff, gain, g.top,
+                           lambda holes: (model.distributions(holes), gains))  # fmt: skip
+    return Estimation(g, sampler, model.name, quality.line())
 
 
 def model_scores(g: Ground, stage: str, cache_dir: str | None = None) -> dict[str, dict[str, float]]:
@@ -317,12 +315,13 @@ def head_targets(g: Ground) -> list[str] | None:
 def write_worksheet(folder: str | Path, budget: int, output: str | Path, strategy: str = "plan", depth: int = 10,
                     measure: str | None = None, seed: int = 0, predictor: str | None = None,
                     show_ranks: bool = False, cache_dir: str | None = None,
-                    aim: Sequence[str] | None = None) -> tuple[Path, Path, int, list[str]]:  # fmt: skip
+                    aim: Sequence[str] | None = None, design_kind: str = QUERY) -> tuple[Path, Path, int, list[str]]:  # fmt: skip
     """``stagebench plan-judgments RUN_DIR --budget N``: the worksheet of ``strategy``'s holes as
     ``output`` (.csv) and beside it the same rows as .jsonl (and for ``sample`` the round's record,
     ``.design.json``); returns both sheets' paths, the rows, and for ``sample`` what the budget buys
     each aimed pair (:func:`stagebench.judgments.estimate.power`). Rows are grouped by query, blind
-    (no stage's rank) unless ``show_ranks``; ``aim``: the stage pairs (``A=B``) a sample aims at."""
+    (no stage's rank) unless ``show_ranks``; ``aim``: the stage pairs (``A=B``) a sample aims at;
+    ``design_kind``: the sample's design (:data:`stagebench.judgments.design.DESIGNS`)."""
     out = Path(output)
     csv_path, jsonl_path = out.with_suffix(".csv"), out.with_suffix(".jsonl")
     record_path = Path(design_path(str(csv_path)))
@@ -336,17 +335,17 @@ def write_worksheet(folder: str | Path, budget: int, output: str | Path, strateg
     record = None
     powers: list[str] = []
     if strategy == "sample":
-        est = estimation(g, predictor, cache_dir=cache_dir)
-        pred = predict(est.fr, est.means, est.variances)
-        design = inclusion(est.fr, pred, budget, aim=targets)
-        powers = [power(est.fr, pred, t, budget).line(budget) for t in design.aimed if " - " in t]
-        drawn = np.flatnonzero(draw(design.pi, seed))
+        est = estimation(g, predictor, cache_dir=cache_dir, design=design_kind)
+        pred = est.sampler.prediction()
+        design = est.sampler.probabilities(budget, targets, pred)
+        powers = [est.sampler.power(t, budget, pred).line(budget) for t in design.aimed if " - " in t]
+        drawn = est.sampler.draw(design.pi, seed)
         units = [est.fr.units[i] for i in drawn]
         aims = "; ".join(design.aimed)
         record = Record(str(g.rf.path), file_digest(g.rf.path / "qrels.trec"), g.measure.name, est.predictor, budget,
                         seed, design.aimed, [{"qid": u.qid, "docids": list(u.holes), "probability": float(design.pi[i])}
                                              for u, i in zip(units, drawn)],
-                        dict(zip(est.fr.targets, pred.point.tolist())), power=powers)  # fmt: skip
+                        dict(zip(est.fr.targets, pred.point.tolist())), power=powers, design=design_kind)  # fmt: skip
         record.round = record.identity()
         for line in powers:
             log.info("aimed at %s", line)
@@ -401,13 +400,14 @@ def _check_judge(g: Ground, depth: int, who: str, otherwise: str, what: str) -> 
 
 def estimate_coverage(folder: str | Path, budgets: list[int], rounds: int = 200, measure: str | None = None,
                        predictor: str | None = None, hide: float | None = None, seed: int = 0,
-                       cache_dir: str | None = None) -> Coverage:  # fmt: skip
+                       cache_dir: str | None = None, designs: Sequence[str] = DESIGNS) -> Coverage:  # fmt: skip
     """``plan-judgments --simulate --strategy sample``: ``rounds`` sampling rounds at each budget, each
     answered from known grades and scored against the truth, for the grade model and two useless ones
     (constant, and its scores shuffled). The known grades: the folder's judge (the rules judge: the
     truth) or, with ``hide``, that share of all pairs in any stage's top k hidden as if they were holes,
     judged or not: every real hole counts irrelevant (as in the main table, so the truth is the main
-    table's value) and is hidden with the same chance as a judged pair."""
+    table's value) and is hidden with the same chance as a judged pair. Each of ``designs`` is simulated
+    with every model, side by side."""
     g = ground(folder, measure)
     _nDCG_only(g)
     k = g.measure.cutoff
@@ -431,14 +431,14 @@ def estimate_coverage(folder: str | Path, budgets: list[int], rounds: int = 200,
     gain = gain_map(g.measure.gain or g.gain)
     y = np.array([gain(truth[q][d]) for q, d in est.fr.holes()], dtype=np.float64)
     labelled = {(q, d): x for q, docs in qrels.items() for d, x in docs.items()}
-    dist = Constant.fit(labelled, sorted(g.scale)).distributions(est.fr.holes())  # the same units, no second frame
-    const_means = dist @ est.gains
-    models = {est.predictor: (est.means, est.variances),
-              "constant": (const_means, np.maximum(dist @ est.gains**2 - const_means**2, 0.0))}
+    dists = {est.predictor: est.sampler.dist,
+             "constant": Constant.fit(labelled, sorted(g.scale)).distributions(est.fr.holes())}  # the same holes' order
     if est.predictor not in ("constant", "judge"):
-        perm = np.random.default_rng(seed).permutation(len(est.means))
-        models[f"{est.predictor} (shuffled)"] = (est.means[perm], est.variances[perm])
-    cov = simulate_rounds(est.fr, models, y, budgets, rounds, seed, est.low, est.high)
+        dists[f"{est.predictor} (shuffled)"] = est.sampler.dist[np.random.default_rng(seed).permutation(len(y))]
+    frames = {kind: est.fr if kind == est.sampler.kind else
+              frame(g.ranked, qrels, g.queries, k, gain, g.top, design=kind) for kind in designs}  # fmt: skip
+    samplers = {(name, kind): Sampler(kind, fr, dist, est.gains) for name, dist in dists.items() for kind, fr in frames.items()}
+    cov = simulate_rounds(samplers, y, budgets, rounds, seed)
     cov.notes = [f"{g.rf.path}: {g.measure.name}, {len(g.queries)} queries, {len(est.fr.holes()):,} holes in "
                  f"{len(est.fr.units):,} units; grade model {est.predictor}, {est.quality}", *notes]
     return cov
@@ -540,7 +540,7 @@ def _round_estimate(rf: RunFolder, worksheets: list[str], graded: list, cache_di
         return EstimatedView("", [], [], [], [], 0, 0, "", "", [], 0, got)
     w, path, rec = got
     g = ground(rf.path, rec.measure)
-    est = estimation(g, rec.predictor, cache_dir=cache_dir)
+    est = estimation(g, rec.predictor, cache_dir=cache_dir, design=rec.design)
     by_pair = {(x.qid, x.docid): x for x in graded}
     view = None
     if file_digest(rf.path / "qrels.trec") != rec.qrels_sha256:
@@ -554,8 +554,7 @@ def _round_estimate(rf: RunFolder, worksheets: list[str], graded: list, cache_di
                "probabilities the draw used") if edited else ""  # fmt: skip
     if not why:
         gain = gain_map(g.measure.gain or g.gain)
-        view = estimated_view(est.fr, est.means, est.variances, rec, {h: x.grade for h, x in by_pair.items()}, gain, est.low, est.high,
-                              est.predictor, est.quality)  # fmt: skip
+        view = estimated_view(est.sampler, rec, {h: x.grade for h, x in by_pair.items()}, gain, est.predictor, est.quality)
     else:
         view = EstimatedView(rec.measure, est.fr.targets, [], [], [], 0, 0, est.predictor, est.quality, rec.aimed, 0, why)
     if view.refused:

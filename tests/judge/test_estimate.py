@@ -17,6 +17,7 @@ from stagebench import api
 from stagebench.errors import StagebenchError
 from stagebench.judgments.estimate import estimate, frame, inclusion, predict
 from stagebench.judgments.coverage import simulate
+from stagebench.judgments.design import DESIGNS, Sampler
 from stagebench.judgments.sampling import ESTIMATE, Record, design_path
 from stagebench.judgments.pool import filled_qrels
 from stagebench.judging import ground
@@ -92,16 +93,22 @@ def _simulated(seed: int, queries: int = 40) -> tuple[dict, dict, list[str], dic
     return ranked, qrels, list(ranked["a"]), truth
 
 
-def test_the_intervals_cover_the_truth_with_a_good_and_with_a_useless_grade_model():
+@pytest.mark.parametrize("kind", DESIGNS)
+def test_the_intervals_cover_the_truth_with_a_good_and_with_a_useless_grade_model(kind):
     ranked, qrels, queries, truth = _simulated(3)
-    fr = frame(ranked, qrels, queries, 10, LINEAR, 3)
+    fr = frame(ranked, qrels, queries, 10, LINEAR, 3, design=kind)
     y = np.array([float(truth[q][d]) for q, d in fr.holes()])
     rng = np.random.default_rng(0)
-    good = np.clip(y + rng.normal(0, 0.8, len(y)), 0, 3)
-    useless = rng.permutation(good)
-    models = {"good": (good, np.full(len(y), 0.6)), "useless": (useless, np.full(len(y), 1.2))}
-    cov = simulate(fr, models, y, [60], 200, 7, 0.0, 3.0)
+    noisy = np.clip(np.round(y + rng.normal(0, 0.8, len(y))), 0, 3).astype(int)
+    good = 0.4 * np.eye(4)[noisy] + 0.15  # most of the mass on a noisy copy of the true grade
+    useless = good[rng.permutation(len(y))]
+    gains = np.arange(4.0)
+    samplers = {(name, kind): Sampler(kind, fr, dist, gains) for name, dist in (("good", good), ("useless", useless))}
+    cov = simulate(samplers, y, [60], 200, 7)
     for r in cov.rows:
+        assert r.design == kind
+        if kind == "hole":
+            assert r.judged_mean == r.judged_max == 60  # a fixed-size draw: the rows are the budget
         assert min(r.coverage.values()) >= 0.9, (r.predictor, r.coverage)
         assert max(r.wrong.values()) <= 0.05
     width = {r.predictor: r.width["a - b"] for r in cov.rows}

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from stagebench.judgments.estimate import Frame, estimate, inclusion, predict
+from stagebench.judgments.design import Sampler
+from stagebench.judgments.linear import exact
 
 
 @dataclass
@@ -21,9 +22,11 @@ class Budgeted:
     """One predictor at one budget over every round."""
 
     predictor: str
+    design: str
     budget: int
     rounds: int
-    judged_mean: float  # holes judged a round, on average (Poisson: around the budget)
+    judged_mean: float  # holes judged a round, on average (Poisson: around the budget; fixed size: the budget)
+    judged_max: int  # the most holes a round judged
     coverage: dict[str, float]  # target -> share of rounds whose interval holds the truth
     width: dict[str, float]  # target -> mean interval width
     settled_right: list[int]  # per round: pairs settled in the true order
@@ -55,16 +58,17 @@ class Coverage:
             rows = [r for r in self.rows if r.predictor == name]
             out.append(f"grade model: {name} (its own estimate before any sample: "
                        + ", ".join(f"{t} {v:.4f}" for t, v in self.model[name].items() if " - " not in t) + ")")
-            out.append(f"{'budget':>6}  {'judged':>7}  {'rounds':>6}  {'worst coverage':<34}  {'settled (median)':>16}  "
-                       f"{'wrong order (max)':>17}  {'s/round':>7}")
+            out.append(f"{'design':<6}  {'budget':>6}  {'judged':>7}  {'max':>5}  {'rounds':>6}  {'worst coverage':<34}  "
+                       f"{'settled (median)':>16}  {'wrong order (max)':>17}  {'s/round':>7}")
             for r in rows:
                 t, c = r.worst
-                out.append(f"{r.budget:>6}  {r.judged_mean:>7.0f}  {r.rounds:>6}  {f'{c:.3f} ({t})':<34}  "
+                out.append(f"{r.design:<6}  {r.budget:>6}  {r.judged_mean:>7.0f}  {r.judged_max:>5}  {r.rounds:>6}  {f'{c:.3f} ({t})':<34}  "
                            f"{f'{np.median(r.settled_right):.0f} of {len(self.pairs)}':>16}  {max(r.wrong.values(), default=0):>17.3f}  "
                            f"{r.seconds_per_round:>7.3f}")  # fmt: skip
-            out.append(f"{'target':<36}" + "".join(f"  {f'cov@{r.budget}':>9}  {f'width@{r.budget}':>11}" for r in rows))
+            out.append(f"{'target':<36}" + "".join(f"  {f'cov@{r.budget}{r.design[0]}':>9}  {f'width@{r.budget}{r.design[0]}':>12}"
+                                                   for r in rows))  # fmt: skip
             for t in self.targets:
-                out.append(f"{t:<36}" + "".join(f"  {r.coverage[t]:>9.3f}  {r.width[t]:>11.4f}" for r in rows))
+                out.append(f"{t:<36}" + "".join(f"  {r.coverage[t]:>9.3f}  {r.width[t]:>12.4f}" for r in rows))
             out.append("")
         return "\n".join(out)
 
@@ -88,30 +92,33 @@ def orders(low: np.ndarray, high: np.ndarray, theta: np.ndarray) -> tuple[np.nda
     return right, wrong
 
 
-def simulate(fr: Frame, predictors: Mapping[str, tuple[np.ndarray, np.ndarray]], truth_gains: np.ndarray,
-             budgets: Sequence[int], rounds: int, seed: int, low: float, high: float) -> Coverage:  # fmt: skip
-    """``predictors``: name -> (expected gain, variance) of every hole in :meth:`Frame.holes` order;
-    ``truth_gains``: every hole's true gain, same order; ``low``/``high``: the scale's gain range."""
-    known, F = fr.contributions(truth_gains)
-    theta = known + F.sum(axis=1)
-    names = fr.targets
-    s = len(fr.stages)
+def simulate(samplers: Mapping[tuple[str, str], Sampler], truth_gains: np.ndarray, budgets: Sequence[int], rounds: int,
+             seed: int) -> Coverage:  # fmt: skip
+    """``samplers``: (model name, design) -> the design with that model's distributions, every one over the
+    same holes; ``truth_gains``: every hole's true gain (:meth:`Frame.holes` order). The truth is each
+    query's nDCG@k recomputed at the true gains (:func:`~stagebench.judgments.linear.exact`)."""
+    first = next(iter(samplers.values()))
+    fr0 = first.fr
+    theta = exact(fr0, truth_gains)
+    names = fr0.targets
+    s = len(fr0.stages)
     pairs = names[s:]
     out = Coverage(names, pairs, dict(zip(names, theta.tolist())), {})
-    starts = np.array([a for a, _ in fr.spans], dtype=int)
-    ends = np.array([b for _, b in fr.spans], dtype=int)
-    for pname, (m, v) in predictors.items():
-        pred = predict(fr, m, v)
-        out.model[pname] = dict(zip(names, pred.point.tolist()))
+    for (pname, kind), smp in samplers.items():
+        fr = smp.fr
+        starts = np.array([a for a, _ in fr.spans], dtype=int)
+        ends = np.array([b for _, b in fr.spans], dtype=int)
+        pred = smp.prediction()
+        out.model.setdefault(pname, dict(zip(names, pred.point.tolist())))
         for b in budgets:
-            design = inclusion(fr, pred, b)
+            design = smp.probabilities(b, pred=pred)
             rng = np.random.default_rng([seed, b])
             lo, hi, judged = [], [], []
             t0 = time.perf_counter()
             for _ in range(rounds):
-                drawn = np.flatnonzero(rng.random(len(design.pi)) < design.pi)
+                drawn = smp.draw(design.pi, rng)
                 holes = np.concatenate([np.arange(starts[i], ends[i]) for i in drawn]) if len(drawn) else np.zeros(0, int)
-                e = estimate(fr, m, design.pi, drawn, truth_gains[holes], low, high, variances=v)
+                e = smp.estimate(design.pi, drawn, truth_gains[holes])
                 lo.append(e.low)
                 hi.append(e.high)
                 judged.append(e.judged)
@@ -119,9 +126,10 @@ def simulate(fr: Frame, predictors: Mapping[str, tuple[np.ndarray, np.ndarray]],
             L, H = np.array(lo), np.array(hi)
             cover = covered(L, H, theta).mean(axis=0)
             right, wrong = orders(L[:, s:], H[:, s:], theta[s:])
-            out.rows.append(Budgeted(pname, b, rounds, float(np.mean(judged)), dict(zip(names, cover.tolist())),
-                                     dict(zip(names, (H - L).mean(axis=0).tolist())), right.sum(axis=1).tolist(),
-                                     dict(zip(pairs, wrong.mean(axis=0).tolist())), design.aimed, took))  # fmt: skip
+            out.rows.append(Budgeted(pname, kind, b, rounds, float(np.mean(judged)), int(max(judged)),
+                                     dict(zip(names, cover.tolist())), dict(zip(names, (H - L).mean(axis=0).tolist())),
+                                     right.sum(axis=1).tolist(), dict(zip(pairs, wrong.mean(axis=0).tolist())),
+                                     design.aimed, took))  # fmt: skip
     return out
 
 

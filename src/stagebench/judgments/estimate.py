@@ -145,8 +145,8 @@ class Frame:
         for j, u in enumerate(self.units):
             self.spans.append((start, start + u.cost))
             start += u.cost
-            if u.single:
-                q = self.queries[u.query]
+            q = self.queries[u.query]
+            if u.single and q.fixed_ideal is not None:  # (the hole design's other holes: judgments.linear)
                 self._coef[:, j] = proj @ q.weights[:, q.holes.index(u.holes[0])] / (q.fixed_ideal * n)
         self._single = np.array([u.single for u in self.units], dtype=bool)
         self._first = np.array([s for s, _ in self.spans], dtype=int)
@@ -182,9 +182,11 @@ class Frame:
 
 
 def frame(ranked: Mapping[str, Mapping[str, Sequence[str]]], qrels: Mapping[str, Mapping[str, int]],
-          queries: Sequence[str], k: int, gain, top: int) -> Frame:  # fmt: skip
+          queries: Sequence[str], k: int, gain, top: int, design: str = "query") -> Frame:  # fmt: skip
     """The units of ``queries``: the holes of every stage's top ``k`` (``gain``: grade -> gain; ``top``:
-    the scale's top grade, which decides whether a query's ideal can change)."""
+    the scale's top grade, which decides whether a query's ideal can change). ``design``: ``query``
+    (a query whose ideal can change is one unit) or ``hole`` (every hole a unit of its own; the targets
+    then linearised, :mod:`stagebench.judgments.linear`)."""
     stages = list(ranked)
     top_gain = gain(top)
     qframes, units = [], []
@@ -209,7 +211,7 @@ def frame(ranked: Mapping[str, Mapping[str, Sequence[str]]], qrels: Mapping[str,
         fixed = dcg(list(gains[:k])) if len(gains) >= k and gains[k - 1] >= top_gain else None
         qi = len(qframes)
         qframes.append(QueryFrame(q, hs, w, known, gains, k, fixed))
-        if fixed is not None:
+        if fixed is not None or design == "hole":
             units += [Unit(q, (d,), qi) for d in hs]
         elif hs:
             units.append(Unit(q, hs, qi, single=False))
@@ -347,9 +349,26 @@ def power(fr: Frame, pred: Prediction, target: str, budget: int) -> Power:
     return Power(target, d, at_budget, hi)
 
 
-def draw(pi: np.ndarray, seed: int) -> np.ndarray:
-    """Poisson sampling: each unit in independently with its probability (seeded)."""
-    return np.random.default_rng(seed).random(len(pi)) < pi
+def draw(pi: np.ndarray, seed: int | Sequence[int] | np.random.Generator, fixed: bool = False) -> np.ndarray:
+    """The drawn units (a mask), seeded. Poisson sampling: each unit in independently with its probability.
+    ``fixed``: Pareto pi-ps sampling (Rosen, *J. Statist. Plann. Inference* 62, 1997): the units of
+    probability 1, and of the others the ``n = round(sum pi)`` with the smallest ranking variables
+    ``Q = [U / (1 - U)] / [pi / (1 - pi)]``; the size is exactly ``n``, and each unit's inclusion
+    probability is ``pi`` to within ``O(1/n)`` (Rosen's approximation, checked by
+    tests/judge/test_estimator_definitions.py), which the estimator takes as exact."""
+    rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+    u = rng.random(len(pi))
+    if not fixed:
+        return u < pi
+    sure = pi >= 1.0
+    out = sure.copy()
+    rest = np.flatnonzero(~sure & (pi > 0))
+    n = int(round(float(pi[rest].sum())))
+    if n > 0:
+        lam = pi[rest]
+        q = (u[rest] / (1 - u[rest])) / (lam / (1 - lam))
+        out[rest[np.argsort(q, kind="stable")[:n]]] = True
+    return out
 
 
 @dataclass(frozen=True)

@@ -288,6 +288,22 @@ def cross_fitted_quality(fit, labelled: Mapping[Pair, int], grades: Sequence[int
                    float(-np.log(const[rows, truth] + eps).mean()))  # fmt: skip
 
 
+def prior_shift(dist: np.ndarray, target: np.ndarray, steps: int = 50) -> np.ndarray:
+    """``dist`` (rows: distributions over the grades) reweighted by one factor a grade so that its mean row
+    is ``target`` (iterative proportional fitting; Saerens, Latinne and Decaestecker, *Neural Computation*
+    14, 2002, for the label shift it models): a model fitted on the judged pairs says how the holes rank,
+    the sample says how many of them reach each grade."""
+    w = np.ones(dist.shape[1])
+    cur = dist
+    for _ in range(steps):
+        mean = cur.mean(axis=0)
+        ok = mean > 0
+        w = np.where(ok, w * np.where(ok, target, 0.0) / np.where(ok, mean, 1.0), 0.0)
+        cur = dist * w
+        cur = cur / np.maximum(cur.sum(axis=1, keepdims=True), 1e-300)
+    return cur
+
+
 def expected_gain(p: np.ndarray, gains: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Each row's expected gain and its variance, ``gains`` the gain of each grade of the scale."""
     m = p @ gains
@@ -296,4 +312,4 @@ def expected_gain(p: np.ndarray, gains: np.ndarray) -> tuple[np.ndarray, np.ndar
 
 __all__ = ["BINS", "FOLDS", "LEARNED_PRIOR", "SMOOTHING", "BinnedScores", "Constant", "GradePredictor", "JudgeGrades",
            "LearnedGrades", "PairFeatures", "Quality",
-           "cross_fitted_quality", "expected_gain", "shuffled"]  # fmt: skip
+           "cross_fitted_quality", "expected_gain", "prior_shift", "shuffled"]  # fmt: skip

@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from stagebench.errors import StagebenchError
-from stagebench.judgments.estimate import Estimate, Frame, estimate, inclusion, predict
+from stagebench.judgments.design import DESIGNS, QUERY, Sampler
+from stagebench.judgments.estimate import Estimate, Frame
 from stagebench.judgments.grades import (BinnedScores, Constant, GradePredictor, JudgeGrades, LearnedGrades, PairFeatures,
                                          Quality, cross_fitted_quality)
 from stagebench.runs import Run
@@ -110,10 +111,13 @@ class Record:
     model: dict[str, float] = field(default_factory=dict)  # the model's own estimates before the sample
     round: str = ""  # the round's identity (:meth:`identity`), which every row of its worksheet carries
     power: list[str] = field(default_factory=list)  # for each aimed pair, what the budget buys it (estimate.Power)
+    design: str = QUERY  # the sampling design (design.DESIGNS); a record written before designs were named: query
 
     def identity(self) -> str:
         """The round's id: a digest of what it drew from and what it drew (the same plan, the same id)."""
         what = {k: getattr(self, k) for k in ("folder", "qrels_sha256", "measure", "predictor", "budget", "seed", "units")}
+        if self.design != QUERY:  # (the ids of rounds drawn before designs were named stay what they were)
+            what["design"] = self.design
         return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:12]
 
     def as_json(self) -> str:
@@ -127,6 +131,8 @@ class Record:
                 raise ValueError
             rec = cls(**raw)
             rec.round = rec.round or rec.identity()  # a record written before rounds had ids
+            if rec.design not in DESIGNS:
+                raise ValueError
             for u in rec.units:
                 if not (isinstance(u["qid"], str) and isinstance(u["docids"], list) and 0 < float(u["probability"]) <= 1):
                     raise ValueError
@@ -215,9 +221,10 @@ class EstimatedView:
         return out
 
 
-def estimated_view(fr: Frame, means: np.ndarray, variances: np.ndarray, rec: Record, graded: Mapping[tuple[str, str], int],
-                   gain, low: float, high: float, predictor: str, quality: str) -> EstimatedView:  # fmt: skip
+def estimated_view(smp: Sampler, rec: Record, graded: Mapping[tuple[str, str], int], gain, predictor: str,
+                   quality: str) -> EstimatedView:  # fmt: skip
     """The estimate from the graded rows, or the view refused with the reason (module doc)."""
+    fr = smp.fr
     names = fr.targets
     sample = rec.holes
 
@@ -234,14 +241,14 @@ def estimated_view(fr: Frame, means: np.ndarray, variances: np.ndarray, rec: Rec
         return refused(idx)
     # every unit's probability, rebuilt from the plan's own rule on the same judgments (the variance
     # floor reads them all); the drawn units' must be the ones the worksheet recorded
-    pi = inclusion(fr, predict(fr, means, variances), rec.budget).pi
+    pi = smp.probabilities(rec.budget, rec.aimed or None).pi
     recorded = np.array([float(u["probability"]) for u in rec.units])
     if not np.allclose(pi[idx], recorded, rtol=1e-5, atol=1e-9):
         return refused("the draw's probabilities cannot be rebuilt from the folder (its runs, or stagebench's sampling "
                        "rule, changed since the plan)")  # fmt: skip
     pi[idx] = recorded
     drawn_gains = np.array([gain(graded[(u["qid"], d)]) for u in rec.units for d in u["docids"]], dtype=np.float64)
-    e: Estimate = estimate(fr, means, pi, idx, drawn_gains, low, high, variances=variances)
+    e: Estimate = smp.estimate(pi, idx, drawn_gains)
     left_out = sum(1 for h in graded if h not in sample)
     return EstimatedView(rec.measure, names, e.value.tolist(), e.low.tolist(), e.high.tolist(), e.judged, e.units,
                          predictor, quality, rec.aimed, left_out)  # fmt: skip

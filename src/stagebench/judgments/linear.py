@@ -1,0 +1,216 @@
+"""The hole design's targets: every stage's nDCG@k (and every pair's difference) as a linear function of
+each hole's grade, so that one judgment buys one hole even where a query's ideal DCG can change.
+
+A query's nDCG@k is ``N_s / I``: the stage's DCG ``N_s`` is linear in its holes' gains, the ideal ``I``
+is not. Written over the scale's gain levels ``v_0 < v_1 < ... < v_L``, the ideal depends only on how
+many documents reach each level::
+
+    I = sum_c (v_c - v_{c-1}) * D(min(k, J_c + H_c))        D(n) = sum_{r <= n} 1 / log2(r + 1)
+
+with ``J_c`` the judged documents and ``H_c`` the holes at level ``c`` or above (a sum of one indicator
+a hole). The linearisation takes ``N_s / I`` to first order around the grade model's expectation
+(``H_c`` at its expected count, ``D`` linear between integers)::
+
+    N_s / I  ~  N_s* / I* + sum_h [ w_sh (g_h - m_h) / I*  -  N_s* / I*^2 * sum_{c <= level(h)} (v_c - v_{c-1}) D'(J_c + H_c*) ]
+                                                                  (the second term centred on its expectation)
+
+which is a sum of one function of each hole's grade: the unit contribution ``phi[target, hole, level]``
+the difference estimator needs. Where no grading of the holes can change the ideal (``J_c >= k`` for
+every level above the lowest) ``D' = 0`` and the expansion is exact: the whole-query design's single-hole
+units are this expansion's special case.
+
+**Bias.** The estimator is unbiased for the linearised targets; what it leaves off is the expansion's
+remainder at the true grades, a fixed number that no sample size removes: products of a query's errors
+in its DCG and its ideal (``-dN dI / I^2 + N dI^2 / I^3``) and the curvature of ``D``, which is small
+inside the top k (neighbouring discounts differ by a few hundredths) and sharp only where a level's count
+crosses k. It is measured against the exact targets in docs/metrics.md (``plan-judgments --simulate
+--strategy sample``), not assumed small.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from stagebench.judgments.estimate import MIN_REFIT, Estimate, Frame, Prediction
+from stagebench.judgments.grades import prior_shift
+
+
+def discounts(k: int) -> np.ndarray:
+    """``D(0..k)``: the cumulative discounts, ``D(0) = 0``."""
+    return np.concatenate([[0.0], np.cumsum(1.0 / np.log2(np.arange(2, k + 2)))])
+
+
+def cumulative(n: float, D: np.ndarray) -> tuple[float, float]:
+    """``D`` at a count ``n`` (linear between integers, flat from k on) and its slope there (the discount
+    of the rank a further document at this level would take)."""
+    k = len(D) - 1
+    if n >= k:
+        return float(D[k]), 0.0
+    lo = int(np.floor(n))
+    slope = float(D[lo + 1] - D[lo])
+    return float(D[lo] + (n - lo) * slope), slope
+
+
+@dataclass(frozen=True)
+class Linear:
+    """Every target as ``const + sum_h phi[:, h, level of h]`` (levels: the scale's grades, lowest first)."""
+
+    targets: list[str]
+    const: np.ndarray  # (targets,)
+    phi: np.ndarray  # (targets, holes, levels)
+
+    def predict(self, dist: np.ndarray) -> Prediction:
+        """The grade model's view (``dist``: holes x levels, each row a distribution): every hole's
+        expected contribution and its variance."""
+        P = np.einsum("thl,hl->th", self.phi, dist)
+        A = np.maximum(np.einsum("thl,hl->th", self.phi**2, dist) - P**2, 0.0)
+        return Prediction(self.const, P, A)
+
+    def at(self, holes: np.ndarray, levels: np.ndarray) -> np.ndarray:
+        """(targets, len(holes)): the holes' contributions at the given levels."""
+        return self.phi[:, holes, levels]
+
+
+def linearise(fr: Frame, dist: np.ndarray, gains: np.ndarray) -> Linear:
+    """The expansion of the module doc around ``dist`` (holes x levels, :meth:`Frame.holes` order;
+    ``gains`` each level's gain, ascending)."""
+    n, k = len(fr.queries), fr.k
+    proj = fr.project
+    D = discounts(k)
+    steps = np.diff(gains)  # v_c - v_{c-1}, c = 1..L
+    holes = fr.holes()
+    at = {h: i for i, h in enumerate(holes)}
+    phi = np.zeros((len(proj), len(holes), len(gains)))
+    const = np.zeros(len(proj))
+    for q in fr.queries:
+        idx = np.array([at[(q.qid, d)] for d in q.holes], dtype=int)
+        p = dist[idx] if len(idx) else np.zeros((0, len(gains)))
+        m = p @ gains
+        judged = np.asarray(q.judged_gains, dtype=np.float64)
+        above = (p[:, ::-1].cumsum(axis=1)[:, ::-1])[:, 1:]  # P(level >= c), c = 1..L
+        ideal, slopes = gains[0] * D[min(k, len(judged) + len(idx))], np.zeros(len(steps))
+        for c in range(len(steps)):
+            J = float((judged >= gains[c + 1] - 1e-12).sum())
+            val, slopes[c] = cumulative(J + float(above[:, c].sum()), D)
+            ideal += steps[c] * val
+        N = q.known + q.weights @ m
+        if ideal <= 0:  # nothing judged or expected relevant: every stage scores 0, whatever the holes
+            continue
+        const += proj @ (N / ideal) / n
+        if not len(idx):
+            continue
+        # d(ideal)/d(level indicator c) = step_c * slope_c; a hole at level l carries the indicators c <= l
+        lift = np.concatenate([[0.0], np.cumsum(steps * slopes)])  # (levels,)
+        per = (q.weights[:, :, None] * gains[None, None, :] / ideal
+               - (N / ideal**2)[:, None, None] * lift[None, None, :])  # (stages, holes, levels)
+        per_p = np.einsum("shl,hl->sh", per, p)  # each hole's expectation: the expansion is centred on it
+        block = np.einsum("ts,shl->thl", proj, per - per_p[:, :, None]) / n
+        phi[:, idx, :] = block
+    # phi is centred: the expansion at the model's expectation is const; the estimator's predictions add back
+    # each hole's expected contribution (zero), so const is the model's own estimate
+    return Linear(fr.targets, const, phi)
+
+
+def exact(fr: Frame, gains: np.ndarray) -> np.ndarray:
+    """The targets themselves with every hole at ``gains`` (:meth:`Frame.holes` order): each query's
+    nDCG@k with its ideal recomputed, no expansion (the truth a simulation scores against)."""
+    n = len(fr.queries)
+    at = {h: i for i, h in enumerate(fr.holes())}
+    total = np.zeros(len(fr.stages))
+    for q in fr.queries:
+        idx = np.array([at[(q.qid, d)] for d in q.holes], dtype=int)
+        total += q.values(gains[idx] if len(idx) else np.zeros(0))
+    return fr.project @ (total / n)
+
+
+
+
+def estimate_linear(lin: Linear, pred: Prediction, pi: np.ndarray, drawn: np.ndarray, levels: np.ndarray,
+                    fixed: bool, floor: bool = True) -> Estimate:  # fmt: skip
+    """The difference estimator on the linearised targets: ``known + sum_h P_h + sum_{h drawn} (phi_h - P_h) / pi_h``
+    (``drawn``: the drawn holes' indices; ``levels``: their judged grade levels). Its variance: Poisson
+    sampling's ``sum (1 - pi) / pi^2 r^2``, or for a fixed-size draw Hajek's approximation (the residuals
+    over pi centred on their (1 - pi)-weighted mean, times m / (m - 1)); with ``floor``, no smaller than the
+    model's variance of every hole scaled to the residuals the sample shows (as :func:`estimate`)."""
+    idx = np.asarray(drawn, dtype=int)
+    p = pi[idx]
+    r = lin.at(idx, levels) - pred.P[:, idx]
+    value = pred.known + pred.P.sum(axis=1) + (r / p).sum(axis=1)
+    open_ = p < 1.0
+    r_o, p_o = r[:, open_], p[open_]
+    m = int(open_.sum())
+    if fixed and m > 1:
+        c = (1 - p_o) * m / (m - 1)
+        e = r_o / p_o
+        centre = (e * c).sum(axis=1, keepdims=True) / max(float(c.sum()), 1e-300)
+        each = c * (e - centre) ** 2
+    else:
+        each = (1 - p_o) / p_o**2 * r_o**2
+    var = each.sum(axis=1)
+    df = np.where(var > 0, var**2 / np.maximum((each**2).sum(axis=1), 1e-300), np.inf)
+    if floor and m:
+        a = pred.A[:, idx][:, open_]
+        ok = a > 0
+        scale = np.where(ok, r_o**2 / np.where(ok, a, 1.0), 0.0) / p_o
+        s2 = scale.sum(axis=1) / np.maximum((ok / p_o).sum(axis=1), 1e-300)
+        var = np.maximum(var, s2 * ((1 - pi) / np.maximum(pi, 1e-300) * pred.A).sum(axis=1))
+    return Estimate(lin.targets, value, np.sqrt(var), len(idx), len(idx), df)
+
+
+__all__ = ["Linear", "cumulative", "discounts", "estimate_holes", "estimate_linear", "exact", "expected", "linearise"]
+
+
+def expected(fr: Frame, dist: np.ndarray, gains: np.ndarray, draws: int = 400, seed: int = 0) -> np.ndarray:
+    """The targets' expectation under the grade model (every hole's grade drawn from its row of ``dist``,
+    independently): each query's mean nDCG@k over ``draws`` seeded draws (its ideal recomputed each time)."""
+    n = len(fr.queries)
+    rng = np.random.default_rng(seed)
+    at = {h: i for i, h in enumerate(fr.holes())}
+    total = np.zeros(len(fr.stages))
+    cdf = np.cumsum(dist, axis=1)
+    k = fr.k
+    disc = 1.0 / np.log2(np.arange(2, k + 2))
+    for q in fr.queries:
+        idx = np.array([at[(q.qid, d)] for d in q.holes], dtype=int)
+        if not len(idx):
+            total += q.values(np.zeros(0))
+            continue
+        u = rng.random((draws, len(idx)))
+        lv = (u[:, :, None] > cdf[idx][None, :, :-1]).sum(axis=2)
+        G = gains[lv]  # (draws, holes)
+        N = q.known[None, :] + G @ q.weights.T  # (draws, stages)
+        if q.fixed_ideal is not None:
+            ideal = np.full(draws, q.fixed_ideal)
+        else:
+            allg = np.concatenate([np.broadcast_to(np.asarray(q.judged_gains[:k]), (draws, min(k, len(q.judged_gains)))), G], axis=1)
+            top = -np.sort(-allg, axis=1)[:, :k]
+            ideal = top @ disc[: top.shape[1]]
+        ok = ideal > 0
+        v = np.zeros_like(N)
+        v[ok] = N[ok] / ideal[ok, None]
+        total += v.mean(axis=0)
+    return fr.project @ (total / n)
+
+
+def estimate_holes(fr: Frame, dist: np.ndarray, gains: np.ndarray, pi: np.ndarray, drawn: np.ndarray,
+                   levels: np.ndarray, fixed: bool, shift: bool = True) -> Estimate:  # fmt: skip
+    """The hole design's estimate: the grade model's distributions shifted to the grade shares the sample
+    estimates (:func:`~stagebench.judgments.grades.prior_shift`, from the drawn holes weighted by 1/pi),
+    the targets linearised there (:func:`linearise`), then :func:`estimate_linear`. The shift moves the
+    expansion point, not the estimator's validity: it shrinks the expansion's remainder (the bias), which
+    a model fitted on judged pairs leaves large on holes it was not fitted for."""
+    idx = np.asarray(drawn, dtype=int)
+    if shift and len(idx) >= MIN_REFIT:
+        w = 1.0 / pi[idx]
+        share = np.bincount(levels, weights=w, minlength=len(gains)) / w.sum()
+        dist = prior_shift(dist, share)
+    # a hole drawn with certainty is known, not predicted: the expansion around its grade, so that a query
+    # whose every hole is known (a census) is computed exactly
+    sure = pi[idx] >= 1.0
+    if sure.any():
+        dist = dist.copy()
+        dist[idx[sure]] = np.eye(len(gains))[levels[sure]]
+    lin = linearise(fr, dist, gains)
+    return estimate_linear(lin, lin.predict(dist), pi, idx, levels, fixed)

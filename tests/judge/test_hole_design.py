@@ -1,0 +1,135 @@
+"""The hole design (issue 78), each mechanic against its definition on a hand-made case: the
+linearisation (exact at a sure model, its remainder second order), the estimator unbiased for the
+linearised targets and its variance estimate unbiased over every Poisson sample, a census exact, the
+Pareto draw's fixed size and its inclusion probabilities (Rosen's approximation), Hajek's variance equal
+to the textbook one under equal probabilities, and the prior shift's margins."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from stagebench.judgments.design import Sampler
+from stagebench.judgments.estimate import draw, frame
+from stagebench.judgments.grades import prior_shift
+from stagebench.judgments.linear import cumulative, discounts, estimate_holes, estimate_linear, exact, linearise
+from stagebench.metrics.compute import gain_map
+
+LINEAR = gain_map("linear")
+GAINS = np.arange(4.0)
+# q1's ideal is fixed (3 judged Exacts at k = 3); q2's is not (one judged Substitute): in the hole design
+# every hole is a unit all the same, q2's linearised
+QRELS = {"q1": {"e1": 3, "e2": 3, "e3": 3}, "q2": {"j1": 2}}
+RANKED = {"a": {"q1": ["h1", "e1", "h2"], "q2": ["g1", "j1", "g2"]},
+          "b": {"q1": ["e1", "h2", "e2"], "q2": ["j1", "g3", "g1"]}}  # fmt: skip
+TRUTH = {("q1", "h1"): 3, ("q1", "h2"): 0, ("q2", "g1"): 3, ("q2", "g2"): 1, ("q2", "g3"): 0}
+
+
+def _case():
+    fr = frame(RANKED, QRELS, ["q1", "q2"], 3, LINEAR, 3, design="hole")
+    levels = np.array([TRUTH[h] for h in fr.holes()])
+    return fr, levels
+
+
+def test_every_hole_is_a_unit_and_the_cumulative_discount_is_dcg_of_ones():
+    fr, _ = _case()
+    assert [u.holes for u in fr.units] == [("h1",), ("h2",), ("g1",), ("g2",), ("g3",)]
+    D = discounts(3)
+    np.testing.assert_allclose(D, [0, 1, 1 + 1 / np.log2(3), 1 + 1 / np.log2(3) + 0.5])
+    assert cumulative(1.25, D) == pytest.approx((1 + 0.25 / np.log2(3), 1 / np.log2(3)))
+    assert cumulative(3.0, D) == (pytest.approx(D[3]), 0.0)  # a level full to k: the ideal cannot grow there
+
+
+def test_the_linearisation_is_exact_at_a_sure_model_and_its_remainder_is_second_order():
+    fr, levels = _case()
+    y = GAINS[levels]
+    sure = np.eye(4)[levels]
+    lin = linearise(fr, sure, GAINS)
+    np.testing.assert_allclose(lin.const, exact(fr, y), atol=1e-12)
+    assert not lin.at(np.arange(5), levels).any()  # centred on a sure model: no residual
+    wrong = np.full((5, 4), 0.25)
+    rem = []
+    for eps in (0.2, 0.1):
+        point = (1 - eps) * sure + eps * wrong
+        lin = linearise(fr, point, GAINS)
+        rem.append(np.abs(lin.const + lin.at(np.arange(5), levels).sum(axis=1) - exact(fr, y)).max())
+    assert rem[1] == pytest.approx(rem[0] / 4, rel=0.15)  # halving the distance quarters the remainder
+
+
+def test_the_estimator_is_unbiased_for_the_linearised_targets_over_every_poisson_sample():
+    fr, levels = _case()
+    dist = np.array([[0.1, 0.2, 0.3, 0.4], [0.7, 0.1, 0.1, 0.1], [0.25] * 4, [0.5, 0.3, 0.1, 0.1], [0.1, 0.1, 0.1, 0.7]])
+    lin = linearise(fr, dist, GAINS)
+    pred = lin.predict(dist)
+    target = lin.const + lin.at(np.arange(5), levels).sum(axis=1)
+    pi = np.array([0.3, 0.8, 0.45, 0.6, 0.5])
+    mean, second, mean_var = (np.zeros_like(target) for _ in range(3))
+    for mask in itertools.product([False, True], repeat=5):
+        prob = np.prod([p if m else 1 - p for p, m in zip(pi, mask)])
+        drawn = np.flatnonzero(mask)
+        e = estimate_linear(lin, pred, pi, drawn, levels[drawn], fixed=False, floor=False)
+        mean += prob * e.value
+        second += prob * e.value**2
+        mean_var += prob * e.se**2
+    np.testing.assert_allclose(mean, target, atol=1e-12)
+    np.testing.assert_allclose(mean_var, second - mean**2, atol=1e-12)
+
+
+def test_a_census_is_exact_in_the_hole_design():
+    fr, levels = _case()
+    dist = np.full((5, 4), 0.25)
+    e = estimate_holes(fr, dist, GAINS, np.ones(5), np.arange(5), levels, fixed=True)
+    np.testing.assert_allclose(e.value, exact(fr, GAINS[levels]), atol=1e-12)
+    assert not e.se.any()
+
+
+def test_the_pareto_draw_has_the_budgets_size_and_rosens_inclusion_probabilities():
+    rng = np.random.default_rng(0)
+    pi = np.concatenate([[1.0, 1.0], rng.uniform(0.05, 0.9, 40)])
+    pi[2:] *= 14 / pi[2:].sum()  # 2 sure units and 14 drawn among 40: 16 a draw
+    gen = np.random.default_rng(1)
+    hits = np.zeros(len(pi))
+    for _ in range(20000):
+        m = draw(pi, gen, fixed=True)
+        assert m.sum() == 16 and m[:2].all()
+        hits += m
+    assert np.abs(hits / 20000 - pi).max() < 0.02  # O(1/n) from pi, and sampling error ~0.0035
+
+
+def test_hajeks_variance_is_the_textbook_one_under_equal_probabilities():
+    """Simple random sampling of n of N: the Hajek estimator of the total's variance is N^2 (1 - n/N) s^2 / n."""
+    fr, levels = _case()
+    dist = np.array([[0.1, 0.2, 0.3, 0.4], [0.7, 0.1, 0.1, 0.1], [0.25] * 4, [0.5, 0.3, 0.1, 0.1], [0.1, 0.1, 0.1, 0.7]])
+    lin = linearise(fr, dist, GAINS)
+    pred = lin.predict(dist)
+    pi = np.full(5, 0.6)
+    drawn = np.array([0, 2, 4])
+    e = estimate_linear(lin, pred, pi, drawn, levels[drawn], fixed=True, floor=False)
+    r = lin.at(drawn, levels[drawn]) - pred.P[:, drawn]
+    s2 = r.var(axis=1, ddof=1)
+    np.testing.assert_allclose(e.se**2, 5**2 * (1 - 3 / 5) * s2 / 3, atol=1e-12)
+
+
+def test_the_prior_shift_meets_the_target_shares_and_keeps_each_rows_odds():
+    dist = np.array([[0.7, 0.2, 0.1], [0.2, 0.5, 0.3], [0.1, 0.1, 0.8]])
+    target = np.array([0.5, 0.3, 0.2])
+    out = prior_shift(dist, target, steps=500)
+    np.testing.assert_allclose(out.mean(axis=0), target, atol=1e-9)
+    np.testing.assert_allclose(out.sum(axis=1), 1.0)
+    ratio = (out / dist) / (out / dist)[:, :1]  # one factor a grade, the same for every row
+    np.testing.assert_allclose(ratio, np.broadcast_to(ratio[0], ratio.shape), rtol=1e-9)
+
+
+def test_the_samplers_plan_draw_and_estimate_agree_with_the_functions_they_wrap():
+    fr, levels = _case()
+    dist = np.full((5, 4), 0.25)
+    smp = Sampler("hole", fr, dist, GAINS)
+    pi = smp.probabilities(3).pi
+    assert pi.sum() == pytest.approx(3)
+    drawn = smp.draw(pi, 0)
+    assert len(drawn) == 3
+    e = smp.estimate(pi, drawn, GAINS[levels[drawn]])
+    want = estimate_holes(fr, dist, GAINS, pi, drawn, levels[drawn], fixed=True)
+    np.testing.assert_allclose(e.value, want.value)
