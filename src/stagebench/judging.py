@@ -42,7 +42,7 @@ from stagebench.judge.rules import RULES
 from stagebench.judgments.incompleteness import FILE as INCOMPLETENESS, Incompleteness, experiment
 from stagebench.judgments.coverage import Coverage, simulate as simulate_rounds
 from stagebench.judgments.grades import Constant, PairFeatures
-from stagebench.judgments.design import DESIGNS, QUERY, Sampler
+from stagebench.judgments.design import AUTO, DESIGNS, QUERY, Sampler, choose
 from stagebench.judgments.estimate import Frame, frame
 from stagebench.judgments.planning import Simulation, depth_pooling, plan, pool_holes, random_holes, simulate
 from stagebench.judgments.sampling import (ESTIMATE, LEARNED, EstimatedView, Record, design_path, estimated_view,
@@ -210,8 +210,9 @@ def _nDCG_only(g: Ground) -> None:
 
 
 def estimation(g: Ground, predictor: str | None, qrels: dict | None = None, cache_dir: str | None = None,
-               design: str = QUERY) -> Estimation:  # fmt: skip
-    """The ``design``'s units and the grade model's predictions on ``qrels`` (default the folder's). A cross-encoder
+               design: str = AUTO) -> Estimation:  # fmt: skip
+    """The ``design``'s units (``auto``: :func:`~stagebench.judgments.design.choose`'s) and the grade model's
+    predictions on ``qrels`` (default the folder's). A cross-encoder
     predictor scores the pairs in any stage's top k that its pool left out, once
     (:func:`model_scores`, cached under ``cache_dir``)."""
     _nDCG_only(g)
@@ -231,6 +232,11 @@ def estimation(g: Ground, predictor: str | None, qrels: dict | None = None, cach
         features = PairFeatures(runs, ds.queries, ds.doc_text)
     model, quality = grade_model(predictor, runs, types, qrels, grades, said, features)
     gains = np.array([gain(x) for x in grades], dtype=np.float64)
+    if design == AUTO:
+        fr = frame(g.ranked, qrels, g.queries, g.measure.cutoff, gain, g.top)
+        labelled = {(q, d): x for q, docs in qrels.items() for d, x in docs.items()}
+        design, why = choose(fr, Constant.fit(labelled, grades).distributions(fr.holes()), gains)
+        log.info("%s: %s", g.rf.path, why)
     sampler = Sampler.over(design, g.ranked, qrels, g.queries, g.measure.cutoff, gain, g.top,
                            lambda holes: (model.distributions(holes), gains))  # fmt: skip
     return Estimation(g, sampler, model.name, quality.line())
@@ -315,13 +321,13 @@ def head_targets(g: Ground) -> list[str] | None:
 def write_worksheet(folder: str | Path, budget: int, output: str | Path, strategy: str = "plan", depth: int = 10,
                     measure: str | None = None, seed: int = 0, predictor: str | None = None,
                     show_ranks: bool = False, cache_dir: str | None = None,
-                    aim: Sequence[str] | None = None, design_kind: str = QUERY) -> tuple[Path, Path, int, list[str]]:  # fmt: skip
+                    aim: Sequence[str] | None = None, design_kind: str = AUTO) -> tuple[Path, Path, int, list[str]]:  # fmt: skip
     """``stagebench plan-judgments RUN_DIR --budget N``: the worksheet of ``strategy``'s holes as
     ``output`` (.csv) and beside it the same rows as .jsonl (and for ``sample`` the round's record,
     ``.design.json``); returns both sheets' paths, the rows, and for ``sample`` what the budget buys
     each aimed pair (:func:`stagebench.judgments.estimate.power`). Rows are grouped by query, blind
     (no stage's rank) unless ``show_ranks``; ``aim``: the stage pairs (``A=B``) a sample aims at;
-    ``design_kind``: the sample's design (:data:`stagebench.judgments.design.DESIGNS`)."""
+    ``design_kind``: the sample's design (:data:`stagebench.judgments.design.DESIGNS`, or ``auto``)."""
     out = Path(output)
     csv_path, jsonl_path = out.with_suffix(".csv"), out.with_suffix(".jsonl")
     record_path = Path(design_path(str(csv_path)))
@@ -345,7 +351,7 @@ def write_worksheet(folder: str | Path, budget: int, output: str | Path, strateg
         record = Record(str(g.rf.path), file_digest(g.rf.path / "qrels.trec"), g.measure.name, est.predictor, budget,
                         seed, design.aimed, [{"qid": u.qid, "docids": list(u.holes), "probability": float(design.pi[i])}
                                              for u, i in zip(units, drawn)],
-                        dict(zip(est.fr.targets, pred.point.tolist())), power=powers, design=design_kind)  # fmt: skip
+                        dict(zip(est.fr.targets, pred.point.tolist())), power=powers, design=est.sampler.kind)  # fmt: skip
         record.round = record.identity()
         for line in powers:
             log.info("aimed at %s", line)

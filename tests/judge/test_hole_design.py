@@ -11,10 +11,10 @@ import itertools
 import numpy as np
 import pytest
 
-from stagebench.judgments.design import Sampler
+from stagebench.judgments.design import Sampler, choose
 from stagebench.judgments.estimate import draw, frame
 from stagebench.judgments.grades import prior_shift
-from stagebench.judgments.linear import cumulative, discounts, estimate_holes, estimate_linear, exact, linearise
+from stagebench.judgments.linear import cumulative, discounts, estimate_holes, estimate_linear, exact, judged_share, linearise
 from stagebench.metrics.compute import gain_map
 
 LINEAR = gain_map("linear")
@@ -133,3 +133,21 @@ def test_the_samplers_plan_draw_and_estimate_agree_with_the_functions_they_wrap(
     e = smp.estimate(pi, drawn, GAINS[levels[drawn]])
     want = estimate_holes(fr, dist, GAINS, pi, drawn, levels[drawn], fixed=True)
     np.testing.assert_allclose(e.value, want.value)
+
+
+def test_auto_takes_the_hole_design_only_where_the_judged_documents_make_most_of_each_ideal():
+    """q1's ideal is its judged documents' (share 1); q2's one judged Substitute against holes that may be
+    Exacts (share well under 1): q1 alone gives hole, q2 alone query, both the mean of the two."""
+    flat = np.full((5, 4), 0.25)
+    one = frame(RANKED, QRELS, ["q1"], 3, LINEAR, 3)
+    assert judged_share(one, flat[:2], GAINS) == 1.0
+    assert choose(one, flat[:2], GAINS)[0] == "hole"
+    two = frame(RANKED, QRELS, ["q2"], 3, LINEAR, 3)
+    share = judged_share(two, flat[2:], GAINS)
+    # the judged Substitute: 2 at rank 1; the expected counts: 0.75 of 3 holes at >= 1, ... (the ideal's formula)
+    D = discounts(3)
+    ideal = sum(cumulative(j + 3 * p, D)[0] for j, p in ((1, 0.75), (1, 0.5), (0, 0.25)))
+    assert share == pytest.approx(2 * 1.0 / ideal)
+    assert choose(two, flat[2:], GAINS)[0] == "query"
+    both = frame(RANKED, QRELS, ["q1", "q2"], 3, LINEAR, 3)
+    assert judged_share(both, flat, GAINS) == pytest.approx((1 + share) / 2)

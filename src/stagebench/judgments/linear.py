@@ -113,6 +113,29 @@ def linearise(fr: Frame, dist: np.ndarray, gains: np.ndarray) -> Linear:
     return Linear(fr.targets, const, phi)
 
 
+def judged_share(fr: Frame, dist: np.ndarray, gains: np.ndarray) -> float:
+    """The mean, over the queries with holes, of the share of the query's expected ideal DCG that its judged
+    documents already make (the ideal at ``dist``'s expected counts, as :func:`linearise` takes it): near 1,
+    the holes can move the ideals little and the expansion is close; far below, the ideals rest on the holes."""
+    k = fr.k
+    D = discounts(k)
+    at = {h: i for i, h in enumerate(fr.holes())}
+    shares = []
+    for q in fr.queries:
+        if not q.holes:
+            continue
+        p = dist[[at[(q.qid, d)] for d in q.holes]]
+        above = (p[:, ::-1].cumsum(axis=1)[:, ::-1])[:, 1:]
+        judged = np.asarray(q.judged_gains, dtype=np.float64)
+        ideal = own = 0.0
+        for c in range(len(gains) - 1):
+            J = float((judged >= gains[c + 1] - 1e-12).sum())
+            ideal += (gains[c + 1] - gains[c]) * cumulative(J + float(above[:, c].sum()), D)[0]
+            own += (gains[c + 1] - gains[c]) * cumulative(J, D)[0]
+        shares.append(own / ideal if ideal > 0 else 1.0)
+    return float(np.mean(shares)) if shares else 1.0
+
+
 def exact(fr: Frame, gains: np.ndarray) -> np.ndarray:
     """The targets themselves with every hole at ``gains`` (:meth:`Frame.holes` order): each query's
     nDCG@k with its ideal recomputed, no expansion (the truth a simulation scores against)."""
@@ -159,7 +182,8 @@ def estimate_linear(lin: Linear, pred: Prediction, pi: np.ndarray, drawn: np.nda
     return Estimate(lin.targets, value, np.sqrt(var), len(idx), len(idx), df)
 
 
-__all__ = ["Linear", "cumulative", "discounts", "estimate_holes", "estimate_linear", "exact", "expected", "linearise"]
+__all__ = ["Linear", "cumulative", "discounts", "estimate_holes", "estimate_linear", "exact", "expected", "judged_share",
+           "linearise"]
 
 
 def expected(fr: Frame, dist: np.ndarray, gains: np.ndarray, draws: int = 400, seed: int = 0) -> np.ndarray:

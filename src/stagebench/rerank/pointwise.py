@@ -166,6 +166,11 @@ class Reranked:
     seconds: dict[int, float]
 
 
+def _duration(seconds: float) -> str:
+    """``seconds`` as a person reads it: ``40s``, ``12 min``, ``2.5 h``."""
+    return f"{seconds:.0f}s" if seconds < 90 else f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
+
+
 class Surroundings(Protocol):
     """What pointwise reranking needs of where it runs: the dataset (queries, document texts and
     fields) and the engine its units run on. A stage's context has both; reranking does not import
@@ -223,7 +228,19 @@ def rerank_depths(run: Run, reranker: Any, ctx: Surroundings, p: RerankCommon, s
         reused = len(known)
         chunks = length_units([pr for pr in every if pr not in known],
                               lambda pair: len(ds.queries[pair[0]]) + len(ds.doc_text.get(pair[1], "")), p.pairs_per_call)
-        scores = {**known, **score(chunks, "rerank" if len(depths) == 1 else f"rerank (depths {', '.join(map(str, depths))})")}
+        what = "rerank" if len(depths) == 1 else f"rerank (depths {', '.join(map(str, depths))})"
+        first: dict[tuple[str, str], float] = {}
+        if len(chunks) > 1 and not quiet:  # a measured rate before the long part: how long the rest will take
+            mid = len(chunks) // 2  # the units go by length: the middle one's rate, not the shortest's
+            t1 = time.perf_counter()
+            first = score([chunks[mid]], "rerank (one call of median length, timed)")
+            rate = len(first) / max(time.perf_counter() - t1, 1e-9)
+            rest = sum(map(len, chunks[1:]))
+            log.info("stage %s: %d pairs to score (%d queries, top %d); %d of median length took %.1fs (%.0f pairs/s): "
+                     "about %s for the other %d", stage, len(first) + rest, len(qids), deepest, len(first),
+                     len(first) / rate, rate, _duration(rest / rate), rest)  # fmt: skip
+            chunks = chunks[:mid] + chunks[mid + 1 :]
+        scores = {**known, **first, **score(chunks, what)}
         if shared is not None:
             shared.update(scores)
         dt = time.perf_counter() - t0
