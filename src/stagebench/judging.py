@@ -351,7 +351,8 @@ def write_worksheet(folder: str | Path, budget: int, output: str | Path, strateg
         record = Record(str(g.rf.path), file_digest(g.rf.path / "qrels.trec"), g.measure.name, est.predictor, budget,
                         seed, design.aimed, [{"qid": u.qid, "docids": list(u.holes), "probability": float(design.pi[i])}
                                              for u, i in zip(units, drawn)],
-                        dict(zip(est.fr.targets, pred.point.tolist())), power=powers, design=est.sampler.kind)  # fmt: skip
+                        dict(zip(est.fr.targets, pred.point.tolist())), power=powers, design=est.sampler.kind,
+                        draws=est.sampler.draws)  # fmt: skip
         record.round = record.identity()
         for line in powers:
             log.info("aimed at %s", line)
@@ -547,6 +548,7 @@ def _round_estimate(rf: RunFolder, worksheets: list[str], graded: list, cache_di
     w, path, rec = got
     g = ground(rf.path, rec.measure)
     est = estimation(g, rec.predictor, cache_dir=cache_dir, design=rec.design)
+    est.sampler.draws = rec.draws  # a round recorded before fixed-size draws is estimated as the Poisson draw it was
     by_pair = {(x.qid, x.docid): x for x in graded}
     view = None
     if file_digest(rf.path / "qrels.trec") != rec.qrels_sha256:

@@ -1,8 +1,9 @@
-"""The hole design (issue 78), each mechanic against its definition on a hand-made case: the
-linearisation (exact at a sure model, its remainder second order), the estimator unbiased for the
-linearised targets and its variance estimate unbiased over every Poisson sample, a census exact, the
-Pareto draw's fixed size and its inclusion probabilities (Rosen's approximation), Hajek's variance equal
-to the textbook one under equal probabilities, and the prior shift's margins."""
+"""The hole design and the fixed-size draw (issue 78), each mechanic against its definition on a
+hand-made case: the linearisation (exact at a sure model, its remainder second order), the estimator
+unbiased for the linearised targets and its variance estimate unbiased over every Poisson sample, a census
+exact, the Pareto draw's fixed size and its inclusion probabilities (Rosen's approximation), the strata of
+cost that keep the rows under the budget, Hajek's variance (the textbook one under equal probabilities,
+taken within each stratum), the prior shift's margins, and auto's choice."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 
 from stagebench.judgments.design import Sampler, choose
-from stagebench.judgments.estimate import draw, frame
+from stagebench.judgments.estimate import draw, fixed_size, frame, variance_terms
 from stagebench.judgments.grades import prior_shift
 from stagebench.judgments.linear import cumulative, discounts, estimate_holes, estimate_linear, exact, judged_share, linearise
 from stagebench.metrics.compute import gain_map
@@ -69,7 +70,7 @@ def test_the_estimator_is_unbiased_for_the_linearised_targets_over_every_poisson
     for mask in itertools.product([False, True], repeat=5):
         prob = np.prod([p if m else 1 - p for p, m in zip(pi, mask)])
         drawn = np.flatnonzero(mask)
-        e = estimate_linear(lin, pred, pi, drawn, levels[drawn], fixed=False, floor=False)
+        e = estimate_linear(lin, pred, pi, drawn, levels[drawn], None, floor=False)
         mean += prob * e.value
         second += prob * e.value**2
         mean_var += prob * e.se**2
@@ -80,7 +81,7 @@ def test_the_estimator_is_unbiased_for_the_linearised_targets_over_every_poisson
 def test_a_census_is_exact_in_the_hole_design():
     fr, levels = _case()
     dist = np.full((5, 4), 0.25)
-    e = estimate_holes(fr, dist, GAINS, np.ones(5), np.arange(5), levels, fixed=True)
+    e = estimate_holes(fr, dist, GAINS, np.ones(5), np.arange(5), levels, np.ones(5, dtype=int))
     np.testing.assert_allclose(e.value, exact(fr, GAINS[levels]), atol=1e-12)
     assert not e.se.any()
 
@@ -92,7 +93,7 @@ def test_the_pareto_draw_has_the_budgets_size_and_rosens_inclusion_probabilities
     gen = np.random.default_rng(1)
     hits = np.zeros(len(pi))
     for _ in range(20000):
-        m = draw(pi, gen, fixed=True)
+        m = draw(pi, gen, np.ones(len(pi), dtype=int))
         assert m.sum() == 16 and m[:2].all()
         hits += m
     assert np.abs(hits / 20000 - pi).max() < 0.02  # O(1/n) from pi, and sampling error ~0.0035
@@ -106,7 +107,7 @@ def test_hajeks_variance_is_the_textbook_one_under_equal_probabilities():
     pred = lin.predict(dist)
     pi = np.full(5, 0.6)
     drawn = np.array([0, 2, 4])
-    e = estimate_linear(lin, pred, pi, drawn, levels[drawn], fixed=True, floor=False)
+    e = estimate_linear(lin, pred, pi, drawn, levels[drawn], np.ones(5, dtype=int), floor=False)
     r = lin.at(drawn, levels[drawn]) - pred.P[:, drawn]
     s2 = r.var(axis=1, ddof=1)
     np.testing.assert_allclose(e.se**2, 5**2 * (1 - 3 / 5) * s2 / 3, atol=1e-12)
@@ -131,7 +132,7 @@ def test_the_samplers_plan_draw_and_estimate_agree_with_the_functions_they_wrap(
     drawn = smp.draw(pi, 0)
     assert len(drawn) == 3
     e = smp.estimate(pi, drawn, GAINS[levels[drawn]])
-    want = estimate_holes(fr, dist, GAINS, pi, drawn, levels[drawn], fixed=True)
+    want = estimate_holes(fr, dist, GAINS, pi, drawn, levels[drawn], smp.strata)
     np.testing.assert_allclose(e.value, want.value)
 
 
@@ -151,3 +152,34 @@ def test_auto_takes_the_hole_design_only_where_the_judged_documents_make_most_of
     assert choose(two, flat[2:], GAINS)[0] == "query"
     both = frame(RANKED, QRELS, ["q1", "q2"], 3, LINEAR, 3)
     assert judged_share(both, flat, GAINS) == pytest.approx((1 + share) / 2)
+
+
+def test_a_fixed_size_draw_never_passes_the_budget_and_spends_at_least_95_percent_of_it():
+    """Units of 1 to 12 judgments (whole queries): every budget's draw is rows <= budget, and >= 95% of it; each
+    stratum of equal cost draws the whole number its probabilities sum to, Rosen's pi within it."""
+    rng = np.random.default_rng(3)
+    cost = rng.integers(1, 13, 300)
+    weight = rng.uniform(0.1, 3.0, 300)
+    for budget in (40, 100, 300, 1000):
+        share = weight * budget / (weight * cost).sum()
+        pi = fixed_size(np.minimum(share, 1.0), cost, budget)
+        assert 0.95 * budget <= pi @ cost <= budget + 1e-9, (budget, pi @ cost)
+        for c in np.unique(cost):
+            assert pi[cost == c].sum() == pytest.approx(round(pi[cost == c].sum()), abs=1e-9)
+        rows = {int(cost[draw(pi, seed, cost)].sum()) for seed in range(50)}
+        assert rows == {round(pi @ cost)}  # the same rows every draw: a team pays raters by the row
+
+
+def test_hajeks_variance_is_taken_within_each_stratum():
+    r = np.array([[1.0, 3.0, -2.0, 4.0, 6.0]])
+    p = np.array([0.5, 0.5, 0.25, 0.25, 0.25])
+    strata = np.array([1, 1, 2, 2, 2])
+    got = variance_terms(r, p, strata)
+    want = np.zeros(5)
+    for j in ([0, 1], [2, 3, 4]):
+        m = len(j)
+        c = (1 - p[j]) * m / (m - 1)
+        e = r[0, j] / p[j]
+        want[j] = c * (e - (c * e).sum() / c.sum()) ** 2
+    np.testing.assert_allclose(got[0], want)
+    np.testing.assert_allclose(variance_terms(r, p, None)[0], (1 - p) / p**2 * r[0] ** 2)  # Poisson's

@@ -4,11 +4,16 @@ grade model's predictions, every unit's probability for a budget, the draw, and 
 
 Two designs (``--design``; ``auto``, the default, picks one by :func:`choose`):
 
-- ``hole`` (the default): every hole is a unit, so one judgment buys one hole in every query; the
-  targets are linearised where a query's ideal can change (:mod:`stagebench.judgments.linear`, its bias
-  measured in docs/metrics.md), and the draw has a fixed size (Pareto pi-ps): the rows are the budget.
+- ``hole``: every hole is a unit, so one judgment buys one hole in every query; the targets are
+  linearised where a query's ideal can change (:mod:`stagebench.judgments.linear`, its bias measured in
+  docs/metrics.md).
 - ``query``: a query whose ideal can change is one unit (all its holes judged together), so the
-  estimator is exactly unbiased with no expansion; the draw is Poisson, its size random around the budget.
+  estimator is exactly unbiased with no expansion.
+
+Either way the draw has a fixed size (:func:`~stagebench.judgments.estimate.fixed_size`: the units
+stratified by their cost, a fixed number drawn from each by Pareto pi-ps): the rows never exceed the
+budget (the hole design: exactly the budget). A round recorded before fixed-size draws was Poisson
+(``draw: poisson`` in its record) and is estimated as such.
 
 Measured (docs/metrics.md#the-hole-design): where the judged documents already make most of each query's
 ideal DCG (the embedded benchmark: 0.88 on average) the hole design settles more pairs at every budget and
@@ -24,12 +29,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from stagebench.judgments.estimate import (Estimate, Frame, Power, Prediction, draw, estimate, frame, inclusion, power,
-                                           Design as Probabilities)  # fmt: skip
+from stagebench.judgments.estimate import (Estimate, Frame, Power, Prediction, draw, estimate, fixed_size, frame,
+                                           inclusion, power, Design as Probabilities)  # fmt: skip
 from stagebench.judgments.linear import estimate_holes, judged_share, linearise
 
 HOLE, QUERY, AUTO = "hole", "query", "auto"
 DESIGNS = (HOLE, QUERY)
+FIXED, POISSON = "fixed", "poisson"  # the draws: fixed size by strata of cost, or Poisson (rounds recorded before)
 #: ``auto`` takes the hole design when the judged documents make at least this share of the expected ideal
 #: DCG, on average over the queries (the embedded benchmark 0.88, Cranfield hidden 0.50, ESCI rows 0.19)
 HOLE_WHEN = 0.75
@@ -52,6 +58,7 @@ class Sampler:
     fr: Frame
     dist: np.ndarray  # (holes, levels), Frame.holes order
     gains: np.ndarray  # each level's gain, ascending
+    draws: str = FIXED  # FIXED or POISSON
 
     @classmethod
     def over(cls, kind: str, ranked: Mapping[str, Mapping[str, Sequence[str]]], qrels: Mapping[str, Mapping[str, int]],
@@ -64,9 +71,13 @@ class Sampler:
         return cls(kind, fr, np.asarray(dist, dtype=np.float64), np.asarray(gains, dtype=np.float64))
 
     @property
-    def fixed(self) -> bool:
-        """Whether the draw has a fixed size (the hole design's Pareto pi-ps)."""
-        return self.kind == HOLE
+    def cost(self) -> np.ndarray:
+        """Every unit's judgments (its holes): the strata of a fixed-size draw."""
+        return np.array([u.cost for u in self.fr.units], dtype=np.int64)
+
+    @property
+    def strata(self) -> np.ndarray | None:
+        return self.cost if self.draws == FIXED else None
 
     @property
     def means(self) -> np.ndarray:
@@ -86,14 +97,19 @@ class Sampler:
         return Prediction(known, P, self.fr.sensitivity(self.means, self.variances))
 
     def probabilities(self, budget: int, aim: Sequence[str] | None = None, pred: Prediction | None = None) -> Probabilities:
-        return inclusion(self.fr, pred or self.prediction(), budget, aim)
+        """Every unit's probability for ``budget`` judgments (:func:`~stagebench.judgments.estimate.inclusion`'s
+        allocation, then made a fixed-size draw's)."""
+        design = inclusion(self.fr, pred or self.prediction(), budget, aim)
+        if self.draws == FIXED:
+            design = Probabilities(fixed_size(design.pi, self.cost, budget), design.aimed, design.reachable)
+        return design
 
     def power(self, target: str, budget: int, pred: Prediction | None = None) -> Power:
         return power(self.fr, pred or self.prediction(), target, budget)
 
     def draw(self, pi: np.ndarray, seed) -> np.ndarray:
         """The drawn units' indices."""
-        return np.flatnonzero(draw(pi, seed, fixed=self.fixed))
+        return np.flatnonzero(draw(pi, seed, self.strata))
 
     def estimate(self, pi: np.ndarray, drawn: Sequence[int], drawn_gains: np.ndarray) -> Estimate:
         """The estimate from the drawn units (``drawn_gains``: their holes' judged gains, unit by unit)."""
@@ -102,9 +118,9 @@ class Sampler:
             levels = np.searchsorted(self.gains, drawn_gains)
             if len(levels) and (levels.max() >= len(self.gains) or not np.allclose(self.gains[levels], drawn_gains)):
                 raise ValueError("a judged gain is not on the scale's gains")
-            return estimate_holes(self.fr, self.dist, self.gains, pi, idx, levels, fixed=True)
+            return estimate_holes(self.fr, self.dist, self.gains, pi, idx, levels, self.strata)
         return estimate(self.fr, self.means, pi, idx, drawn_gains, float(self.gains.min()), float(self.gains.max()),
-                        variances=self.variances)  # fmt: skip
+                        variances=self.variances, strata=self.strata)  # fmt: skip
 
 
-__all__ = ["AUTO", "DESIGNS", "HOLE", "HOLE_WHEN", "QUERY", "Sampler", "choose"]
+__all__ = ["AUTO", "DESIGNS", "FIXED", "HOLE", "HOLE_WHEN", "POISSON", "QUERY", "Sampler", "choose"]

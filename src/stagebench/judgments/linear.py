@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from stagebench.judgments.estimate import MIN_REFIT, Estimate, Frame, Prediction
+from stagebench.judgments.estimate import MIN_REFIT, Estimate, Frame, Prediction, variance_terms
 from stagebench.judgments.grades import prior_shift
 
 
@@ -151,29 +151,22 @@ def exact(fr: Frame, gains: np.ndarray) -> np.ndarray:
 
 
 def estimate_linear(lin: Linear, pred: Prediction, pi: np.ndarray, drawn: np.ndarray, levels: np.ndarray,
-                    fixed: bool, floor: bool = True) -> Estimate:  # fmt: skip
+                    strata: np.ndarray | None, floor: bool = True) -> Estimate:  # fmt: skip
     """The difference estimator on the linearised targets: ``known + sum_h P_h + sum_{h drawn} (phi_h - P_h) / pi_h``
-    (``drawn``: the drawn holes' indices; ``levels``: their judged grade levels). Its variance: Poisson
-    sampling's ``sum (1 - pi) / pi^2 r^2``, or for a fixed-size draw Hajek's approximation (the residuals
-    over pi centred on their (1 - pi)-weighted mean, times m / (m - 1)); with ``floor``, no smaller than the
-    model's variance of every hole scaled to the residuals the sample shows (as :func:`estimate`)."""
+    (``drawn``: the drawn holes' indices; ``levels``: their judged grade levels). Its variance:
+    :func:`~stagebench.judgments.estimate.variance_terms` (``strata``: every hole's stratum of a fixed-size
+    draw; None: Poisson sampling); with ``floor``, no smaller than the model's variance of every hole scaled
+    to the residuals the sample shows (as :func:`~stagebench.judgments.estimate.estimate`)."""
     idx = np.asarray(drawn, dtype=int)
     p = pi[idx]
     r = lin.at(idx, levels) - pred.P[:, idx]
     value = pred.known + pred.P.sum(axis=1) + (r / p).sum(axis=1)
-    open_ = p < 1.0
-    r_o, p_o = r[:, open_], p[open_]
-    m = int(open_.sum())
-    if fixed and m > 1:
-        c = (1 - p_o) * m / (m - 1)
-        e = r_o / p_o
-        centre = (e * c).sum(axis=1, keepdims=True) / max(float(c.sum()), 1e-300)
-        each = c * (e - centre) ** 2
-    else:
-        each = (1 - p_o) / p_o**2 * r_o**2
+    each = variance_terms(r, p, None if strata is None else strata[idx])
     var = each.sum(axis=1)
     df = np.where(var > 0, var**2 / np.maximum((each**2).sum(axis=1), 1e-300), np.inf)
-    if floor and m:
+    open_ = p < 1.0
+    if floor and open_.any():
+        r_o, p_o = r[:, open_], p[open_]
         a = pred.A[:, idx][:, open_]
         ok = a > 0
         scale = np.where(ok, r_o**2 / np.where(ok, a, 1.0), 0.0) / p_o
@@ -182,49 +175,16 @@ def estimate_linear(lin: Linear, pred: Prediction, pi: np.ndarray, drawn: np.nda
     return Estimate(lin.targets, value, np.sqrt(var), len(idx), len(idx), df)
 
 
-__all__ = ["Linear", "cumulative", "discounts", "estimate_holes", "estimate_linear", "exact", "expected", "judged_share",
-           "linearise"]
-
-
-def expected(fr: Frame, dist: np.ndarray, gains: np.ndarray, draws: int = 400, seed: int = 0) -> np.ndarray:
-    """The targets' expectation under the grade model (every hole's grade drawn from its row of ``dist``,
-    independently): each query's mean nDCG@k over ``draws`` seeded draws (its ideal recomputed each time)."""
-    n = len(fr.queries)
-    rng = np.random.default_rng(seed)
-    at = {h: i for i, h in enumerate(fr.holes())}
-    total = np.zeros(len(fr.stages))
-    cdf = np.cumsum(dist, axis=1)
-    k = fr.k
-    disc = 1.0 / np.log2(np.arange(2, k + 2))
-    for q in fr.queries:
-        idx = np.array([at[(q.qid, d)] for d in q.holes], dtype=int)
-        if not len(idx):
-            total += q.values(np.zeros(0))
-            continue
-        u = rng.random((draws, len(idx)))
-        lv = (u[:, :, None] > cdf[idx][None, :, :-1]).sum(axis=2)
-        G = gains[lv]  # (draws, holes)
-        N = q.known[None, :] + G @ q.weights.T  # (draws, stages)
-        if q.fixed_ideal is not None:
-            ideal = np.full(draws, q.fixed_ideal)
-        else:
-            allg = np.concatenate([np.broadcast_to(np.asarray(q.judged_gains[:k]), (draws, min(k, len(q.judged_gains)))), G], axis=1)
-            top = -np.sort(-allg, axis=1)[:, :k]
-            ideal = top @ disc[: top.shape[1]]
-        ok = ideal > 0
-        v = np.zeros_like(N)
-        v[ok] = N[ok] / ideal[ok, None]
-        total += v.mean(axis=0)
-    return fr.project @ (total / n)
-
-
 def estimate_holes(fr: Frame, dist: np.ndarray, gains: np.ndarray, pi: np.ndarray, drawn: np.ndarray,
-                   levels: np.ndarray, fixed: bool, shift: bool = True) -> Estimate:  # fmt: skip
+                   levels: np.ndarray, strata: np.ndarray | None, shift: bool = True) -> Estimate:  # fmt: skip
     """The hole design's estimate: the grade model's distributions shifted to the grade shares the sample
     estimates (:func:`~stagebench.judgments.grades.prior_shift`, from the drawn holes weighted by 1/pi),
     the targets linearised there (:func:`linearise`), then :func:`estimate_linear`. The shift moves the
     expansion point, not the estimator's validity: it shrinks the expansion's remainder (the bias), which
-    a model fitted on judged pairs leaves large on holes it was not fitted for."""
+    a model fitted on judged pairs leaves large on holes it was not fitted for (on the embedded benchmark the
+    calibrated cross-encoder puts 54% of the holes at the top grade, the rules 0.1%: a remainder of -0.056 on
+    each stage's nDCG@10 without the shift, under 0.002 with the true shares). A hole drawn with
+    probability 1 is expanded around its own grade: a census is exact."""
     idx = np.asarray(drawn, dtype=int)
     if shift and len(idx) >= MIN_REFIT:
         w = 1.0 / pi[idx]
@@ -237,4 +197,7 @@ def estimate_holes(fr: Frame, dist: np.ndarray, gains: np.ndarray, pi: np.ndarra
         dist = dist.copy()
         dist[idx[sure]] = np.eye(len(gains))[levels[sure]]
     lin = linearise(fr, dist, gains)
-    return estimate_linear(lin, lin.predict(dist), pi, idx, levels, fixed)
+    return estimate_linear(lin, lin.predict(dist), pi, idx, levels, strata)
+
+
+__all__ = ["Linear", "cumulative", "discounts", "estimate_holes", "estimate_linear", "exact", "judged_share", "linearise"]

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from stagebench.errors import StagebenchError
-from stagebench.judgments.design import DESIGNS, QUERY, Sampler
+from stagebench.judgments.design import DESIGNS, FIXED, POISSON, QUERY, Sampler
 from stagebench.judgments.estimate import Estimate, Frame
 from stagebench.judgments.grades import (BinnedScores, Constant, GradePredictor, JudgeGrades, LearnedGrades, PairFeatures,
                                          Quality, cross_fitted_quality)
@@ -112,12 +112,13 @@ class Record:
     round: str = ""  # the round's identity (:meth:`identity`), which every row of its worksheet carries
     power: list[str] = field(default_factory=list)  # for each aimed pair, what the budget buys it (estimate.Power)
     design: str = QUERY  # the sampling design (design.DESIGNS); a record written before designs were named: query
+    draws: str = POISSON  # how the units were drawn (FIXED size, or POISSON: every record written before fixed sizes)
 
     def identity(self) -> str:
         """The round's id: a digest of what it drew from and what it drew (the same plan, the same id)."""
         what = {k: getattr(self, k) for k in ("folder", "qrels_sha256", "measure", "predictor", "budget", "seed", "units")}
-        if self.design != QUERY:  # (the ids of rounds drawn before designs were named stay what they were)
-            what["design"] = self.design
+        if (self.design, self.draws) != (QUERY, POISSON):  # (the ids of rounds recorded before stay what they were)
+            what.update(design=self.design, draws=self.draws)
         return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:12]
 
     def as_json(self) -> str:
@@ -131,7 +132,7 @@ class Record:
                 raise ValueError
             rec = cls(**raw)
             rec.round = rec.round or rec.identity()  # a record written before rounds had ids
-            if rec.design not in DESIGNS:
+            if rec.design not in DESIGNS or rec.draws not in (FIXED, POISSON):
                 raise ValueError
             for u in rec.units:
                 if not (isinstance(u["qid"], str) and isinstance(u["docids"], list) and 0 < float(u["probability"]) <= 1):
