@@ -5,10 +5,11 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 DATA   := data/synthetic-esci
 
-.PHONY: explore bench bench-llm bench-llm-families bench-judge bench-judging bench-depth bench-matrix bench-trained tune test test-fast unit-test check-default reproduce perf report-check mutation planted faults data install clean help
+.PHONY: explore bench bench-publish bench-llm bench-llm-families bench-judge bench-judging bench-depth bench-matrix bench-trained tune test test-fast unit-test check-default reproduce perf report-check mutation planted faults data install clean help
 
 help:
-	@echo "make bench   run configs/default.yaml on the embedded synthetic dataset (offline)"
+	@echo "make bench   run configs/default.yaml on the embedded synthetic dataset (offline) into build/default, its tables checked against results/default"
+	@echo "make bench-publish  the same run into the committed results/default"
 	@echo "make test    run the test suite, then the default benchmark checked against results/default/expected.yaml"
 	@echo "make test-fast  the unit layer only (no subprocess, model or browser tests), under a minute"
 	@echo "make bench-llm  the five-stage chain ending in an LLM reranker (SmolLM2 in process, 40 queries, offline)"
@@ -47,7 +48,16 @@ $(DATA)/shopping_queries_dataset_examples.parquet: src/stagebench/data/synthetic
 
 data: $(DATA)/shopping_queries_dataset_examples.parquet
 
+# the default benchmark into build/default (untracked: a run's manifest and report carry its timings and
+# machine, so git status stays clean), then its tables held to the committed results/default byte for byte
 bench: $(STAMP) data
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(VENV)/bin/stagebench run configs/default.yaml --output build/default
+	@for f in stage_table.csv stage_table.txt per_query.csv significance.json; do \
+		cmp -s build/default/$$f results/default/$$f || { echo "build/default/$$f differs from the committed results/default/$$f"; exit 1; }; \
+	done; echo "build/default: its tables are byte-identical to the committed results/default (make bench-publish writes results/default itself)"
+
+# the same run into the committed results/default (its manifest, report and plots then carry this run's timings)
+bench-publish: $(STAMP) data
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(VENV)/bin/stagebench run configs/default.yaml --output results/default
 
 # BM25 -> dense -> RRF -> cross-encoder -> LLM listwise reranker (docs/llm.md)

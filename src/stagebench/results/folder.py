@@ -128,8 +128,9 @@ class RunFolder:
                 config = self.manifest.config_path or "its config"
                 raise StagebenchError(f"{self.path}: its runs and qrels are missing: a committed results folder keeps "
                                       f"its tables (stage_table.txt, report.html), not what they were scored from; run "
-                                      f"`stagebench run {config}` to rebuild it whole (for results/default: make bench) "
-                                      "(stagebench check --stored-table checks the stored table instead)")  # fmt: skip
+                                      f"`stagebench run {config}` to rebuild it whole (for results/default: make bench-publish; "
+                                      "make bench writes build/default) (stagebench check --stored-table checks the stored "
+                                      "table instead)")  # fmt: skip
             raise StagebenchError(f"{p}: missing; {MANIFEST} records it (the folder is incomplete: run its config "
                                   "again{})".format(", or check the stored table with stagebench check --stored-table"
                                                     if rel.startswith(("runs/", "qrels")) else ""))  # fmt: skip
