@@ -5,6 +5,7 @@ difference, its interval, p, wins/ties/losses and whether the holes settle it.""
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 
@@ -12,7 +13,9 @@ import pytest
 
 import stagebench
 from stagebench.errors import ConfigError
-from stagebench.judgments.sampling import Record, design_path
+from stagebench.judging import ground
+from stagebench.judgments.pool import filled_qrels
+from stagebench.judgments.sampling import ESTIMATE, Record, design_path
 
 STAGES = [{"name": "bm25", "type": "bm25", "params": {"top_k": 50}},
           {"name": "bm25_flat", "type": "bm25", "params": {"k1": 0.3, "b": 0.1, "top_k": 50}},
@@ -75,3 +78,20 @@ def test_a_sample_aims_at_the_siblings_by_default(tmp_path, tiny_synthetic):
     sheet = stagebench.api.plan_judgments(result.output, 30, tmp_path / "s.csv", strategy="sample", seed=1)
     assert sheet.power and sheet.power[0].startswith("rrf60 - rrf1: the model predicts")
     assert Record.read(open(design_path(str(sheet.csv))).read(), "x").aimed == ["rrf60 - rrf1"]
+    # graded with the rules' grades: the head-to-head line carries the estimated view of its pair
+    g = ground(result.output)
+    truth = filled_qrels(g.qrels, g.judgments)[0]
+    rows = list(csv.reader(sheet.csv.open(encoding="utf-8")))
+    gi = next(i for i, h in enumerate(rows[0]) if h.startswith("grade"))
+    for r in rows[1:]:
+        r[gi] = str(truth[r[0]][r[2]])
+    with sheet.csv.open("w", encoding="utf-8", newline="") as f:
+        csv.writer(f).writerows(rows)
+    added = stagebench.api.add_judgments(result.output, [sheet.csv], tmp_path / "added")
+    est = added.stage_table.row("rrf1").compared["rrf60"]["nDCG@10"]["estimated"]
+    view = json.loads((tmp_path / "added" / ESTIMATE).read_text())
+    at = view["targets"].index("rrf60 - rrf1")
+    assert est["difference"] == pytest.approx(-view["value"][at], abs=1e-6)  # rrf1 - rrf60: the view's pair turned round
+    assert est["ci95"] == pytest.approx([-view["high"][at], -view["low"][at]], abs=1e-6)
+    line = next(x for x in (tmp_path / "added" / "stage_table.txt").read_text().splitlines() if x.startswith("rrf1 - rrf60  nDCG@10"))
+    assert line.endswith(("settled", "open")) and f"{est['difference']:+.4f}" in line

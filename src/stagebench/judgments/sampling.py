@@ -184,6 +184,15 @@ class EstimatedView:
     def from_json(cls, text: str) -> EstimatedView:
         return cls(**json.loads(text))
 
+    def difference(self, a: str, b: str) -> tuple[float, float, float] | None:
+        """Stage ``a`` minus stage ``b``: the estimate and its 95% interval (None: not a pair of the view)."""
+        for t, v, lo, hi in zip(self.targets, self.value, self.low, self.high):
+            if t == f"{a} - {b}":
+                return v, lo, hi
+            if t == f"{b} - {a}":
+                return -v, -hi, -lo
+        return None
+
     def settled(self) -> list[str]:
         return [f"{t.split(' - ')[0]} > {t.split(' - ')[1]}" if lo > 0 else f"{t.split(' - ')[1]} > {t.split(' - ')[0]}"
                 for t, lo, hi in zip(self.targets, self.low, self.high) if " - " in t and (lo > 0 or hi < 0)]  # fmt: skip

@@ -81,10 +81,14 @@ def tables(table: StageTable) -> list[tuple[str, list[str], list[list[str]], int
         ]  # fmt: skip
     head = head_rows(rows, metrics)
     if head:  # the question a team came with leads: two stages over one input, or the pairs it named
+        estimated = len(head[0]) > 7
         out.insert(0, ("Head to head: stages over the same input and the pairs the config names (a - b: the difference "
                        "of the means, 95% bootstrap interval of the per-query differences, p Holm-adjusted as the marks, "
-                       "wins/ties/losses over the queries; holes: whether the bounds settle the order)",
-                       ["a - b", "measure", "difference", "95% CI", "p", "W/T/L", "holes"], head, 2))  # fmt: skip
+                       "wins/ties/losses over the queries; holes: whether the bounds settle the order"
+                       + ("; estimated view: the difference with every hole graded, from the sampling round, and its 95% "
+                          "interval" if estimated else "") + ")",
+                       ["a - b", "measure", "difference", "95% CI", "p", "W/T/L", "holes",
+                        *(["estimated view"] if estimated else [])], head, 2))  # fmt: skip
     for r in rows:
         if r.depths:
             out.append((f"Depth sweep: {r.stage} (one scoring pass at the largest depth; its own top {r.ceiling.depth if r.ceiling else '-'} "
@@ -105,8 +109,13 @@ def head_rows(rows: Sequence[StageRow], metrics: Sequence[str]) -> list[list[str
                 c = by.get(m)
                 if c is None:
                     continue
+                e = c.get("estimated")
                 out.append([f"{r.stage} - {other}", m, f"{c['difference']:+.4f}", f"[{c['ci95'][0]:+.4f}, {c['ci95'][1]:+.4f}]",
-                            format_p(c["p"]), f"{c['wins']}/{c['ties']}/{c['losses']}", c["holes"]])  # fmt: skip
+                            format_p(c["p"]), f"{c['wins']}/{c['ties']}/{c['losses']}", c["holes"],
+                            "-" if e is None else f"{e['difference']:+.4f} [{e['ci95'][0]:+.4f}, {e['ci95'][1]:+.4f}] "
+                            + ("settled" if e["settled"] else "open")])  # fmt: skip
+    if out and all(row[-1] == "-" for row in out):  # no sampling round's estimate: no column for it
+        out = [row[:-1] for row in out]
     return out
 
 

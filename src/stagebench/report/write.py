@@ -73,6 +73,14 @@ def render(folder: str | Path, rf: RunFolder | None = None) -> Rendered:
     if view is not None:  # a sampling round's estimate beside the three views
         table.notes.insert(3, f"estimated view (below): {view.measure} with every hole graded, from {view.judged:,} human "
                               "judgments of a random sample" if not view.refused else f"estimated view: refused - {view.refused}")  # fmt: skip
+    if view is not None and not view.refused:  # the head-to-head lines say what the estimate makes of their pair
+        for r in table.rows:
+            for other, by in r.compared.items():
+                got = view.difference(r.stage, other) if view.measure in by else None
+                if got is not None:
+                    v, lo, hi = got
+                    by[view.measure]["estimated"] = {"difference": round(v, 6), "ci95": [round(lo, 6), round(hi, 6)],
+                                                     "settled": lo > 0 or hi < 0}  # fmt: skip
     rendered = Rendered(scored, render_text(table) + ("" if view is None or view.refused else "\n" + view.text()))
     stages = manifest.stages
 
