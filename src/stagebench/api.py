@@ -56,7 +56,7 @@ from stagebench.metrics.delegate import described, ir_measures_version
 from stagebench.files import check_apart, check_destination, remove_staging, staging, swap_in
 from stagebench.models.resolve import ResolvedModel, resolve_model
 from stagebench.rerank.plugins import Reranker
-from stagebench.pipeline import RunResult, read_dataset, run_config
+from stagebench.pipeline import RunPlan, RunResult, plan_run, read_dataset, run_config
 from stagebench.pipeline import refusals_before_loading
 from stagebench import outputs
 from stagebench.report import plots
@@ -253,6 +253,13 @@ def run(config: Config | Mapping[str, Any] | str | Path, output: str | Path | No
     ray for every stage (default: what the config says)."""
     res: RunResult = run_config(config_from(config, engine), output, cache_dir=cache_dir, recompute=recompute)
     return Result(res.output, res.table, res.table_text, res.judge_text, _runs=res.runs, _per_query=res.per_query)
+
+
+def plan(config: Config | Mapping[str, Any] | str | Path, output: str | Path | None = None,
+         cache_dir: str | None = None, recompute: bool = False) -> RunPlan:  # fmt: skip
+    """``stagebench run --dry-run``: each stage of the config cached or to compute, and its work (pairs for
+    a reranker), with nothing computed or written (:func:`stagebench.pipeline.plan_run`)."""
+    return plan_run(config_from(config), output, cache_dir, recompute)
 
 
 def check_run(config: Config | Mapping[str, Any] | str | Path, output: str | Path | None = None,

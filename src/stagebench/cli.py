@@ -40,6 +40,8 @@ def _parser_run(sub) -> None:
     r.add_argument("--output", help="results folder (default: the config's output)")
     r.add_argument("--cache-dir", help=CACHE_DIR_HELP)
     r.add_argument("--recompute", action="store_true", help="ignore cached stage results and replace them")
+    r.add_argument("--dry-run", action="store_true", help="say which stages the cache holds and what the others would "
+                   "compute (a reranker's pairs), then stop: nothing is computed or written")  # fmt: skip
     r.add_argument("--engine", choices=("local", "ray"),
                    help="run every stage on this engine (with the config's engine: settings when they are of this "
                         "type); the results and the cache are the same either way (docs/scale.md)")  # fmt: skip
@@ -48,6 +50,9 @@ def _parser_run(sub) -> None:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     config = api.load_config(args.config, engine=args.engine)
+    if args.dry_run:
+        sys.stdout.write(api.plan(config, args.output, cache_dir=args.cache_dir, recompute=args.recompute).text())
+        return 0
     engine = config.ray_engine()
     if engine is not None and getattr(args, "argv", None) is not None:
         out = api.check_run(config, args.output, args.cache_dir)  # refused at once, before a child and a cluster start

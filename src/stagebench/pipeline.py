@@ -50,7 +50,7 @@ from stagebench.results.folder import RESULTS, write_manifest
 from stagebench.judgments.pool import JUDGMENTS
 from stagebench.results.queries import TEXTS_FILE, texts_for
 from stagebench.results.segments import FROM_DATASET, STORED_FILE, read_segment_file, stored_here, stored_tsv
-from stagebench.runs import Run, write_trec_qrels, write_trec_run
+from stagebench.runs import Run, read_trec_run, run_digest, write_trec_qrels, write_trec_run
 from stagebench.stages import Stage
 from stagebench.runtime.system import machine_info
 from stagebench.table import StageTable
@@ -143,6 +143,74 @@ def refusals_before_loading(config: Config, output: str | Path | None = None, ca
     check_destinations(out, cache)
     check_trained_models(config)
     return out, cache
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One stage of a dry run: cached (its run read back from the cache), or to compute, and the work."""
+
+    stage: str
+    type: str
+    cached: bool
+    work: str
+
+
+@dataclass
+class RunPlan:
+    """What ``stagebench run --dry-run`` prints: every stage's status and work, nothing computed or written."""
+
+    config: str
+    output: Path
+    cache: Path
+    stages: list[Planned]
+
+    def text(self) -> str:
+        lines = [f"dry run of {self.config}: results to {self.output}, cache {self.cache}; nothing is computed or written",
+                 f"{'stage':<20}  {'type':<16}  {'status':<8}  work"]  # fmt: skip
+        for p in self.stages:
+            lines.append(f"{p.stage:<20}  {p.type:<16}  {'cached' if p.cached else 'compute':<8}  {p.work}")
+        todo = sum(not p.cached for p in self.stages)
+        lines.append(f"{len(self.stages) - todo} of {len(self.stages)} stages cached; {todo} to compute (then the "
+                     "tables, plots and report)")  # fmt: skip
+        return "\n".join(lines) + "\n"
+
+
+def plan_run(config: Config, output: str | Path | None = None, cache_dir: str | None = None,
+             recompute: bool = False) -> RunPlan:  # fmt: skip
+    """``run --dry-run``: the run's refusals (as :func:`run_config` makes them), then each stage keyed as the
+    run keys it and looked up in the cache; a hit is read back (its digest keys the stages after it), a
+    miss is work, said in queries and documents, or in pairs for a reranker (exact where its input is
+    known, else at most queries x top_n)."""
+    out, cache = refusals_before_loading(config, output, cache_dir, recompute)
+    ds = read_dataset(config.dataset)
+    check_scorable(config, ds)
+    runs: dict[str, Run] = {}
+    digests: dict[str, str] = {}
+    planned = []
+    for sc in config.stages:
+        stage = make_stage(sc)
+        known = all(i in digests for i in sc.inputs)
+        entry = None
+        if known and sc.cache:
+            key, _ = stage_key(sc, stage, ds, [digests[i] for i in sc.inputs])
+            entry = cache.get("runs", key)
+        if entry is not None:
+            run = read_trec_run(entry.file("run.trec"))
+            runs[sc.name], digests[sc.name] = run, run_digest(run)
+            took = entry.meta.get("seconds")
+            planned.append(Planned(sc.name, sc.type, True, f"computed before in {took:.1f}s" if took is not None else ""))
+            continue
+        top = getattr(sc.params, "top_n", None) if stage.reorders_input else None
+        if top is not None and known:
+            head = runs[sc.inputs[0]]
+            pairs = sum(min(top, len(docs)) for docs in head.values())
+            work = f"{pairs:,} pairs ({len(head):,} queries x top {top})"
+        elif top is not None:
+            work = f"at most {len(ds.query_ids) * top:,} pairs ({len(ds.query_ids):,} queries x top {top}; its input is computed first)"
+        else:
+            work = f"{len(ds.query_ids):,} queries" + (f" over {len(ds.corpus):,} documents" if stage.reads_corpus else "")
+        planned.append(Planned(sc.name, sc.type, False, work))
+    return RunPlan(str(config.path or "the config"), out, cache.root, planned)
 
 
 def run_config(config: Config, output: str | Path | None = None, cache_dir: str | None = None,
