@@ -345,7 +345,7 @@ def write_worksheet(folder: str | Path, budget: int, output: str | Path, strateg
         pred = est.sampler.prediction()
         design = est.sampler.probabilities(budget, targets, pred)
         powers = [est.sampler.power(t, budget, pred).line(budget) for t in design.aimed if " - " in t]
-        drawn = est.sampler.draw(design.pi, seed)
+        drawn = est.sampler.draw(design, seed)
         units = [est.fr.units[i] for i in drawn]
         aims = "; ".join(design.aimed)
         record = Record(str(g.rf.path), file_digest(g.rf.path / "qrels.trec"), g.measure.name, est.predictor, budget,
@@ -548,7 +548,7 @@ def _round_estimate(rf: RunFolder, worksheets: list[str], graded: list, cache_di
     w, path, rec = got
     g = ground(rf.path, rec.measure)
     est = estimation(g, rec.predictor, cache_dir=cache_dir, design=rec.design)
-    est.sampler.draws = rec.draws  # a round recorded before fixed-size draws is estimated as the Poisson draw it was
+    est.sampler.draws = rec.draws  # a round recorded before capped draws is estimated as the Poisson draw it was
     by_pair = {(x.qid, x.docid): x for x in graded}
     view = None
     if file_digest(rf.path / "qrels.trec") != rec.qrels_sha256:

@@ -1,9 +1,8 @@
 """The hole design and the fixed-size draw (issue 78), each mechanic against its definition on a
 hand-made case: the linearisation (exact at a sure model, its remainder second order), the estimator
 unbiased for the linearised targets and its variance estimate unbiased over every Poisson sample, a census
-exact, the Pareto draw's fixed size and its inclusion probabilities (Rosen's approximation), the strata of
-cost that keep the rows under the budget, Hajek's variance (the textbook one under equal probabilities,
-taken within each stratum), the prior shift's margins, and auto's choice."""
+exact, the capped draw (its exact inclusion probabilities against a brute-force enumeration, its rows
+never above the budget nor under 95% of it), the prior shift's margins, and auto's choice."""
 
 from __future__ import annotations
 
@@ -13,7 +12,8 @@ import numpy as np
 import pytest
 
 from stagebench.judgments.design import Sampler, choose
-from stagebench.judgments.estimate import draw, fixed_size, frame, variance_terms
+from stagebench.judgments.capped import condition, exact as conditional
+from stagebench.judgments.estimate import frame
 from stagebench.judgments.grades import prior_shift
 from stagebench.judgments.linear import cumulative, discounts, estimate_holes, estimate_linear, exact, judged_share, linearise
 from stagebench.metrics.compute import gain_map
@@ -70,7 +70,7 @@ def test_the_estimator_is_unbiased_for_the_linearised_targets_over_every_poisson
     for mask in itertools.product([False, True], repeat=5):
         prob = np.prod([p if m else 1 - p for p, m in zip(pi, mask)])
         drawn = np.flatnonzero(mask)
-        e = estimate_linear(lin, pred, pi, drawn, levels[drawn], None, floor=False)
+        e = estimate_linear(lin, pred, pi, drawn, levels[drawn], floor=False)
         mean += prob * e.value
         second += prob * e.value**2
         mean_var += prob * e.se**2
@@ -81,36 +81,9 @@ def test_the_estimator_is_unbiased_for_the_linearised_targets_over_every_poisson
 def test_a_census_is_exact_in_the_hole_design():
     fr, levels = _case()
     dist = np.full((5, 4), 0.25)
-    e = estimate_holes(fr, dist, GAINS, np.ones(5), np.arange(5), levels, np.ones(5, dtype=int))
+    e = estimate_holes(fr, dist, GAINS, np.ones(5), np.arange(5), levels)
     np.testing.assert_allclose(e.value, exact(fr, GAINS[levels]), atol=1e-12)
     assert not e.se.any()
-
-
-def test_the_pareto_draw_has_the_budgets_size_and_rosens_inclusion_probabilities():
-    rng = np.random.default_rng(0)
-    pi = np.concatenate([[1.0, 1.0], rng.uniform(0.05, 0.9, 40)])
-    pi[2:] *= 14 / pi[2:].sum()  # 2 sure units and 14 drawn among 40: 16 a draw
-    gen = np.random.default_rng(1)
-    hits = np.zeros(len(pi))
-    for _ in range(20000):
-        m = draw(pi, gen, np.ones(len(pi), dtype=int))
-        assert m.sum() == 16 and m[:2].all()
-        hits += m
-    assert np.abs(hits / 20000 - pi).max() < 0.02  # O(1/n) from pi, and sampling error ~0.0035
-
-
-def test_hajeks_variance_is_the_textbook_one_under_equal_probabilities():
-    """Simple random sampling of n of N: the Hajek estimator of the total's variance is N^2 (1 - n/N) s^2 / n."""
-    fr, levels = _case()
-    dist = np.array([[0.1, 0.2, 0.3, 0.4], [0.7, 0.1, 0.1, 0.1], [0.25] * 4, [0.5, 0.3, 0.1, 0.1], [0.1, 0.1, 0.1, 0.7]])
-    lin = linearise(fr, dist, GAINS)
-    pred = lin.predict(dist)
-    pi = np.full(5, 0.6)
-    drawn = np.array([0, 2, 4])
-    e = estimate_linear(lin, pred, pi, drawn, levels[drawn], np.ones(5, dtype=int), floor=False)
-    r = lin.at(drawn, levels[drawn]) - pred.P[:, drawn]
-    s2 = r.var(axis=1, ddof=1)
-    np.testing.assert_allclose(e.se**2, 5**2 * (1 - 3 / 5) * s2 / 3, atol=1e-12)
 
 
 def test_the_prior_shift_meets_the_target_shares_and_keeps_each_rows_odds():
@@ -127,12 +100,13 @@ def test_the_samplers_plan_draw_and_estimate_agree_with_the_functions_they_wrap(
     fr, levels = _case()
     dist = np.full((5, 4), 0.25)
     smp = Sampler("hole", fr, dist, GAINS)
-    pi = smp.probabilities(3).pi
-    assert pi.sum() == pytest.approx(3)
-    drawn = smp.draw(pi, 0)
+    design = smp.probabilities(3)
+    pi = design.pi
+    assert pi.sum() == pytest.approx(3)  # a capped draw of one-row units: exactly the budget, so its pi sum to it
+    drawn = smp.draw(design, 0)
     assert len(drawn) == 3
     e = smp.estimate(pi, drawn, GAINS[levels[drawn]])
-    want = estimate_holes(fr, dist, GAINS, pi, drawn, levels[drawn], smp.strata)
+    want = estimate_holes(fr, dist, GAINS, pi, drawn, levels[drawn])
     np.testing.assert_allclose(e.value, want.value)
 
 
@@ -154,32 +128,40 @@ def test_auto_takes_the_hole_design_only_where_the_judged_documents_make_most_of
     assert judged_share(both, flat, GAINS) == pytest.approx((1 + share) / 2)
 
 
-def test_a_fixed_size_draw_never_passes_the_budget_and_spends_at_least_95_percent_of_it():
-    """Units of 1 to 12 judgments (whole queries): every budget's draw is rows <= budget, and >= 95% of it; each
-    stratum of equal cost draws the whole number its probabilities sum to, Rosen's pi within it."""
+
+
+def test_the_capped_draws_inclusion_probabilities_are_exact_over_every_subset():
+    """Every subset of 7 units of 1 to 4 rows, weighted by its Poisson probability, kept when its rows fall in
+    [5, 7]: each unit's share of the kept mass is what the recursion says."""
+    p = np.array([0.3, 0.6, 0.45, 0.2, 0.7, 0.5, 0.35])
+    cost = np.array([1, 2, 1, 3, 2, 4, 1])
+    kept, inside = 0.0, np.zeros(7)
+    for mask in itertools.product([False, True], repeat=7):
+        m = np.array(mask)
+        if 5 <= cost[m].sum() <= 7:
+            w = np.prod(np.where(m, p, 1 - p))
+            kept += w
+            inside += w * m
+    got, Z = conditional(p, cost, 5, 7)
+    assert Z == pytest.approx(kept, abs=1e-12)
+    np.testing.assert_allclose(got, inside / kept, atol=1e-12)
+
+
+def test_a_capped_draw_never_passes_the_budget_spends_95_percent_and_matches_its_probabilities():
     rng = np.random.default_rng(3)
-    cost = rng.integers(1, 13, 300)
-    weight = rng.uniform(0.1, 3.0, 300)
-    for budget in (40, 100, 300, 1000):
-        share = weight * budget / (weight * cost).sum()
-        pi = fixed_size(np.minimum(share, 1.0), cost, budget)
-        assert 0.95 * budget <= pi @ cost <= budget + 1e-9, (budget, pi @ cost)
-        for c in np.unique(cost):
-            assert pi[cost == c].sum() == pytest.approx(round(pi[cost == c].sum()), abs=1e-9)
-        rows = {int(cost[draw(pi, seed, cost)].sum()) for seed in range(50)}
-        assert rows == {round(pi @ cost)}  # the same rows every draw: a team pays raters by the row
-
-
-def test_hajeks_variance_is_taken_within_each_stratum():
-    r = np.array([[1.0, 3.0, -2.0, 4.0, 6.0]])
-    p = np.array([0.5, 0.5, 0.25, 0.25, 0.25])
-    strata = np.array([1, 1, 2, 2, 2])
-    got = variance_terms(r, p, strata)
-    want = np.zeros(5)
-    for j in ([0, 1], [2, 3, 4]):
-        m = len(j)
-        c = (1 - p[j]) * m / (m - 1)
-        e = r[0, j] / p[j]
-        want[j] = c * (e - (c * e).sum() / c.sum()) ** 2
-    np.testing.assert_allclose(got[0], want)
-    np.testing.assert_allclose(variance_terms(r, p, None)[0], (1 - p) / p**2 * r[0] ** 2)  # Poisson's
+    cost = rng.integers(1, 13, 120)
+    weight = rng.uniform(0.1, 3.0, 120)
+    for budget in (40, 150):
+        target = np.minimum(weight * budget / (weight * cost).sum(), 1.0)
+        capped = condition(target, cost, budget)
+        assert np.abs(capped.pi - target).max() < 0.05  # the fixed point brings the exact ones near the allocation's
+        gen = np.random.default_rng(1)
+        hits, rows = np.zeros(len(cost)), set()
+        for _ in range(4000):
+            m = capped.draw(gen)
+            rows.add(int(cost[m].sum()))
+            hits += m
+        assert min(rows) >= 0.95 * budget and max(rows) <= budget, (budget, min(rows), max(rows))
+        assert np.abs(hits / 4000 - capped.pi).max() < 0.035  # the draw is the design: sampling error ~0.008
+    ones = condition(np.full(50, 0.3), np.ones(50, dtype=int), 15)
+    assert {int(ones.draw(np.random.default_rng(s)).sum()) for s in range(20)} == {15}  # one-row units: the budget

@@ -116,7 +116,7 @@ def simulate(samplers: Mapping[tuple[str, str], Sampler], truth_gains: np.ndarra
             lo, hi, judged = [], [], []
             t0 = time.perf_counter()
             for _ in range(rounds):
-                drawn = smp.draw(design.pi, rng)
+                drawn = smp.draw(design, rng)
                 holes = np.concatenate([np.arange(starts[i], ends[i]) for i in drawn]) if len(drawn) else np.zeros(0, int)
                 e = smp.estimate(design.pi, drawn, truth_gains[holes])
                 lo.append(e.low)

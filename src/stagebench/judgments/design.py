@@ -10,10 +10,10 @@ Two designs (``--design``; ``auto``, the default, picks one by :func:`choose`):
 - ``query``: a query whose ideal can change is one unit (all its holes judged together), so the
   estimator is exactly unbiased with no expansion.
 
-Either way the draw has a fixed size (:func:`~stagebench.judgments.estimate.fixed_size`: the units
-stratified by their cost, a fixed number drawn from each by Pareto pi-ps): the rows never exceed the
-budget (the hole design: exactly the budget). A round recorded before fixed-size draws was Poisson
-(``draw: poisson`` in its record) and is estimated as such.
+Either way the draw is capped (:mod:`stagebench.judgments.capped`: conditional Poisson on the rows, with
+exact inclusion probabilities): the rows never exceed the budget and spend at least 95% of it (the hole
+design: exactly the budget). A round recorded before capped draws was Poisson (``draws: poisson`` in its
+record) and is estimated as such.
 
 Measured (docs/metrics.md#the-hole-design): where the judged documents already make most of each query's
 ideal DCG (the embedded benchmark: 0.88 on average) the hole design settles more pairs at every budget and
@@ -29,13 +29,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from stagebench.judgments.estimate import (Estimate, Frame, Power, Prediction, draw, estimate, fixed_size, frame,
-                                           inclusion, power, Design as Probabilities)  # fmt: skip
+from stagebench.judgments.capped import condition
+from stagebench.judgments.estimate import (Estimate, Frame, Power, Prediction, draw, estimate, frame, inclusion, power,
+                                           Design as Probabilities)  # fmt: skip
 from stagebench.judgments.linear import estimate_holes, judged_share, linearise
 
 HOLE, QUERY, AUTO = "hole", "query", "auto"
 DESIGNS = (HOLE, QUERY)
-FIXED, POISSON = "fixed", "poisson"  # the draws: fixed size by strata of cost, or Poisson (rounds recorded before)
+CAPPED, POISSON = "capped", "poisson"  # the draws: capped at the budget, or Poisson (rounds recorded before)
 #: ``auto`` takes the hole design when the judged documents make at least this share of the expected ideal
 #: DCG, on average over the queries (the embedded benchmark 0.88, Cranfield hidden 0.50, ESCI rows 0.19)
 HOLE_WHEN = 0.75
@@ -58,7 +59,7 @@ class Sampler:
     fr: Frame
     dist: np.ndarray  # (holes, levels), Frame.holes order
     gains: np.ndarray  # each level's gain, ascending
-    draws: str = FIXED  # FIXED or POISSON
+    draws: str = CAPPED  # CAPPED or POISSON
 
     @classmethod
     def over(cls, kind: str, ranked: Mapping[str, Mapping[str, Sequence[str]]], qrels: Mapping[str, Mapping[str, int]],
@@ -72,12 +73,8 @@ class Sampler:
 
     @property
     def cost(self) -> np.ndarray:
-        """Every unit's judgments (its holes): the strata of a fixed-size draw."""
+        """Every unit's judgments (its holes)."""
         return np.array([u.cost for u in self.fr.units], dtype=np.int64)
-
-    @property
-    def strata(self) -> np.ndarray | None:
-        return self.cost if self.draws == FIXED else None
 
     @property
     def means(self) -> np.ndarray:
@@ -98,18 +95,20 @@ class Sampler:
 
     def probabilities(self, budget: int, aim: Sequence[str] | None = None, pred: Prediction | None = None) -> Probabilities:
         """Every unit's probability for ``budget`` judgments (:func:`~stagebench.judgments.estimate.inclusion`'s
-        allocation, then made a fixed-size draw's)."""
+        allocation; a capped draw's exact ones, :func:`~stagebench.judgments.capped.condition`)."""
         design = inclusion(self.fr, pred or self.prediction(), budget, aim)
-        if self.draws == FIXED:
-            design = Probabilities(fixed_size(design.pi, self.cost, budget), design.aimed, design.reachable)
+        if self.draws == CAPPED and len(design.pi):
+            capped = condition(design.pi, self.cost, budget)
+            design = Probabilities(capped.pi, design.aimed, design.reachable, capped)
         return design
 
     def power(self, target: str, budget: int, pred: Prediction | None = None) -> Power:
         return power(self.fr, pred or self.prediction(), target, budget)
 
-    def draw(self, pi: np.ndarray, seed) -> np.ndarray:
-        """The drawn units' indices."""
-        return np.flatnonzero(draw(pi, seed, self.strata))
+    def draw(self, design: Probabilities, seed) -> np.ndarray:
+        """The drawn units' indices (``design``: :meth:`probabilities`')."""
+        rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+        return np.flatnonzero(design.capped.draw(rng) if design.capped is not None else draw(design.pi, rng))
 
     def estimate(self, pi: np.ndarray, drawn: Sequence[int], drawn_gains: np.ndarray) -> Estimate:
         """The estimate from the drawn units (``drawn_gains``: their holes' judged gains, unit by unit)."""
@@ -118,9 +117,9 @@ class Sampler:
             levels = np.searchsorted(self.gains, drawn_gains)
             if len(levels) and (levels.max() >= len(self.gains) or not np.allclose(self.gains[levels], drawn_gains)):
                 raise ValueError("a judged gain is not on the scale's gains")
-            return estimate_holes(self.fr, self.dist, self.gains, pi, idx, levels, self.strata)
+            return estimate_holes(self.fr, self.dist, self.gains, pi, idx, levels)
         return estimate(self.fr, self.means, pi, idx, drawn_gains, float(self.gains.min()), float(self.gains.max()),
-                        variances=self.variances, strata=self.strata)  # fmt: skip
+                        variances=self.variances)  # fmt: skip
 
 
-__all__ = ["AUTO", "DESIGNS", "FIXED", "HOLE", "HOLE_WHEN", "POISSON", "QUERY", "Sampler", "choose"]
+__all__ = ["AUTO", "CAPPED", "DESIGNS", "HOLE", "HOLE_WHEN", "POISSON", "QUERY", "Sampler", "choose"]

@@ -58,6 +58,7 @@ from itertools import combinations
 import numpy as np
 from scipy.stats import t as student_t
 
+from stagebench.judgments.capped import Capped
 from stagebench.metrics.compute import dcg
 
 Z95 = 1.959963984540054
@@ -269,11 +270,13 @@ def _allocate(weight: np.ndarray, cost: np.ndarray, budget: float) -> np.ndarray
 
 @dataclass(frozen=True)
 class Design:
-    """Every unit's probability of being drawn, and the pairs they aim at."""
+    """Every unit's probability of being drawn, and the pairs they aim at; ``capped``: the rejective design
+    that keeps the rows under the budget (``pi`` then its exact inclusion probabilities), None: Poisson."""
 
     pi: np.ndarray
     aimed: list[str]
     reachable: dict[str, bool]
+    capped: Capped | None = None
 
 
 def inclusion(fr: Frame, pred: Prediction, budget: int, aim: Sequence[str] | None = None) -> Design:
@@ -349,89 +352,10 @@ def power(fr: Frame, pred: Prediction, target: str, budget: int) -> Power:
     return Power(target, d, at_budget, hi)
 
 
-def fixed_size(pi: np.ndarray, cost: np.ndarray, budget: int) -> np.ndarray:
-    """The probabilities of a fixed-size draw of about the same shape as ``pi``: the units stratified by
-    their cost (judgments a unit), each stratum drawing a fixed number ``n_c`` of its units, so that the rows
-    are ``sum_c c n_c``, never above ``budget``: ``n_c`` is ``floor(sum of pi in c)``, then one more unit in
-    the strata of the largest remainders, then in any stratum whose cost still fits (the largest first).
-    Within a stratum, ``pi`` is rescaled to sum to ``n_c``, capped at 1 (the excess spread over the rest)."""
-    out = np.zeros(len(pi))
-    if not len(pi):
-        return out
-    strata = {c: np.flatnonzero(cost == c) for c in np.unique(cost)}
-    total = {c: float(pi[i].sum()) for c, i in strata.items()}
-    n = {c: min(int(np.floor(total[c] + 1e-9)), len(i)) for c, i in strata.items()}
-    left = budget - sum(int(c) * k for c, k in n.items())
-    for c in sorted(strata, key=lambda c: -(total[c] - n[c])):  # the largest remainders first
-        if 0 < total[c] - n[c] and c <= left and n[c] < len(strata[c]):
-            n[c] += 1
-            left -= int(c)
-    for c in sorted(strata, reverse=True):  # what still fits: the costliest units first, the fewest rows left over
-        while c <= left and n[c] < len(strata[c]):
-            n[c] += 1
-            left -= int(c)
-    for c, idx in strata.items():
-        w = np.maximum(pi[idx], 1e-12)
-        if n[c] >= len(idx):
-            out[idx] = 1.0
-            continue
-        lo, hi = 0.0, n[c] / w.sum()
-        while np.minimum(1.0, hi * w).sum() < n[c]:
-            hi *= 2
-        for _ in range(200):
-            mid = (lo + hi) / 2
-            lo, hi = (mid, hi) if np.minimum(1.0, mid * w).sum() < n[c] else (lo, mid)
-        lam = np.minimum(1.0, hi * w)
-        lam *= n[c] / lam.sum() if lam.sum() > 0 else 0.0  # the bisection's last rounding: the stratum sums to n_c
-        out[idx] = np.minimum(lam, 1.0)
-    return out
-
-
-def draw(pi: np.ndarray, seed: int | Sequence[int] | np.random.Generator,
-         strata: np.ndarray | None = None) -> np.ndarray:  # fmt: skip
-    """The drawn units (a mask), seeded. Poisson sampling (``strata`` None): each unit in independently with
-    its probability. Otherwise Pareto pi-ps sampling (Rosen, *J. Statist. Plann. Inference* 62, 1997) in each
-    stratum (units of equal ``strata`` value): its units of probability 1, and of the others the
-    ``n = round(sum pi)`` with the smallest ranking variables ``Q = [U / (1 - U)] / [pi / (1 - pi)]``; the size
-    is exactly ``n``, and each unit's inclusion probability is ``pi`` to within ``O(1/n)`` (Rosen's
-    approximation, checked by tests/judge/test_hole_design.py), which the estimator takes as exact."""
+def draw(pi: np.ndarray, seed: int | Sequence[int] | np.random.Generator) -> np.ndarray:
+    """Poisson sampling: each unit in independently with its probability (seeded; a mask)."""
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
-    u = rng.random(len(pi))
-    if strata is None:
-        return u < pi
-    out = pi >= 1.0
-    for c in np.unique(strata):
-        rest = np.flatnonzero((strata == c) & (pi < 1.0) & (pi > 0))
-        n = int(round(float(pi[rest].sum())))
-        if n > 0:
-            lam = pi[rest]
-            q = (u[rest] / (1 - u[rest])) / (lam / (1 - lam))
-            out[rest[np.argsort(q, kind="stable")[:n]]] = True
-    return out
-
-
-def variance_terms(r: np.ndarray, p: np.ndarray, strata: np.ndarray | None) -> np.ndarray:
-    """(targets, drawn units): each drawn unit's term of the variance estimate (units drawn with certainty
-    add none). Poisson sampling (``strata`` None): ``(1 - p) / p^2 r^2``, unbiased. A fixed-size draw a
-    stratum: Hajek's approximation, ``c (r / p - mean)^2`` with ``c = (1 - p) m / (m - 1)`` and the mean of
-    ``r / p`` weighted by ``c`` over the stratum's ``m`` drawn units (Tille, *Sampling Algorithms*, 2006,
-    sec. 7.5; under equal probabilities, the textbook ``N^2 (1 - f) s^2 / n``)."""
-    out = np.zeros_like(r)
-    open_ = p < 1.0
-    if strata is None:
-        out[:, open_] = (1 - p[open_]) / p[open_] ** 2 * r[:, open_] ** 2
-        return out
-    for c in np.unique(strata[open_]) if open_.any() else ():
-        j = np.flatnonzero(open_ & (strata == c))
-        m = len(j)
-        if m < 2:  # one unit cannot say how its stratum varies: Poisson's term, which overstates it
-            out[:, j] = (1 - p[j]) / p[j] ** 2 * r[:, j] ** 2
-            continue
-        w = (1 - p[j]) * m / (m - 1)
-        e = r[:, j] / p[j]
-        centre = (e * w).sum(axis=1, keepdims=True) / max(float(w.sum()), 1e-300)
-        out[:, j] = w * (e - centre) ** 2
-    return out
+    return rng.random(len(pi)) < pi
 
 
 @dataclass(frozen=True)
@@ -479,8 +403,7 @@ def recalibrated(means: np.ndarray, sampled: np.ndarray, gains: np.ndarray, weig
 
 
 def estimate(fr: Frame, means: np.ndarray, pi: np.ndarray, drawn: Sequence[int], drawn_gains: np.ndarray,
-             low: float, high: float, refit: bool = True, variances: np.ndarray | None = None,
-             strata: np.ndarray | None = None) -> Estimate:  # fmt: skip
+             low: float, high: float, refit: bool = True, variances: np.ndarray | None = None) -> Estimate:  # fmt: skip
     """The estimator of the module doc: ``means`` every hole's predicted gain (:meth:`Frame.holes`
     order), ``drawn`` the drawn units' indices, ``drawn_gains`` the judged gains of their holes (in
     the same order), ``low``/``high`` the scale's lowest and highest gain. With ``refit`` the
@@ -490,9 +413,10 @@ def estimate(fr: Frame, means: np.ndarray, pi: np.ndarray, drawn: Sequence[int],
     ``variances``: every hole's predicted gain variance; given, the variance is floored by the model's
     variance of every unit scaled to the residuals the sample shows (a handful of drawn whole queries
     cannot estimate their own spread: at 100 judgments on the embedded benchmark the floor lifts the
-    worst coverage from 0.92 to 0.95); None: the design-based variance alone (unbiased). ``strata``: every
-    unit's stratum of a fixed-size draw (:func:`fixed_size`), for Hajek's variance (:func:`variance_terms`);
-    None: Poisson sampling."""
+    worst coverage from 0.92 to 0.95); None: the design-based variance alone (unbiased). The variance is
+    Poisson sampling's; a draw capped at the budget (:mod:`stagebench.judgments.capped`) passes its exact
+    inclusion probabilities as ``pi``, and its variance is taken in the same form (Hajek's approximation
+    for a rejective design, less its centring: the residuals' mean is near 0 by construction)."""
     idx = np.asarray(drawn, dtype=int)
     spans = [fr.spans[i] for i in idx]
     sampled = np.concatenate([np.arange(a, b) for a, b in spans]) if spans else np.zeros(0, dtype=int)
@@ -520,7 +444,7 @@ def estimate(fr: Frame, means: np.ndarray, pi: np.ndarray, drawn: Sequence[int],
     value = (known + P_all.sum(axis=1) - P_all[:, idx[sure]].sum(axis=1) + F[:, sure].sum(axis=1)
              + (r[:, ~sure] / p[~sure]).sum(axis=1))  # fmt: skip
     r = np.where(sure, 0.0, r)
-    each = variance_terms(r, p, None if strata is None else strata[idx])
+    each = (1 - p) / p**2 * r**2
     var = each.sum(axis=1)
     # the Welch-Satterthwaite degrees of freedom: few when a few drawn units carry the variance
     df = np.where(var > 0, var**2 / np.maximum((each**2).sum(axis=1), 1e-300), np.inf)
@@ -538,4 +462,4 @@ def estimate(fr: Frame, means: np.ndarray, pi: np.ndarray, drawn: Sequence[int],
 
 
 __all__ = ["UNIFORM_SHARE", "Z95", "Design", "Estimate", "Frame", "Power", "Prediction", "QueryFrame", "Unit", "draw",
-           "estimate", "fixed_size", "frame", "inclusion", "power", "predict", "variance_terms"]  # fmt: skip
+           "estimate", "frame", "inclusion", "power", "predict"]  # fmt: skip

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from stagebench.judgments.estimate import MIN_REFIT, Estimate, Frame, Prediction, variance_terms
+from stagebench.judgments.estimate import MIN_REFIT, Estimate, Frame, Prediction
 from stagebench.judgments.grades import prior_shift
 
 
@@ -151,17 +151,16 @@ def exact(fr: Frame, gains: np.ndarray) -> np.ndarray:
 
 
 def estimate_linear(lin: Linear, pred: Prediction, pi: np.ndarray, drawn: np.ndarray, levels: np.ndarray,
-                    strata: np.ndarray | None, floor: bool = True) -> Estimate:  # fmt: skip
+                    floor: bool = True) -> Estimate:  # fmt: skip
     """The difference estimator on the linearised targets: ``known + sum_h P_h + sum_{h drawn} (phi_h - P_h) / pi_h``
-    (``drawn``: the drawn holes' indices; ``levels``: their judged grade levels). Its variance:
-    :func:`~stagebench.judgments.estimate.variance_terms` (``strata``: every hole's stratum of a fixed-size
-    draw; None: Poisson sampling); with ``floor``, no smaller than the model's variance of every hole scaled
-    to the residuals the sample shows (as :func:`~stagebench.judgments.estimate.estimate`)."""
+    (``drawn``: the drawn holes' indices; ``levels``: their judged grade levels). Its variance and degrees
+    of freedom as :func:`~stagebench.judgments.estimate.estimate`'s: ``sum (1 - pi) / pi^2 r^2``, with
+    ``floor`` no smaller than the model's variance of every hole scaled to the residuals the sample shows."""
     idx = np.asarray(drawn, dtype=int)
     p = pi[idx]
     r = lin.at(idx, levels) - pred.P[:, idx]
     value = pred.known + pred.P.sum(axis=1) + (r / p).sum(axis=1)
-    each = variance_terms(r, p, None if strata is None else strata[idx])
+    each = np.where(p < 1.0, (1 - p) / p**2 * r**2, 0.0)
     var = each.sum(axis=1)
     df = np.where(var > 0, var**2 / np.maximum((each**2).sum(axis=1), 1e-300), np.inf)
     open_ = p < 1.0
@@ -176,7 +175,7 @@ def estimate_linear(lin: Linear, pred: Prediction, pi: np.ndarray, drawn: np.nda
 
 
 def estimate_holes(fr: Frame, dist: np.ndarray, gains: np.ndarray, pi: np.ndarray, drawn: np.ndarray,
-                   levels: np.ndarray, strata: np.ndarray | None, shift: bool = True) -> Estimate:  # fmt: skip
+                   levels: np.ndarray, shift: bool = True) -> Estimate:  # fmt: skip
     """The hole design's estimate: the grade model's distributions shifted to the grade shares the sample
     estimates (:func:`~stagebench.judgments.grades.prior_shift`, from the drawn holes weighted by 1/pi),
     the targets linearised there (:func:`linearise`), then :func:`estimate_linear`. The shift moves the
@@ -197,7 +196,7 @@ def estimate_holes(fr: Frame, dist: np.ndarray, gains: np.ndarray, pi: np.ndarra
         dist = dist.copy()
         dist[idx[sure]] = np.eye(len(gains))[levels[sure]]
     lin = linearise(fr, dist, gains)
-    return estimate_linear(lin, lin.predict(dist), pi, idx, levels, strata)
+    return estimate_linear(lin, lin.predict(dist), pi, idx, levels)
 
 
 __all__ = ["Linear", "cumulative", "discounts", "estimate_holes", "estimate_linear", "exact", "judged_share", "linearise"]

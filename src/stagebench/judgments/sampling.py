@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from stagebench.errors import StagebenchError
-from stagebench.judgments.design import DESIGNS, FIXED, POISSON, QUERY, Sampler
+from stagebench.judgments.design import CAPPED, DESIGNS, POISSON, QUERY, Sampler
 from stagebench.judgments.estimate import Estimate, Frame
 from stagebench.judgments.grades import (BinnedScores, Constant, GradePredictor, JudgeGrades, LearnedGrades, PairFeatures,
                                          Quality, cross_fitted_quality)
@@ -112,7 +112,7 @@ class Record:
     round: str = ""  # the round's identity (:meth:`identity`), which every row of its worksheet carries
     power: list[str] = field(default_factory=list)  # for each aimed pair, what the budget buys it (estimate.Power)
     design: str = QUERY  # the sampling design (design.DESIGNS); a record written before designs were named: query
-    draws: str = POISSON  # how the units were drawn (FIXED size, or POISSON: every record written before fixed sizes)
+    draws: str = POISSON  # how the units were drawn (CAPPED at the budget, or POISSON: every record written before them)
 
     def identity(self) -> str:
         """The round's id: a digest of what it drew from and what it drew (the same plan, the same id)."""
@@ -132,7 +132,7 @@ class Record:
                 raise ValueError
             rec = cls(**raw)
             rec.round = rec.round or rec.identity()  # a record written before rounds had ids
-            if rec.design not in DESIGNS or rec.draws not in (FIXED, POISSON):
+            if rec.design not in DESIGNS or rec.draws not in (CAPPED, POISSON):
                 raise ValueError
             for u in rec.units:
                 if not (isinstance(u["qid"], str) and isinstance(u["docids"], list) and 0 < float(u["probability"]) <= 1):
