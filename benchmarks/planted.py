@@ -46,6 +46,7 @@ TUNING = "tests/fitting/test_tune.py::"
 DEFS = "tests/test_definitions.py::"
 EST_DEFS = "tests/judge/test_estimator_definitions.py::"
 ESTIMATE = "tests/judge/test_estimate.py::"
+HOLES = "tests/judge/test_hole_design.py::"
 
 BUGS: tuple[Bug, ...] = (
     Bug("depth sweeps", "ceiling at the stage's top_n, not at each depth", "src/stagebench/results/depth.py",
@@ -280,6 +281,22 @@ BUGS: tuple[Bug, ...] = (
         (EST_DEFS + "test_the_fixed_ideal_rule_needs_k_judged_documents_at_the_top_grade",)),
     Bug("estimation", "a census left to the cross-fitted refit", "src/stagebench/judgments/estimate.py",
         "sure = p >= 1.0", "sure = p > 1.0", (ESTIMATE + "test_a_census_is_exact_whatever_the_model_and_the_refit",)),
+    # issue 78: the hole design and the capped draw (tests/judge/test_hole_design.py)
+    Bug("estimation", "the ideal's change left out of the linearisation", "src/stagebench/judgments/linear.py",
+        "lift = np.concatenate([[0.0], np.cumsum(steps * slopes)])", "lift = np.zeros(len(gains))",
+        (HOLES + "test_the_linearisation_is_exact_at_a_sure_model_and_its_remainder_is_second_order",)),
+    Bug("estimation", "a hole drawn with certainty still predicted, not known", "src/stagebench/judgments/linear.py",
+        "dist[idx[sure]] = np.eye(len(gains))[levels[sure]]", "dist[idx[sure]] = dist[idx[sure]]",
+        (HOLES + "test_a_census_is_exact_in_the_hole_design",)),
+    Bug("estimation", "the capped draw's window one row short", "src/stagebench/judgments/capped.py",
+        "top = np.clip(hi - r - c, -1, hi) + 1", "top = np.clip(hi - r - c, -1, hi)",
+        (HOLES + "test_the_capped_draws_inclusion_probabilities_are_exact_over_every_subset",)),
+    Bug("estimation", "the capped draw's working probabilities taken as its inclusion probabilities",
+        "src/stagebench/judgments/capped.py", "    pi[open_] = pi_open\n", "    pi[open_] = p\n",
+        (HOLES + "test_a_capped_draw_never_passes_the_budget_spends_95_percent_and_matches_its_probabilities",)),
+    Bug("estimation", "auto takes the hole design where the ideals rest on the holes", "src/stagebench/judgments/design.py",
+        "kind = HOLE if share >= HOLE_WHEN else QUERY", "kind = HOLE if share <= HOLE_WHEN else QUERY",
+        (HOLES + "test_auto_takes_the_hole_design_only_where_the_judged_documents_make_most_of_each_ideal",)),
     Bug("estimation", "coverage counts an interval that holds either end", "src/stagebench/judgments/coverage.py",
         "(low <= theta + 1e-12) & (theta - 1e-12 <= high)", "(low <= theta + 1e-12) | (theta - 1e-12 <= high)",
         (EST_DEFS + "test_coverage_counts_an_interval_only_when_it_holds_the_truth_at_both_ends",)),
