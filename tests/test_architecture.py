@@ -23,7 +23,7 @@ LAYERS = {
         "stages.llm_rerank", "stages.oracle", "stages.pyterrier", "stages", "results.interop", "results", "results.ceilings", "results.queries", "results.folder", "results.depth",
         "results.scoring", "results.cost", "results.check", "results.compare", "results.segments", "results.matrix", "results.experiment", "judgments", "judgments.agreement", "judgments.pool",
         "judgments.views", "judgments.incompleteness", "judgments.planning", "judgments.worksheet", "judgments.grades", "judgments.estimate",
-        "judgments.coverage", "judgments.sampling", "results.baselines", "judge.rules",
+        "judgments.capped", "judgments.linear", "judgments.design", "judgments.coverage", "judgments.sampling", "results.baselines", "judge.rules",
         "judge.ask", "judge.section", "outputs"],
     3: ["config", "report", "report.tables", "report.plots", "report.explorer", "report.html", "report.write"],
     4: ["execute", "judge.grading", "judging", "pipeline", "fitting", "fitting.finetune", "fitting.train", "fitting.tune", "reproductions", "runtime.supervisor"],
@@ -139,7 +139,8 @@ CLI_MAY_IMPORT = {
     "stagebench.cache",  # human_bytes, for cache ls
     "stagebench.config", "stagebench.results.check", "stagebench.data.synthetic",  # flag declarations
     "stagebench.report", "stagebench.report.tables", "stagebench.reproductions",  # renderers
-    "stagebench.judgments.planning", "stagebench.results.segments", "stagebench.results.scoring",  # choices, defaults, words
+    "stagebench.judgments.planning", "stagebench.judgments.design", "stagebench.results.segments",  # choices, defaults,
+    "stagebench.results.scoring",  # words
     "stagebench.runtime.supervisor", "stagebench.runtime.engine",  # run on a Ray engine: the driver in a watched child,
     # connected before its run
 }  # fmt: skip

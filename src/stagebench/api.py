@@ -85,7 +85,7 @@ from stagebench.fitting.tune import run_tune
 
 __all__ = [
     # the verbs stagebench itself exports, and the types they return
-    "run", "check_run", "open", "compare", "tune", "evaluate", "stage", "load_config", "load_dataset",
+    "run", "check_run", "dry_run", "open", "compare", "tune", "evaluate", "stage", "load_config", "load_dataset",
     "Result", "Comparison", "Evaluation", "TuneResult", "Config", "Dataset", "StageSpec", "Cascade", "StageRun",
     "Reranker", "StagebenchError",
     # one call per CLI command on a folder, training, reproductions and upkeep (stagebench.api.<name>)
@@ -95,6 +95,7 @@ __all__ = [
     "evaluate_files", "ir_measures_version",
     # what those return
     "SegmentTable", "MatrixTable", "Check", "FileEvaluation", "Worksheet", "Simulation", "Incompleteness", "HoleViews", "Reproduced",
+    "RunPlan",
 ]  # fmt: skip
 
 def config_from(config: Config | Mapping[str, Any] | str | Path, engine: str | None = None) -> Config:
@@ -255,8 +256,8 @@ def run(config: Config | Mapping[str, Any] | str | Path, output: str | Path | No
     return Result(res.output, res.table, res.table_text, res.judge_text, _runs=res.runs, _per_query=res.per_query)
 
 
-def plan(config: Config | Mapping[str, Any] | str | Path, output: str | Path | None = None,
-         cache_dir: str | None = None, recompute: bool = False) -> RunPlan:  # fmt: skip
+def dry_run(config: Config | Mapping[str, Any] | str | Path, output: str | Path | None = None,
+            cache_dir: str | None = None, recompute: bool = False) -> RunPlan:  # fmt: skip
     """``stagebench run --dry-run``: each stage of the config cached or to compute, and its work (pairs for
     a reranker), with nothing computed or written (:func:`stagebench.pipeline.plan_run`)."""
     return plan_run(config_from(config), output, cache_dir, recompute)

@@ -51,7 +51,7 @@ def _parser_run(sub) -> None:
 def _cmd_run(args: argparse.Namespace) -> int:
     config = api.load_config(args.config, engine=args.engine)
     if args.dry_run:
-        sys.stdout.write(api.plan(config, args.output, cache_dir=args.cache_dir, recompute=args.recompute).text())
+        sys.stdout.write(api.dry_run(config, args.output, cache_dir=args.cache_dir, recompute=args.recompute).text())
         return 0
     engine = config.ray_engine()
     if engine is not None and getattr(args, "argv", None) is not None:
