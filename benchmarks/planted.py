@@ -286,7 +286,7 @@ BUGS: tuple[Bug, ...] = (
         "lift = np.concatenate([[0.0], np.cumsum(steps * slopes)])", "lift = np.zeros(len(gains))",
         (HOLES + "test_the_linearisation_is_exact_at_a_sure_model_and_its_remainder_is_second_order",)),
     Bug("estimation", "a hole drawn with certainty still predicted, not known", "src/stagebench/judgments/linear.py",
-        "dist[idx[sure]] = np.eye(len(gains))[levels[sure]]", "dist[idx[sure]] = dist[idx[sure]]",
+        "dist[holes[sure]] = np.eye(len(gains))[levels[sure]]", "dist[holes[sure]] = dist[holes[sure]]",
         (HOLES + "test_a_census_is_exact_in_the_hole_design",)),
     Bug("estimation", "the capped draw's window one row short", "src/stagebench/judgments/capped.py",
         "top = np.clip(hi - r - c, -1, hi) + 1", "top = np.clip(hi - r - c, -1, hi)",

@@ -232,13 +232,14 @@ def estimation(g: Ground, predictor: str | None, qrels: dict | None = None, cach
         features = PairFeatures(runs, ds.queries, ds.doc_text)
     model, quality = grade_model(predictor, runs, types, qrels, grades, said, features)
     gains = np.array([gain(x) for x in grades], dtype=np.float64)
+    labelled = {(q, d): x for q, docs in qrels.items() for d, x in docs.items()}
+    prior = Constant.fit(labelled, grades).p  # the judged pairs' grade shares: what decides the design, not the model
     if design == AUTO:
         fr = frame(g.ranked, qrels, g.queries, g.measure.cutoff, gain, g.top)
-        labelled = {(q, d): x for q, docs in qrels.items() for d, x in docs.items()}
-        design, why = choose(fr, Constant.fit(labelled, grades).distributions(fr.holes()), gains)
+        design, why = choose(fr, np.tile(prior, (len(fr.holes()), 1)), gains)
         log.info("%s: %s", g.rf.path, why)
     sampler = Sampler.over(design, g.ranked, qrels, g.queries, g.measure.cutoff, gain, g.top,
-                           lambda holes: (model.distributions(holes), gains))  # fmt: skip
+                           lambda holes: (model.distributions(holes), gains), prior)  # fmt: skip
     return Estimation(g, sampler, model.name, quality.line())
 
 
@@ -442,8 +443,10 @@ def estimate_coverage(folder: str | Path, budgets: list[int], rounds: int = 200,
              "constant": Constant.fit(labelled, sorted(g.scale)).distributions(est.fr.holes())}  # the same holes' order
     if est.predictor not in ("constant", "judge"):
         dists[f"{est.predictor} (shuffled)"] = est.sampler.dist[np.random.default_rng(seed).permutation(len(y))]
+    prior = Constant.fit(labelled, sorted(g.scale)).p
     frames = {kind: est.fr if kind == est.sampler.kind else
-              frame(g.ranked, qrels, g.queries, k, gain, g.top, design=kind) for kind in designs}  # fmt: skip
+              Sampler.over(kind, g.ranked, qrels, g.queries, k, gain, g.top, lambda h: (dists["constant"], est.gains), prior).fr
+              for kind in designs}  # fmt: skip
     samplers = {(name, kind): Sampler(kind, fr, dist, est.gains) for name, dist in dists.items() for kind, fr in frames.items()}
     cov = simulate_rounds(samplers, y, budgets, rounds, seed)
     cov.notes = [f"{g.rf.path}: {g.measure.name}, {len(g.queries)} queries, {len(est.fr.holes()):,} holes in "

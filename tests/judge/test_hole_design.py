@@ -15,7 +15,7 @@ from stagebench.judgments.design import Sampler, choose
 from stagebench.judgments.capped import condition, exact as conditional
 from stagebench.judgments.estimate import frame
 from stagebench.judgments.grades import prior_shift
-from stagebench.judgments.linear import cumulative, discounts, estimate_holes, estimate_linear, exact, judged_share, linearise
+from stagebench.judgments.linear import cumulative, discounts, estimate_units, exact, judged_share, linearise
 from stagebench.metrics.compute import gain_map
 
 LINEAR = gain_map("linear")
@@ -60,29 +60,49 @@ def test_the_linearisation_is_exact_at_a_sure_model_and_its_remainder_is_second_
     assert rem[1] == pytest.approx(rem[0] / 4, rel=0.1)  # halving the distance quarters it: second order
 
 
-def test_the_estimator_is_unbiased_for_the_linearised_targets_over_every_poisson_sample():
-    fr, levels = _case()
-    dist = np.array([[0.1, 0.2, 0.3, 0.4], [0.7, 0.1, 0.1, 0.1], [0.25] * 4, [0.5, 0.3, 0.1, 0.1], [0.1, 0.1, 0.1, 0.7]])
-    lin = linearise(fr, dist, GAINS)
-    pred = lin.predict(dist)
-    target = lin.const + lin.at(np.arange(5), levels).sum(axis=1)
-    pi = np.array([0.3, 0.8, 0.45, 0.6, 0.5])
-    mean, second, mean_var = (np.zeros_like(target) for _ in range(3))
-    for mask in itertools.product([False, True], repeat=5):
+def _brute_force(fr, dist, levels, pi):
+    """Every subset of the units, weighted by its Poisson probability: the mean estimate, the estimate's
+    variance and the mean variance estimate (no shift, no floor: the estimator's own definition)."""
+    spans = fr.spans
+    out = [np.zeros(len(fr.targets)) for _ in range(3)]
+    for mask in itertools.product([False, True], repeat=len(fr.units)):
         prob = np.prod([p if m else 1 - p for p, m in zip(pi, mask)])
         drawn = np.flatnonzero(mask)
-        e = estimate_linear(lin, pred, pi, drawn, levels[drawn], floor=False)
-        mean += prob * e.value
-        second += prob * e.value**2
-        mean_var += prob * e.se**2
+        gains = np.concatenate([GAINS[levels[a:b]] for a, b in (spans[i] for i in drawn)]) if len(drawn) else np.zeros(0)
+        e = estimate_units(fr, dist, GAINS, pi, drawn, gains, shift=False, floor=False)
+        out[0] += prob * e.value
+        out[1] += prob * e.value**2
+        out[2] += prob * e.se**2
+    return out[0], out[1] - out[0] ** 2, out[2]
+
+
+DIST = np.array([[0.1, 0.2, 0.3, 0.4], [0.7, 0.1, 0.1, 0.1], [0.25] * 4, [0.5, 0.3, 0.1, 0.1], [0.1, 0.1, 0.1, 0.7]])
+
+
+def test_the_estimator_is_unbiased_for_the_linearised_targets_over_every_poisson_sample():
+    fr, levels = _case()
+    lin = linearise(fr, DIST, GAINS)
+    target = lin.const + lin.at(np.arange(5), levels).sum(axis=1)
+    mean, variance, mean_var = _brute_force(fr, DIST, levels, np.array([0.3, 0.8, 0.45, 0.6, 0.5]))
     np.testing.assert_allclose(mean, target, atol=1e-12)
-    np.testing.assert_allclose(mean_var, second - mean**2, atol=1e-12)
+    np.testing.assert_allclose(mean_var, variance, atol=1e-12)
+
+
+def test_a_query_judged_whole_is_exact_so_the_mixed_estimator_is_unbiased_for_the_truth():
+    """q2 (its ideal on one judged Substitute) judged whole, q1's holes single (its ideal fixed, so exactly
+    linear): over every sample the mean estimate is the true table, with no expansion left."""
+    fr = frame(RANKED, QRELS, ["q1", "q2"], 3, LINEAR, 3, design="hole", whole={"q2"})
+    assert [u.holes for u in fr.units] == [("h1",), ("h2",), ("g1", "g2", "g3")]
+    levels = np.array([TRUTH[h] for h in fr.holes()])
+    mean, variance, mean_var = _brute_force(fr, DIST, levels, np.array([0.3, 0.8, 0.45]))
+    np.testing.assert_allclose(mean, exact(fr, GAINS[levels]), atol=1e-12)
+    np.testing.assert_allclose(mean_var, variance, atol=1e-12)
 
 
 def test_a_census_is_exact_in_the_hole_design():
     fr, levels = _case()
     dist = np.tile([0.7, 0.1, 0.1, 0.1], (5, 1))  # far from the grades: its expansion alone is 0.10 off
-    e = estimate_holes(fr, dist, GAINS, np.ones(5), np.arange(5), levels)
+    e = estimate_units(fr, dist, GAINS, np.ones(5), np.arange(5), GAINS[levels])
     np.testing.assert_allclose(e.value, exact(fr, GAINS[levels]), atol=1e-12)
     assert not e.se.any()
 
@@ -107,7 +127,7 @@ def test_the_samplers_plan_draw_and_estimate_agree_with_the_functions_they_wrap(
     drawn = smp.draw(design, 0)
     assert len(drawn) == 3
     e = smp.estimate(pi, drawn, GAINS[levels[drawn]])
-    want = estimate_holes(fr, dist, GAINS, pi, drawn, levels[drawn])
+    want = estimate_units(fr, dist, GAINS, pi, drawn, GAINS[levels[drawn]])
     np.testing.assert_allclose(e.value, want.value)
 
 
@@ -166,3 +186,14 @@ def test_a_capped_draw_never_passes_the_budget_spends_95_percent_and_matches_its
         assert np.abs(hits / 4000 - capped.pi).max() < 0.035  # the draw is the design: sampling error ~0.008
     ones = condition(np.full(50, 0.3), np.ones(50, dtype=int), 15)
     assert {int(ones.draw(np.random.default_rng(s)).sum()) for s in range(20)} == {15}  # one-row units: the budget
+
+
+def test_the_hole_design_judges_whole_the_queries_whose_ideal_rests_on_their_holes():
+    """Under the judged pairs' shares, q1's ideal is all judged (share 1: its holes single) and q2's mostly
+    holes (share under 0.75: one unit)."""
+    smp = Sampler.over("hole", RANKED, QRELS, ["q1", "q2"], 3, LINEAR, 3,
+                       lambda holes: (np.full((len(holes), 4), 0.25), GAINS), prior=np.full(4, 0.25))  # fmt: skip
+    assert [u.holes for u in smp.fr.units] == [("h1",), ("h2",), ("g1", "g2", "g3")]
+    flat = Sampler.over("hole", RANKED, QRELS, ["q1", "q2"], 3, LINEAR, 3,
+                        lambda holes: (np.full((len(holes), 4), 0.25), GAINS))  # fmt: skip
+    assert len(flat.fr.units) == 5  # no prior: every hole a unit

@@ -4,9 +4,10 @@ grade model's predictions, every unit's probability for a budget, the draw, and 
 
 Two designs (``--design``; ``auto``, the default, picks one by :func:`choose`):
 
-- ``hole``: every hole is a unit, so one judgment buys one hole in every query; the targets are
-  linearised where a query's ideal can change (:mod:`stagebench.judgments.linear`, its bias measured in
-  docs/metrics.md).
+- ``hole``: every hole is a unit, so one judgment buys one hole, in every query whose judged documents
+  make at least :data:`HOLE_WHEN` of its expected ideal DCG; the targets are linearised where such a
+  query's ideal can change (:mod:`stagebench.judgments.linear`, its bias measured in docs/metrics.md). A
+  query whose ideal rests on its holes is judged whole, as in the query design.
 - ``query``: a query whose ideal can change is one unit (all its holes judged together), so the
   estimator is exactly unbiased with no expansion.
 
@@ -32,7 +33,7 @@ import numpy as np
 from stagebench.judgments.capped import condition
 from stagebench.judgments.estimate import (Estimate, Frame, Power, Prediction, draw, estimate, frame, inclusion, power,
                                            Design as Probabilities)  # fmt: skip
-from stagebench.judgments.linear import estimate_holes, judged_share, linearise
+from stagebench.judgments.linear import estimate_units, judged_share, judged_shares, unit_prediction
 
 HOLE, QUERY, AUTO = "hole", "query", "auto"
 DESIGNS = (HOLE, QUERY)
@@ -63,13 +64,22 @@ class Sampler:
 
     @classmethod
     def over(cls, kind: str, ranked: Mapping[str, Mapping[str, Sequence[str]]], qrels: Mapping[str, Mapping[str, int]],
-             queries: Sequence[str], k: int, gain, top: int, predict_dist) -> Sampler:  # fmt: skip
-        """The frame of ``kind`` and its holes' distributions (``predict_dist``: the holes -> holes x levels)."""
+             queries: Sequence[str], k: int, gain, top: int, predict_dist, prior: np.ndarray | None = None) -> Sampler:  # fmt: skip
+        """The frame of ``kind`` and its holes' distributions (``predict_dist``: the holes -> (holes x levels,
+        the levels' gains)). The hole design judges whole each query whose judged documents make less than
+        :data:`HOLE_WHEN` of its expected ideal DCG under ``prior`` (the judged pairs' grade shares, one a
+        level; None: no query whole)."""
         if kind not in DESIGNS:
             raise ValueError(f"design {kind!r}: one of {', '.join(DESIGNS)}")
         fr = frame(ranked, qrels, queries, k, gain, top, design=kind)
         dist, gains = predict_dist(fr.holes())
-        return cls(kind, fr, np.asarray(dist, dtype=np.float64), np.asarray(gains, dtype=np.float64))
+        gains = np.asarray(gains, dtype=np.float64)
+        if kind == HOLE and prior is not None:
+            shares = judged_shares(fr, np.tile(prior, (len(fr.holes()), 1)), gains)
+            whole = {q for q, x in shares.items() if x < HOLE_WHEN}
+            if whole:  # the same holes in the same order: only the units change
+                fr = frame(ranked, qrels, queries, k, gain, top, design=kind, whole=whole)
+        return cls(kind, fr, np.asarray(dist, dtype=np.float64), gains)
 
     @property
     def cost(self) -> np.ndarray:
@@ -89,7 +99,7 @@ class Sampler:
         """The grade model's view of every unit (the query design: :func:`predict`; the hole design: the
         linearised targets at the model's expectation)."""
         if self.kind == HOLE:
-            return linearise(self.fr, self.dist, self.gains).predict(self.dist)
+            return unit_prediction(self.fr, self.dist, self.gains)[1]
         known, P = self.fr.contributions(self.means)
         return Prediction(known, P, self.fr.sensitivity(self.means, self.variances))
 
@@ -114,10 +124,7 @@ class Sampler:
         """The estimate from the drawn units (``drawn_gains``: their holes' judged gains, unit by unit)."""
         idx = np.asarray(drawn, dtype=int)
         if self.kind == HOLE:
-            levels = np.searchsorted(self.gains, drawn_gains)
-            if len(levels) and (levels.max() >= len(self.gains) or not np.allclose(self.gains[levels], drawn_gains)):
-                raise ValueError("a judged gain is not on the scale's gains")
-            return estimate_holes(self.fr, self.dist, self.gains, pi, idx, levels)
+            return estimate_units(self.fr, self.dist, self.gains, pi, idx, np.asarray(drawn_gains, dtype=np.float64))
         return estimate(self.fr, self.means, pi, idx, drawn_gains, float(self.gains.min()), float(self.gains.max()),
                         variances=self.variances)  # fmt: skip
 

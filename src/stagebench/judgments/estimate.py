@@ -51,7 +51,7 @@ the ones before it, so valid overall; the earlier samples' corrections are not r
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import combinations
 
@@ -183,11 +183,13 @@ class Frame:
 
 
 def frame(ranked: Mapping[str, Mapping[str, Sequence[str]]], qrels: Mapping[str, Mapping[str, int]],
-          queries: Sequence[str], k: int, gain, top: int, design: str = "query") -> Frame:  # fmt: skip
+          queries: Sequence[str], k: int, gain, top: int, design: str = "query",
+          whole: Collection[str] = ()) -> Frame:  # fmt: skip
     """The units of ``queries``: the holes of every stage's top ``k`` (``gain``: grade -> gain; ``top``:
     the scale's top grade, which decides whether a query's ideal can change). ``design``: ``query``
-    (a query whose ideal can change is one unit) or ``hole`` (every hole a unit of its own; the targets
-    then linearised, :mod:`stagebench.judgments.linear`)."""
+    (a query whose ideal can change is one unit) or ``hole`` (every hole a unit of its own, but in the
+    queries ``whole`` names, whose ideal can change and which are one unit each; the targets then
+    linearised, :mod:`stagebench.judgments.linear`)."""
     stages = list(ranked)
     top_gain = gain(top)
     qframes, units = [], []
@@ -212,7 +214,7 @@ def frame(ranked: Mapping[str, Mapping[str, Sequence[str]]], qrels: Mapping[str,
         fixed = dcg(list(gains[:k])) if len(gains) >= k and gains[k - 1] >= top_gain else None
         qi = len(qframes)
         qframes.append(QueryFrame(q, hs, w, known, gains, k, fixed))
-        if fixed is not None or design == "hole":
+        if fixed is not None or (design == "hole" and q not in whole):
             units += [Unit(q, (d,), qi) for d in hs]
         elif hs:
             units.append(Unit(q, hs, qi, single=False))

@@ -75,8 +75,10 @@ class Linear:
 
 def linearise(fr: Frame, dist: np.ndarray, gains: np.ndarray) -> Linear:
     """The expansion of the module doc around ``dist`` (holes x levels, :meth:`Frame.holes` order;
-    ``gains`` each level's gain, ascending)."""
+    ``gains`` each level's gain, ascending), for every query but those judged whole (one unit of the
+    frame: their part of the targets is the unit's own, :func:`estimate_units`)."""
     n, k = len(fr.queries), fr.k
+    whole = {u.query for u in fr.units if not u.single}
     proj = fr.project
     D = discounts(k)
     steps = np.diff(gains)  # v_c - v_{c-1}, c = 1..L
@@ -84,7 +86,9 @@ def linearise(fr: Frame, dist: np.ndarray, gains: np.ndarray) -> Linear:
     at = {h: i for i, h in enumerate(holes)}
     phi = np.zeros((len(proj), len(holes), len(gains)))
     const = np.zeros(len(proj))
-    for q in fr.queries:
+    for qi, q in enumerate(fr.queries):
+        if qi in whole:
+            continue
         idx = np.array([at[(q.qid, d)] for d in q.holes], dtype=int)
         p = dist[idx] if len(idx) else np.zeros((0, len(gains)))
         m = p @ gains
@@ -113,14 +117,14 @@ def linearise(fr: Frame, dist: np.ndarray, gains: np.ndarray) -> Linear:
     return Linear(fr.targets, const, phi)
 
 
-def judged_share(fr: Frame, dist: np.ndarray, gains: np.ndarray) -> float:
-    """The mean, over the queries with holes, of the share of the query's expected ideal DCG that its judged
-    documents already make (the ideal at ``dist``'s expected counts, as :func:`linearise` takes it): near 1,
-    the holes can move the ideals little and the expansion is close; far below, the ideals rest on the holes."""
+def judged_shares(fr: Frame, dist: np.ndarray, gains: np.ndarray) -> dict[str, float]:
+    """For each query with holes, the share of its expected ideal DCG that its judged documents already make
+    (the ideal at ``dist``'s expected counts, as :func:`linearise` takes it): near 1, the holes can move its
+    ideal little and the expansion is close; far below, its ideal rests on the holes."""
     k = fr.k
     D = discounts(k)
     at = {h: i for i, h in enumerate(fr.holes())}
-    shares = []
+    shares = {}
     for q in fr.queries:
         if not q.holes:
             continue
@@ -132,8 +136,14 @@ def judged_share(fr: Frame, dist: np.ndarray, gains: np.ndarray) -> float:
             J = float((judged >= gains[c + 1] - 1e-12).sum())
             ideal += (gains[c + 1] - gains[c]) * cumulative(J + float(above[:, c].sum()), D)[0]
             own += (gains[c + 1] - gains[c]) * cumulative(J, D)[0]
-        shares.append(own / ideal if ideal > 0 else 1.0)
-    return float(np.mean(shares)) if shares else 1.0
+        shares[q.qid] = own / ideal if ideal > 0 else 1.0
+    return shares
+
+
+def judged_share(fr: Frame, dist: np.ndarray, gains: np.ndarray) -> float:
+    """:func:`judged_shares`' mean over the queries with holes (1 when there are none)."""
+    shares = judged_shares(fr, dist, gains)
+    return float(np.mean(list(shares.values()))) if shares else 1.0
 
 
 def exact(fr: Frame, gains: np.ndarray) -> np.ndarray:
@@ -150,53 +160,77 @@ def exact(fr: Frame, gains: np.ndarray) -> np.ndarray:
 
 
 
-def estimate_linear(lin: Linear, pred: Prediction, pi: np.ndarray, drawn: np.ndarray, levels: np.ndarray,
-                    floor: bool = True) -> Estimate:  # fmt: skip
-    """The difference estimator on the linearised targets: ``known + sum_h P_h + sum_{h drawn} (phi_h - P_h) / pi_h``
-    (``drawn``: the drawn holes' indices; ``levels``: their judged grade levels). Its variance and degrees
-    of freedom as :func:`~stagebench.judgments.estimate.estimate`'s: ``sum (1 - pi) / pi^2 r^2``, with
-    ``floor`` no smaller than the model's variance of every hole scaled to the residuals the sample shows."""
+def unit_prediction(fr: Frame, dist: np.ndarray, gains: np.ndarray) -> tuple[Linear, Prediction]:
+    """The expansion (:func:`linearise`) and the grade model's view of every unit of ``fr``: a single hole's
+    expected contribution to the linearised targets (0: the expansion is centred) and its variance; a whole
+    query's contribution with its holes at their expected gains, and the variance the frame's sensitivity
+    gives it (:meth:`Frame.sensitivity`)."""
+    lin = linearise(fr, dist, gains)
+    hp = lin.predict(dist)
+    first = np.array([a for a, _ in fr.spans], dtype=int)
+    single = np.array([u.single for u in fr.units], dtype=bool)
+    P, A = hp.P[:, first].copy(), hp.A[:, first].copy()
+    if (~single).any():
+        means = dist @ gains
+        variances = np.maximum(dist @ gains**2 - means**2, 0.0)
+        whole = np.flatnonzero(~single)
+        _, P[:, whole] = fr.contributions(means, only=whole)
+        A[:, whole] = fr.sensitivity(means, variances)[:, whole]
+    return lin, Prediction(lin.const, P, A)
+
+
+def estimate_units(fr: Frame, dist: np.ndarray, gains: np.ndarray, pi: np.ndarray, drawn: np.ndarray,
+                   drawn_gains: np.ndarray, shift: bool = True, floor: bool = True) -> Estimate:  # fmt: skip
+    """The hole design's estimate (``drawn``: the drawn units; ``drawn_gains``: their holes' judged gains, unit
+    by unit): the difference estimator ``known + sum_u P_u + sum_{u drawn} (F_u - P_u) / pi_u`` over the
+    linearised targets of the single holes and the exact contributions of the queries judged whole.
+
+    First the grade model's distributions are shifted to the grade shares the sample estimates
+    (:func:`~stagebench.judgments.grades.prior_shift`, from the drawn holes weighted by 1/pi): the shift moves
+    the expansion point, not the estimator's validity, and shrinks the expansion's remainder (the bias), which
+    a model fitted on judged pairs leaves large on holes it was not fitted for (on the embedded benchmark the
+    calibrated cross-encoder puts 54% of the holes at the top grade, the rules 0.1%: a remainder of -0.056 on
+    each stage's nDCG@10 without the shift, under 0.002 with the true shares). A hole drawn with probability
+    1 is expanded around its own grade: a census is exact. The variance and degrees of freedom are
+    :func:`~stagebench.judgments.estimate.estimate`'s: ``sum (1 - pi) / pi^2 r^2``, with ``floor`` no smaller
+    than the model's variance of every unit scaled to the residuals the sample shows."""
     idx = np.asarray(drawn, dtype=int)
+    spans = [fr.spans[i] for i in idx]
+    holes = np.concatenate([np.arange(a, b) for a, b in spans]) if spans else np.zeros(0, dtype=int)
+    levels = np.searchsorted(gains, drawn_gains)
+    if len(levels) and (levels.max() >= len(gains) or not np.allclose(gains[levels], drawn_gains)):
+        raise ValueError("a judged gain is not on the scale's gains")
+    if shift and len(holes) >= MIN_REFIT:
+        w = np.concatenate([np.full(b - a, 1.0 / pi[i]) for i, (a, b) in zip(idx, spans)])
+        dist = prior_shift(dist, np.bincount(levels, weights=w, minlength=len(gains)) / w.sum())
     p = pi[idx]
-    r = lin.at(idx, levels) - pred.P[:, idx]
+    sure = np.repeat(p >= 1.0, [b - a for a, b in spans]) if spans else np.zeros(0, dtype=bool)
+    if sure.any():  # known, not predicted (module doc)
+        dist = dist.copy()
+        dist[holes[sure]] = np.eye(len(gains))[levels[sure]]
+    lin, pred = unit_prediction(fr, dist, gains)
+    single = np.array([fr.units[i].single for i in idx], dtype=bool)
+    F = np.zeros((len(lin.targets), len(idx)))
+    first = np.array([a for a, _ in spans], dtype=int)
+    pos = np.cumsum([0, *[b - a for a, b in spans]])[:-1]  # where each drawn unit's holes start in drawn_gains
+    F[:, single] = lin.at(first[single], levels[pos[single]])
+    if (~single).any():
+        full = dist @ gains
+        full[holes] = drawn_gains
+        _, F[:, ~single] = fr.contributions(full, only=idx[~single])
+    r = F - pred.P[:, idx]
     value = pred.known + pred.P.sum(axis=1) + (r / p).sum(axis=1)
     each = np.where(p < 1.0, (1 - p) / p**2 * r**2, 0.0)
     var = each.sum(axis=1)
     df = np.where(var > 0, var**2 / np.maximum((each**2).sum(axis=1), 1e-300), np.inf)
     open_ = p < 1.0
     if floor and open_.any():
-        r_o, p_o = r[:, open_], p[open_]
         a = pred.A[:, idx][:, open_]
         ok = a > 0
-        scale = np.where(ok, r_o**2 / np.where(ok, a, 1.0), 0.0) / p_o
-        s2 = scale.sum(axis=1) / np.maximum((ok / p_o).sum(axis=1), 1e-300)
+        scale = np.where(ok, r[:, open_] ** 2 / np.where(ok, a, 1.0), 0.0) / p[open_]
+        s2 = scale.sum(axis=1) / np.maximum((ok / p[open_]).sum(axis=1), 1e-300)
         var = np.maximum(var, s2 * ((1 - pi) / np.maximum(pi, 1e-300) * pred.A).sum(axis=1))
-    return Estimate(lin.targets, value, np.sqrt(var), len(idx), len(idx), df)
+    return Estimate(lin.targets, value, np.sqrt(var), len(idx), len(holes), df)
 
-
-def estimate_holes(fr: Frame, dist: np.ndarray, gains: np.ndarray, pi: np.ndarray, drawn: np.ndarray,
-                   levels: np.ndarray, shift: bool = True) -> Estimate:  # fmt: skip
-    """The hole design's estimate: the grade model's distributions shifted to the grade shares the sample
-    estimates (:func:`~stagebench.judgments.grades.prior_shift`, from the drawn holes weighted by 1/pi),
-    the targets linearised there (:func:`linearise`), then :func:`estimate_linear`. The shift moves the
-    expansion point, not the estimator's validity: it shrinks the expansion's remainder (the bias), which
-    a model fitted on judged pairs leaves large on holes it was not fitted for (on the embedded benchmark the
-    calibrated cross-encoder puts 54% of the holes at the top grade, the rules 0.1%: a remainder of -0.056 on
-    each stage's nDCG@10 without the shift, under 0.002 with the true shares). A hole drawn with
-    probability 1 is expanded around its own grade: a census is exact."""
-    idx = np.asarray(drawn, dtype=int)
-    if shift and len(idx) >= MIN_REFIT:
-        w = 1.0 / pi[idx]
-        share = np.bincount(levels, weights=w, minlength=len(gains)) / w.sum()
-        dist = prior_shift(dist, share)
-    # a hole drawn with certainty is known, not predicted: the expansion around its grade, so that a query
-    # whose every hole is known (a census) is computed exactly
-    sure = pi[idx] >= 1.0
-    if sure.any():
-        dist = dist.copy()
-        dist[idx[sure]] = np.eye(len(gains))[levels[sure]]
-    lin = linearise(fr, dist, gains)
-    return estimate_linear(lin, lin.predict(dist), pi, idx, levels)
-
-
-__all__ = ["Linear", "cumulative", "discounts", "estimate_holes", "estimate_linear", "exact", "judged_share", "linearise"]
+__all__ = ["Linear", "cumulative", "discounts", "estimate_units", "exact", "judged_share", "judged_shares", "linearise",
+           "unit_prediction"]
