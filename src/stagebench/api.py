@@ -69,7 +69,7 @@ from stagebench.judgments.incompleteness import Incompleteness
 from stagebench.results import interop
 from stagebench.results.matrix import MatrixTable, matrix_table
 from stagebench.judgments.coverage import Coverage
-from stagebench.judgments.design import AUTO, DESIGNS
+from stagebench.judgments.design import DESIGNS, HOLE
 from stagebench.results.experiment import Experiment, experiment
 from stagebench.judgments.planning import Simulation
 from stagebench.results.segments import MIN_QUERIES, SegmentTable, folder_segments
@@ -401,12 +401,12 @@ class Worksheet:
 def plan_judgments(folder: str | Path, budget: int, output: str | Path, *, strategy: str = "plan", depth: int = 10,
                    measure: str | None = None, seed: int = 0, predictor: str | None = None,
                    show_ranks: bool = False, cache_dir: str | None = None,
-                   aim: Sequence[str] | None = None, design: str = AUTO) -> Worksheet:  # fmt: skip
+                   aim: Sequence[str] | None = None, design: str = HOLE) -> Worksheet:  # fmt: skip
     """``stagebench plan-judgments``: the worksheet of ``budget`` unjudged pairs picked by ``strategy``
     (``sample``: a random sample for the estimated view, its record beside the worksheet, aimed at the
     stage pairs ``aim`` names (``["ce=plugin"]``) or else at those its grade model predicts the budget
     can settle; a cross-encoder grade model scores the pairs outside its pool in the cache ``cache_dir``;
-    ``design``: the sample's design, :data:`stagebench.judgments.design.DESIGNS`, or ``auto``)."""
+    ``design``: the sample's design, :data:`stagebench.judgments.design.DESIGNS`)."""
     return Worksheet(*write_worksheet(folder, budget, output, strategy, depth, measure, seed, predictor, show_ranks,
                                       cache_dir, aim, design))
 

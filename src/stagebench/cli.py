@@ -24,7 +24,7 @@ from stagebench.report.tables import (check_text, comparison_text, matrix_csv, m
                                      segments_markdown, segments_text)  # fmt: skip
 from stagebench.reproductions import reproductions_markdown
 from stagebench.results.check import Expected
-from stagebench.judgments.design import AUTO, DESIGNS, HOLE_WHEN
+from stagebench.judgments.design import DESIGNS, HOLE, HOLE_WHEN
 from stagebench.judgments.planning import STRATEGIES
 from stagebench.results.segments import MIN_QUERIES
 from stagebench.results.scoring import conventions_line
@@ -164,12 +164,12 @@ def _parser_plan_judgments(sub) -> None:
     pj.add_argument("--aim", action="append", metavar="A=B", help="--strategy sample: aim the sample at the difference of "
                     "stages A and B (repeatable; default: the pairs the grade model predicts the budget can settle); "
                     "the plan says how many judgments each aimed pair needs if the model is right")  # fmt: skip
-    pj.add_argument("--design", choices=[AUTO, *DESIGNS], help="--strategy sample: query: a query whose ideal DCG "
-                    "the holes can change is judged whole (exactly unbiased; the rows drawn vary around the budget); "
-                    "hole: every hole a unit, the rows exactly the budget, the targets linearised (a bias, small where "
-                    "the judged documents make most of each ideal); auto (default): hole where they make at least "
-                    f"{HOLE_WHEN:.0%}% of it on average, else query (docs/metrics.md#the-hole-design); with --simulate: "
-                    "only this design (default: both, side by side)")  # fmt: skip
+    pj.add_argument("--design", choices=DESIGNS, help="--strategy sample: hole (default): one judgment buys one hole "
+                    f"in each query whose judged documents make at least {HOLE_WHEN:.0%}% of its expected ideal DCG (its "
+                    "nDCG linearised: a small bias, measured), any other query judged whole; query: every query whose "
+                    "ideal the holes can change judged whole (exactly unbiased); either way the rows never pass the "
+                    "budget (docs/metrics.md#the-hole-design); with --simulate: only this design (default: both, side "
+                    "by side)")  # fmt: skip
     pj.add_argument("--show-ranks", action="store_true", help="put each stage's rank of the pair in the worksheet "
                     "(default: blind, the raters do not see which stage found it)")  # fmt: skip
     pj.add_argument("--rounds", type=_positive_int, default=200, help="--simulate --strategy sample: rounds a budget (default 200)")
@@ -209,7 +209,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     sheet = api.plan_judgments(args.run_dir, args.budget[0], args.output, strategy=args.strategy, depth=args.depth,
                                measure=args.measure, seed=args.seed, predictor=args.predictor,
                                show_ranks=args.show_ranks, cache_dir=args.cache_dir, aim=args.aim,
-                               design=args.design or AUTO)  # fmt: skip
+                               design=args.design or HOLE)  # fmt: skip
     for line in sheet.power:
         print(f"aimed at {line}")
     print(f"{sheet.pairs} pairs to judge: {sheet.csv} and {sheet.jsonl} (fill the grade column, then: stagebench "

@@ -42,7 +42,7 @@ from stagebench.judge.rules import RULES
 from stagebench.judgments.incompleteness import FILE as INCOMPLETENESS, Incompleteness, experiment
 from stagebench.judgments.coverage import Coverage, simulate as simulate_rounds
 from stagebench.judgments.grades import Constant, PairFeatures
-from stagebench.judgments.design import AUTO, DESIGNS, QUERY, Sampler, choose
+from stagebench.judgments.design import DESIGNS, HOLE, Sampler
 from stagebench.judgments.estimate import Frame, frame
 from stagebench.judgments.planning import Simulation, depth_pooling, plan, pool_holes, random_holes, simulate
 from stagebench.judgments.sampling import (ESTIMATE, LEARNED, EstimatedView, Record, design_path, estimated_view,
@@ -210,8 +210,8 @@ def _nDCG_only(g: Ground) -> None:
 
 
 def estimation(g: Ground, predictor: str | None, qrels: dict | None = None, cache_dir: str | None = None,
-               design: str = AUTO) -> Estimation:  # fmt: skip
-    """The ``design``'s units (``auto``: :func:`~stagebench.judgments.design.choose`'s) and the grade model's
+               design: str = HOLE) -> Estimation:  # fmt: skip
+    """The ``design``'s units (:class:`~stagebench.judgments.design.Sampler`) and the grade model's
     predictions on ``qrels`` (default the folder's). A cross-encoder
     predictor scores the pairs in any stage's top k that its pool left out, once
     (:func:`model_scores`, cached under ``cache_dir``)."""
@@ -233,11 +233,7 @@ def estimation(g: Ground, predictor: str | None, qrels: dict | None = None, cach
     model, quality = grade_model(predictor, runs, types, qrels, grades, said, features)
     gains = np.array([gain(x) for x in grades], dtype=np.float64)
     labelled = {(q, d): x for q, docs in qrels.items() for d, x in docs.items()}
-    prior = Constant.fit(labelled, grades).p  # the judged pairs' grade shares: what decides the design, not the model
-    if design == AUTO:
-        fr = frame(g.ranked, qrels, g.queries, g.measure.cutoff, gain, g.top)
-        design, why = choose(fr, np.tile(prior, (len(fr.holes()), 1)), gains)
-        log.info("%s: %s", g.rf.path, why)
+    prior = Constant.fit(labelled, grades).p  # the judged pairs' grade shares: what cuts the units, not the model
     sampler = Sampler.over(design, g.ranked, qrels, g.queries, g.measure.cutoff, gain, g.top,
                            lambda holes: (model.distributions(holes), gains), prior)  # fmt: skip
     return Estimation(g, sampler, model.name, quality.line())
@@ -322,13 +318,13 @@ def head_targets(g: Ground) -> list[str] | None:
 def write_worksheet(folder: str | Path, budget: int, output: str | Path, strategy: str = "plan", depth: int = 10,
                     measure: str | None = None, seed: int = 0, predictor: str | None = None,
                     show_ranks: bool = False, cache_dir: str | None = None,
-                    aim: Sequence[str] | None = None, design_kind: str = AUTO) -> tuple[Path, Path, int, list[str]]:  # fmt: skip
+                    aim: Sequence[str] | None = None, design_kind: str = HOLE) -> tuple[Path, Path, int, list[str]]:  # fmt: skip
     """``stagebench plan-judgments RUN_DIR --budget N``: the worksheet of ``strategy``'s holes as
     ``output`` (.csv) and beside it the same rows as .jsonl (and for ``sample`` the round's record,
     ``.design.json``); returns both sheets' paths, the rows, and for ``sample`` what the budget buys
     each aimed pair (:func:`stagebench.judgments.estimate.power`). Rows are grouped by query, blind
     (no stage's rank) unless ``show_ranks``; ``aim``: the stage pairs (``A=B``) a sample aims at;
-    ``design_kind``: the sample's design (:data:`stagebench.judgments.design.DESIGNS`, or ``auto``)."""
+    ``design_kind``: the sample's design (:data:`stagebench.judgments.design.DESIGNS`)."""
     out = Path(output)
     csv_path, jsonl_path = out.with_suffix(".csv"), out.with_suffix(".jsonl")
     record_path = Path(design_path(str(csv_path)))

@@ -2,7 +2,7 @@
 hand-made case: the linearisation (exact at a sure model, its remainder second order), the estimator
 unbiased for the linearised targets and its variance estimate unbiased over every Poisson sample, a census
 exact, the capped draw (its exact inclusion probabilities against a brute-force enumeration, its rows
-never above the budget nor under 95% of it), the prior shift's margins, and auto's choice."""
+never above the budget nor under 95% of it), the prior shift's margins, and the judged share that decides which queries are judged whole."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ import itertools
 import numpy as np
 import pytest
 
-from stagebench.judgments.design import Sampler, choose
+from stagebench.judgments.design import HOLE_WHEN, Sampler
 from stagebench.judgments.capped import condition, exact as conditional
 from stagebench.judgments.estimate import frame
 from stagebench.judgments.grades import prior_shift
-from stagebench.judgments.linear import cumulative, discounts, estimate_units, exact, judged_share, linearise
+from stagebench.judgments.linear import cumulative, discounts, estimate_units, exact, judged_shares, linearise
 from stagebench.metrics.compute import gain_map
 
 LINEAR = gain_map("linear")
@@ -131,24 +131,16 @@ def test_the_samplers_plan_draw_and_estimate_agree_with_the_functions_they_wrap(
     np.testing.assert_allclose(e.value, want.value)
 
 
-def test_auto_takes_the_hole_design_only_where_the_judged_documents_make_most_of_each_ideal():
-    """q1's ideal is its judged documents' (share 1); q2's one judged Substitute against holes that may be
-    Exacts (share well under 1): q1 alone gives hole, q2 alone query, both the mean of the two."""
+def test_the_judged_share_of_an_ideal_is_its_judged_documents_dcg_over_the_expected_ideal():
+    """q1's ideal is its judged documents' (share 1); q2's one judged Substitute against three holes of a
+    uniform model: the expected counts at levels >= 1, 2, 3 are 1 + 2.25, 1 + 1.5 and 0.75."""
     flat = np.full((5, 4), 0.25)
-    one = frame(RANKED, QRELS, ["q1"], 3, LINEAR, 3)
-    assert judged_share(one, flat[:2], GAINS) == 1.0
-    assert choose(one, flat[:2], GAINS)[0] == "hole"
-    two = frame(RANKED, QRELS, ["q2"], 3, LINEAR, 3)
-    share = judged_share(two, flat[2:], GAINS)
-    # the judged Substitute: 2 at rank 1; the expected counts: 0.75 of 3 holes at >= 1, ... (the ideal's formula)
+    fr = frame(RANKED, QRELS, ["q1", "q2"], 3, LINEAR, 3)
+    shares = judged_shares(fr, flat, GAINS)
     D = discounts(3)
     ideal = sum(cumulative(j + 3 * p, D)[0] for j, p in ((1, 0.75), (1, 0.5), (0, 0.25)))
-    assert share == pytest.approx(2 * 1.0 / ideal)
-    assert choose(two, flat[2:], GAINS)[0] == "query"
-    both = frame(RANKED, QRELS, ["q1", "q2"], 3, LINEAR, 3)
-    assert judged_share(both, flat, GAINS) == pytest.approx((1 + share) / 2)
-
-
+    assert shares == {"q1": 1.0, "q2": pytest.approx(2 * 1.0 / ideal)}
+    assert shares["q2"] < HOLE_WHEN
 
 
 def test_the_capped_draws_inclusion_probabilities_are_exact_over_every_subset():

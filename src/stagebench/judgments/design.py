@@ -2,7 +2,7 @@
 sample``), the simulated rounds (``--simulate``) and the estimate (``add-judgments``): its units, the
 grade model's predictions, every unit's probability for a budget, the draw, and the estimate.
 
-Two designs (``--design``; ``auto``, the default, picks one by :func:`choose`):
+Two designs (``--design``; ``hole`` the default):
 
 - ``hole``: every hole is a unit, so one judgment buys one hole, in every query whose judged documents
   make at least :data:`HOLE_WHEN` of its expected ideal DCG; the targets are linearised where such a
@@ -12,15 +12,15 @@ Two designs (``--design``; ``auto``, the default, picks one by :func:`choose`):
   estimator is exactly unbiased with no expansion.
 
 Either way the draw is capped (:mod:`stagebench.judgments.capped`: conditional Poisson on the rows, with
-exact inclusion probabilities): the rows never exceed the budget and spend at least 95% of it (the hole
-design: exactly the budget). A round recorded before capped draws was Poisson (``draws: poisson`` in its
+exact inclusion probabilities): the rows never exceed the budget and spend at least 95% of it (exactly the
+budget when every unit is one hole). A round recorded before capped draws was Poisson (``draws: poisson`` in its
 record) and is estimated as such.
 
-Measured (docs/metrics.md#the-hole-design): where the judged documents already make most of each query's
-ideal DCG (the embedded benchmark: 0.88 on average) the hole design settles more pairs at every budget and
-keeps its coverage; where the ideals rest on the holes (Cranfield with 70% of its pairs hidden: 0.50; the
-ESCI rows: 0.19) its expansion's remainder is large (a bias of up to 0.5 on a stage's nDCG@10 on the ESCI
-rows before the shift) and the query design is as decisive or more, and valid. Hence ``auto``.
+Measured (docs/metrics.md#the-hole-design): every hole a unit settles more pairs where the judged documents
+already make most of each query's ideal DCG (the embedded benchmark), and its expansion's remainder is
+large where the ideals rest on the holes (a bias of 0.2-0.5 on a stage's nDCG@10 on the ESCI rows, coverage
+down to 0): hence the choice query by query, by the judged pairs' grade shares rather than the grade
+model's claims. Where few queries qualify it is the query design, as valid and as decisive.
 """
 
 from __future__ import annotations
@@ -33,23 +33,15 @@ import numpy as np
 from stagebench.judgments.capped import condition
 from stagebench.judgments.estimate import (Estimate, Frame, Power, Prediction, draw, estimate, frame, inclusion, power,
                                            Design as Probabilities)  # fmt: skip
-from stagebench.judgments.linear import estimate_units, judged_share, judged_shares, unit_prediction
+from stagebench.judgments.linear import estimate_units, judged_shares, unit_prediction
 
-HOLE, QUERY, AUTO = "hole", "query", "auto"
+HOLE, QUERY = "hole", "query"
 DESIGNS = (HOLE, QUERY)
 CAPPED, POISSON = "capped", "poisson"  # the draws: capped at the budget, or Poisson (rounds recorded before)
-#: ``auto`` takes the hole design when the judged documents make at least this share of the expected ideal
-#: DCG, on average over the queries (the embedded benchmark 0.88, Cranfield hidden 0.50, ESCI rows 0.19)
+#: the hole design cuts a query into single holes when its judged documents make at least this share of its
+#: expected ideal DCG (else the query is one unit); on average the embedded benchmark's make 0.88, Cranfield's
+#: with 70% of its pairs hidden 0.50, the ESCI rows' 0.19
 HOLE_WHEN = 0.75
-
-
-def choose(fr: Frame, dist: np.ndarray, gains: np.ndarray) -> tuple[str, str]:
-    """``auto``'s design for the holes of ``fr`` (``dist``: the judged pairs' grade shares a hole, the
-    constant model: a design chosen before, and apart from, the grade model's claims), and why."""
-    share = judged_share(fr, dist, gains)
-    kind = HOLE if share >= HOLE_WHEN else QUERY
-    return kind, (f"design {kind}: the judged documents make {share:.0%} of the expected ideal DCG on average "
-                  f"({'at least' if kind == HOLE else 'under'} {HOLE_WHEN:.0%}; docs/metrics.md#the-hole-design)")
 
 
 @dataclass
@@ -129,4 +121,4 @@ class Sampler:
                         variances=self.variances)  # fmt: skip
 
 
-__all__ = ["AUTO", "CAPPED", "DESIGNS", "HOLE", "HOLE_WHEN", "POISSON", "QUERY", "Sampler", "choose"]
+__all__ = ["CAPPED", "DESIGNS", "HOLE", "HOLE_WHEN", "POISSON", "QUERY", "Sampler"]

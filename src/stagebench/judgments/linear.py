@@ -140,12 +140,6 @@ def judged_shares(fr: Frame, dist: np.ndarray, gains: np.ndarray) -> dict[str, f
     return shares
 
 
-def judged_share(fr: Frame, dist: np.ndarray, gains: np.ndarray) -> float:
-    """:func:`judged_shares`' mean over the queries with holes (1 when there are none)."""
-    shares = judged_shares(fr, dist, gains)
-    return float(np.mean(list(shares.values()))) if shares else 1.0
-
-
 def exact(fr: Frame, gains: np.ndarray) -> np.ndarray:
     """The targets themselves with every hole at ``gains`` (:meth:`Frame.holes` order): each query's
     nDCG@k with its ideal recomputed, no expansion (the truth a simulation scores against)."""
@@ -232,5 +226,5 @@ def estimate_units(fr: Frame, dist: np.ndarray, gains: np.ndarray, pi: np.ndarra
         var = np.maximum(var, s2 * ((1 - pi) / np.maximum(pi, 1e-300) * pred.A).sum(axis=1))
     return Estimate(lin.targets, value, np.sqrt(var), len(idx), len(holes), df)
 
-__all__ = ["Linear", "cumulative", "discounts", "estimate_units", "exact", "judged_share", "judged_shares", "linearise",
+__all__ = ["Linear", "cumulative", "discounts", "estimate_units", "exact", "judged_shares", "linearise",
            "unit_prediction"]
