@@ -93,7 +93,9 @@ class Experiment:
     def family(self) -> str:
         """The comparisons each measure's Holm correction is over, in words."""
         n = len(self.runs) - 1 if self.baseline is not None else len(self.runs) * (len(self.runs) - 1) // 2
-        return f"{n} comparisons with the baseline" if self.baseline is not None else f"{n} pairs"
+        if self.baseline is not None:
+            return f"{n} comparison{'s' if n != 1 else ''} with the baseline"
+        return f"{n} pair{'s' if n != 1 else ''}"
 
     def against_baseline(self) -> list[list[str]]:
         """Each run against the baseline on each measure: difference, interval, p (Holm), W/T/L."""
