@@ -33,7 +33,7 @@ from stagebench.config import Config, check_trained_models
 from stagebench.data import DatasetConfig
 from stagebench.data import LOADERS, Dataset
 from stagebench.data.esci import SOURCES_FILE
-from stagebench.runtime.engine import ray_session
+from stagebench.runtime.engine import check_token_given, ray_session
 from stagebench.errors import ConfigError, DataError
 from stagebench.execute import (context, latency_sample, make_stage, measure_latency, package_versions, run_in, scoring_key,
                                 stage_key)
@@ -142,6 +142,8 @@ def refusals_before_loading(config: Config, output: str | Path | None = None, ca
     cache = Cache(cache_root(cache_dir, config.cache_dir), read=not recompute)
     check_destinations(out, cache)
     check_trained_models(config)
+    if config.ray_engine() is not None:  # before a watched child starts, and before anything connects
+        check_token_given(f"{config.path}: engine")
     return out, cache
 
 

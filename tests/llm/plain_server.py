@@ -1,7 +1,8 @@
 """A real OpenAI-compatible HTTP server on 127.0.0.1 that fails the way a server in the field
-fails, for what llm-katan cannot do: it never answers a completion (``hang``), or answers one
-with ``content: null`` (``null``). It lists its model, and counts (and times) the completions it
-is sent."""
+fails, for what llm-katan cannot do: it never answers a completion (``hang``), answers one
+with ``content: null`` (``null``), or answers one request at a time, each in ``delay`` seconds, going
+on with a request whose client has given up (``serial``: a busy server, not a hung one). It lists its
+model, and counts (and times) the completions it is sent."""
 
 from __future__ import annotations
 
@@ -14,9 +15,12 @@ MODEL = "plain-model"
 
 
 class PlainServer:
-    def __init__(self, mode: str) -> None:
-        assert mode in ("hang", "null")
+    def __init__(self, mode: str, delay: float = 0.0) -> None:
+        assert mode in ("hang", "null", "serial")
         self.mode = mode
+        self.delay = delay
+        self.answered: list[float] = []  # time.monotonic() of every completion answered (serial)
+        self._one_at_a_time = threading.Lock()
         self.posts: list[float] = []  # time.monotonic() of every completion request
         self.closing = threading.Event()
         server = self
@@ -41,6 +45,18 @@ class PlainServer:
                 server.posts.append(time.monotonic())
                 if server.mode == "hang":
                     server.closing.wait()  # never answers
+                    return
+                if server.mode == "serial":
+                    with server._one_at_a_time:  # one at a time, whether or not its client still waits
+                        time.sleep(server.delay)
+                        server.answered.append(time.monotonic())
+                    try:
+                        self._json({"id": "x", "object": "chat.completion", "model": MODEL,
+                                    "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"},
+                                                 "finish_reason": "stop"}],
+                                    "usage": {"prompt_tokens": 10, "completion_tokens": 1}})  # fmt: skip
+                    except OSError:  # the client gave up and closed the connection
+                        pass
                     return
                 self._json({"id": "x", "object": "chat.completion", "model": MODEL,
                             "choices": [{"index": 0, "message": {"role": "assistant", "content": None},

@@ -126,3 +126,24 @@ def test_a_hung_server_ends_every_request_in_bounded_time_with_one_request_in_fl
         posts = len(srv.posts)
     assert all(isinstance(e, RequestFailed) and "hung" in str(e) for e in errors_), errors_
     assert posts == 2 and took < 2 * timeout + 1.5, (posts, took)
+
+
+def test_a_busy_server_answering_one_request_at_a_time_is_waited_for_not_taken_for_hung():
+    """Issue 80's case at 0.4 of its times: a server that answers one request at a time in 0.6 s, 4 requests
+    in flight, a 1.6 s timeout, 3 retries, 8 requests: the third and fourth time out while the server still
+    works on them, and what follows waits behind that dropped work; that is not the server's silence, so
+    every request is answered (the rule took it for hung and gave up)."""
+    import concurrent.futures
+
+    from stagebench.llm.http import OpenAIBackend
+    from stagebench.llm.request import ChatRequest
+
+    with PlainServer("serial", delay=0.6) as srv:
+        backend = OpenAIBackend(srv.url, MODEL, timeout=1.6, retries=3, backoff=0.2, concurrency=4)
+        req = ChatRequest((("user", "hello"),), 4, 0.0, 0)
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            futures = [pool.submit(backend.complete, req) for _ in range(8)]
+            done = [f.exception() or f.result() for f in futures]
+        sent = len(srv.posts)
+    assert all(not isinstance(d, BaseException) and d.text == "ok" for d in done), done
+    assert sent > 8  # some timed out and were sent again: the case the rule must not take for a hung server

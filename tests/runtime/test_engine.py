@@ -4,6 +4,9 @@ themselves are in tests/runtime/test_ray_engine.py."""
 
 from __future__ import annotations
 
+import os
+import time
+
 import pytest
 
 from stagebench.config import parse_config
@@ -11,6 +14,7 @@ from stagebench.runtime.engine import EngineParams, LocalEngine, make_engine, ra
 from stagebench.errors import ConfigError, StagebenchError
 from stagebench.stages.dense import DenseParams, DenseStage
 from stagebench.stages.rerank import CrossEncoderParams, CrossEncoderStage
+from tests.conftest import esci_config, stagebench_cli
 
 
 def cfg(engine=None, dense_engine=None, bm25_engine=None) -> dict:
@@ -204,3 +208,22 @@ def test_make_engine_picks_the_engine_the_params_name():
     local = EngineParams(batch_size=4)
     assert isinstance(make_engine(local), LocalEngine) and make_engine(local).params is local
     assert isinstance(make_engine(None), LocalEngine) and make_engine(None).params == EngineParams()
+
+
+def test_ray_auth_mode_token_without_a_token_is_named_before_anything_connects(tmp_path, tiny_synthetic):
+    """Issue 80: with RAY_AUTH_MODE=token and no token in $RAY_AUTH_TOKEN, $RAY_AUTH_TOKEN_PATH or
+    ~/.ray/auth_token, the run stops with one line naming where a token goes - before a watched child or a
+    cluster starts (ray.init failed inside Ray's core, and the line blamed a lost cluster)."""
+    cfg = esci_config(tmp_path, tiny_synthetic, "  - {name: bm25, type: bm25}\n", name="tok")
+    cfg.write_text(cfg.read_text() + "engine: ray\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")} | {"RAY_AUTH_MODE": "token",
+                                                                               "HOME": str(tmp_path)}  # fmt: skip
+    t0 = time.monotonic()
+    r = stagebench_cli("run", cfg, env=env)
+    took = time.monotonic() - t0
+    assert r.returncode == 2, r.stderr[-3000:]
+    assert r.stderr.strip().splitlines() == [
+        f"stagebench: error: {cfg}: engine: RAY_AUTH_MODE=token, but no token is set here: put the cluster's token in "
+        "$RAY_AUTH_TOKEN or $RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token (`ray get-auth-token` on the head shows it), or "
+        "unset RAY_AUTH_MODE for a cluster without authentication (docs/scale.md)"], r.stderr[-3000:]
+    assert took < 15 and not (tmp_path / "tok").exists()

@@ -22,9 +22,14 @@ model's identity, with the name and base URL.
   the first request), every request of the backend ends at once, each raising
   :class:`~stagebench.llm.request.RequestFailed` with one line saying so. A server that accepts and
   never answers ends the run at the first timeouts with the defaults (4 requests in flight, 120 s:
-  about 2 minutes), not after every retry of every request queued behind a lowered limit; a busy
-  server that still answers now and then (requests queued on it time out between its answers) is
-  never taken for hung.
+  about 2 minutes), not after every retry of every request queued behind a lowered limit.
+  **A busy server is not hung** (issue 80): a server that has answered keeps working on the requests
+  the client gave up on, and the requests behind them wait. So the silence that makes a server hung
+  is longer by one service time (the median time to an answer so far, at most ``timeout``) for every
+  request given up on since the last answer: ``timeout + drops x service``. A server that never
+  answered has no service time, and the rule is as above; one that answers one request at a time in
+  1.5 s, with 4 in flight and a 4 s timeout, is waited for, not abandoned; one that answered and then
+  stopped is found hung once its silence outlasts the work it could still be doing.
 * **Redirects** are never followed: the request carries the API key, and a 3xx would send it to
   another address, so a redirect is one error naming where the server pointed.
 """
@@ -38,6 +43,7 @@ import math
 import os
 import re
 import socket
+import statistics
 import threading
 import time
 import urllib.error
@@ -322,6 +328,8 @@ class OpenAIBackend:
         self._in_flight: set[_Watch] = set()
         self._silent = 0  # requests in a row that timed out with no answer between
         self._since: float | None = None  # the last answer (or the first request) - monotonic seconds
+        self._answer_times: list[float] = []  # seconds from sending to the answer, the latest ones
+        self._dropped = 0  # requests given up on (timed out) since the last answer
         self._hung = ""  # set once the server counts as hung: every request then fails with it
 
     def __getstate__(self) -> dict:  # sent to Ray workers: the lock, the limit's and the stop's state are not
@@ -334,17 +342,24 @@ class OpenAIBackend:
         self._abandon = threading.Event()
         self._in_flight = set()
         self._silent, self._since, self._hung = 0, None, ""
+        self._answer_times, self._dropped = [], 0
 
-    def _heard(self, timed_out: bool) -> None:
-        """Count a request's outcome toward the hung-server rule (module doc)."""
+    def _heard(self, timed_out: bool, sent: float) -> None:
+        """Count a request's outcome toward the hung-server rule (module doc); ``sent``: when it was sent
+        (monotonic)."""
         with self._lock:
             now = time.monotonic()
             if not timed_out:
-                self._silent, self._since = 0, now
+                self._silent, self._since, self._dropped = 0, now, 0
+                self._answer_times = [*self._answer_times[-15:], now - sent]
                 return
+            # the work the server may still do for the requests given up on before this one, at its own pace
+            service = min(statistics.median(self._answer_times), self.timeout) if self._answer_times else 0.0
+            allowance = self.timeout + self._dropped * service
+            self._dropped += 1
             self._silent += 1
             quiet = now - (self._since if self._since is not None else now)
-            if self._silent >= SILENT_TIMEOUTS and quiet >= self.timeout and not self._hung:
+            if self._silent >= SILENT_TIMEOUTS and quiet >= allowance and not self._hung:
                 self._hung = (f"the server answered none of {self._silent} requests in a row within the timeout "
                               f"({self.timeout:g} s each), nor anything for {quiet:.0f} s: it is hung, or far too slow "
                               "for this timeout (raise timeout, or check the server); no further request is sent")  # fmt: skip
@@ -483,14 +498,15 @@ class OpenAIBackend:
                     raise RequestFailed(self._hung, attempt + 1)
                 t0 = time.perf_counter()
                 with self._lock:
+                    sent = time.monotonic()
                     if self._since is None:  # the clock of the hung-server rule starts at the first request
-                        self._since = time.monotonic()
+                        self._since = sent
                 try:
                     out = self._call("POST", "/chat/completions", body)
-                    self._heard(False)
+                    self._heard(False, sent)
                 except _Transient as exc:
                     out, last, hint = None, str(exc), exc.wait
-                    self._heard(exc.timed_out)
+                    self._heard(exc.timed_out, sent)
                     if self._hung:
                         raise RequestFailed(self._hung, attempt + 1) from None
                 dt = time.perf_counter() - t0

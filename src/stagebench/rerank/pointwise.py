@@ -231,15 +231,18 @@ def rerank_depths(run: Run, reranker: Any, ctx: Surroundings, p: RerankCommon, s
         what = "rerank" if len(depths) == 1 else f"rerank (depths {', '.join(map(str, depths))})"
         first: dict[tuple[str, str], float] = {}
         if len(chunks) > 1 and not quiet:  # a measured rate before the long part: how long the rest will take
-            mid = len(chunks) // 2  # the units go by length: the middle one's rate, not the shortest's
             t1 = time.perf_counter()
-            first = score([chunks[mid]], "rerank (one call of median length, timed)")
-            rate = len(first) / max(time.perf_counter() - t1, 1e-9)
+            first = score(chunks[:1], "rerank (the first call, timed)")
+            took = time.perf_counter() - t1
+            size = lambda chunk: sum(len(ds.queries[q]) + len(ds.doc_text.get(d, "")) for q, d in chunk)  # noqa: E731
             rest = sum(map(len, chunks[1:]))
-            log.info("stage %s: %d pairs to score (%d queries, top %d); %d of median length took %.1fs (%.0f pairs/s): "
-                     "about %s for the other %d", stage, len(first) + rest, len(qids), deepest, len(first),
-                     len(first) / rate, rate, _duration(rest / rate), rest)  # fmt: skip
-            chunks = chunks[:mid] + chunks[mid + 1 :]
+            # the units go longest first: the rest's time scaled by its text, not by its pairs (an upper bound
+            # where a model truncates long texts)
+            ahead = took * sum(map(size, chunks[1:])) / max(size(chunks[0]), 1)
+            log.info("stage %s: %d pairs to score (%d queries, top %d); the first %d (the longest) took %.1fs: about "
+                     "%s for the other %d, by their length", stage, len(first) + rest, len(qids), deepest, len(first),
+                     took, _duration(ahead), rest)  # fmt: skip
+            chunks = chunks[1:]
         scores = {**known, **first, **score(chunks, what)}
         if shared is not None:
             shared.update(scores)

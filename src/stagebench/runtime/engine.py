@@ -445,6 +445,16 @@ def _token_source() -> str | None:
     return "~/.ray/auth_token" if os.path.isfile(home) else None
 
 
+def check_token_given(where: str) -> None:
+    """``RAY_AUTH_MODE=token`` with no token anywhere Ray reads one (:data:`TOKEN_SOURCES`): one line, before
+    anything connects (``ray.init`` would fail inside Ray's core, which may end the process before it can say
+    why, and the line would blame a lost cluster)."""
+    if os.environ.get("RAY_AUTH_MODE", "").lower() == "token" and _token_source() is None:
+        raise StagebenchError(f"{where}: RAY_AUTH_MODE=token, but no token is set here: put the cluster's token in "
+                              f"{' or '.join(TOKEN_SOURCES)} (`ray get-auth-token` on the head shows it), or unset "
+                              "RAY_AUTH_MODE for a cluster without authentication (docs/scale.md)")  # fmt: skip
+
+
 def authentication_message(address: str, where: str) -> str:
     """The line for a cluster that refused this process for want of the right token. Ray (2.5x+)
     turns token authentication on for a cluster that ``ray start`` starts where a token exists,
@@ -598,6 +608,7 @@ def connect(params: EngineParams, where: str = "engine") -> None:
     _ray_loggers_aside()  # Ray's loggers, configured on its import: to the file, where Ray's output is put aside
     address, source = params.resolved_address()
     named = f"{where}.address" if source == "engine.address" else source
+    check_token_given(where)
     address_found: str | None = None
     if address not in (None, "auto"):
         probe(address, named)
