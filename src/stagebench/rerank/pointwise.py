@@ -236,8 +236,8 @@ def rerank_depths(run: Run, reranker: Any, ctx: Surroundings, p: RerankCommon, s
             took = time.perf_counter() - t1
             size = lambda chunk: sum(len(ds.queries[q]) + len(ds.doc_text.get(d, "")) for q, d in chunk)  # noqa: E731
             rest = sum(map(len, chunks[1:]))
-            # the units go longest first: the rest's time scaled by its text, not by its pairs (an upper bound
-            # where a model truncates long texts)
+            # the units go longest first: the rest's time scaled by its text, not by its pairs (an underestimate
+            # where a model truncates long texts: the longest then cost less than their length says)
             ahead = took * sum(map(size, chunks[1:])) / max(size(chunks[0]), 1)
             log.info("stage %s: %d pairs to score (%d queries, top %d); the first %d (the longest) took %.1fs: about "
                      "%s for the other %d, by their length", stage, len(first) + rest, len(qids), deepest, len(first),
