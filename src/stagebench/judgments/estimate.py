@@ -446,22 +446,30 @@ def estimate(fr: Frame, means: np.ndarray, pi: np.ndarray, drawn: Sequence[int],
     value = (known + P_all.sum(axis=1) - P_all[:, idx[sure]].sum(axis=1) + F[:, sure].sum(axis=1)
              + (r[:, ~sure] / p[~sure]).sum(axis=1))  # fmt: skip
     r = np.where(sure, 0.0, r)
+    var, df = variance(r, pi, idx, None if variances is None else fr.sensitivity(means, variances))
+    return Estimate(fr.targets, value, np.sqrt(var), len(idx), len(sampled), df)
+
+
+def variance(r: np.ndarray, pi: np.ndarray, drawn: np.ndarray, A: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """The estimate's variance and its degrees of freedom from the drawn units' residuals ``r`` (targets x
+    drawn; 0 for a unit drawn with certainty), every unit's probability ``pi`` and the drawn units' indices:
+    ``sum (1 - pi) / pi^2 r^2``, and the Welch-Satterthwaite degrees of freedom of its terms (few when a few
+    drawn units carry it). ``A``: the model's variance of every unit (targets x units); given, the variance
+    is floored by it, scaled to the residuals the sample shows (a floor that uses every unit, where the
+    sample's own estimate rests on a handful of drawn ones)."""
+    p = pi[drawn]
     each = (1 - p) / p**2 * r**2
     var = each.sum(axis=1)
-    # the Welch-Satterthwaite degrees of freedom: few when a few drawn units carry the variance
     df = np.where(var > 0, var**2 / np.maximum((each**2).sum(axis=1), 1e-300), np.inf)
-    if variances is not None:
-        # the model's variance of every unit, scaled to the residuals the sample shows: a floor that
-        # uses every unit, where the sample's own estimate rests on a handful of drawn ones
-        A = fr.sensitivity(means, variances)
-        a = A[:, idx]
+    if A is not None:
+        a = A[:, drawn]
         ok = a > 0
         scale = np.where(ok, r**2 / np.where(ok, a, 1.0), 0.0) / p
         s2 = scale.sum(axis=1) / np.maximum((ok / p).sum(axis=1), 1e-300)
         floor = s2 * ((1 - pi) / np.maximum(pi, 1e-300) * A).sum(axis=1)
         var = np.maximum(var, floor)
-    return Estimate(fr.targets, value, np.sqrt(var), len(idx), len(sampled), df)
+    return var, df
 
 
 __all__ = ["UNIFORM_SHARE", "Z95", "Design", "Estimate", "Frame", "Power", "Prediction", "QueryFrame", "Unit", "draw",
-           "estimate", "frame", "inclusion", "power", "predict"]  # fmt: skip
+           "estimate", "frame", "inclusion", "power", "predict", "variance"]  # fmt: skip

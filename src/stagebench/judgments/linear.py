@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from stagebench.judgments.estimate import MIN_REFIT, Estimate, Frame, Prediction
+from stagebench.judgments.estimate import MIN_REFIT, Estimate, Frame, Prediction, variance
 from stagebench.judgments.grades import prior_shift
 
 
@@ -214,16 +214,7 @@ def estimate_units(fr: Frame, dist: np.ndarray, gains: np.ndarray, pi: np.ndarra
         _, F[:, ~single] = fr.contributions(full, only=idx[~single])
     r = F - pred.P[:, idx]
     value = pred.known + pred.P.sum(axis=1) + (r / p).sum(axis=1)
-    each = np.where(p < 1.0, (1 - p) / p**2 * r**2, 0.0)
-    var = each.sum(axis=1)
-    df = np.where(var > 0, var**2 / np.maximum((each**2).sum(axis=1), 1e-300), np.inf)
-    open_ = p < 1.0
-    if floor and open_.any():
-        a = pred.A[:, idx][:, open_]
-        ok = a > 0
-        scale = np.where(ok, r[:, open_] ** 2 / np.where(ok, a, 1.0), 0.0) / p[open_]
-        s2 = scale.sum(axis=1) / np.maximum((ok / p[open_]).sum(axis=1), 1e-300)
-        var = np.maximum(var, s2 * ((1 - pi) / np.maximum(pi, 1e-300) * pred.A).sum(axis=1))
+    var, df = variance(r, pi, idx, pred.A if floor else None)
     return Estimate(lin.targets, value, np.sqrt(var), len(idx), len(holes), df)
 
 __all__ = ["Linear", "cumulative", "discounts", "estimate_units", "exact", "judged_shares", "linearise",
