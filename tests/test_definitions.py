@@ -8,6 +8,7 @@ import pytest
 
 from stagebench.data.irds import DOC_TEMPLATES, _template
 from stagebench.errors import StagebenchError
+from stagebench.judging import pool_scores
 from stagebench.judgments.planning import Hole, depth_pooling
 from stagebench.judgments.pool import HOLE, Judgment, filled_qrels
 from stagebench.judgments.views import pair_settled, tau
@@ -158,3 +159,34 @@ def test_a_query_id_in_both_the_tuning_and_the_test_split_never_tunes(tmp_path):
     test = LOADERS["beir"].load(cfg.dataset.options)
     held = held_queries(cfg, cfg.tune, test)
     assert held.mode == "split" and [d.decide_on for d in held.decisions] == [("q3",)]
+
+
+def test_a_worksheet_grade_between_two_grades_is_refused_not_rounded(tmp_path):
+    # the grade column holds a grade of the scale: 3, 3.0 or 3,0 are 3; 2.5 is none of them
+    sheet = tmp_path / "w.csv"
+    sheet.write_text('qid,docid,grade\nq1,d1,2.5\nq1,d2,3.0\nq1,d3,"1,0"\n', encoding="utf-8")
+    graded, _, bad = read_worksheet(sheet, 0, SCALE, {"q1"}, "now")
+    assert [(g.docid, g.grade) for g in graded] == [("d2", 3), ("d3", 1)]
+    assert len(bad) == 1 and bad[0].startswith(f"{sheet}: line 2: grade '2.5' is not on the scale (3 = E, 2 = S, 1 = C, 0 = I")
+
+
+def test_a_pair_whose_bounds_are_apart_is_settled_in_their_direction():
+    # every document judged: the bounds of each nDCG@2 are one number, a's 1 and b's 1/log2(3) when
+    # the relevant document is second; a over b settled (+1), b over a settled the other way (-1)
+    judged = {"q": {"r": 1, "n": 0}}
+    ranked = {"a": {"q": ["r", "n"]}, "b": {"q": ["n", "r"]}}
+    assert pair_settled(ranked, judged, ["q"], parse_measure("nDCG@2"), 2, 1, "linear") == {("a", "b"): 1}
+    flipped = {"b": ranked["b"], "a": ranked["a"]}
+    assert pair_settled(flipped, judged, ["q"], parse_measure("nDCG@2"), 2, 1, "linear") == {("b", "a"): -1}
+    # a hole below both judged documents leaves the order: a = [r, n, h], b = [n, r, h] at @3, apart whatever h is
+    holed = {"a": {"q": ["r", "n", "h"]}, "b": {"q": ["n", "r", "h"]}}
+    assert pair_settled(holed, judged, ["q"], parse_measure("nDCG@3"), 3, 1, "linear") == {("a", "b"): 1}
+
+
+def test_the_grade_model_reads_a_rerankers_scores_of_its_pool_only():
+    # a reranker of top_n 2 over the input [x, y, z]: its run scores x and y by its model and places z
+    # below them (a placeholder); the grade model gets x and y, never z
+    run = {"q": {"y": 4.2, "x": 3.1, "z": 3.1 - 1e-6}, "p": {"u": 0.5, "v": 0.4}}
+    inputs = {"q": ["x", "y", "z"], "p": ["v", "u"]}
+    assert pool_scores(run, inputs, 2) == {"q": {"y": 4.2, "x": 3.1}, "p": {"u": 0.5, "v": 0.4}}
+    assert pool_scores(run, inputs, 1) == {"q": {"x": 3.1}, "p": {"v": 0.4}}

@@ -23,7 +23,7 @@ import random
 import shutil
 import time
 from datetime import datetime, timezone
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -239,6 +239,17 @@ def estimation(g: Ground, predictor: str | None, qrels: dict | None = None, cach
     return Estimation(g, sampler, model.name, quality.line())
 
 
+def pool_scores(run: Mapping[str, Mapping[str, float]], input_ranked: Mapping[str, Sequence[str]],
+                depth: int | None) -> dict[str, dict[str, float]]:
+    """A reranker's own model scores in its run: those of its pool, its input's top ``depth`` of each
+    query (the whole run when ``depth`` is None: it scored every candidate). The tail below the pool
+    carries placeholders placed under the pool's scores, not the model's, and is left out."""
+    if depth is None:
+        return {q: dict(docs) for q, docs in run.items()}
+    head = {q: set(ranked[:depth]) for q, ranked in input_ranked.items()}
+    return {q: {d: x for d, x in docs.items() if d in head.get(q, ())} for q, docs in run.items()}
+
+
 def model_scores(g: Ground, stage: str, cache_dir: str | None = None) -> dict[str, dict[str, float]]:
     """The cross-encoder ``stage``'s own scores of every pair in any stage's top k (k: the measure's
     cut-off), for the grade model. Its run holds its model's score for its pool only (its input's top
@@ -247,9 +258,7 @@ def model_scores(g: Ground, stage: str, cache_dir: str | None = None) -> dict[st
     pairs alone through the stage cache (computed once, then read back; the dataset must be the
     folder's)."""
     record = next(s for s in g.rf.manifest.stages if s.name == stage)
-    depth = record.candidate_depth
-    head = {q: set(g.ranked[record.inputs[0]].get(q, [])[:depth]) for q in g.queries} if depth else {}
-    scores = {q: {d: x for d, x in docs.items() if d in head.get(q, ())} for q, docs in g.runs[stage].items()}
+    scores = pool_scores(g.runs[stage], g.ranked[record.inputs[0]], record.candidate_depth)
     need: dict[str, dict[str, float]] = {}
     for h in pool_holes(g.ranked, {}, g.queries, g.measure.cutoff):
         if h.docid not in scores.get(h.qid, {}):

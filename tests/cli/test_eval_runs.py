@@ -3,6 +3,8 @@ pt.Experiment give it - every run's means over the same queries, each pair teste
 
 from __future__ import annotations
 
+import math
+
 import ir_measures
 import pytest
 
@@ -67,3 +69,32 @@ def test_a_baseline_tests_every_run_against_it_alone_with_intervals_and_wins(fil
     assert "against the baseline good" in out and sum(line.startswith("bad\tnDCG@5\t") for line in out.splitlines()) == 30
     assert main(["eval", str(files["qrels"]), str(files["good"]), str(files["bad"]), "-m", "nDCG@5", "--baseline", "nope"]) == 2
     assert "--baseline nope: not one of the runs (good, bad, or their files)" in capsys.readouterr().err
+
+
+def test_the_marks_come_from_the_randomization_test_the_header_names(tmp_path, capsys):
+    """Five queries, ``up`` ahead of ``down`` on every one by 0.37-0.57 nDCG@5: the paired t-test calls it
+    (p < 0.001), the exact two-sided sign-flip test cannot (p = 2/32 = 0.0625: only the all-plus and
+    all-minus flips are as extreme), so a table that says "paired randomization test" marks nothing."""
+    from stagebench.stats import exact_randomization_p
+
+    qrels = {f"q{i}": {"r": 1, **{f"n{j}": 0 for j in range(4)}} for i in range(5)}
+    down_rank = [2, 3, 2, 4, 3]  # where ``down`` puts the relevant document: nDCG@5 = 1 / log2(rank + 1)
+    up = {q: {"r": 9.0, **{f"n{j}": float(5 - j) for j in range(4)}} for q in qrels}
+    down = {}
+    for q, rank in zip(qrels, down_rank):
+        order = [f"n{j}" for j in range(4)]
+        order.insert(rank - 1, "r")
+        down[q] = {d: float(9 - i) for i, d in enumerate(order)}
+    write_trec_qrels(qrels, tmp_path / "qrels.trec")
+    write_trec_run(up, tmp_path / "up.trec")
+    write_trec_run(down, tmp_path / "down.trec")
+    exp = api.compare_runs(tmp_path / "qrels.trec", [tmp_path / "up.trec", tmp_path / "down.trec"], ["nDCG@5"],
+                           permutations=4000)  # fmt: skip
+    [(t, p)] = exp.tests["nDCG@5"]
+    ups, downs = [1.0] * 5, [1 / math.log2(r + 1) for r in down_rank]
+    assert t.p_t < 0.001 and p == pytest.approx(exact_randomization_p(ups, downs), abs=0.01) and p > 0.05
+    assert exp.better_than("up", "nDCG@5") == []
+    assert main(["eval", str(tmp_path / "qrels.trec"), str(tmp_path / "up.trec"), str(tmp_path / "down.trec"),
+                 "-m", "nDCG@5", "--permutations", "4000"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "paired randomization test" in out and "^b" not in out

@@ -270,3 +270,26 @@ def test_compare_refuses_folders_scored_differently_or_on_other_data(sweep_folde
                                               rf"{'f' * 12}\): their numbers cannot be compared$"):  # fmt: skip
         compare_folders(sweep_folder, fp, permutations=PERMS)
 
+
+
+def test_compare_refuses_folders_that_grade_a_shared_pair_differently(sweep_folder, tmp_path):
+    """--judgments same: the same documents judged is not enough; a shared (query, document) pair graded
+    1 in one folder and 2 in the other is refused (the copy's qrels.trec edited, its digest re-recorded)."""
+    import hashlib
+    import shutil
+
+    from stagebench.errors import StagebenchError
+
+    other = tmp_path / "regraded"
+    shutil.copytree(sweep_folder, other)
+    lines = (other / "qrels.trec").read_text().splitlines()
+    q, it, d, g = lines[0].split()
+    lines[0] = " ".join([q, it, d, str(1 if int(g) != 1 else 2)])
+    (other / "qrels.trec").write_text("\n".join(lines) + "\n")
+    m = json.loads((other / "manifest.json").read_text())
+    m["files"]["qrels.trec"] = hashlib.sha256((other / "qrels.trec").read_bytes()).hexdigest()
+    (other / "manifest.json").write_text(json.dumps(m))
+    assert set(RunFolder.open(other).qrels()[q]) == set(RunFolder.open(sweep_folder).qrels()[q])  # the same documents
+    with pytest.raises(StagebenchError, match=rf"judge query '{q}' differently \(qrels.trec\)"):
+        compare_folders(sweep_folder, other, permutations=PERMS)
+    assert compare_folders(sweep_folder, other, permutations=PERMS, judgments="each").judgments == "each"

@@ -191,8 +191,9 @@ ROLES = ("bi_encoder", "cross_encoder", "generator")
 
 def place(device: str, precision: str, backend: str, what: str, role: str = "cross_encoder") -> Placement:
     """Resolve ``device``/``precision`` for a model of ``backend`` (``torch`` or ``onnx``) that
-    plays ``role`` (:data:`ROLES`): ``auto`` picks only what was measured for that role (bf16 on a
-    CPU where it measured faster: for the encoders, never for generators). Which model runs at the
+    plays ``role`` (:data:`ROLES`): ``auto`` picks only batch-invariant paths - a torch model at fp32
+    on every CPU class (bf16 autocast is batch-dependent: ``precision: bf16`` asks for it), a
+    dynamically quantized ONNX graph at per-token INT8 on a CPU. Which model runs at the
     placement (a torch bi-encoder on a CPU runs exported to ONNX) is
     :func:`stagebench.models.variants.variant_recipe`'s business."""
     if role not in ROLES:
