@@ -17,34 +17,44 @@ for every other command (``stagebench.api.segments(folder)``, ``stagebench.api.j
 TREC files and models alone.
 
 Importing stagebench loads no model library: torch, sentence-transformers, faiss and
-onnxruntime are imported only by the stages that use them, when they run.
+onnxruntime are imported only by the stages that use them, when they run. The verbs themselves are
+loaded on first use (``stagebench.run`` imports :mod:`stagebench.api`), so that ``import stagebench``
+is instant and the command line can take a signal before its heavy imports (:mod:`stagebench.__main__`).
 """
 
-from stagebench.api import (
-    Cascade,
-    Comparison,
-    Config,
-    Dataset,
-    Evaluation,
-    Reranker,
-    Result,
-    StageRun,
-    StageSpec,
-    StagebenchError,
-    TuneResult,
-    compare,
-    evaluate,
-    load_config,
-    load_dataset,
-    open,
-    run,
-    stage,
-    tune,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
 from stagebench.version import __version__
+
+if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and readers
+    from stagebench.api import (Cascade, Comparison, Config, Dataset, Evaluation, Reranker, Result, StageRun, StageSpec,
+                                StagebenchError, TuneResult, compare, evaluate, load_config, load_dataset, open, run,
+                                stage, tune)  # fmt: skip
 
 __all__ = [
     "run", "open", "compare", "tune", "evaluate", "stage", "load_config", "load_dataset",
     "Result", "Comparison", "Evaluation", "TuneResult", "Config", "Dataset", "StageSpec", "Cascade", "StageRun",
     "Reranker", "StagebenchError", "__version__",
 ]  # fmt: skip
+
+
+def __getattr__(name: str) -> object:
+    """The package's verbs and types from :mod:`stagebench.api`, and its subpackages, on first use (PEP 562)."""
+    if name in __all__:
+        value = getattr(importlib.import_module("stagebench.api"), name)
+    else:
+        try:
+            value = importlib.import_module(f"stagebench.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"stagebench.{name}":
+                raise
+            raise AttributeError(f"module 'stagebench' has no attribute {name!r}") from None
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

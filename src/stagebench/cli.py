@@ -729,14 +729,25 @@ def _terminate(signum: int, _frame) -> None:
 
 def _on_signals() -> dict:
     """SIGTERM and SIGHUP raise :class:`Terminated` in the main thread while a command runs
-    (the previous handlers are returned, to put back)."""
+    (the previous handlers are returned, to put back, with SIGINT's: :func:`_hold_signals`)."""
     old = {}
     for sig in (signal.SIGTERM, signal.SIGHUP):
         try:
             old[sig] = signal.signal(sig, _terminate)
         except ValueError:  # not the main thread (stagebench called from a thread): leave signals alone
-            pass
+            return {}
+    old[signal.SIGINT] = signal.getsignal(signal.SIGINT)
     return old
+
+
+def _hold_signals() -> None:
+    """While an interruption is being reported (and the command's cleanup finishes), a second Ctrl-C
+    or SIGTERM is ignored: the first one's line is the outcome, not a traceback of the second."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        try:
+            signal.signal(sig, signal.SIG_IGN)
+        except ValueError:  # not the main thread
+            return
 
 
 CACHE_DIR_HELP = "cache root (default: $STAGEBENCH_CACHE, the config's cache_dir, .stagebench-cache)"
@@ -789,6 +800,7 @@ def _main(args: argparse.Namespace) -> int:
         args.said = str(exc)
         return _fail(str(exc), debug)
     except KeyboardInterrupt as exc:
+        _hold_signals()  # main() puts the handlers back once the line is said
         if args.command in RESUMABLE:
             folder, step = RESUMABLE[args.command]
             kept = (f"no {folder} was written or changed; every {step} that finished is in the cache, so the "

@@ -346,13 +346,38 @@ def test_5_ctrl_c_is_one_line_and_keeps_what_finished(tmp_path):
     deadline = time.time() + 60
     while not (tmp_path / "started").exists() and time.time() < deadline:
         time.sleep(0.1)
-    proc.send_signal(signal.SIGINT)
+    for _ in range(3):  # Ctrl-C pressed again while the first one is reported: still one line
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.05)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     line = error_line(err)
     assert "interrupted" in line and "resumes" in line
+    assert "Traceback" not in err and "Exception ignored" not in err and err.count("interrupted") == 1, err
     assert_clean(tmp_path, cache_entries=None)
     assert any(r["meta"].get("stage") == "bm25" for r in Cache(tmp_path / "cache").list())
+
+
+def test_5_ctrl_c_while_starting_is_one_line(tmp_path):
+    """SIGINT while the command line is still importing its libraries (numpy loaded, the rest not yet):
+    one line and exit 130, not the traceback of whatever was being imported."""
+    maps = Path("/proc/self/maps")
+    if not maps.is_file():
+        pytest.skip("needs /proc to see when the process is importing")
+    proc = subprocess.Popen([sys.executable, "-m", "stagebench", "validate", "x.yaml"], cwd=tmp_path, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
+    deadline = time.time() + 30
+    while time.time() < deadline and proc.poll() is None:
+        try:
+            if "numpy" in Path(f"/proc/{proc.pid}/maps").read_text():
+                break
+        except OSError:
+            pass
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130 and err == "stagebench: interrupted while starting: nothing was read or written\n", err
 
 
 @pytest.mark.slow

@@ -15,7 +15,7 @@ import pytest
 from stagebench.cache import Cache
 from stagebench.runtime.engine import EngineParams
 from stagebench.errors import StagebenchError
-from stagebench.runtime.supervisor import run_watched
+from stagebench.runtime.supervisor import RAY_LOG_ENV, run_watched
 from tests.conftest import REPO, child_path, esci_config
 
 pytestmark = pytest.mark.slow  # a real child process
@@ -55,12 +55,17 @@ def test_a_child_ended_by_a_signal_is_one_error_naming_it_and_leaves_nothing_par
     (tmp_path / ".t.partial-1" / "mine").mkdir(parents=True)  # not stagebench's (no mark): left alone
     cache = Cache(tmp_path / "cache")
     leftovers: list[Path] = []
+    ray_log: list[Path] = []
 
     def end_it() -> None:
         pid = child_of(tmp_path, "t")
         half = tmp_path / "cache" / "runs" / f".tmp-0123abcd-{pid}-42"  # a half-written entry of the child's
         half.mkdir(parents=True)
         leftovers.append(half)
+        env = dict(x.split("=", 1) for x in Path(f"/proc/{pid}/environ").read_text().split("\0") if "=" in x)
+        ray_log.append(Path(env[RAY_LOG_ENV]))  # what Ray's core wrote there before the kill: named, kept
+        with ray_log[0].open("a") as f:
+            f.write("core_worker.cc: a line of Ray's\n")
         os.kill(pid, signal.SIGKILL)  # from outside (Ray's core ends a driver with an exit status, test_ray_cluster)
 
     t = in_thread(end_it)
@@ -69,7 +74,9 @@ def test_a_child_ended_by_a_signal_is_one_error_naming_it_and_leaves_nothing_par
     t.join()
     assert str(got.value).startswith(f"{cfg}: the run's process (pid ")
     assert "was ended by signal SIGKILL, sent by something outside stagebench" in str(got.value)
-    assert "Ray" not in str(got.value)  # the cluster is not blamed for a signal
+    assert "Ray cluster" not in str(got.value)  # the cluster is not blamed for a signal
+    assert str(got.value).endswith(f" (Ray's own messages: {ray_log[0]})") and ray_log[0].is_file()
+    ray_log[0].unlink()
     assert "no results folder was written or changed" in str(got.value)
     assert not (tmp_path / "t").exists()
     assert [p.name for p in tmp_path.glob(".t.partial-*")] == [".t.partial-1"] and (tmp_path / ".t.partial-1" / "mine").is_dir()

@@ -184,7 +184,7 @@ def _run_watched(argv: Sequence[str], config_path: Path, engine: EngineParams, o
                               f"{signal.Signals(-code).name}, sent by something outside stagebench (a kill, the "
                               "out-of-memory killer, a job scheduler's limit); no results folder was written or "
                               "changed, every stage that finished is in the cache, so the same command resumes "
-                              "after the last finished stage")  # fmt: skip
+                              f"after the last finished stage{_said(ray_log)}")  # fmt: skip
     log.debug("the run's process (pid %d) ended with status %d%s", child.pid, code,
               " after it saw the cluster go" if said == LOST else ", ended by Ray's core before it could report")  # fmt: skip
     address, source = engine.resolved_address()
