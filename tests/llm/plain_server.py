@@ -16,13 +16,15 @@ MODEL = "plain-model"
 
 class PlainServer:
     def __init__(self, mode: str, delay: float = 0.0) -> None:
-        assert mode in ("hang", "null", "serial")
+        assert mode in ("hang", "null", "serial", "slow")
         self.mode = mode
         self.delay = delay
         self.answered: list[float] = []  # time.monotonic() of every completion answered (serial)
         self._one_at_a_time = threading.Lock()
         self.posts: list[float] = []  # time.monotonic() of every completion request
         self.closing = threading.Event()
+        self.in_flight = self.most_in_flight = 0  # completions being answered now, and the most at once
+        self._counting = threading.Lock()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -45,6 +47,18 @@ class PlainServer:
                 server.posts.append(time.monotonic())
                 if server.mode == "hang":
                     server.closing.wait()  # never answers
+                    return
+                if server.mode == "slow":
+                    with server._counting:
+                        server.in_flight += 1
+                        server.most_in_flight = max(server.most_in_flight, server.in_flight)
+                    time.sleep(server.delay)
+                    with server._counting:
+                        server.in_flight -= 1
+                    self._json({"id": "x", "object": "chat.completion", "model": MODEL,
+                                "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"},
+                                             "finish_reason": "stop"}],
+                                "usage": {"prompt_tokens": 10, "completion_tokens": 1}})  # fmt: skip
                     return
                 if server.mode == "serial":
                     with server._one_at_a_time:  # one at a time, whether or not its client still waits

@@ -1,6 +1,7 @@
 """Both engines return one result per unit, in the units' order, whatever order the units finish
 in: a task whose early units take longest (so they finish last) on threads here and on a real
-local Ray cluster's actors."""
+local Ray cluster's actors; and a task that waits on a server keeps as many requests in flight at
+that server as it asks (an LLM stage's ``concurrency``), in one process and across Ray's workers."""
 
 from __future__ import annotations
 
@@ -8,7 +9,11 @@ import time
 
 import pytest
 
-from stagebench.runtime.engine import EngineParams, LocalEngine, RayEngine, ray_session
+import json
+import urllib.request
+
+from stagebench.runtime.engine import EngineParams, LocalEngine, RayEngine, apply_units, ray_session, ray_shape
+from tests.llm.plain_server import PlainServer
 
 UNITS = list(range(8))
 
@@ -38,9 +43,37 @@ def test_threaded_results_follow_their_units_whatever_order_they_finish_in():
 def test_results_follow_their_units_whatever_order_they_finish_in():
     pytest.importorskip("ray", reason="engine: ray needs the ray extra (make test installs it)")
     params = EngineParams(type="ray", num_workers=2, batch_size=1, local_cpus=2)
-    with ray_session(params):
+    with ray_session(params), PlainServer("slow", delay=0.5) as server:
         out = RayEngine(params).map(SlowFirst(0.4), UNITS, desc="t")
+        asked = RayEngine(params).map(Ask(server.url), UNITS, desc="t", threads=4)
     assert out == [f"unit {u}" for u in UNITS]
+    # concurrency 4 on 2 workers: 2 requests in flight on each, 4 at the server (each worker one at a time: 2)
+    assert asked == [f"ok {u}" for u in UNITS] and server.most_in_flight == 4 and len(server.posts) == 8
+
+
+class Ask:
+    """Unit ``u``: one completion request to a real server (as an LLM stage's query asks)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def __call__(self, u: int) -> str:
+        body = json.dumps({"model": "plain-model", "messages": [{"role": "user", "content": str(u)}]}).encode()
+        req = urllib.request.Request(f"{self.url}/chat/completions", body, {"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return f"{json.loads(r.read())['choices'][0]['message']['content']} {u}"
+
+
+def test_a_task_waiting_on_a_server_keeps_its_requests_in_flight_there():
+    with PlainServer("slow", delay=0.3) as server:
+        assert apply_units(Ask(server.url), UNITS, 3, lambda: False) == [f"ok {u}" for u in UNITS]
+        assert server.most_in_flight == 3
+        assert apply_units(Ask(server.url), UNITS[:2], 1, lambda: False) == ["ok 0", "ok 1"]
+        assert apply_units(Ask(server.url), UNITS, 3, lambda: True) == [] and len(server.posts) == 10  # stopped: none
+    # across Ray's workers: at most ``concurrency`` in flight over the cluster, each task holding enough units
+    assert ray_shape(2, 4, 4, 8) == (2, 2, 4) and ray_shape(2, 4, 1, 8) == (2, 2, 2)
+    assert ray_shape(8, 4, 1, 8) == (4, 1, 1) and ray_shape(3, 4, 1, 8) == (3, 1, 1)  # 3 in flight, never 6
+    assert ray_shape(2, 1, 4, 8) == (2, 1, 4) and ray_shape(4, 1, 4, 3) == (1, 1, 4)  # no server: one unit at a time
 
 
 class FailsFirst:

@@ -110,8 +110,8 @@ class Engine:
             sizes: Sequence[int] | None = None, threads: int = 1, progress_bar: bool = True) -> list[Any]:  # fmt: skip
         """``[task(u) for u in units]``; ``sizes`` weighs each unit in the progress bar (e.g. texts per batch);
         ``progress_bar=False`` shows none (many short maps, e.g. one per served query);
-        ``threads``: units in flight at once in this process (tasks that wait on a server, e.g. LLM queries;
-        the Ray engine spreads units over its workers instead). When one unit fails, the others not yet
+        ``threads``: units in flight at once (tasks that wait on a server, e.g. LLM queries): in this
+        process, or across the cluster on Ray (:func:`ray_shape`). When one unit fails, the others not yet
         started are dropped and a task with ``cancel()`` is told to stop the ones in flight."""
         raise NotImplementedError
 
@@ -205,12 +205,51 @@ class _NotStarted(Exception):
     """A unit the map did not start because an earlier one failed."""
 
 
-def _worker_class(task_blob: bytes, threads: str, stop_key: str) -> type:
+def ray_shape(workers: int, in_flight: int, batch_size: int, units: int) -> tuple[int, int, int]:
+    """How a map spreads over the Ray workers: (workers, units in flight on each, units per task).
+    A task that waits on a server (``in_flight`` > 1: an LLM stage's ``concurrency``) keeps at most
+    ``in_flight`` units in flight across the cluster, as it does in one process: at most that many
+    workers, each running ``in_flight // workers`` of its task's units at once (a task holds at least
+    that many units). Any other task: one unit at a time on each worker."""
+    if in_flight <= 1:
+        return max(1, min(workers, math.ceil(units / batch_size))), 1, batch_size
+    n = max(1, min(workers, in_flight, units))
+    each = in_flight // n
+    size = max(batch_size, each)
+    return max(1, min(n, math.ceil(units / size))), each, size
+
+
+def apply_units(task: Callable[[Any], Any], units: Sequence[Any], in_flight: int, stopped: Callable[[], bool]) -> list[Any]:
+    """``[task(u) for u in units]``, ``in_flight`` at a time (threads, as the local engine runs them), no
+    unit started once ``stopped()``: then the units done before it (a sequential run), or none (threads;
+    the map has failed elsewhere and its error is what the driver reports). A unit's error is raised."""
+    if in_flight <= 1:
+        out = []
+        for u in units:
+            if stopped():
+                break
+            out.append(task(u))
+        return out
+
+    def guarded(u: Any) -> Any:
+        if stopped():
+            raise _NotStarted()
+        return task(u)
+
+    with progress(len(units), "ray worker", "unit", enabled=False) as bar:
+        try:
+            return _threaded(guarded, units, [1] * len(units), in_flight, bar, "ray worker")
+        except _NotStarted:
+            return []
+
+
+def _worker_class(task_blob: bytes, threads: str, stop_key: str, in_flight: int = 1) -> type:
     """The Ray Data actor class: unpickles the task once per actor (the task loads its model on
-    first use), then applies it to each unit of a batch. The task travels inside the class (by
-    value), not as a constructor argument in the object store, so a restarted actor rebuilds it.
-    A unit that fails for good marks ``stop_key`` in the cluster's key-value store, and no worker
-    starts a unit after that mark (Ray Data would hand a freed worker the next batch: issue 71)."""
+    first use), then applies it to the units of each batch, ``in_flight`` at a time
+    (:func:`apply_units`). The task travels inside the class (by value), not as a constructor
+    argument in the object store, so a restarted actor rebuilds it. A unit that fails for good
+    marks ``stop_key`` in the cluster's key-value store, and no worker starts a unit after that mark
+    (Ray Data would hand a freed worker the next batch: issue 71)."""
 
     class StagebenchWorker:
         def __init__(self) -> None:
@@ -220,16 +259,13 @@ def _worker_class(task_blob: bytes, threads: str, stop_key: str) -> type:
         def __call__(self, batch: dict) -> dict:
             np = need("numpy", "the ray engine")
             kv = need("ray", "the ray engine").experimental.internal_kv
-            outs = []
-            for b in batch["unit"]:
-                if kv._internal_kv_exists(stop_key):  # a unit failed for good elsewhere: start nothing more
-                    break
-                try:
-                    outs.append(pickle.dumps(self.task(pickle.loads(b)), protocol=5))
-                except StagebenchError as exc:  # its words travel as data: Ray's wrapping cannot lose them
-                    kv._internal_kv_put(stop_key, b"1")
-                    outs.append(pickle.dumps(_WorkerError(str(exc)), protocol=5))
-                    break
+            try:  # a unit failed for good elsewhere: start nothing more
+                outs = [pickle.dumps(x, protocol=5) for x in apply_units(
+                    lambda b: self.task(pickle.loads(b)), list(batch["unit"]), in_flight,
+                    lambda: kv._internal_kv_exists(stop_key))]  # fmt: skip
+            except StagebenchError as exc:  # its words travel as data: Ray's wrapping cannot lose them
+                kv._internal_kv_put(stop_key, b"1")
+                return {"i": batch["i"][:1], "out": np.array([pickle.dumps(_WorkerError(str(exc)), protocol=5)], dtype=object)}
             return {"i": batch["i"][: len(outs)], "out": np.array(outs, dtype=object)}
 
     return StagebenchWorker
@@ -343,7 +379,7 @@ class RayEngine(Engine):
             n = min(n, int(res.get("GPU", 0) // p.num_gpus_per_worker))
         return max(1, n)
 
-    def map(self, task, units, *, desc, unit="unit", sizes=None, threads=1, progress_bar=True):  # threads: the workers are the parallelism
+    def map(self, task, units, *, desc, unit="unit", sizes=None, threads=1, progress_bar=True):  # threads: across the cluster
         ray = need("ray", "engine: ray")
         np = need("numpy", "the ray engine")
         if not ray.is_initialized():
@@ -352,18 +388,20 @@ class RayEngine(Engine):
         sizes = list(sizes) if sizes is not None else [1] * len(units)
         if not units:
             return []
-        n_workers = min(self.workers(), math.ceil(len(units) / p.batch_size))
-        threads = str(max(1, int(p.num_cpus_per_worker)))
+        n_workers, in_flight, batch_size = ray_shape(self.workers(), threads, p.batch_size, len(units))
+        model_threads = str(max(1, int(p.num_cpus_per_worker)))
         rows = [{"i": i, "unit": pickle.dumps(u, protocol=5)} for i, u in enumerate(units)]
-        ds = ray.data.from_items(rows, override_num_blocks=math.ceil(len(units) / p.batch_size))
+        ds = ray.data.from_items(rows, override_num_blocks=math.ceil(len(units) / batch_size))
         stop_key = f"stagebench-stop-{uuid.uuid4().hex}"
-        out = ds.map_batches(_worker_class(pickle.dumps(task, protocol=5), threads, stop_key), batch_size=p.batch_size,
-                             compute=ray.data.ActorPoolStrategy(size=n_workers), num_cpus=p.num_cpus_per_worker,
-                             num_gpus=p.num_gpus_per_worker or None, batch_format="numpy")  # fmt: skip
+        out = ds.map_batches(_worker_class(pickle.dumps(task, protocol=5), model_threads, stop_key, in_flight),
+                             batch_size=batch_size, compute=ray.data.ActorPoolStrategy(size=n_workers),
+                             num_cpus=p.num_cpus_per_worker, num_gpus=p.num_gpus_per_worker or None,
+                             batch_format="numpy")  # fmt: skip
         results: list[Any] = [None] * len(units)
         got = np.zeros(len(units), dtype=bool)
-        (log.info if progress_bar else log.debug)("%s: %d %ss in %d units on %d Ray worker(s), %d unit(s) per task", desc,
-                                                  sum(sizes), unit, len(units), n_workers, p.batch_size)  # fmt: skip
+        flight = f", {in_flight} in flight on each ({n_workers * in_flight} across the cluster)" if in_flight > 1 else ""
+        (log.info if progress_bar else log.debug)("%s: %d %ss in %d units on %d Ray worker(s), %d unit(s) per task%s",
+                                                  desc, sum(sizes), unit, len(units), n_workers, batch_size, flight)  # fmt: skip
         t0 = time.perf_counter()
         with progress(sum(sizes), desc, unit, enabled=progress_bar) as bar:
             try:

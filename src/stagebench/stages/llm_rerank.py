@@ -63,7 +63,8 @@ class LLMRerankParams(ChatParams):
     max_new_tokens: PositiveInt | None = param(None, "the longest answer asked for; null: 8 tokens per candidate + 16 (a "
                                                "reasoning model needs more)")  # fmt: skip
     concurrency: PositiveInt = param(4, "openai: queries in flight at once, at most: halved after a timeout or a busy "
-                                     "answer, raised again as answers come (the in-process backend runs one)", affects=())  # fmt: skip
+                                     "answer, raised again as answers come (the in-process backend runs one); on Ray across the cluster",
+                                     affects=())  # fmt: skip
     failed_calls: Literal["stop", "accept"] = param(
         "stop", "a request that fails after every retry: stop (one error line, exit 2, no results written; the "
                 "answers that came are cached, so the same command asks only for the rest) | accept (the call keeps "
