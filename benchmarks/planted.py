@@ -86,7 +86,7 @@ BUGS: tuple[Bug, ...] = (
         "seconds_per_query=round(wall_seconds / max(self.windows, 1), 3)", LLM_KEYS),
     Bug("LLM cost", "tokens per query divided by the calls", "src/stagebench/results/cost.py",
         "work = st.tokens / n_q", "work = st.tokens / max(st.windows, 1)", LLM_KEYS),
-    Bug("Ray engine", "results matched to units by arrival order", "src/stagebench/runtime/engine.py",
+    Bug("Ray engine", "results matched to units by arrival order", "src/stagebench/runtime/cluster/workers.py",
         'i = int(row["i"])', "i = int(got.sum())", ("tests/runtime/test_engine_order.py::test_results_follow_their_units_whatever_order_they_finish_in",)),
     Bug("local engine", "threaded results in completion order", "src/stagebench/runtime/engine.py",
         "return [f.result() for f in futures]",

@@ -17,7 +17,8 @@ LAYERS = {
         "table", "data.text", "data.corpus", "rerank", "llm", "llm.schemes", "runtime.devices", "runtime.engine", "judge", "models", "runtime", "models.onnx_graphs"],
     1: ["llm.listwise", "llm.labels", "llm.request", "judge.scale", "runs", "metrics.families", "metrics.trec_names", "metrics.names", "metrics.value", "metrics.holes", "metrics", "cache", "models.resolve", "record", "data.dataset", "data.esci", "data.jsonl", "data.trec", "data.irds",
         "metrics.delegate",
-        "data.synthetic", "data", "rerank.merge"],
+        "data.synthetic", "data", "rerank.merge", "runtime.cluster", "runtime.cluster.failures", "runtime.cluster.auth",
+        "runtime.cluster.session", "runtime.cluster.workers", "runtime.cluster.supervisor"],
     2: ["models.encoders", "models.onnx_weights", "models.variants", "stages.base", "stages.neural", "llm.http", "llm.local", "llm.chat", "rerank.plugins", "rerank.pointwise",
         "llm.windows", "llm.families", "stages.bm25", "stages.dense", "stages.fusion", "stages.rerank", "stages.run_file",
         "stages.llm_rerank", "stages.oracle", "stages.pyterrier", "stages", "results.interop", "results", "results.ceilings", "results.queries", "results.folder", "results.depth",
@@ -26,7 +27,7 @@ LAYERS = {
         "judgments.capped", "judgments.linear", "judgments.design", "judgments.coverage", "judgments.sampling", "results.baselines", "judge.rules",
         "judge.ask", "judge.section", "outputs"],
     3: ["config", "report", "report.tables", "report.plots", "report.explorer", "report.html", "report.write"],
-    4: ["execute", "judge.grading", "judging", "pipeline", "fitting", "fitting.finetune", "fitting.train", "fitting.tune", "reproductions", "runtime.supervisor"],
+    4: ["execute", "judge.grading", "judging", "pipeline", "fitting", "fitting.finetune", "fitting.train", "fitting.tune", "reproductions"],
     5: ["api", "cli", "docgen", "", "__main__"],
 }  # fmt: skip
 LAYER = {f"stagebench.{m}".rstrip("."): n for n, mods in LAYERS.items() for m in mods}
@@ -141,8 +142,7 @@ CLI_MAY_IMPORT = {
     "stagebench.report", "stagebench.report.tables", "stagebench.reproductions",  # renderers
     "stagebench.judgments.planning", "stagebench.judgments.design", "stagebench.results.segments",  # choices, defaults,
     "stagebench.results.scoring",  # words
-    "stagebench.runtime.supervisor", "stagebench.runtime.engine",  # run on a Ray engine: the driver in a watched child,
-    # connected before its run
+    "stagebench.runtime.cluster.supervisor",  # run on a Ray engine: the driver in a watched child, connected before its run
 }  # fmt: skip
 
 

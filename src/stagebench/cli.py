@@ -28,8 +28,8 @@ from stagebench.judgments.design import DESIGNS, HOLE, HOLE_WHEN
 from stagebench.judgments.planning import STRATEGIES
 from stagebench.results.segments import MIN_QUERIES
 from stagebench.results.scoring import conventions_line
-from stagebench.runtime.engine import ClusterLost, connect, put_ray_output_aside, ray_output_log
-from stagebench.runtime.supervisor import ray_log_given, report_finished, report_lost, run_watched, watched
+from stagebench.runtime.cluster.supervisor import (ClusterLost, connect_watched, output_log, report_finished,
+                                                 report_lost, run_watched, watched)  # fmt: skip
 from stagebench.version import __version__
 
 
@@ -58,13 +58,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         out = api.check_run(config, args.output, args.cache_dir)  # refused at once, before a child and a cluster start
         return run_watched(args.argv, config.path, engine, out, api.cache(args.cache_dir, config).remove_leftovers)
     if engine is not None and getattr(args, "watched", False):
-        # the watched child: Ray's output put aside (for good: its teardown too) into the file the parent
-        # gave, connected before the run, Ray's teardown left to this process's exit, after its outcome is
-        # printed and reported (stagebench.runtime.supervisor)
-        given = ray_log_given()
-        if given is not None:
-            put_ray_output_aside(given)
-        connect(engine, f"{config.path}: engine")
+        connect_watched(engine, f"{config.path}: engine")  # the watched child (stagebench.runtime.cluster.supervisor)
     result = api.run(config, args.output, cache_dir=args.cache_dir, recompute=args.recompute)
     sys.stdout.write(result.table_text)
     if result.judge_text:
@@ -766,11 +760,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "run":
             args.watched = watched()
             if not args.watched:
-                args.argv = argv  # a run on Ray is run in a watched child (stagebench.runtime.supervisor)
+                args.argv = argv  # a run on Ray is run in a watched child (stagebench.runtime.cluster.supervisor)
         code = _main(args)
         return code
     finally:
-        aside = ray_output_log()  # Ray's output of a watched run: kept only where a line names it
+        aside = output_log()  # Ray's output of a watched run: kept only where a line names it
         lost = getattr(args, "lost", False)
         if aside is not None and not lost and str(aside) not in getattr(args, "said", ""):
             aside.unlink(missing_ok=True)

@@ -29,7 +29,7 @@ from stagebench.stats import latency_percentiles
 from stagebench.params import SCORES, affecting
 from stagebench.runs import Run, ranked, read_trec_run, run_digest, write_trec_run
 from stagebench.record import StageRecord, Stats, depth_run_name, stats_from_json
-from stagebench.runtime.engine import make_engine
+from stagebench.runtime.cluster.workers import make_engine
 from stagebench.stages import Stage, StageContext, StageOutput, stage_class
 
 log = logging.getLogger("stagebench")

@@ -33,7 +33,8 @@ from stagebench.config import Config, check_trained_models
 from stagebench.data import DatasetConfig
 from stagebench.data import LOADERS, Dataset
 from stagebench.data.esci import SOURCES_FILE
-from stagebench.runtime.engine import check_token_given, ray_session
+from stagebench.runtime.cluster.auth import check_token_given
+from stagebench.runtime.cluster.session import ray_session
 from stagebench.errors import ConfigError, DataError
 from stagebench.execute import (context, latency_sample, make_stage, measure_latency, package_versions, run_in, scoring_key,
                                 stage_key)

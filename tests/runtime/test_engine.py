@@ -10,7 +10,9 @@ import time
 import pytest
 
 from stagebench.config import parse_config
-from stagebench.runtime.engine import EngineParams, LocalEngine, make_engine, ray_session
+from stagebench.runtime.cluster.session import ray_session
+from stagebench.runtime.cluster.workers import make_engine
+from stagebench.runtime.engine import EngineParams, LocalEngine
 from stagebench.errors import ConfigError, StagebenchError
 from stagebench.stages.dense import DenseParams, DenseStage
 from stagebench.stages.rerank import CrossEncoderParams, CrossEncoderStage
@@ -97,7 +99,7 @@ def test_the_local_engine_maps_in_order_in_this_process():
 
 
 def test_a_malformed_address_is_one_line():
-    from stagebench.runtime.engine import probe
+    from stagebench.runtime.cluster.session import probe
 
     with pytest.raises(StagebenchError, match="engine.address: 'somewhere' is not auto, host:port"):
         probe("somewhere", "engine.address")
@@ -154,7 +156,7 @@ SETTINGS = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
 
 @pytest.mark.parametrize("prefix", ["", "ray://"])
 def test_the_probe_lets_a_grpc_server_through_and_names_what_else_answers(prefix, monkeypatch):
-    from stagebench.runtime.engine import _H2_PREFACE, probe
+    from stagebench.runtime.cluster.session import _H2_PREFACE, probe
 
     monkeypatch.delenv("RAY_USE_TLS", raising=False)
     grpc = _Listener(SETTINGS)
@@ -188,7 +190,7 @@ def test_the_probe_lets_a_grpc_server_through_and_names_what_else_answers(prefix
 def test_the_probe_names_an_address_where_nothing_listens_and_malformed_ones():
     import socket
 
-    from stagebench.runtime.engine import probe
+    from stagebench.runtime.cluster.session import probe
 
     s = socket.create_server(("127.0.0.1", 0))
     port = s.getsockname()[1]
@@ -201,7 +203,7 @@ def test_the_probe_names_an_address_where_nothing_listens_and_malformed_ones():
 
 
 def test_make_engine_picks_the_engine_the_params_name():
-    from stagebench.runtime.engine import RayEngine
+    from stagebench.runtime.cluster.workers import RayEngine
 
     ray = EngineParams(type="ray", num_workers=3)
     assert isinstance(make_engine(ray), RayEngine) and make_engine(ray).params is ray

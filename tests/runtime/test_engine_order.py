@@ -12,7 +12,9 @@ import pytest
 import json
 import urllib.request
 
-from stagebench.runtime.engine import EngineParams, LocalEngine, RayEngine, apply_units, ray_session, ray_shape
+from stagebench.runtime.cluster.session import ray_session
+from stagebench.runtime.cluster.workers import RayEngine, ray_shape
+from stagebench.runtime.engine import EngineParams, LocalEngine, apply_units
 from tests.llm.plain_server import PlainServer
 
 UNITS = list(range(8))

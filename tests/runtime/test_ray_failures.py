@@ -9,7 +9,7 @@ import pytest
 
 ray_exceptions = pytest.importorskip("ray.exceptions", reason="Ray is not installed")
 
-from stagebench.runtime.engine import failure_kind, ray_failure  # noqa: E402
+from stagebench.runtime.cluster.failures import failure_kind, ray_failure
 
 
 def chained(outer: BaseException, inner: BaseException) -> BaseException:

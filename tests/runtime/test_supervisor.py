@@ -1,4 +1,4 @@
-"""stagebench.runtime.supervisor: a run on Ray is watched from a parent process, because Ray's native core
+"""stagebench.runtime.cluster.supervisor: a run on Ray is watched from a parent process, because Ray's native core
 can end the driver without running any Python. Here the child is a real ``stagebench run`` (a slow
 plug-in stage, no cluster needed), ended by SIGKILL the way Ray ends it, or terminated through the parent."""
 
@@ -15,7 +15,7 @@ import pytest
 from stagebench.cache import Cache
 from stagebench.runtime.engine import EngineParams
 from stagebench.errors import StagebenchError
-from stagebench.runtime.supervisor import RAY_LOG_ENV, run_watched
+from stagebench.runtime.cluster.supervisor import RAY_LOG_ENV, run_watched
 from tests.conftest import REPO, child_path, esci_config
 
 pytestmark = pytest.mark.slow  # a real child process

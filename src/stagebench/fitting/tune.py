@@ -52,7 +52,7 @@ from stagebench.pipeline import read_dataset
 from stagebench.record import TUNED, TUNING_RECORD, TunedBaseline
 from stagebench.results import baselines
 from stagebench.runs import Run
-from stagebench.runtime.engine import ray_session
+from stagebench.runtime.cluster.session import ray_session
 from stagebench.stats import paired_test, holm
 from stagebench.ui import progress
 

@@ -36,9 +36,11 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from stagebench.runtime.engine import EngineParams, new_ray_log
 from stagebench.errors import StagebenchError
 from stagebench.files import remove_stale_staging
+from stagebench.runtime.cluster.failures import ClusterLost
+from stagebench.runtime.cluster.session import connect, new_ray_log, put_ray_output_aside, ray_output_log
+from stagebench.runtime.engine import EngineParams
 
 log = logging.getLogger("stagebench")
 
@@ -146,6 +148,21 @@ def ray_log_given() -> Path | None:
     return Path(os.environ[RAY_LOG_ENV]) if _status_fd() is not None and os.environ.get(RAY_LOG_ENV) else None
 
 
+def connect_watched(engine: EngineParams, where: str) -> None:
+    """The watched child's start: Ray's output put aside (for good: its teardown too) into the file the
+    parent gave, then connected before the run; Ray's teardown is left to this process's exit, after
+    its outcome is printed and reported (:func:`report_finished`)."""
+    given = ray_log_given()
+    if given is not None:
+        put_ray_output_aside(given)
+    connect(engine, where)
+
+
+def output_log() -> Path | None:
+    """The file Ray's output is put aside into in this process, if it is: kept only where a line names it."""
+    return ray_output_log()
+
+
 def _run_watched(argv: Sequence[str], config_path: Path, engine: EngineParams, out: Path,
                  remove_leftovers: Callable[[int], object], ray_log: Path) -> int:  # fmt: skip
     read_end, write_end = os.pipe()
@@ -199,5 +216,5 @@ def _said(log: Path) -> str:
     return f" (Ray's own messages: {log})" if log.is_file() and log.stat().st_size else ""
 
 
-__all__ = ["FINISHED", "LIFELINE_FD_ENV", "LOST", "RAY_LOG_ENV", "STATUS_FD_ENV", "ray_log_given", "report_finished",
-           "report_lost", "run_watched", "watched"]
+__all__ = ["ClusterLost", "FINISHED", "LIFELINE_FD_ENV", "LOST", "RAY_LOG_ENV", "STATUS_FD_ENV", "connect_watched",
+           "output_log", "ray_log_given", "report_finished", "report_lost", "run_watched", "watched"]
