@@ -44,9 +44,9 @@ COMPARE = ("tests/results/test_compare_check.py",)
 EXPLORER = ("tests/report/test_explorer.py",)
 TUNING = "tests/fitting/test_tune.py::"
 DEFS = "tests/test_definitions.py::"
-EST_DEFS = "tests/judge/test_estimator_definitions.py::"
-ESTIMATE = "tests/judge/test_estimate.py::"
-HOLES = "tests/judge/test_hole_design.py::"
+EST_DEFS = "tests/judgments/test_estimator_definitions.py::"
+ESTIMATE = "tests/judgments/test_estimate.py::"
+HOLES = "tests/judgments/test_hole_design.py::"
 
 BUGS: tuple[Bug, ...] = (
     Bug("depth sweeps", "ceiling at the stage's top_n, not at each depth", "src/stagebench/results/depth.py",
@@ -210,11 +210,11 @@ BUGS: tuple[Bug, ...] = (
     # issue 69's last round: the table's marks and the grade model's scores
     Bug("definitions", "the table's marks ask the stages' own bounds alone", "src/stagebench/results/scoring.py",
         "                if not open_:", "                if False:",
-        ("tests/judge/test_rounds.py::test_a_pair_the_stage_table_shows_ordered_keeps_its_order_under_every_grading_of_the_holes",)),
+        ("tests/judgments/test_rounds.py::test_a_pair_the_stage_table_shows_ordered_keeps_its_order_under_every_grading_of_the_holes",)),
     Bug("definitions", "the grade model reads a reranker's tail placeholders as model scores", "src/stagebench/judging.py",
         "return {q: {d: x for d, x in docs.items() if d in head.get(q, ())} for q, docs in run.items()}",
         "return {q: dict(docs) for q, docs in run.items()}",
-        (DEFS + "test_the_grade_model_reads_a_rerankers_scores_of_its_pool_only", "tests/judge/test_pool_scores.py")),
+        (DEFS + "test_the_grade_model_reads_a_rerankers_scores_of_its_pool_only", "tests/judgments/test_pool_scores.py")),
     Bug("definitions", "depth pooling by a hole's worst rank", "src/stagebench/judgments/planning.py",
         "return sorted(holes, key=lambda h: h.best_rank)[:budget]",
         "return sorted(holes, key=lambda h: max(r for r in h.ranks.values() if r is not None))[:budget]",
@@ -250,7 +250,7 @@ BUGS: tuple[Bug, ...] = (
     Bug("definitions", "tune keeps query ids found in both splits", "src/stagebench/fitting/tune.py",
         "                    ds = ds.subset(set(ds.queries) - set(overlap))\n", "",
         (DEFS + "test_a_query_id_in_both_the_tuning_and_the_test_split_never_tunes",)),
-    # issue 69: the estimated view (tests/judge/test_estimate.py)
+    # issue 69: the estimated view (tests/judgments/test_estimate.py)
     Bug("estimation", "the residuals not weighted by 1/pi", "src/stagebench/judgments/estimate.py",
         "+ (r[:, ~sure] / p[~sure]).sum(axis=1))", "+ r[:, ~sure].sum(axis=1))",
         (ESTIMATE + "test_the_estimator_is_unbiased_and_its_variance_estimate_too_over_every_possible_sample",)),
@@ -263,7 +263,7 @@ BUGS: tuple[Bug, ...] = (
     Bug("estimation", "no uniform share: a unit the model is sure of is never drawn", "src/stagebench/judgments/estimate.py",
         "pi = np.minimum(1.0, (1 - UNIFORM_SHARE) * active + UNIFORM_SHARE * uniform)", "pi = active",
         (ESTIMATE + "test_the_design_spends_the_budget_and_a_unit_the_model_is_sure_of_keeps_a_floor",)),
-    # issue 78: each mechanic against its definition (tests/judge/test_estimator_definitions.py)
+    # issue 78: each mechanic against its definition (tests/judgments/test_estimator_definitions.py)
     Bug("estimation", "the refit's residuals weighted by pi, not 1/pi", "src/stagebench/judgments/estimate.py",
         "np.full(b - a, 1.0 / pi[i])", "np.full(b - a, pi[i])",
         (EST_DEFS + "test_the_refit_is_weighted_by_1_over_pi_and_cross_fitted_over_two_halves",)),
@@ -282,7 +282,7 @@ BUGS: tuple[Bug, ...] = (
         (EST_DEFS + "test_the_fixed_ideal_rule_needs_k_judged_documents_at_the_top_grade",)),
     Bug("estimation", "a census left to the cross-fitted refit", "src/stagebench/judgments/estimate.py",
         "sure = p >= 1.0", "sure = p > 1.0", (ESTIMATE + "test_a_census_is_exact_whatever_the_model_and_the_refit",)),
-    # issue 78: the hole design and the capped draw (tests/judge/test_hole_design.py)
+    # issue 78: the hole design and the capped draw (tests/judgments/test_hole_design.py)
     Bug("estimation", "the ideal's change left out of the linearisation", "src/stagebench/judgments/linear.py",
         "lift = np.concatenate([[0.0], np.cumsum(steps * slopes)])", "lift = np.zeros(len(gains))",
         (HOLES + "test_the_linearisation_is_exact_at_a_sure_model_and_its_remainder_is_second_order",)),

@@ -84,11 +84,11 @@ def test_a_tie_between_trials_goes_to_the_config_s_own_params():
 
 
 def test_a_simulated_round_counts_a_pair_settled_in_the_true_order_as_true():
-    from stagebench.judgments.planning import simulate
+    from stagebench.judgments.planning import replay_strategies
 
     # every hole answered: the pair is settled, and a (3 then 1) ranks above b (1 then 3) in truth
     ranked = {"a": {"q": ["h1", "j1"]}, "b": {"q": ["j1", "h1"]}}
-    sim = simulate(ranked, {"q": {"j1": 1}}, ["q"], parse_measure("nDCG@2"), 3, 1, "linear", {("q", "h1"): 3},
+    sim = replay_strategies(ranked, {"q": {"j1": 1}}, ["q"], parse_measure("nDCG@2"), 3, 1, "linear", {("q", "h1"): 3},
                    [1], 2, 1, "test")  # fmt: skip
     depth = next(r for r in sim.rows if r.strategy == "depth")
     assert (depth.settled, depth.settled_true) == (1, 1)
@@ -102,7 +102,7 @@ def test_a_pair_settled_against_the_true_order_is_not_counted_as_true(monkeypatc
 
     monkeypatch.setattr(planning, "pair_settled", lambda *a, **k: {("a", "b"): -1})
     ranked = {"a": {"q": ["h1", "j1"]}, "b": {"q": ["j1", "h1"]}}
-    sim = planning.simulate(ranked, {"q": {"j1": 1}}, ["q"], parse_measure("nDCG@2"), 3, 1, "linear",
+    sim = planning.replay_strategies(ranked, {"q": {"j1": 1}}, ["q"], parse_measure("nDCG@2"), 3, 1, "linear",
                             {("q", "h1"): 3}, [1], 2, 1, "test")  # fmt: skip
     depth = next(r for r in sim.rows if r.strategy == "depth")
     assert (depth.settled, depth.settled_true) == (1, 0)

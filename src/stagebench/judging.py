@@ -39,12 +39,12 @@ from stagebench.cache import Cache, cache_root
 from stagebench.judge.grading import dataset_of, judge_runs, make_judge
 from stagebench.judge.section import parse_judge
 from stagebench.judge.rules import RULES
-from stagebench.judgments.incompleteness import FILE as INCOMPLETENESS, Incompleteness, experiment
-from stagebench.judgments.coverage import Coverage, simulate as simulate_rounds
+from stagebench.judgments.incompleteness import FILE as INCOMPLETENESS, Incompleteness, removal_experiment
+from stagebench.judgments.coverage import Coverage, simulate_rounds
 from stagebench.judgments.grades import Constant, PairFeatures
 from stagebench.judgments.design import DESIGNS, HOLE, Sampler
 from stagebench.judgments.estimate import Frame, frame
-from stagebench.judgments.planning import Simulation, depth_pooling, plan, pool_holes, random_holes, simulate
+from stagebench.judgments.planning import Simulation, depth_pooling, plan, pool_holes, random_holes, replay_strategies
 from stagebench.judgments.sampling import (ESTIMATE, LEARNED, EstimatedView, Record, design_path, estimated_view,
                                            grade_model, predictor_stage, same_probability)
 from stagebench.judgments.pool import HOLE, JUDGMENTS, Judgment, filled_qrels, read_judgments
@@ -169,7 +169,7 @@ def run_incompleteness(folder: str | Path, rates: list[float], seeds: int, measu
     truth = None
     if g.is_truth:
         truth = filled_qrels(g.qrels, g.judgments or [])[0]
-    inc = experiment(g.ranked, g.qrels, g.queries, g.measure, g.top, g.rel, g.gain, rates, seeds, permutations,
+    inc = removal_experiment(g.ranked, g.qrels, g.queries, g.measure, g.top, g.rel, g.gain, rates, seeds, permutations,
                       ev.alpha, ev.seed, truth,
                       f"every hole in the top {g.rf.manifest.judge.depth} of every stage graded by {g.judge_name}"
                       if truth is not None else "")  # fmt: skip
@@ -464,7 +464,7 @@ def simulate_strategies(folder: str | Path, budgets: list[int], depth: int = 10,
     """``plan-judgments --simulate``: every strategy at every budget, answered by the folder's judge."""
     g = ground(folder, measure)
     _check_judge(g, depth, "--simulate answers the chosen pairs with", " or any judge", "--depth")
-    sim = simulate(g.ranked, g.qrels, g.queries, g.measure, g.top, g.rel, g.gain, g.answers(), budgets, depth, seeds,
+    sim = replay_strategies(g.ranked, g.qrels, g.queries, g.measure, g.top, g.rel, g.gain, g.answers(), budgets, depth, seeds,
                    g.judge_name)  # fmt: skip
     if not g.is_truth:
         sim.notes.append("(!) the answers are an LLM judge's, not the truth: its errors move the true order")

@@ -92,8 +92,8 @@ def orders(low: np.ndarray, high: np.ndarray, theta: np.ndarray) -> tuple[np.nda
     return right, wrong
 
 
-def simulate(samplers: Mapping[tuple[str, str], Sampler], truth_gains: np.ndarray, budgets: Sequence[int], rounds: int,
-             seed: int) -> Coverage:  # fmt: skip
+def simulate_rounds(samplers: Mapping[tuple[str, str], Sampler], truth_gains: np.ndarray, budgets: Sequence[int], rounds: int,
+                    seed: int) -> Coverage:  # fmt: skip
     """``samplers``: (model name, design) -> the design with that model's distributions, every one over the
     same holes; ``truth_gains``: every hole's true gain (:meth:`Frame.holes` order). The truth is each
     query's nDCG@k recomputed at the true gains (:func:`~stagebench.judgments.linear.exact`)."""
@@ -133,4 +133,4 @@ def simulate(samplers: Mapping[tuple[str, str], Sampler], truth_gains: np.ndarra
     return out
 
 
-__all__ = ["Budgeted", "Coverage", "covered", "orders", "simulate"]
+__all__ = ["Budgeted", "Coverage", "covered", "orders", "simulate_rounds"]

@@ -111,10 +111,10 @@ class Incompleteness:
         return "\n".join(lines) + "\n"
 
 
-def experiment(ranked: Mapping[str, Mapping[str, list[str]]], qrels: Mapping[str, Mapping[str, int]],
-               queries: Sequence[str], measure: Measure, top: int, rel: int, gain: object, rates: Sequence[float],
-               seeds: int, permutations: int, alpha: float, seed: int,
-               truth: Mapping[str, Mapping[str, int]] | None = None, truth_source: str = "") -> Incompleteness:  # fmt: skip
+def removal_experiment(ranked: Mapping[str, Mapping[str, list[str]]], qrels: Mapping[str, Mapping[str, int]],
+                       queries: Sequence[str], measure: Measure, top: int, rel: int, gain: object, rates: Sequence[float],
+                       seeds: int, permutations: int, alpha: float, seed: int,
+                       truth: Mapping[str, Mapping[str, int]] | None = None, truth_source: str = "") -> Incompleteness:  # fmt: skip
     """The experiment on the stages of ``ranked`` (stage -> query -> ranking) over ``queries``."""
     full = stage_views(ranked, qrels, queries, measure, top, rel, gain)
     true_values = None
@@ -161,4 +161,4 @@ def experiment(ranked: Mapping[str, Mapping[str, list[str]]], qrels: Mapping[str
 #: the experiment as a results folder holds it (``stagebench incompleteness RUN_DIR --report``)
 FILE = "incompleteness.json"
 
-__all__ = ["FILE", "Cell", "Incompleteness", "experiment", "significant", "subsample"]
+__all__ = ["FILE", "Cell", "Incompleteness", "removal_experiment", "significant", "subsample"]

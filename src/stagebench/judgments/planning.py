@@ -232,9 +232,9 @@ class Simulation:
         return "\n".join(lines) + "\n"
 
 
-def simulate(ranked: Mapping[str, Mapping[str, list[str]]], qrels: Mapping[str, Mapping[str, int]],
-             queries: Sequence[str], measure: Measure, top: int, rel: int, gain: object, answers: Mapping[tuple[str, str], int],
-             budgets: Sequence[int], depth: int, seeds: int, answers_name: str) -> Simulation:  # fmt: skip
+def replay_strategies(ranked: Mapping[str, Mapping[str, list[str]]], qrels: Mapping[str, Mapping[str, int]],
+                      queries: Sequence[str], measure: Measure, top: int, rel: int, gain: object, answers: Mapping[tuple[str, str], int],
+                      budgets: Sequence[int], depth: int, seeds: int, answers_name: str) -> Simulation:  # fmt: skip
     """Each strategy at each budget, its holes graded by ``answers`` ((qid, docid) -> grade, e.g. the
     rules judge's): how many stage pairs its judgments settle, and how many in the true order (the
     order under the human judgments plus every answer)."""
@@ -283,4 +283,4 @@ def simulate(ranked: Mapping[str, Mapping[str, list[str]]], qrels: Mapping[str, 
 
 
 __all__ = ["STRATEGIES", "Hole", "Plan", "SimRow", "Simulation", "depth_pooling", "plan", "pool_holes", "random_holes",
-           "simulate"]
+           "replay_strategies"]

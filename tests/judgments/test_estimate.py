@@ -16,7 +16,7 @@ import pytest
 from stagebench import api
 from stagebench.errors import StagebenchError
 from stagebench.judgments.estimate import estimate, frame, inclusion, predict
-from stagebench.judgments.coverage import simulate
+from stagebench.judgments.coverage import simulate_rounds
 from stagebench.judgments.design import DESIGNS, Sampler
 from stagebench.judgments.sampling import ESTIMATE, Record, design_path
 from stagebench.judgments.pool import filled_qrels
@@ -104,7 +104,7 @@ def test_the_intervals_cover_the_truth_with_a_good_and_with_a_useless_grade_mode
     useless = good[rng.permutation(len(y))]
     gains = np.arange(4.0)
     samplers = {(name, kind): Sampler(kind, fr, dist, gains) for name, dist in (("good", good), ("useless", useless))}
-    cov = simulate(samplers, y, [60], 200, 7)
+    cov = simulate_rounds(samplers, y, [60], 200, 7)
     for r in cov.rows:
         assert r.design == kind
         if kind == "hole":
