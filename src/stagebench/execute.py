@@ -208,12 +208,17 @@ def run_stage(sc: StageConfig, stage: Stage, ctx: StageContext, inputs: list[Run
              describe=describe, measure_memory=True, unstorable=lambda value: value[0].incomplete)  # fmt: skip
     out, digest = m.value
     out = replace(out, stats=stage.finish_stats(out.stats))
+    ran = stage.what_runs()
+    if ran is not None:
+        log.info("stage %s: %s on %s%s at %s (%s), variant: %s", sc.name, ran["runtime"], ran["device"],
+                 f" ({ran['cpu_class']})" if "cpu_class" in ran else "", ran["precision"], ran["why"], ran["variant"])  # fmt: skip
     record = StageRecord(name=sc.name, type=sc.type, inputs=list(sc.inputs), key=m.key,
                          reorders_input=stage.reorders_input,
                          candidate_depth=getattr(sc.params, "top_n", None) if stage.reorders_input else None,
                          status=m.status, seconds=m.seconds, computed_seconds=m.computed_seconds,
                          peak_rss_mb=m.peak_rss_mb, computed_peak_rss_mb=m.computed_peak_rss_mb, run_digest=digest,
-                         stats=out.stats, depth_runs=[depth_run_name(sc.name, n) for n in sorted(out.depth_runs)])  # fmt: skip
+                         stats=out.stats, depth_runs=[depth_run_name(sc.name, n) for n in sorted(out.depth_runs)],
+                         placement=ran)  # fmt: skip
     return StageRun(out, record, parts)
 
 

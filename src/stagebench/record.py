@@ -206,6 +206,9 @@ class StageRecord:
     #: milliseconds to serve each sampled query alone, warm (``None``: not measured); see
     #: :func:`stagebench.execute.measure_latency`
     latency_ms: dict[str, float] | None = None
+    #: a model stage: what ran its model - device, precision and why, the CPU class that choice was made
+    #: for, the model variant and the runtime (:meth:`stagebench.stages.neural.ModelStage.what_runs`)
+    placement: dict[str, str] | None = None
 
     @property
     def is_reranker(self) -> bool:
@@ -228,6 +231,8 @@ class StageRecord:
             out["depth_runs"] = list(self.depth_runs)
         if self.latency_ms is not None:
             out["latency_ms"] = {q: round(v, 3) for q, v in self.latency_ms.items()}
+        if self.placement is not None:
+            out["placement"] = dict(self.placement)
         return out
 
     @classmethod
@@ -239,7 +244,8 @@ class StageRecord:
                        computed_seconds=d.get("computed_seconds", d.get("seconds", 0.0)), peak_rss_mb=d.get("peak_rss_mb"),
                        computed_peak_rss_mb=d.get("computed_peak_rss_mb"), run_digest=d.get("run_digest", ""),
                        stats=stats_from_json(d.get("stats"), where), depth_runs=list(d.get("depth_runs", [])),
-                       latency_ms=_latency(d.get("latency_ms"), where))  # fmt: skip
+                       latency_ms=_latency(d.get("latency_ms"), where),
+                       placement={str(k): str(v) for k, v in d["placement"].items()} if isinstance(d.get("placement"), dict) else None)  # fmt: skip
         except (KeyError, TypeError) as exc:
             raise StagebenchError(f"{where}: a stage record lacks {exc}") from None
 

@@ -202,3 +202,20 @@ def test_a_bi_encoder_that_does_not_export_runs_in_torch_at_fp32(tmp_path, caplo
     caplog.set_level(logging.INFO, logger="stagebench")
     ran = for_placement(model, Placement("cpu", "fp32", "t"), onnx_kind(model), None, "stage dense", "bi_encoder")
     assert ran is model and "runs in torch at fp32" in caplog.text
+
+
+def test_a_model_stage_says_what_runs_its_model_and_for_which_cpu_class(monkeypatch):
+    """Issue 83: the log and the manifest name the path behind a model stage's choice - the CPU class
+    ``precision: auto`` decided for, the precision and why, the model variant and the runtime."""
+    from stagebench.record import StageRecord
+    from stagebench.stages import STAGE_TYPES
+
+    monkeypatch.setenv("STAGEBENCH_CPU_FEATURES", "avx2 avx512f avx512_bf16 amx_bf16 amx_tile vendor=GenuineIntel")
+    dense = STAGE_TYPES["dense"]("d", STAGE_TYPES["dense"].Params(device="cpu")).what_runs()
+    assert (dense["cpu_class"], dense["precision"], dense["variant"], dense["runtime"]) == ("Intel AMX", "fp32", "export", "onnxruntime")
+    assert dense["why"].startswith("auto: Intel AMX: ")
+    ce = STAGE_TYPES["cross_encoder"]("c", STAGE_TYPES["cross_encoder"].Params(device="cpu")).what_runs()
+    assert (ce["precision"], ce["variant"], ce["runtime"]) == ("int8-token", "per-token", "onnxruntime")
+    assert STAGE_TYPES["bm25"]("b", STAGE_TYPES["bm25"].Params()).what_runs() is None
+    rec = StageRecord("c", "cross_encoder", ["a"], "k", True, 50, "computed", 1.0, 1.0, None, None, "d", placement=ce)
+    assert StageRecord.from_json(rec.to_json(), "m").placement == ce

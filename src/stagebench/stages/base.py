@@ -116,6 +116,10 @@ class Stage:
         what depends on params that do not change the run (e.g. a price per token)."""
         return stats
 
+    def what_runs(self) -> dict[str, str] | None:
+        """For the log and the manifest: what runs the stage's model (None: it runs none)."""
+        return None
+
     def identity(self) -> dict[str, Any]:
         """Extra cache-key parts, e.g. the resolved model's identity (name + weight hash)."""
         return {}

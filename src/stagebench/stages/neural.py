@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 from stagebench.cache import code_identity
 from stagebench.models.resolve import ResolvedModel, resolve_model
 from stagebench.models.variants import VARIANT_CODE, for_placement, onnx_kind, variant_recipe
-from stagebench.runtime.devices import Placement, gpu_worker_placement, place
+from stagebench.runtime.devices import Placement, cpu_class, gpu_worker_placement, place
 from stagebench.stages.base import Stage, StageContext
 
 
@@ -42,6 +42,20 @@ class ModelStage(Stage):
         out = {"model": resolved.identity, **placement.key()}
         if variant_recipe(onnx_kind(resolved), placement, self.role) is not None:
             out["variant_code"] = code_identity(VARIANT_CODE)
+        return out
+
+    def what_runs(self) -> dict[str, str]:
+        """The model's path as resolved for this machine: device, precision and why, the CPU class
+        ``precision: auto`` decided for (on a CPU), the variant of the model that runs (``export``,
+        ``per-token``, ``dequantized``, or the model itself) and the runtime that runs it."""
+        resolved = resolve_model(self.params.model, self.params.source)
+        placement, kind = self.placement(), onnx_kind(resolved)
+        recipe = variant_recipe(kind, placement, self.role)
+        out = {"model": resolved.origin, "device": placement.device, "precision": placement.precision, "why": placement.why,
+               "variant": recipe or "the model itself",
+               "runtime": "torch" if kind == "torch" and recipe is None else "onnxruntime"}  # fmt: skip
+        if placement.kind == "cpu":
+            out["cpu_class"] = cpu_class()
         return out
 
     def model_to_run(self, ctx: StageContext) -> tuple[ResolvedModel, Placement]:
