@@ -29,6 +29,9 @@ Sections (timings are the median of ``--repeats`` runs unless noted):
    ``--scale-root``, so only the first ``make perf`` encodes; on a GPU when ``device: auto`` finds one,
    about 75 minutes on a 2-core CPU): recall@100 against flat, nDCG@10, compute seconds, queries
    served one at a time (p50/p95/p99), peak RSS, and the machine it ran on.
+8. The neural stages against this machine's limit (benchmarks/perf_limits.py, issue 83): the cross-encoder's
+   pairs/s and the bi-encoder's docs/s as operations per second against the measured GEMM peak of the
+   arithmetic each runs (fp32, bf16, INT8), beside the seed-equivalent fp32 sentence-transformers paths.
 
 Run ``python benchmarks/run_perf.py --help`` for the knobs (sizes, repeats).
 
@@ -55,6 +58,9 @@ import numpy as np
 
 import stagebench
 from stagebench.runtime.system import machine_info
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import perf_limits  # noqa: E402 - the limits section, beside this script
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -851,6 +857,9 @@ def markdown(f: dict) -> str:
         lines += catalog_markdown(f["catalog"])
     for x in f.get("index", {}).values():  # by catalog size
         lines += index_markdown(x)
+    if "limits" in f:
+        lines += ["", "## The neural stages against this machine's limit", "", perf_limits.__doc__.split("\n\n")[1], "",
+                  *perf_limits.limits_markdown(f["limits"])]  # fmt: skip
     s = f["scaling"]
     lines += ["", "## Scaling with catalog size", "", "![scaling](perf_scaling.png)", "",
               "One fresh process and one run per size (so peak RSS is that size's alone); generated catalogs "
@@ -891,7 +900,7 @@ def main() -> None:
     ap.add_argument("--dense-sizes", default="10000,100000")
     ap.add_argument("--ce-queries", type=int, default=20)
     ap.add_argument("--encode-docs", type=int, default=2000)
-    ap.add_argument("--sections", default="bm25,cross_encoder,precision,precision-rule,latency,scaling,catalog,index")
+    ap.add_argument("--sections", default="bm25,cross_encoder,precision,precision-rule,latency,scaling,catalog,index,limits")
     ap.add_argument("--rule-collections", default="", help="precision-rule: only these collections (comma-separated)")
     ap.add_argument("--rule-depth", type=int, default=20, help="precision-rule: BM25's top N reranked per query")
     ap.add_argument("--latency-config", default="configs/default.yaml")
@@ -931,7 +940,7 @@ def main() -> None:
         figures.update({"machine": here, "packages": package_versions(), "repeats": args.repeats})
     else:  # some sections re-measured: the page's machine stays the one of the whole run; these name their own
         log("sections re-measured on", here)
-    embedded = {"bm25", "cross_encoder", "precision", "precision-ce", "dense", "precision-rule"}
+    embedded = {"bm25", "cross_encoder", "precision", "precision-ce", "dense", "precision-rule", "limits"}
     ds = load(args.data) if embedded & set(sections) else None  # the sections that read the embedded catalog
     root = Path(args.scale_root)
     if "bm25" in sections:
@@ -950,6 +959,9 @@ def main() -> None:
         figures["precision"] = precision_section(ds, root, parts, figures.get("precision"))
     if "precision-rule" in sections:
         figures["precision_rule"] = precision_rule_section(ds, depth=args.rule_depth, only=tuple(x for x in args.rule_collections.split(",") if x))
+    if "limits" in sections:
+        figures["limits"] = perf_limits.limits_section(ds, root)
+        log("limits", figures["limits"])
     if "latency" in sections:
         figures["latency"] = latency_section(Path(args.latency_config), root, args.latency_queries)
     if "scaling" in sections:

@@ -77,3 +77,16 @@ def test_run_perf_precision_rule_section_weighs_each_path_against_fp32(tmp_path,
         assert 0 <= row["p"] <= 1 and 0 <= row["queries_changed"] <= col["queries"]
         assert abs(row["ndcg10_change"]) < 0.05  # the same model, quantized
     assert not (tmp_path / "cache" / "runs").exists()  # measured, never read from the stage cache
+
+
+def test_the_limits_section_counts_an_encoders_operations_and_measures_each_peak():
+    """Issue 83: an encoder's operations on T tokens, L x (8 T H^2 + 4 T H I + 4 T^2 H), by hand for
+    L = 1, H = 2, I = 4 and texts of 3 and 1 tokens (96 + 96 + 72 = 264, and 32 + 32 + 8 = 72); and every
+    arithmetic's GEMM peak measured (a tiny GEMM here: positive rates, not a speed)."""
+    import numpy as np
+
+    from benchmarks.perf_limits import encoder_ops, gemm_peaks
+
+    assert encoder_ops(np.array([3, 1]), 1, 2, 4) == 264 + 72
+    peaks = gemm_peaks(n=64, repeats=1)["gop_per_s"]
+    assert set(peaks) == {"fp32_torch", "bf16_torch", "fp32_onnxruntime", "int8_onnxruntime"} and min(peaks.values()) > 0

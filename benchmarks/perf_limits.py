@@ -1,0 +1,191 @@
+"""`make perf`'s limits section (issue 83): how close the neural stages run to this machine's limit.
+
+The limit: this machine's measured peak of the one kernel that does nearly all of an encoder's work,
+a square GEMM (n = 1024, the best of ``repeats``, every core): fp32 and bf16 in torch, fp32 and
+u8 x s8 -> s32 (``MatMulInteger``, the kernel of the per-token INT8 path, VNNI where the CPU has it)
+in onnxruntime. The work: a BERT-style encoder's operations on a sequence of T tokens,
+L x (8 T H^2 + 4 T H I + 4 T^2 H) (the four projections, the feed-forward pair, the attention's
+two products; 2 operations per multiply-add), counted on each text's own tokens - padding to a
+batch's longest text is overhead, not work. Achieved = work / seconds; beside it the
+seed-equivalent path (fp32 torch through sentence-transformers at its defaults: what a project
+without stagebench runs), in the same run on the same texts.
+
+Run alone: ``python benchmarks/perf_limits.py --output results`` (writes perf_limits.json and
+perf_limits.md), or as ``run_perf.py --sections limits``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+import stagebench
+from stagebench.runtime.devices import cpu_class
+from stagebench.runtime.system import machine_info
+
+REPO = Path(__file__).resolve().parents[1]
+CE = "cross-encoder/ms-marco-MiniLM-L-12-v2"
+BI = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+def _best(fn, repeats: int) -> float:
+    fn()  # warm: thread pools, packing
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def gemm_peaks(n: int = 1024, repeats: int = 10) -> dict:
+    """GOP/s of an n x n x n GEMM in each arithmetic the encoders can run."""
+    import onnx
+    import onnxruntime as ort
+    import torch
+    from onnx import TensorProto, helper
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    ops = 2.0 * n**3
+    out = {}
+    for name, dtype in (("fp32_torch", torch.float32), ("bf16_torch", torch.bfloat16)):
+        a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+        out[name] = round(ops / _best(lambda: torch.matmul(a, b), repeats) / 1e9, 1)
+
+    def session(node, inputs, output_type):
+        graph = helper.make_graph([node], "gemm", inputs, [helper.make_tensor_value_info("y", output_type, [n, n])])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+        model.ir_version = 8
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = os.cpu_count() or 1
+        return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+
+    f = session(helper.make_node("MatMul", ["a", "b"], ["y"]),
+                [helper.make_tensor_value_info(x, TensorProto.FLOAT, [n, n]) for x in "ab"], TensorProto.FLOAT)  # fmt: skip
+    fa, fb = np.random.randn(n, n).astype(np.float32), np.random.randn(n, n).astype(np.float32)
+    out["fp32_onnxruntime"] = round(ops / _best(lambda: f.run(None, {"a": fa, "b": fb}), repeats) / 1e9, 1)
+    q = session(helper.make_node("MatMulInteger", ["a", "b"], ["y"]),
+                [helper.make_tensor_value_info("a", TensorProto.UINT8, [n, n]),
+                 helper.make_tensor_value_info("b", TensorProto.INT8, [n, n])], TensorProto.INT32)  # fmt: skip
+    qa = np.random.randint(0, 255, (n, n), dtype=np.uint8)
+    qb = np.random.randint(-127, 127, (n, n), dtype=np.int8)
+    out["int8_onnxruntime"] = round(ops / _best(lambda: q.run(None, {"a": qa, "b": qb}), repeats) / 1e9, 1)
+    del onnx
+    return {"n": n, "gop_per_s": out}
+
+
+def encoder_ops(tokens: np.ndarray, layers: int, hidden: int, intermediate: int) -> float:
+    """Operations of a BERT-style encoder over sequences of ``tokens`` tokens each (module docstring)."""
+    t = tokens.astype(np.float64)
+    return float(layers * (8 * t * hidden**2 + 4 * t * hidden * intermediate + 4 * t**2 * hidden).sum())
+
+
+def _token_counts(tokenizer_json: Path, texts, max_length: int) -> np.ndarray:
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(tokenizer_json))
+    tok.no_padding()  # the file may pad every text to a fixed length: work is counted on the text's own tokens
+    tok.enable_truncation(max_length)
+    enc = tok.encode_batch(texts)
+    return np.array([len(e.ids) for e in enc])
+
+
+def limits_section(ds, work: Path, n_queries: int = 40, top_n: int = 20, n_docs: int = 2000, repeats: int = 2) -> dict:
+    """The cross-encoder (pairs of BM25's top ``top_n`` for ``n_queries`` queries) and the bi-encoder
+    (``n_docs`` products) at ``precision: auto`` against the peaks, and the seed-equivalent paths."""
+    import torch
+    from sentence_transformers import CrossEncoder, SentenceTransformer
+
+    from stagebench.models.onnx_weights import build_reference_folder
+    from stagebench.models.resolve import resolve_model
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    peaks = gemm_peaks()
+    run = stagebench.stage("bm25", top_k=top_n).apply(ds, cache=False).run
+    qids = [q for q in ds.query_ids if run.get(q)][:n_queries]
+    pairs = [(ds.queries[q], ds.doc_text[d]) for q in qids for d in run[q]]
+    docs = [ds.doc_text[d] for d in ds.doc_ids[:n_docs]]
+    out: dict = {"machine": {**machine_info(), "cpu_class": cpu_class()}, "peaks": peaks, "pairs": len(pairs),
+                 "docs": len(docs), "max_length": 256}  # fmt: skip
+
+    ce_src = resolve_model(CE)
+    ref = build_reference_folder(ce_src.path, work / "ce-fp32-reference")
+    cfg = json.loads((Path(ref) / "config.json").read_text())
+    toks = _token_counts(Path(ce_src.path) / "tokenizer.json", list(pairs), 256)
+    ce_ops = encoder_ops(toks, cfg["num_hidden_layers"], cfg["hidden_size"], cfg["intermediate_size"])
+    ours = stagebench.api.cross_encoder(CE, max_length=256)
+    t_ours = _best(lambda: ours.predict(pairs, 32), repeats)
+    seed = CrossEncoder(str(ref), device="cpu", max_length=256, activation_fn=torch.nn.Identity())
+    t_seed = _best(lambda: seed.predict([list(p) for p in pairs], batch_size=32, show_progress_bar=False), repeats)
+    out["cross_encoder"] = {
+        "tokens_mean": round(float(toks.mean()), 1), "gop_per_pair": round(ce_ops / len(pairs) / 1e9, 3),
+        "stagebench": {"path": f"{ours.placement.precision} ({ours.placement.why})", "pairs_per_s": round(len(pairs) / t_ours, 1),
+                       "gop_per_s": round(ce_ops / t_ours / 1e9, 1), "peak": "int8_onnxruntime",
+                       "of_peak": round(ce_ops / t_ours / 1e9 / peaks["gop_per_s"]["int8_onnxruntime"], 3)},
+        "seed_equivalent": {"path": "fp32 torch, sentence-transformers CrossEncoder, batch 32", "pairs_per_s": round(len(pairs) / t_seed, 1),
+                            "gop_per_s": round(ce_ops / t_seed / 1e9, 1), "peak": "fp32_torch",
+                            "of_peak": round(ce_ops / t_seed / 1e9 / peaks["gop_per_s"]["fp32_torch"], 3)},
+    }  # fmt: skip
+
+    bi_src = resolve_model(BI)
+    cfg = json.loads((Path(bi_src.path) / "config.json").read_text())
+    toks = _token_counts(Path(bi_src.path) / "tokenizer.json", docs, 256)
+    bi_ops = encoder_ops(toks, cfg["num_hidden_layers"], cfg["hidden_size"], cfg["intermediate_size"])
+    enc = stagebench.api.bi_encoder(BI, max_length=256)
+    t_ours = _best(lambda: enc.encode(docs, 32), repeats)
+    st = SentenceTransformer(str(bi_src.path), device="cpu")
+    st.max_seq_length = 256
+    t_seed = _best(lambda: st.encode(docs, batch_size=32, show_progress_bar=False), repeats)
+    out["bi_encoder"] = {
+        "tokens_mean": round(float(toks.mean()), 1), "gop_per_doc": round(bi_ops / len(docs) / 1e9, 3),
+        "stagebench": {"path": f"{enc.placement.precision} ({enc.placement.why})", "docs_per_s": round(len(docs) / t_ours, 1),
+                       "gop_per_s": round(bi_ops / t_ours / 1e9, 1), "peak": "fp32_onnxruntime",
+                       "of_peak": round(bi_ops / t_ours / 1e9 / peaks["gop_per_s"]["fp32_onnxruntime"], 3)},
+        "seed_equivalent": {"path": "fp32 torch, sentence-transformers SentenceTransformer, batch 32", "docs_per_s": round(len(docs) / t_seed, 1),
+                            "gop_per_s": round(bi_ops / t_seed / 1e9, 1), "peak": "fp32_torch",
+                            "of_peak": round(bi_ops / t_seed / 1e9 / peaks["gop_per_s"]["fp32_torch"], 3)},
+    }  # fmt: skip
+    return out
+
+
+def limits_markdown(x: dict) -> list[str]:
+    m, p = x["machine"], x["peaks"]["gop_per_s"]
+    lines = [f"Machine: {m.get('cpu')} ({x['machine']['cpu_class']}), {m.get('usable_cores')} cores. "
+             f"Peaks, {x['peaks']['n']}^3 GEMM, GOP/s: " + ", ".join(f"{k} {v}" for k, v in p.items()) + ".", "",
+             "| model | path | rate | GOP/s | share of its kernel's peak |", "|---|---|---|---|---|"]  # fmt: skip
+    for name, unit in (("cross_encoder", "pairs"), ("bi_encoder", "docs")):
+        r = x[name]
+        for who in ("stagebench", "seed_equivalent"):
+            s = r[who]
+            lines.append(f"| {name} ({r['tokens_mean']} tokens) | {who}: {s['path']} | {s[f'{unit}_per_s']} {unit}/s | "
+                         f"{s['gop_per_s']} | {s['of_peak']:.1%} of {s['peak']} |")  # fmt: skip
+    return lines
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--output", default="results")
+    ap.add_argument("--data", default="data/synthetic-esci")
+    ap.add_argument("--work", default="data/perf-scale")
+    ap.add_argument("--queries", type=int, default=40)
+    ap.add_argument("--docs", type=int, default=2000)
+    args = ap.parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    spec = stagebench.load_config(REPO / "configs/default.yaml").raw["dataset"]
+    ds = stagebench.load_dataset({**spec, "path": args.data})
+    x = limits_section(ds, Path(args.work), args.queries, n_docs=args.docs)
+    out = Path(args.output)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "perf_limits.json").write_text(json.dumps(x, indent=2) + "\n")
+    (out / "perf_limits.md").write_text("# The neural stages against this machine's limit (make perf)\n\n"
+                                        + __doc__.split("\n\n")[1] + "\n\n" + "\n".join(limits_markdown(x)) + "\n")
+    print("\n".join(limits_markdown(x)))
+
+
+if __name__ == "__main__":
+    main()
