@@ -95,6 +95,13 @@ def _token_counts(tokenizer_json: Path, texts, max_length: int) -> np.ndarray:
     return np.array([len(e.ids) for e in enc])
 
 
+def _row(path: str, unit: str, n: int, ops: float, seconds: float, peak: str, peaks: dict) -> dict:
+    """One path's rate, its operations per second, and their share of the peak of the kernel it runs on."""
+    rate = ops / seconds / 1e9
+    return {"path": path, f"{unit}_per_s": round(n / seconds, 1), "gop_per_s": round(rate, 1), "peak": peak,
+            "of_peak": round(rate / peaks["gop_per_s"][peak], 3)}
+
+
 def limits_section(ds, work: Path, n_queries: int = 40, top_n: int = 20, n_docs: int = 2000, repeats: int = 2) -> dict:
     """The cross-encoder (pairs of BM25's top ``top_n`` for ``n_queries`` queries) and the bi-encoder
     (``n_docs`` products) at ``precision: auto`` against the peaks, and the seed-equivalent paths."""
@@ -124,12 +131,10 @@ def limits_section(ds, work: Path, n_queries: int = 40, top_n: int = 20, n_docs:
     t_seed = _best(lambda: seed.predict([list(p) for p in pairs], batch_size=32, show_progress_bar=False), repeats)
     out["cross_encoder"] = {
         "tokens_mean": round(float(toks.mean()), 1), "gop_per_pair": round(ce_ops / len(pairs) / 1e9, 3),
-        "stagebench": {"path": f"{ours.placement.precision} ({ours.placement.why})", "pairs_per_s": round(len(pairs) / t_ours, 1),
-                       "gop_per_s": round(ce_ops / t_ours / 1e9, 1), "peak": "int8_onnxruntime",
-                       "of_peak": round(ce_ops / t_ours / 1e9 / peaks["gop_per_s"]["int8_onnxruntime"], 3)},
-        "seed_equivalent": {"path": "fp32 torch, sentence-transformers CrossEncoder, batch 32", "pairs_per_s": round(len(pairs) / t_seed, 1),
-                            "gop_per_s": round(ce_ops / t_seed / 1e9, 1), "peak": "fp32_torch",
-                            "of_peak": round(ce_ops / t_seed / 1e9 / peaks["gop_per_s"]["fp32_torch"], 3)},
+        "stagebench": _row(f"{ours.placement.precision} ({ours.placement.why})", "pairs", len(pairs), ce_ops, t_ours,
+                           "int8_onnxruntime", peaks),
+        "seed_equivalent": _row("fp32 torch, sentence-transformers CrossEncoder, batch 32", "pairs", len(pairs), ce_ops,
+                                t_seed, "fp32_torch", peaks),
     }  # fmt: skip
 
     bi_src = resolve_model(BI)
@@ -143,12 +148,10 @@ def limits_section(ds, work: Path, n_queries: int = 40, top_n: int = 20, n_docs:
     t_seed = _best(lambda: st.encode(docs, batch_size=32, show_progress_bar=False), repeats)
     out["bi_encoder"] = {
         "tokens_mean": round(float(toks.mean()), 1), "gop_per_doc": round(bi_ops / len(docs) / 1e9, 3),
-        "stagebench": {"path": f"{enc.placement.precision} ({enc.placement.why})", "docs_per_s": round(len(docs) / t_ours, 1),
-                       "gop_per_s": round(bi_ops / t_ours / 1e9, 1), "peak": "fp32_onnxruntime",
-                       "of_peak": round(bi_ops / t_ours / 1e9 / peaks["gop_per_s"]["fp32_onnxruntime"], 3)},
-        "seed_equivalent": {"path": "fp32 torch, sentence-transformers SentenceTransformer, batch 32", "docs_per_s": round(len(docs) / t_seed, 1),
-                            "gop_per_s": round(bi_ops / t_seed / 1e9, 1), "peak": "fp32_torch",
-                            "of_peak": round(bi_ops / t_seed / 1e9 / peaks["gop_per_s"]["fp32_torch"], 3)},
+        "stagebench": _row(f"{enc.placement.precision} ({enc.placement.why})", "docs", len(docs), bi_ops, t_ours,
+                           "fp32_onnxruntime", peaks),
+        "seed_equivalent": _row("fp32 torch, sentence-transformers SentenceTransformer, batch 32", "docs", len(docs),
+                                bi_ops, t_seed, "fp32_torch", peaks),
     }  # fmt: skip
     return out
 
