@@ -148,10 +148,9 @@ def _parser_plan_judgments(sub) -> None:
     pj.add_argument("run_dir")
     pj.add_argument("--budget", type=_budgets, required=True, help="judgments to ask for (with --simulate: several, comma separated)")
     pj.add_argument("--output", help="the worksheet (.csv; the .jsonl beside it); never written over")
-    pj.add_argument("--strategy", choices=[*STRATEGIES, "sample"], default="plan",
-                    help="plan (default): the pairs that settle the most (guaranteed bounds); depth: depth pooling; "
-                    "random: random holes; sample: a random sample with recorded probabilities, aimed at the open "
-                    "pairs, for the estimated view (docs/metrics.md#the-estimated-view)")  # fmt: skip
+    pj.add_argument("--strategy", choices=list(STRATEGIES), default="plan",
+                    help="; ".join(f"{s.name}{' (default)' if s.name == 'plan' else ''}: {s.what}" for s in STRATEGIES.values())
+                    + " (docs/metrics.md#a-judging-round, #the-estimated-view)")  # fmt: skip
     pj.add_argument("--predictor", help="sample: the grade model: a stage whose scores to calibrate (default: the last "
                     "cross-encoder, else the last stage), constant, judge (the folder's judge grades), or learned "
                     "(trees over every stage's rank and score of the pair and the words query and product share)")  # fmt: skip
@@ -184,7 +183,7 @@ def _parser_plan_judgments(sub) -> None:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
-    if args.simulate and args.strategy == "sample":
+    if args.simulate and STRATEGIES[args.strategy].sampled:
         cov = api.simulate_estimates(args.run_dir, args.budget, rounds=args.rounds, measure=args.measure,
                                      predictor=args.predictor, hide=args.hide, seed=args.seed, json_path=args.json,
                                      cache_dir=args.cache_dir,

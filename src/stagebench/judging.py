@@ -44,7 +44,7 @@ from stagebench.judgments.coverage import Coverage, simulate_rounds
 from stagebench.judgments.grades import Constant, PairFeatures
 from stagebench.judgments.design import DESIGNS, HOLE, Sampler
 from stagebench.judgments.estimate import Frame, frame
-from stagebench.judgments.planning import Simulation, depth_pooling, plan, pool_holes, random_holes, replay_strategies
+from stagebench.judgments.planning import STRATEGIES, Pool, Simulation, depth_pooling, pool_holes, replay_strategies
 from stagebench.judgments.sampling import (ESTIMATE, LEARNED, EstimatedView, Record, design_path, estimated_view,
                                            grade_model, predictor_stage, same_probability)
 from stagebench.judgments.pool import HOLE, JUDGMENTS, Judgment, filled_qrels, read_judgments
@@ -334,19 +334,22 @@ def write_worksheet(folder: str | Path, budget: int, output: str | Path, strateg
     each aimed pair (:func:`stagebench.judgments.estimate.power`). Rows are grouped by query, blind
     (no stage's rank) unless ``show_ranks``; ``aim``: the stage pairs (``A=B``) a sample aims at;
     ``design_kind``: the sample's design (:data:`stagebench.judgments.design.DESIGNS`)."""
+    if strategy not in STRATEGIES:
+        raise StagebenchError(f"--strategy {strategy}: one of {', '.join(STRATEGIES)}")
+    how = STRATEGIES[strategy]
     out = Path(output)
     csv_path, jsonl_path = out.with_suffix(".csv"), out.with_suffix(".jsonl")
     record_path = Path(design_path(str(csv_path)))
-    for p in (csv_path, jsonl_path, *([record_path] if strategy == "sample" else [])):  # before any work
+    for p in (csv_path, jsonl_path, *([record_path] if how.sampled else [])):  # before any work
         outputs.check_folder(p, "worksheet")
-    if aim and strategy != "sample":
+    if aim and not how.sampled:
         raise StagebenchError(f"--aim: for --strategy sample (the estimated view's pairs), not {strategy}")
     g = ground(folder, measure)
     targets = aimed_targets(aim, list(g.ranked)) if aim else head_targets(g)
     extra: dict = {}
     record = None
     powers: list[str] = []
-    if strategy == "sample":
+    if how.sampled:
         est = estimation(g, predictor, cache_dir=cache_dir, design=design_kind)
         pred = est.sampler.prediction()
         design = est.sampler.probabilities(budget, targets, pred)
@@ -371,23 +374,17 @@ def write_worksheet(folder: str | Path, budget: int, output: str | Path, strateg
         holes = chosen
     else:
         holes = pool_holes(g.ranked, g.qrels, g.queries, depth)
-        if strategy == "plan":
-            chosen = plan(g.ranked, g.qrels, g.queries, g.measure, g.top, g.rel, g.gain, budget, depth).holes
-            if chosen and len(chosen) < budget:  # the plan settles what it can: the budget's rest by depth pooling
-                taken = {(h.qid, h.docid) for h in chosen}
-                rest = depth_pooling([h for h in holes if (h.qid, h.docid) not in taken], budget - len(chosen))
-                log.info("%s: the plan needs %d of the %d judgments asked for; the other %d are depth pooling's next "
-                         "holes", g.rf.path, len(chosen), budget, len(rest))  # fmt: skip
-                chosen = chosen + rest
-        elif strategy == "depth":
-            chosen = depth_pooling(holes, budget)
-        else:
-            chosen = random_holes(holes, budget, seed)
+        pool = Pool(g.ranked, g.qrels, g.queries, g.measure, g.top, g.rel, g.gain, depth, holes)
+        chosen = how.pick(pool, budget, seed)
+        if how.fills_budget and chosen and len(chosen) < budget:  # it settles what it can: the rest by depth pooling
+            taken = {(h.qid, h.docid) for h in chosen}
+            rest = depth_pooling([h for h in holes if (h.qid, h.docid) not in taken], budget - len(chosen))
+            log.info("%s: the %s strategy needs %d of the %d judgments asked for; the other %d are depth pooling's "
+                     "next holes", g.rf.path, strategy, len(chosen), budget, len(rest))  # fmt: skip
+            chosen = chosen + rest
     if not chosen:
-        raise StagebenchError(f"{g.rf.path}: no unjudged pair in the top {depth} of any stage"
-                              if not holes and strategy != "sample" else f"{g.rf.path}: every stage pair is settled on {g.measure.name}: "
-                              "no judgment could change an order (the plan is empty)" if strategy == "plan" else
-                              f"{g.rf.path}: the draw holds no unit (budget {budget}); draw again with another --seed or a larger --budget")  # fmt: skip
+        why = STRATEGIES["depth"].empty if not how.sampled and not holes else how.empty
+        raise StagebenchError(f"{g.rf.path}: " + why.format(depth=depth, measure=g.measure.name, budget=budget))
     ds = dataset_of(g.rf, parse_dataset(g.rf.manifest.config.get("dataset")), "the worksheet")
     rows = worksheet_rows(chosen, ds.queries, ds.doc_text, list(g.ranked), g.queries, show_ranks, extra)
     sheets = {csv_path: worksheet_csv(rows, g.scale).encode("utf-8"), jsonl_path: worksheet_jsonl(rows, g.scale).encode("utf-8")}
@@ -395,7 +392,7 @@ def write_worksheet(folder: str | Path, budget: int, output: str | Path, strateg
         sheets[record_path] = record.as_json().encode("utf-8")
     _write_all(sheets)
     log.info("%s: %d of the %d unjudged pairs in the top %d (%s%s); worksheet %s and %s", g.rf.path, len(chosen),
-             len(holes) if strategy != "sample" else len(est.fr.holes()), depth if strategy != "sample" else g.measure.cutoff,
+             len(holes) if not how.sampled else len(est.fr.holes()), depth if not how.sampled else g.measure.cutoff,
              strategy, f", aimed at {'; '.join(record.aimed)}, the round's record {record_path}" if record else "",
              csv_path, jsonl_path)  # fmt: skip
     return csv_path, jsonl_path, len(chosen), powers

@@ -31,7 +31,6 @@ from stagebench.metrics.names import Measure
 from stagebench.judgments.views import pair_settled, stage_views
 from stagebench.metrics.holes import pair_query_bounds
 
-STRATEGIES = ("plan", "depth", "random")
 #: how far past 0 the plan moves a pair's bound, as a share of the distance to 0, with the holes at
 #: the prior grade (the grades are not known: a margin makes an expected settlement a likelier one)
 MARGIN = 1.25
@@ -191,6 +190,53 @@ def random_holes(holes: Sequence[Hole], budget: int, seed: int) -> list[Hole]:
     return [h for i, h in enumerate(holes) if i in picked]
 
 
+@dataclass(frozen=True)
+class Pool:
+    """What a strategy picks from: the folder's stages, judgments and measure, and the holes in every
+    stage's top ``depth``."""
+
+    ranked: Mapping[str, Mapping[str, list[str]]]
+    qrels: Mapping[str, Mapping[str, int]]
+    queries: Sequence[str]
+    measure: Measure
+    top: int
+    rel: int
+    gain: object
+    depth: int
+    holes: Sequence[Hole]
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """A judging round's way of choosing the pairs to judge, declared once: the CLI's choices, the
+    worksheet, ``--simulate`` and add-judgments read it here. ``pick(pool, budget, seed)`` -> the holes;
+    None for ``sample``, whose probability design lives in :mod:`stagebench.judgments.design` (its
+    simulation is the estimated view's, :mod:`stagebench.judgments.coverage`)."""
+
+    name: str
+    what: str  # in words: the simulation's notes and --help
+    pick: Callable[[Pool, int, int], list[Hole]] | None
+    seeded: bool = False  # its holes depend on the seed: a simulation averages over seeds
+    fills_budget: bool = False  # a worksheet's budget past its picks goes to depth pooling's next holes
+    empty: str = "no unjudged pair in the top {depth} of any stage"  # why a pick came back empty
+
+    @property
+    def sampled(self) -> bool:
+        return self.pick is None
+
+
+#: the strategies, in the order --simulate shows them
+STRATEGIES: dict[str, Strategy] = {s.name: s for s in (
+    Strategy("plan", "the greedy plan (docs/metrics.md#a-judging-round)",
+             lambda p, budget, seed: plan(p.ranked, p.qrels, p.queries, p.measure, p.top, p.rel, p.gain, budget, p.depth).holes,
+             fills_budget=True, empty="every stage pair is settled on {measure}: no judgment could change an order (the plan is empty)"),
+    Strategy("depth", "depth pooling (every stage's rank 1, then rank 2, ...)", lambda p, budget, seed: depth_pooling(p.holes, budget)),
+    Strategy("random", "holes drawn from the pool", lambda p, budget, seed: random_holes(p.holes, budget, seed), seeded=True),
+    Strategy("sample", "a random sample with recorded probabilities, for the estimated view", None,
+             empty="the draw holds no unit (budget {budget}); draw again with another --seed or a larger --budget"),
+)}  # fmt: skip
+
+
 @dataclass
 class SimRow:
     strategy: str
@@ -260,27 +306,23 @@ def replay_strategies(ranked: Mapping[str, Mapping[str, list[str]]], qrels: Mapp
         return got, sum(1 for s in settled.values() if s), right, sum(1 for s in table.values() if s)
 
     rows = []
+    pool = Pool(ranked, qrels, queries, measure, top, rel, gain, depth, holes)
+    picking = [s for s in STRATEGIES.values() if not s.sampled]
     for budget in budgets:
-        for strategy in STRATEGIES:
-            if strategy == "plan":
-                picks = [plan(ranked, qrels, queries, measure, top, rel, gain, budget, depth).holes]
-            elif strategy == "depth":
-                picks = [depth_pooling(holes, budget)]
-            else:
-                picks = [random_holes(holes, budget, s) for s in range(seeds)]
+        for strategy in picking:
+            picks = [strategy.pick(pool, budget, seed) for seed in (range(seeds) if strategy.seeded else [0])]
             outs = [outcome(c) for c in picks]
             k = len(outs)
-            rows.append(SimRow(strategy, budget, sum(o[0] for o in outs) / k, sum(o[1] for o in outs) / k,
+            rows.append(SimRow(strategy.name, budget, sum(o[0] for o in outs) / k, sum(o[1] for o in outs) / k,
                                sum(o[2] for o in outs) / k, sum(o[3] for o in outs) / k, k))  # fmt: skip
     none = outcome([])
     notes = [f"pool: the {len(holes):,} unjudged pairs in the top {depth} of any stage over {len(queries)} queries; "
-             "plan = the greedy plan (docs/metrics.md#a-judging-round), depth = depth pooling (every stage's rank 1, "
-             f"then rank 2, ...), random = holes drawn from the pool (mean over {seeds} seeds)",
+             + ", ".join(f"{s.name} = {s.what}" + (f" (mean over {seeds} seeds)" if s.seeded else "") for s in picking),
              "true order: " + " > ".join(sorted(true_values, key=lambda s: -true_values[s])) + " ("
              + ", ".join(f"{s} {v:.4f}" for s, v in true_values.items()) + "; the human judgments plus every answer)"]  # fmt: skip
     return Simulation(measure.name, list(ranked), len(pairs), depth, len(holes), none[1], none[3],
                       {s: round(v, 6) for s, v in true_values.items()}, rows, answers_name, notes)  # fmt: skip
 
 
-__all__ = ["STRATEGIES", "Hole", "Plan", "SimRow", "Simulation", "depth_pooling", "plan", "pool_holes", "random_holes",
+__all__ = ["STRATEGIES", "Hole", "Plan", "Pool", "SimRow", "Simulation", "Strategy", "depth_pooling", "plan", "pool_holes", "random_holes",
            "replay_strategies"]
