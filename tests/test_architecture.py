@@ -140,7 +140,8 @@ CLI_MAY_IMPORT = {
     "stagebench.cache",  # human_bytes, for cache ls
     "stagebench.config", "stagebench.results.check", "stagebench.data.synthetic",  # flag declarations
     "stagebench.report", "stagebench.report.tables", "stagebench.reproductions",  # renderers
-    "stagebench.judgments.planning", "stagebench.judgments.design", "stagebench.results.segments",  # choices, defaults,
+    "stagebench.judgments.planning", "stagebench.judgments.design", "stagebench.judgments.grades",  # choices, defaults,
+    "stagebench.results.segments",
     "stagebench.results.scoring",  # words
     "stagebench.runtime.cluster.supervisor",  # run on a Ray engine: the driver in a watched child, connected before its run
 }  # fmt: skip

@@ -25,6 +25,7 @@ from stagebench.report.tables import (check_text, comparison_text, matrix_csv, m
 from stagebench.reproductions import reproductions_markdown
 from stagebench.results.check import Expected
 from stagebench.judgments.design import DESIGNS, HOLE, HOLE_WHEN
+from stagebench.judgments.grades import GRADE_MODELS
 from stagebench.judgments.planning import STRATEGIES
 from stagebench.results.segments import MIN_QUERIES
 from stagebench.results.scoring import conventions_line
@@ -152,8 +153,7 @@ def _parser_plan_judgments(sub) -> None:
                     help="; ".join(f"{s.name}{' (default)' if s.name == 'plan' else ''}: {s.what}" for s in STRATEGIES.values())
                     + " (docs/metrics.md#a-judging-round, #the-estimated-view)")  # fmt: skip
     pj.add_argument("--predictor", help="sample: the grade model: a stage whose scores to calibrate (default: the last "
-                    "cross-encoder, else the last stage), constant, judge (the folder's judge grades), or learned "
-                    "(trees over every stage's rank and score of the pair and the words query and product share)")  # fmt: skip
+                    "cross-encoder, else the last stage), or " + "; ".join(f"{m.name}: {m.what}" for m in GRADE_MODELS.values()))  # fmt: skip
     pj.add_argument("--aim", action="append", metavar="A=B", help="--strategy sample: aim the sample at the difference of "
                     "stages A and B (repeatable; default: the pairs the grade model predicts the budget can settle); "
                     "the plan says how many judgments each aimed pair needs if the model is right")  # fmt: skip

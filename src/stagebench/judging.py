@@ -41,12 +41,12 @@ from stagebench.judge.section import parse_judge
 from stagebench.judge.rules import RULES
 from stagebench.judgments.incompleteness import FILE as INCOMPLETENESS, Incompleteness, removal_experiment
 from stagebench.judgments.coverage import Coverage, simulate_rounds
-from stagebench.judgments.grades import Constant, PairFeatures
+from stagebench.judgments.grades import GRADE_MODELS, Constant, PairFeatures
 from stagebench.judgments.design import DESIGNS, HOLE, Sampler
 from stagebench.judgments.estimate import Frame, frame
 from stagebench.judgments.planning import STRATEGIES, Pool, Simulation, depth_pooling, pool_holes, replay_strategies
-from stagebench.judgments.sampling import (ESTIMATE, LEARNED, EstimatedView, Record, design_path, estimated_view,
-                                           grade_model, predictor_stage, same_probability)
+from stagebench.judgments.sampling import (ESTIMATE, EstimatedView, Record, design_path, estimated_view, grade_model,
+                                           predictor_stage, same_probability)
 from stagebench.judgments.pool import HOLE, JUDGMENTS, Judgment, filled_qrels, read_judgments
 from stagebench.judgments.worksheet import (ADDED, SOURCES, added_tsv, merge, read_worksheet, sources_json, worksheet_csv,
                                             worksheet_jsonl, worksheet_rows)
@@ -226,7 +226,7 @@ def estimation(g: Ground, predictor: str | None, qrels: dict | None = None, cach
     if spec is not None and types.get(spec) == "cross_encoder":
         runs = {**runs, spec: model_scores(g, spec, cache_dir)}
     features = None
-    if predictor == LEARNED:  # every cross-encoder's own scores, and the texts the raters read
+    if predictor in GRADE_MODELS and GRADE_MODELS[predictor].needs_features:  # every cross-encoder's scores, the texts
         runs = {s: model_scores(g, s, cache_dir) if types.get(s) == "cross_encoder" else run for s, run in runs.items()}
         ds = dataset_of(g.rf, parse_dataset(g.rf.manifest.config.get("dataset")), "the learned grade model's features")
         features = PairFeatures(runs, ds.queries, ds.doc_text)

@@ -25,12 +25,13 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from stagebench.errors import StagebenchError
 from stagebench.optional import need
 from stagebench.runs import ranked
 
@@ -310,6 +311,43 @@ def expected_gain(p: np.ndarray, gains: np.ndarray) -> tuple[np.ndarray, np.ndar
     return m, np.maximum(p @ (gains**2) - m**2, 0.0)
 
 
-__all__ = ["BINS", "FOLDS", "LEARNED_PRIOR", "SMOOTHING", "BinnedScores", "Constant", "GradePredictor", "JudgeGrades",
+CONSTANT, JUDGE, LEARNED = "constant", "judge", "learned"
+
+
+@dataclass(frozen=True)
+class NamedModel:
+    """A grade model named on its own (any other ``--predictor`` names a stage whose scores are
+    calibrated): ``fitter(grades, judge_said, features)`` -> its fit on a set of labelled pairs."""
+
+    name: str
+    what: str
+    fitter: Callable[[Sequence[int], Mapping[tuple[str, str], int] | None, PairFeatures | None],
+                     Callable[[Mapping[tuple[str, str], int]], GradePredictor]]  # fmt: skip
+    needs_features: bool = False  # fitted on every stage's ranks and scores and the texts (PairFeatures)
+
+
+def _learned(grades, judge_said, features):
+    if features is None:
+        raise StagebenchError("--predictor learned: no pair features were given")
+    return lambda labelled: LearnedGrades.fit(features, labelled, grades)
+
+
+def _judge(grades, judge_said, features):
+    if not judge_said:
+        raise StagebenchError("--predictor judge: the folder holds no judge grades (run stagebench judge on it first)")
+    return lambda labelled: JudgeGrades.fit(judge_said, labelled, grades)
+
+
+#: the grade models by name, as ``--predictor`` takes them (a stage's name: its scores calibrated)
+GRADE_MODELS: dict[str, NamedModel] = {m.name: m for m in (
+    NamedModel(CONSTANT, "the judged pairs' grade shares, the same for every hole",
+               lambda grades, judge_said, features: (lambda labelled: Constant.fit(labelled, grades))),
+    NamedModel(JUDGE, "the folder's judge grades, calibrated on the judged pairs", _judge),
+    NamedModel(LEARNED, "trees over every stage's rank and score of the pair and the words query and product share",
+               _learned, needs_features=True),
+)}  # fmt: skip
+
+
+__all__ = ["CONSTANT", "GRADE_MODELS", "JUDGE", "LEARNED", "NamedModel", "BINS", "FOLDS", "LEARNED_PRIOR", "SMOOTHING", "BinnedScores", "Constant", "GradePredictor", "JudgeGrades",
            "LearnedGrades", "PairFeatures", "Quality",
            "cross_fitted_quality", "expected_gain", "prior_shift", "shuffled"]  # fmt: skip

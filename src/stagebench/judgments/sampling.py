@@ -23,14 +23,13 @@ import numpy as np
 from stagebench.errors import StagebenchError
 from stagebench.judgments.design import CAPPED, DESIGNS, POISSON, QUERY, Sampler
 from stagebench.judgments.estimate import Estimate, Frame
-from stagebench.judgments.grades import (BinnedScores, Constant, GradePredictor, JudgeGrades, LearnedGrades, PairFeatures,
-                                         Quality, cross_fitted_quality)
+from stagebench.judgments.grades import (GRADE_MODELS, BinnedScores, GradePredictor, PairFeatures, Quality,
+                                         cross_fitted_quality)
 from stagebench.runs import Run
 
 DESIGN_KIND = "stagebench sampling round"
 #: the estimated view in a results folder that add-judgments wrote from a sampling round
 ESTIMATE = "judgments/estimate.json"
-CONSTANT, JUDGE, LEARNED = "constant", "judge", "learned"
 
 
 def same_probability(text: str, p: float) -> bool:
@@ -57,42 +56,33 @@ def grade_model(spec: str | None, runs: Mapping[str, Run], stage_types: Mapping[
                 qrels: Mapping[str, Mapping[str, int]], grades: Sequence[int],
                 judge_said: Mapping[tuple[str, str], int] | None,
                 features: PairFeatures | None = None) -> tuple[GradePredictor, Quality]:  # fmt: skip
-    """The grade model ``spec`` names, fitted on ``qrels`` (the judged pairs), and its cross-fitted
-    quality. ``spec``: a stage (its scores; default the last cross-encoder, else the last stage),
-    ``constant``, ``judge`` (the folder's judge grades) or ``learned`` (trees over ``features``)."""
+    """The grade model ``spec`` names (:data:`GRADE_MODELS`, else a stage whose scores it calibrates:
+    default the last cross-encoder, else the last stage), fitted on ``qrels`` (the judged pairs), and
+    its cross-fitted quality."""
     labelled = {(q, d): g for q, docs in qrels.items() for d, g in docs.items()}
     if not labelled:
         raise StagebenchError("the folder has no judged pairs to fit a grade model on")
-    if spec == LEARNED:
-        if features is None:
-            raise StagebenchError("--predictor learned: no pair features were given")
-        fit_learned = lambda L: LearnedGrades.fit(features, L, grades)  # noqa: E731
-        return fit_learned(labelled), cross_fitted_quality(fit_learned, labelled, grades)
-    if spec == CONSTANT:
-        return Constant.fit(labelled, grades), cross_fitted_quality(lambda L: Constant.fit(L, grades), labelled, grades)
-    if spec == JUDGE:
-        if not judge_said:
-            raise StagebenchError("--predictor judge: the folder holds no judge grades (run stagebench judge on it first)")
-        fit = lambda L: JudgeGrades.fit(judge_said, L, grades)  # noqa: E731
-        return fit(labelled), cross_fitted_quality(fit, labelled, grades)
-    spec = predictor_stage(spec, runs, stage_types)
-    assert spec is not None
-    scores = {(q, d): s for q, docs in runs[spec].items() for d, s in docs.items()}
-    fit = lambda L: BinnedScores.fit(scores, L, grades, spec)  # noqa: E731
+    if spec in GRADE_MODELS:
+        fit = GRADE_MODELS[spec].fitter(grades, judge_said, features)
+    else:
+        stage = predictor_stage(spec, runs, stage_types)
+        assert stage is not None
+        scores = {(q, d): s for q, docs in runs[stage].items() for d, s in docs.items()}
+        fit = lambda L: BinnedScores.fit(scores, L, grades, stage)  # noqa: E731
     return fit(labelled), cross_fitted_quality(fit, labelled, grades)
 
 
 def predictor_stage(spec: str | None, runs: Mapping[str, Run], stage_types: Mapping[str, str]) -> str | None:
     """The stage whose scores the grade model ``spec`` calibrates (default: the last cross-encoder, else
-    the last stage); None for ``constant`` and ``judge``."""
-    if spec in (CONSTANT, JUDGE, LEARNED):
+    the last stage); None for a named model (:data:`GRADE_MODELS`)."""
+    if spec in GRADE_MODELS:
         return None
     stages = list(runs)
     if spec is None:
         spec = next((s for s in reversed(stages) if stage_types.get(s) == "cross_encoder"), stages[-1])
     if spec not in runs:
-        raise StagebenchError(f"--predictor {spec!r}: not a stage of the folder ({', '.join(stages)}), "
-                              f"{CONSTANT!r}, {JUDGE!r} or {LEARNED!r}")  # fmt: skip
+        raise StagebenchError(f"--predictor {spec!r}: not a stage of the folder ({', '.join(stages)}) nor one of "
+                              f"{', '.join(repr(m) for m in GRADE_MODELS)}")  # fmt: skip
     return spec
 
 
@@ -264,5 +254,5 @@ def estimated_view(smp: Sampler, rec: Record, graded: Mapping[tuple[str, str], i
                          predictor, quality, rec.aimed, left_out)  # fmt: skip
 
 
-__all__ = ["CONSTANT", "DESIGN_KIND", "ESTIMATE", "JUDGE", "LEARNED", "EstimatedView", "Record", "design_path", "estimated_view",
+__all__ = ["DESIGN_KIND", "ESTIMATE", "EstimatedView", "Record", "design_path", "estimated_view",
            "grade_model", "match", "same_probability"]  # fmt: skip
