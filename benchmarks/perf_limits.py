@@ -50,12 +50,16 @@ def gemm_peaks(n: int = 1024, repeats: int = 10) -> dict:
     import torch
     from onnx import TensorProto, helper
 
+    threads = torch.get_num_threads()
     torch.set_num_threads(os.cpu_count() or 1)
     ops = 2.0 * n**3
     out = {}
-    for name, dtype in (("fp32_torch", torch.float32), ("bf16_torch", torch.bfloat16)):
-        a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
-        out[name] = round(ops / _best(lambda: torch.matmul(a, b), repeats) / 1e9, 1)
+    try:
+        for name, dtype in (("fp32_torch", torch.float32), ("bf16_torch", torch.bfloat16)):
+            a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+            out[name] = round(ops / _best(lambda: torch.matmul(a, b), repeats) / 1e9, 3)
+    finally:
+        torch.set_num_threads(threads)  # the caller's setting back (a test process shares it)
 
     def session(node, inputs, output_type):
         graph = helper.make_graph([node], "gemm", inputs, [helper.make_tensor_value_info("y", output_type, [n, n])])
@@ -68,13 +72,13 @@ def gemm_peaks(n: int = 1024, repeats: int = 10) -> dict:
     f = session(helper.make_node("MatMul", ["a", "b"], ["y"]),
                 [helper.make_tensor_value_info(x, TensorProto.FLOAT, [n, n]) for x in "ab"], TensorProto.FLOAT)  # fmt: skip
     fa, fb = np.random.randn(n, n).astype(np.float32), np.random.randn(n, n).astype(np.float32)
-    out["fp32_onnxruntime"] = round(ops / _best(lambda: f.run(None, {"a": fa, "b": fb}), repeats) / 1e9, 1)
+    out["fp32_onnxruntime"] = round(ops / _best(lambda: f.run(None, {"a": fa, "b": fb}), repeats) / 1e9, 3)
     q = session(helper.make_node("MatMulInteger", ["a", "b"], ["y"]),
                 [helper.make_tensor_value_info("a", TensorProto.UINT8, [n, n]),
                  helper.make_tensor_value_info("b", TensorProto.INT8, [n, n])], TensorProto.INT32)  # fmt: skip
     qa = np.random.randint(0, 255, (n, n), dtype=np.uint8)
     qb = np.random.randint(-127, 127, (n, n), dtype=np.int8)
-    out["int8_onnxruntime"] = round(ops / _best(lambda: q.run(None, {"a": qa, "b": qb}), repeats) / 1e9, 1)
+    out["int8_onnxruntime"] = round(ops / _best(lambda: q.run(None, {"a": qa, "b": qb}), repeats) / 1e9, 3)
     del onnx
     return {"n": n, "gop_per_s": out}
 

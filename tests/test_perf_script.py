@@ -88,5 +88,5 @@ def test_the_limits_section_counts_an_encoders_operations_and_measures_each_peak
     from benchmarks.perf_limits import encoder_ops, gemm_peaks
 
     assert encoder_ops(np.array([3, 1]), 1, 2, 4) == 264 + 72
-    peaks = gemm_peaks(n=64, repeats=1)["gop_per_s"]
+    peaks = gemm_peaks(n=128, repeats=1)["gop_per_s"]
     assert set(peaks) == {"fp32_torch", "bf16_torch", "fp32_onnxruntime", "int8_onnxruntime"} and min(peaks.values()) > 0
