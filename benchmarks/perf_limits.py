@@ -45,7 +45,6 @@ def _best(fn, repeats: int) -> float:
 
 def gemm_peaks(n: int = 1024, repeats: int = 10) -> dict:
     """GOP/s of an n x n x n GEMM in each arithmetic the encoders can run."""
-    import onnx
     import onnxruntime as ort
     import torch
     from onnx import TensorProto, helper
@@ -79,7 +78,6 @@ def gemm_peaks(n: int = 1024, repeats: int = 10) -> dict:
     qa = np.random.randint(0, 255, (n, n), dtype=np.uint8)
     qb = np.random.randint(-127, 127, (n, n), dtype=np.int8)
     out["int8_onnxruntime"] = round(ops / _best(lambda: q.run(None, {"a": qa, "b": qb}), repeats) / 1e9, 3)
-    del onnx
     return {"n": n, "gop_per_s": out}
 
 
