@@ -70,6 +70,14 @@ def written(cache: Cache, kind: str) -> list[dict]:
     return out
 
 
+def differs(entry, a, b) -> bool:
+    """Whether an entry's content moved: pair scores by the pairs both scored (a stage that scores more
+    candidates shares the same scores for the pairs in common), anything else whole."""
+    if entry == SCORES:
+        return any(a[k] != b[k] for k in a.keys() & b.keys())
+    return a != b
+
+
 def walk(stype, base, outcome, skip=()):
     """(param, entry) for every entry whose content moved when the param alone changed, and every
     declared (param, entry) pair; ``outcome(params)`` -> {entry: content}."""
@@ -85,7 +93,7 @@ def walk(stype, base, outcome, skip=()):
         for entry in first:
             if now[entry] == []:  # nothing written (another backend, no cache): nothing stale to serve
                 continue
-            if now[entry] != first[entry]:
+            if differs(entry, now[entry], first[entry]):
                 moved.add((name, entry))
             if name in affecting(cls.Params, entry):
                 declared.add((name, entry))
@@ -150,3 +158,25 @@ def test_dense_params_move_exactly_the_embeddings_they_declare(texts, tmp_path, 
     moved, declared = walk("dense", base, outcome)
     check("dense", {m for m in moved if m[1] == EMBEDDINGS}, {d for d in declared if d[1] == EMBEDDINGS})
     assert {n for n, e in moved if e == EMBEDDINGS} >= {"passage_prefix", "max_length"}
+
+
+@pytest.mark.slow
+def test_a_cross_encoders_params_move_exactly_the_pair_scores_they_declare(texts, tmp_path, model_variants, monkeypatch):
+    """The model's own params (max_length) move a pair's score and are declared to; those that choose
+    and merge candidates (top_n, tail, activation, depths) do not move it and are not; the batch
+    params are declared for safety (the per-token INT8 path is batch-invariant)."""
+    monkeypatch.chdir(REPO)
+    stype = "cross_encoder"
+    base = dataclasses.replace(default_params(stype), top_n=4)
+    inp = {q: {d: float(9 - i) for i, d in enumerate(DOCS)} for q in texts.queries}
+    counter = iter(range(10**6))
+
+    def outcome(params):
+        cache = Cache(seed_models(model_variants, tmp_path / f"c{next(counter)}"))
+        shared: dict = {}
+        out = STAGE_TYPES[stype]("s", params).apply(StageContext(texts, cache, shared_scores=shared), [inp])
+        return {SCORES: {k: round(v, 4) for k, v in sorted(shared.items())}, "run": canonical(out.run)}
+
+    moved, declared = walk(stype, base, outcome)
+    check(stype, {m for m in moved if m[1] == SCORES}, {d for d in declared if d[1] == SCORES})
+    assert ("max_length", SCORES) in moved
