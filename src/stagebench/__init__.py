@@ -43,6 +43,8 @@ __all__ = [
 
 def __getattr__(name: str) -> object:
     """The package's verbs and types from :mod:`stagebench.api`, and its subpackages, on first use (PEP 562)."""
+    if name.startswith("__"):  # a tool probing for a dunder: no submodule is named so
+        raise AttributeError(f"module 'stagebench' has no attribute {name!r}")
     if name in __all__:
         value = getattr(importlib.import_module("stagebench.api"), name)
     else:
