@@ -15,7 +15,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "stagebench"
 LAYERS = {
     0: ["errors", "version", "optional", "files", "textfile", "params", "runtime.system", "ui", "analyzer", "metrics.compute", "stats",
         "table", "data.text", "data.corpus", "rerank", "llm", "llm.schemes", "runtime.devices", "runtime.engine", "judge", "models", "runtime", "models.onnx_graphs"],
-    1: ["llm.listwise", "llm.labels", "llm.request", "judge.scale", "runs", "metrics.families", "metrics.trec_names", "metrics.names", "metrics.value", "metrics.holes", "metrics", "cache", "models.resolve", "record", "data.dataset", "data.esci", "data.jsonl", "data.trec", "data.irds",
+    1: ["llm.listwise", "llm.labels", "llm.request", "judge.scale", "runs", "metrics.supports", "metrics.families", "metrics.trec_names", "metrics.names", "metrics.value", "metrics.holes", "metrics", "cache", "models.resolve", "record", "data.dataset", "data.esci", "data.jsonl", "data.trec", "data.irds",
         "metrics.delegate",
         "data.synthetic", "data", "rerank.merge", "runtime.cluster", "runtime.cluster.failures", "runtime.cluster.auth",
         "runtime.cluster.session", "runtime.cluster.workers", "runtime.cluster.supervisor"],
@@ -131,6 +131,32 @@ def test_no_module_but_the_record_reads_manifest_keys_by_string():
             if isinstance(key, str) and key in MANIFEST_JSON_KEYS:
                 found.append(f"{path.relative_to(SRC)}:{node.lineno}: {key!r}")
     assert not found, "manifest keys read outside stagebench.record:\n" + "\n".join(found)
+
+
+#: the names that tell a measure's kind or family apart: only stagebench.metrics may ask them; every other
+#: module reads what a measure supports (``m.supports``, stagebench.metrics.supports)
+MEASURE_KIND_NAMES = {"Delegated", "UNAFFECTED", "MONOTONE", "FAMILY", "FAMILIES"}
+
+
+def test_no_module_outside_the_metrics_asks_a_measures_kind_or_family():
+    """Native and delegated measures answer the same calls (issue 82): outside ``stagebench.metrics`` no
+    ``isinstance`` on a measure's class, no comparison of a family's name, no family table read."""
+    found = []
+    for path in SRC.rglob("*.py"):
+        if module_name(path).startswith("stagebench.metrics"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            where = f"{path.relative_to(SRC)}:{getattr(node, 'lineno', 0)}"
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "isinstance":
+                names = {n.id for n in ast.walk(node.args[1]) if isinstance(n, ast.Name)} if len(node.args) > 1 else set()
+                if names & {"Measure", "Delegated"}:
+                    found.append(f"{where}: isinstance on a measure's class")
+            elif isinstance(node, ast.Compare) and any(
+                    isinstance(n, ast.Attribute) and n.attr == "family" for n in [node.left, *node.comparators]):
+                found.append(f"{where}: a family's name compared")
+            elif isinstance(node, ast.Name) and node.id in MEASURE_KIND_NAMES:
+                found.append(f"{where}: {node.id}")
+    assert not found, "a measure's kind asked outside stagebench.metrics:\n" + "\n".join(found)
 
 
 #: what the CLI may import besides stagebench.api: how it prints (renderers), the declarations its

@@ -69,3 +69,18 @@ def test_default_config_is_valid():
 
     cfg = load_config(REPO / "configs" / "default.yaml")
     assert cfg.dataset.options.path == "data/synthetic-esci"
+
+
+@pytest.mark.parametrize("ceiling,message", [
+    ("NumRel", r"evaluation.ceiling: NumRel: describes the judgments, not a ranking"),
+    ("Judged@10", r"evaluation.ceiling: Judged@10: describes the judgments"),
+    ("nDCG@ten", r"evaluation.ceiling: measure 'nDCG@ten'"),
+])  # fmt: skip
+def test_the_ceiling_measure_is_read_at_load(tmp_path, ceiling, message):
+    """evaluation.ceiling: a measure of a ranking stagebench computes, by its canonical name; else one line
+    naming the key, before any stage runs."""
+    cfg = load_config(write(tmp_path, GOOD.replace("RR@10]}", "RR@10], ceiling: rr@10}")))
+    assert cfg.evaluation.ceiling == "RR@10"
+    assert load_config(write(tmp_path, GOOD)).evaluation.ceiling == "nDCG@10"
+    with pytest.raises(ConfigError, match=message):
+        load_config(write(tmp_path, GOOD.replace("RR@10]}", f"RR@10], ceiling: '{ceiling}'}}")))

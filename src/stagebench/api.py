@@ -47,7 +47,7 @@ from stagebench.data.synthetic import SyntheticSpec, generate
 from stagebench.execute import StageRun, canonical, context, make_stage, run_in
 from stagebench.judging import rescore_with_worksheets, judge_folder, write_worksheet
 from stagebench.judging import run_incompleteness, estimate_coverage, simulate_strategies
-from stagebench.metrics import Delegated, Evaluation, HoleViews, Measure, check_distinct, check_thresholds, parse_measure
+from stagebench.metrics import Evaluation, HoleViews, Measure, check_distinct, check_thresholds, parse_measure
 from stagebench.metrics import scored_query_ids
 from stagebench.metrics import evaluate_views as _evaluate_views
 from stagebench.metrics import evaluate as _evaluate
@@ -77,7 +77,7 @@ from stagebench.results.scoring import stage_evaluations
 from stagebench.runs import Run, checked_qrels, checked_run, read_trec_qrels, read_trec_run, run_digest
 from stagebench.runs import write_trec_run as _write_trec_run
 from stagebench.models.variants import for_placement, onnx_kind
-from stagebench.table import StageTable
+from stagebench.table import StageTable, measure_key
 from stagebench.fitting.train import run_training
 from stagebench.fitting.tune import TuneResult
 from stagebench.fitting.tune import run_tune
@@ -178,15 +178,16 @@ class Result:
     @property
     def table(self):
         """The stage table as a pandas DataFrame: one row per stage, the measures as columns
-        (plus queries, pool recall and headroom for rerankers)."""
+        (plus queries, pool recall, the oracle in the ceiling measure and headroom for rerankers)."""
         import pandas as pd
 
         records = []
+        oracle = f"oracle_{measure_key(self.stage_table.ceiling_measure)}"
         for r in self.stage_table.rows:
             c = r.ceiling
             records.append({"id": r.id, "stage": r.stage, "type": r.type, "inputs": ",".join(r.inputs), **r.metrics,
                             "queries": r.queries, "pool_depth": c and c.depth, "pool_recall": c and c.pool_recall,
-                            "oracle_ndcg10": c and c.oracle_ndcg10, "headroom_captured": c and c.headroom_captured})  # fmt: skip
+                            oracle: c and c.oracle, "headroom_captured": c and c.headroom_captured})  # fmt: skip
         return pd.DataFrame.from_records(records).set_index("stage")
 
     @property
@@ -686,9 +687,9 @@ def evaluate_files(qrels: str | Path, run: str | Path, metrics: Sequence[str], *
     measures = _flag_measures(metrics, relevance_threshold)
     if view not in ("irrelevant", "judged-only", "bounds", "all"):
         raise StagebenchError(f"--view {view}: one of irrelevant, judged-only, bounds, all")
-    delegated = [m.name for m in measures if isinstance(m, Delegated)]
-    if delegated and len(delegated) == len(measures) and view != "irrelevant":
-        raise StagebenchError(f"--view {view}: ir_measures' measures ({', '.join(delegated)}) count an unjudged "
+    unviewed = [m.name for m in measures if not m.supports.views]
+    if unviewed and len(unviewed) == len(measures) and view != "irrelevant":
+        raise StagebenchError(f"--view {view}: ir_measures' measures ({', '.join(unviewed)}) count an unjudged "
                               "document as irrelevant only; score them with the default view")  # fmt: skip
     q = read_trec_qrels(qrels)
     check_thresholds(q, relevance_threshold, measures, str(qrels), "--rel")
@@ -707,11 +708,11 @@ def evaluate_files(qrels: str | Path, run: str | Path, metrics: Sequence[str], *
 
 def _judged_only(q: dict, r: Run, measures: list, kw: dict) -> Evaluation:
     """The judged-only evaluation of the native measures, ir_measures' beside them in the only view they have."""
-    native = [m for m in measures if isinstance(m, Measure)]
+    native = [m for m in measures if m.supports.views]
     ev = _evaluate(q, r, native, **kw, holes="judged_only")
     if len(native) == len(measures):
         return ev
-    main = _evaluate(q, r, [m for m in measures if not isinstance(m, Measure)], **kw)
+    main = _evaluate(q, r, [m for m in measures if not m.supports.views], **kw)
     return replace(ev, measures=measures, per_query={m.name: (ev.per_query.get(m.name) or main.per_query[m.name])
                                                      for m in measures})  # fmt: skip
 

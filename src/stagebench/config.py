@@ -62,6 +62,7 @@ from stagebench.params import (
     read_yaml,  # fmt: skip
 )
 from stagebench.results.segments import BUILT_IN as SEGMENTERS, read_segment_file
+from stagebench.table import CEILING_MEASURE
 from stagebench.stages import STAGE_TYPES, stage_class
 
 DEFAULT_METRICS = ("nDCG@10", "RR@10", "R@100")
@@ -116,6 +117,9 @@ class EvaluationConfig:
     bootstrap: Annotated[int, Range(ge=100, le=1_000_000)] = param(2000, "bootstrap resamples for the 95% confidence "
                                                                    "intervals (at most 1 million)")  # fmt: skip
     seed: Seed = param(42, "seed of both, so the numbers are reproducible")
+    ceiling: str = param(CEILING_MEASURE, "the measure of the recall ceilings and oracle headroom, the depth sweep and "
+                                          "the reranker-by-pool matrix: one of stagebench's own measures of a ranking "
+                                          "(the ideal order of a pool is its maximum); the matrix needs it among metrics")  # fmt: skip
     latency_queries: NonNegativeInt = param(20, "queries each stage serves one at a time, warm, for its p50/p95/p99 "
                                                 "latency in the cost table (drawn with seed; 0: not measured)")  # fmt: skip
     segments: list[str] = param(
@@ -168,6 +172,21 @@ class MatrixConfig:
             if len(set(names)) != len(names):
                 return [(key, f"{names}: a stage is listed twice")]
         return []
+
+
+def ceiling_measure(text: str) -> str:
+    """``evaluation.ceiling`` read: a measure stagebench computes whose ideal order is its maximum, by its
+    canonical name; anything else one error naming the key."""
+    try:
+        m = parse_measure(text)
+    except StagebenchError as exc:
+        raise ConfigError(f"evaluation.ceiling: {exc}") from None
+    if not m.supports.ceiling:
+        why = ("computed by ir_measures, which stagebench cannot reorder ideally" if not m.supports.native else
+               "describes the judgments, not a ranking: no reordering changes it")  # fmt: skip
+        raise ConfigError(f"evaluation.ceiling: {m.name}: {why}; give one of stagebench's measures of a ranking, "
+                          "e.g. nDCG@10")  # fmt: skip
+    return m.name
 
 
 #: the name of the oracle pool among a matrix's pools
@@ -455,6 +474,10 @@ def parse_config(raw: Any, path: str = "<config>", engine: str | None = None) ->
         check_distinct(measures, evaluation.metrics, "evaluation.metrics")
     except StagebenchError as exc:
         raise ConfigError(str(exc)) from None
+    evaluation.ceiling = ceiling_measure(evaluation.ceiling)
+    if matrix is not None and evaluation.ceiling not in [m.name for m in measures]:
+        raise ConfigError(f"evaluation.ceiling: the matrix shows each reranker's {evaluation.ceiling} beside its pool's, "
+                          f"which evaluation.metrics does not score ({', '.join(evaluation.metrics)}); add it there")  # fmt: skip
     if evaluation.baseline is not None and evaluation.baseline not in seen:
         raise ConfigError(f"evaluation.baseline: unknown stage {evaluation.baseline!r}")
     for j, kind in enumerate(evaluation.comparisons):

@@ -129,22 +129,23 @@ class Ground:
 def ground(folder: str | Path, measure: str | None = None) -> Ground:
     rf = RunFolder.open(folder)
     ev = rf.manifest.evaluation
-    names = [m.name for m in map(parse_measure, ev.metrics) if m.declared is not None]  # the round needs the views
+    parsed = [m for m in map(parse_measure, ev.metrics) if m.supports.views]  # the round needs the views
+    names = [m.name for m in parsed]
     if measure is None and not names:
         raise StagebenchError(f"{rf.path}: every measure of the folder is computed by ir_measures, which counts an "
                               "unjudged document as irrelevant only; the judging round needs the views of the holes: "
                               "give --measure with one of stagebench's own (e.g. nDCG@10)")  # fmt: skip
     if measure is None:
-        measure = "nDCG@10" if "nDCG@10" in names else next((n for n in names if not n.startswith("Judged")), names[0])
+        measure = "nDCG@10" if "nDCG@10" in names else next((m.name for m in parsed if m.supports.holes_matter), names[0])
     try:
         m = parse_measure(measure)
     except StagebenchError as exc:
         raise StagebenchError(f"--measure: {exc}") from None
-    if m.declared is None:
+    if not m.supports.views:
         raise StagebenchError(f"--measure {m.name}: computed by ir_measures, which counts an unjudged document as "
                               "irrelevant only; the judging round needs the views of the holes: use one of "
                               "stagebench's own measures (docs/metrics.md)")  # fmt: skip
-    if m.family in hole_views.UNAFFECTED:
+    if not m.supports.holes_matter:
         raise StagebenchError(f"--measure {m.name}: describes the judgments, not a stage's quality; every view gives it alike")
     qrels = rf.qrels()
     runs = rf.runs()
@@ -204,7 +205,7 @@ class Estimation:
 
 def _nDCG_only(g: Ground) -> None:
     m = g.measure
-    if m.family != "nDCG" or m.cutoff is None:
+    if not m.supports.estimable:
         raise StagebenchError(f"--measure {m.name}: the estimated view is for nDCG@k (a graded measure with a cut-off, "
                               "linear in the holes' gains once its ideal is known); give --measure nDCG@10")  # fmt: skip
 

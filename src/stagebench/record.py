@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 
 from stagebench.errors import StagebenchError
 from stagebench.files import Owned, json_record
+from stagebench.table import CEILING_MEASURE
 
 #: the words an LLM stage's stats count its calls by (the record's vocabulary: the rerankers that
 #: produce them import them from here): every call's outcome - ``low_mass`` is the label-reading
@@ -266,6 +267,7 @@ class EvaluationRecord:
     segments: tuple[str, ...] = ()  # the segments table's segmentations (built-in names and files)
     matrix: MatrixRecord | None = None  # the reranker-by-pool matrix the config asked for
     comparisons: tuple[str, ...] = ("inputs", "siblings", "baseline")  # the pairs tested (evaluation.comparisons)
+    ceiling: str = CEILING_MEASURE  # the measure of the ceilings, the depth sweep and the matrix (evaluation.ceiling)
 
     @classmethod
     def from_json(cls, d: dict) -> EvaluationRecord:
@@ -274,7 +276,8 @@ class EvaluationRecord:
                    permutations=int(d.get("permutations", 10000)), bootstrap=int(d.get("bootstrap", 2000)),
                    seed=int(d.get("seed", 42)), segments=tuple(d.get("segments", ())),
                    matrix=MatrixRecord.from_json(d["matrix"]) if d.get("matrix") else None,
-                   comparisons=tuple(d.get("comparisons", ("inputs", "siblings", "baseline"))))  # fmt: skip
+                   comparisons=tuple(d.get("comparisons", ("inputs", "siblings", "baseline"))),
+                   ceiling=d.get("ceiling", CEILING_MEASURE))  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -9,38 +9,83 @@ top-level keys in evaluation order - and :meth:`StageTable.from_json` reads it b
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, field, fields
+
+#: the measure of the ceilings, the depth sweep and the matrix unless ``evaluation.ceiling`` names another
+CEILING_MEASURE = "nDCG@10"
+
+
+def measure_key(measure: str) -> str:
+    """A measure's name as a column or key suffix: ``nDCG@10`` -> ``ndcg10``, ``P(rel=2)@10`` -> ``p_rel_2_10``."""
+    return re.sub(r"_+", "_", re.sub(r"[^a-z0-9]", "_", measure.lower().replace("@", ""))).strip("_")
 
 
 @dataclass(frozen=True)
 class CeilingCells:
-    """A reranker's ceiling: its candidate pool and what the pool allowed (see stagebench.analysis)."""
+    """A reranker's ceiling in one measure (``evaluation.ceiling``): its candidate pool and what the pool
+    allowed (:mod:`stagebench.results.ceilings`). In ``stage_table.json`` and the CSV the values are
+    named after the measure (``input_ndcg10``); a measure other than the default is named too."""
 
     depth: int
     pool_recall: float
-    input_ndcg10: float
-    achieved_ndcg10: float
-    oracle_ndcg10: float
-    ndcg10_change: float
+    input: float
+    achieved: float
+    oracle: float
+    change: float  # achieved - input
     headroom_captured: float | None  # None: no room (oracle - input below the display resolution)
+    measure: str = CEILING_MEASURE
+
+    #: the values named after the measure, in stage_table.json's order
+    NAMED = ("input", "achieved", "oracle")
+
+    def to_json(self) -> dict:
+        k = measure_key(self.measure)
+        out = {"depth": self.depth, "pool_recall": self.pool_recall, **{f"{v}_{k}": getattr(self, v) for v in self.NAMED},
+               f"{k}_change": self.change, "headroom_captured": self.headroom_captured}  # fmt: skip
+        return out if self.measure == CEILING_MEASURE else {"measure": self.measure, **out}
+
+    @classmethod
+    def from_json(cls, d: dict) -> CeilingCells:
+        measure = d.get("measure", CEILING_MEASURE)
+        k = measure_key(measure)
+        inp, ach = d[f"input_{k}"], d[f"achieved_{k}"]
+        return cls(depth=d["depth"], pool_recall=d["pool_recall"], input=inp, achieved=ach, oracle=d[f"oracle_{k}"],
+                   change=d.get(f"{k}_change", ach - inp), headroom_captured=d["headroom_captured"], measure=measure)
 
 
 @dataclass(frozen=True)
 class DepthCells:
-    """One depth of a reranker's depth sweep (``depths:``): its ceiling at that depth, what it
-    achieved (and whether significantly differently from its input), and how many pairs it scored.
-    Counts only, like every cell of the table: its seconds, which differ between an uninterrupted and
-    a resumed run, live in the manifest and report.html's cost table."""
+    """One depth of a reranker's depth sweep (``depths:``): its ceiling at that depth in the ceiling
+    measure, what it achieved (and whether significantly differently from its input), and how many
+    pairs it scored. Counts only, like every cell of the table: its seconds, which differ between an
+    uninterrupted and a resumed run, live in the manifest and report.html's cost table."""
 
     depth: int
     pool_recall: float
-    input_ndcg10: float
-    achieved_ndcg10: float
-    oracle_ndcg10: float
+    input: float
+    achieved: float
+    oracle: float
     headroom_captured: float | None
-    p_value: float  # paired randomization test of achieved vs input nDCG@10, Holm-corrected over the depths
+    p_value: float  # paired randomization test of achieved vs input, Holm-corrected over the depths
     significant: bool  # p_value < alpha
     pairs: int  # query-document pairs scored for this depth (timings: the manifest and report.html's cost table)
+    measure: str = CEILING_MEASURE
+
+    def to_json(self) -> dict:
+        k = measure_key(self.measure)
+        out = {"depth": self.depth, "pool_recall": self.pool_recall,
+               **{f"{v}_{k}": getattr(self, v) for v in CeilingCells.NAMED}, "headroom_captured": self.headroom_captured,
+               "p_value": self.p_value, "significant": self.significant, "pairs": self.pairs}  # fmt: skip
+        return out if self.measure == CEILING_MEASURE else {"measure": self.measure, **out}
+
+    @classmethod
+    def from_json(cls, d: dict) -> DepthCells:
+        measure = d.get("measure", CEILING_MEASURE)
+        k = measure_key(measure)
+        return cls(depth=d["depth"], pool_recall=d["pool_recall"], input=d[f"input_{k}"], achieved=d[f"achieved_{k}"],
+                   oracle=d[f"oracle_{k}"], headroom_captured=d["headroom_captured"], p_value=d["p_value"],
+                   significant=d["significant"], pairs=d["pairs"], measure=measure)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -99,14 +144,14 @@ class StageRow:
         d = {"stage": self.stage, "id": self.id, "type": self.type, "inputs": list(self.inputs), **self.metrics}
         d.update(ci95=self.ci95, better_than=self.better_than, queries=self.queries,
                  queries_without_results=self.queries_without_results, queries_excluded=self.queries_excluded,
-                 recall=self.recall, ceiling=None if self.ceiling is None else _ceiling_json(self.ceiling),
+                 recall=self.recall, ceiling=None if self.ceiling is None else self.ceiling.to_json(),
                  lost=self.lost, top10_labels=self.top10_labels)  # fmt: skip
         d.update(judged_only=self.judged_only, judged_only_better_than=self.judged_only_better_than,
                  bounds=self.bounds, unsettled=self.unsettled)  # fmt: skip
         if self.llm is not None:
             d["llm"] = asdict(self.llm)
         if self.depths is not None:
-            d["depths"] = [asdict(c) for c in self.depths]
+            d["depths"] = [c.to_json() for c in self.depths]
         if self.compared:
             d["compared"] = self.compared
         return d
@@ -119,23 +164,12 @@ class StageRow:
                    better_than=d.get("better_than", {}), queries=d.get("queries", 0),
                    queries_without_results=d.get("queries_without_results", 0),
                    queries_excluded=d.get("queries_excluded", {}), recall=d.get("recall", {}),
-                   ceiling=None if c is None else CeilingCells(
-                       depth=c["depth"], pool_recall=c["pool_recall"], input_ndcg10=c["input_ndcg10"],
-                       achieved_ndcg10=c["achieved_ndcg10"], oracle_ndcg10=c["oracle_ndcg10"],
-                       ndcg10_change=c.get("ndcg10_change", c["achieved_ndcg10"] - c["input_ndcg10"]),
-                       headroom_captured=c["headroom_captured"]),
+                   ceiling=None if c is None else CeilingCells.from_json(c),
                    lost=d.get("lost", 0), top10_labels=d.get("top10_labels", {}),
                    llm=LLMCells(**{k: v for k, v in d["llm"].items() if k in LLM_CELL_FIELDS}) if d.get("llm") else None,
-                   depths=[DepthCells(**c) for c in d["depths"]] if d.get("depths") else None,
+                   depths=[DepthCells.from_json(c) for c in d["depths"]] if d.get("depths") else None,
                    judged_only=d.get("judged_only", {}), judged_only_better_than=d.get("judged_only_better_than", {}),
                    bounds=d.get("bounds", {}), unsettled=d.get("unsettled", {}), compared=d.get("compared", {}))  # fmt: skip
-
-
-def _ceiling_json(c: CeilingCells) -> dict:
-    d = asdict(c)
-    # the historical key order of stage_table.json: headroom after oracle, then the change
-    return {k: d[k] for k in ("depth", "pool_recall", "input_ndcg10", "achieved_ndcg10", "oracle_ndcg10",
-                              "ndcg10_change", "headroom_captured")}  # fmt: skip
 
 
 @dataclass
@@ -157,3 +191,8 @@ class StageTable:
 
     def row(self, stage: str) -> StageRow:
         return next(r for r in self.rows if r.stage == stage)
+
+    @property
+    def ceiling_measure(self) -> str:
+        """The measure of the ceilings, the depth sweep and the matrix (``evaluation.ceiling``)."""
+        return next((r.ceiling.measure for r in self.rows if r.ceiling is not None), CEILING_MEASURE)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from stagebench.metrics import claims, evaluate, parse_measure
+from stagebench.metrics import Delegated, Supports, claims, evaluate, parse_measure
 from stagebench.metrics.families import ALIASES, FAMILIES, FAMILY
 from stagebench.metrics import holes
 
@@ -92,3 +92,21 @@ def test_err_is_chapelles_cascade_by_hand():
     assert evaluate(QRELS, RUN, ["ERR(max_grade=3)@3"]).means["ERR(max_grade=3)@3"] == pytest.approx(r3, abs=1e-15)
     with pytest.raises(Exception, match=r"ERR\(max_grade=2\)@3: the qrels hold grade 3, above max_grade 2"):
         evaluate(QRELS, RUN, ["ERR(max_grade=2)@3"])
+
+
+def test_what_a_measure_supports_is_read_from_its_declaration():
+    """Every caller asks ``m.supports`` (issue 82): the capabilities follow the family's fields alone."""
+    assert parse_measure("nDCG@10").supports == Supports(paired_bounds=True, estimable=True, reads_gain=True)
+    assert not parse_measure("nDCG").supports.estimable  # no cut-off: not the estimated view's target
+    assert not parse_measure("nDCG(gain=esci)@10").supports.reads_gain  # its own gain, not the evaluation's
+    assert not parse_measure("nDCG_Burges@10").supports.reads_gain
+    assert parse_measure("RR@10").supports == Supports()
+    judged = parse_measure("Judged@10").supports
+    assert not judged.holes_matter and not judged.ceiling and judged.views
+    for f in FAMILIES:
+        s = f.supports(10 if f.cutoff != "absent" else None, None)
+        assert s.native and s.views and s.paired_bounds == f.paired, f.name
+        assert s.holes_matter == s.ceiling == (f.holes != "unaffected"), f.name
+    delegated = Delegated("Bpref", "pytrec_eval", None).supports
+    assert delegated.provider == "pytrec_eval" and not delegated.native
+    assert not (delegated.views or delegated.ceiling or delegated.paired_bounds or delegated.estimable)

@@ -14,12 +14,18 @@ import math
 import pytest
 
 from stagebench import stats
+from stagebench.metrics import parse_measure
+from stagebench.record import Manifest
+from stagebench.report.tables import render_text
 from stagebench.results.depth import depth_sweep
+from stagebench.results.scoring import score_folder
+from stagebench.table import StageTable
 from stagebench.results.folder import RunFolder
 from stagebench.runs import ranked_ids, read_trec_qrels, read_trec_run
 from tests.conftest import SWEEP_DEPTHS, SWEEP_EVALUATION
 
 GAIN = {int(g): float(v) for g, v in SWEEP_EVALUATION["gain"].items()}
+NDCG10 = parse_measure("nDCG@10")
 REL = 1  # the evaluation's relevance threshold (the default)
 
 
@@ -79,7 +85,7 @@ def computed(sweep, recorded, alpha: float | None = None) -> list[dict]:
     table, runs, qrels, queries = sweep
     record, ev = recorded
     ev = ev if alpha is None else dataclasses.replace(ev, alpha=alpha)
-    return [dataclasses.asdict(c) for c in depth_sweep(record, runs, qrels, queries, REL, ev.gain, ev)]
+    return [c.to_json() for c in depth_sweep(record, runs, qrels, queries, REL, ev.gain, ev, NDCG10)]
 
 
 def test_the_written_depth_table_is_the_sweep_of_the_folder_s_runs(sweep, recorded):
@@ -216,7 +222,7 @@ def test_a_query_a_run_returned_nothing_for_scores_zero_in_the_sweep(sweep, reco
     record, ev = recorded
     q = queries[0]
     emptied = {name: {k: v for k, v in run.items() if k != q} for name, run in runs.items()}
-    cells = [dataclasses.asdict(c) for c in depth_sweep(record, emptied, qrels, queries, REL, ev.gain, ev)]
+    cells = [c.to_json() for c in depth_sweep(record, emptied, qrels, queries, REL, ev.gain, ev, NDCG10)]
     for cell in cells:
         n = cell["depth"]
         achieved = mean(ndcg10(ranked_ids(emptied[f"shuffle@{n}"].get(x, {})), qrels[x]) for x in queries)
@@ -250,3 +256,30 @@ def test_a_reranker_whose_scores_depend_on_the_head_it_is_shown_is_run_at_each_d
     docs = [f"product {i}" for i in range(20)]
     order = lambda s: sorted(range(len(s)), key=lambda i: -s[i])  # noqa: E731
     assert order(HeadHash().score("q", docs[:5])) != order(HeadHash().score("q", docs)[:5])
+
+
+def rr10(ranking: list[str], judged: dict[str, int]) -> float:
+    """RR@10 from its definition: one over the rank of the first document of grade >= 1 in the top 10."""
+    return next((1.0 / i for i, d in enumerate(ranking[:10], start=1) if judged.get(d, 0) >= REL), 0.0)
+
+
+def test_the_ceilings_and_the_sweep_are_read_in_the_measure_evaluation_ceiling_names(sweep_folder, sweep):
+    """``evaluation.ceiling: RR@10``: every ceiling and depth cell is RR@10's (the oracle the best of every
+    reordering of the pool, by brute force at N = 5), the table's JSON names it and reads back, and the
+    text table's columns say RR@10."""
+    _, runs, qrels, queries = sweep
+    folder = RunFolder.open(sweep_folder)
+    raw = json.loads(json.dumps(folder.manifest.raw))
+    raw["evaluation"]["ceiling"] = "RR@10"
+    table = score_folder(Manifest(raw), qrels, runs).table
+    row = table.row("shuffle")
+    inp = {q: ranked_ids(runs[row.inputs[0]].get(q, {})) for q in queries}
+    five = next(c for c in row.depths if c.depth == 5)
+    best = [max(rr10(list(p) + inp[q][5:], qrels[q]) for p in itertools.permutations(inp[q][:5])) for q in queries]
+    assert five.measure == "RR@10" and five.oracle == pytest.approx(sum(best) / len(best), abs=1e-6)
+    assert five.input == pytest.approx(sum(rr10(inp[q], qrels[q]) for q in queries) / len(queries), abs=1e-6)
+    assert row.ceiling.measure == "RR@10" and row.ceiling.achieved == pytest.approx(row.metrics["RR@10"], abs=1e-6)
+    back = StageTable.from_json(table.to_json(), table.metrics)
+    assert back.row("shuffle").ceiling == row.ceiling and back.row("shuffle").depths == row.depths
+    assert '"input_rr10"' in table.to_json() and '"measure": "RR@10"' in table.to_json()
+    assert "oracle RR@10" in render_text(table) and "nDCG@10" not in render_text(table).split("Recall ceiling")[1].split("\n")[1]

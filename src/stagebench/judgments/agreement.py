@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from stagebench.metrics import evaluate, holes, parse_measure
+from stagebench.metrics import evaluate, parse_measure
 from stagebench.runs import Run
 
 
@@ -129,7 +129,7 @@ def stage_orders(usable: Sequence[tuple[tuple[str, str], int]], qrels: Mapping[s
         judge.setdefault(q, {})[d] = g
     if not any(g >= 1 for docs in human.values() for g in docs.values()) or len(stages) < 2:
         return []
-    ms = [m for m in measures if parse_measure(m).family not in holes.UNAFFECTED]
+    ms = [m for m in measures if parse_measure(m).supports.holes_matter]
     out = []
     hm = {s: evaluate(human, runs[s], ms, relevance_threshold=relevance_threshold, gain=gain) for s in stages}
     queries = hm[stages[0]].scored_queries

@@ -36,12 +36,16 @@ from stagebench.metrics import compute
 from stagebench.metrics import holes as _holes
 from stagebench.metrics.delegate import Delegated, delegated_per_query
 from stagebench.metrics.names import Measure, claims, parse_measure
-from stagebench.metrics.value import per_query_value
+from stagebench.metrics.supports import Supports
+from stagebench.metrics.value import ideal_key, per_query_value
 from stagebench.runs import ranked_ids
 
-__all__ = ["Delegated", "Measure", "claims", "parse_measure", "evaluate", "evaluate_views", "Evaluation", "HoleViews", "per_query_value", "HOLES"]
+__all__ = ["AnyMeasure", "Delegated", "Measure", "Supports", "claims", "parse_measure", "evaluate", "evaluate_views", "Evaluation",
+           "HoleViews", "ideal_key", "per_query_value", "HOLES", "parsed"]
 
 HOLES = _holes.HOLES
+#: a parsed measure of either kind: both answer ``name``, ``rel``, ``cutoff`` and ``supports``
+AnyMeasure = Measure | Delegated
 
 
 @dataclass
@@ -97,8 +101,7 @@ def check_thresholds(qrels: Mapping[str, Mapping[str, int]], relevance_threshold
     if relevance_threshold > top:
         raise StagebenchError(f"{where}: {flag} {relevance_threshold} is above every grade in the qrels (highest: {top}); "
                               "every binary measure would be 0")  # fmt: skip
-    for m in measures:
-        m = m if isinstance(m, Measure | Delegated) else parse_measure(m)
+    for m in parsed(measures):
         if m.rel is not None and m.rel > top:
             raise StagebenchError(f"{where}: {m.name}: rel={m.rel} is above every grade in the qrels (highest: {top})")
 
@@ -133,14 +136,15 @@ def evaluate(
         if missing:
             raise StagebenchError(f"{gain.describe()}: no gain for grade(s) {missing}, which the qrels hold")
 
-    ms = [m if isinstance(m, Measure | Delegated) else parse_measure(m) for m in measures]
+    ms = parsed(measures)
     names = [m.name for m in ms]
-    delegated = [m for m in ms if isinstance(m, Delegated)]
-    if delegated and holes != "irrelevant":
-        raise StagebenchError(f"{', '.join(m.name for m in delegated)}: computed by ir_measures, which counts an unjudged "
+    delegated = [m for m in ms if not m.supports.native]
+    unviewed = [m for m in ms if not m.supports.views]
+    if holes != "irrelevant" and unviewed:
+        raise StagebenchError(f"{', '.join(m.name for m in unviewed)}: computed by ir_measures, which counts an unjudged "
                               f"document as irrelevant only: no {holes.replace('_', '-')} view of it")  # fmt: skip
     held = sorted({g for docs in qrels.values() for g in docs.values() if g >= SCORED_MIN_GRADE})
-    if held and not any(gain(g) > 0 for g in held) and any(m.family == "nDCG" and m.gain is None for m in ms):
+    if held and not any(gain(g) > 0 for g in held) and any(m.supports.reads_gain for m in ms):
         raise StagebenchError(f"{gain.describe()}: no grade the qrels hold ({', '.join(map(str, held))}) has a "
                               "positive gain, so every nDCG would be 0")  # fmt: skip
     for m in ms:
@@ -168,7 +172,7 @@ def evaluate(
             missing.append(qid)
         ranking = ranked_ids(docs) if docs else []
         for m, n in zip(ms, names):
-            if isinstance(m, Measure):
+            if m.supports.native:
                 per_query[n][qid] = _holes.value(m, ranking, native_qrels[qid], holes, top, relevance_threshold, gain)
     if delegated:
         try:
@@ -190,6 +194,11 @@ def evaluate(
         queries=queries,
         run_without_scored=len(judged_scored) - len(scored),
     )
+
+
+def parsed(measures: Iterable[Measure | Delegated | str]) -> list[Measure | Delegated]:
+    """Measures given as names or as parsed measures, parsed."""
+    return [parse_measure(m) if isinstance(m, str) else m for m in measures]
 
 
 def _without_negative(qrels: Mapping[str, Mapping[str, int]]) -> Mapping[str, Mapping[str, int]]:
@@ -255,8 +264,8 @@ def evaluate_views(qrels: Mapping[str, Mapping[str, int]], run: Mapping[str, Map
                    queries: str = "judged") -> HoleViews:  # fmt: skip
     """:func:`evaluate` under each treatment of the holes, with the bounds between them; a measure
     ir_measures computes is scored in the ``irrelevant`` view only."""
-    ms = [m if isinstance(m, Measure | Delegated) else parse_measure(m) for m in measures]
-    native = [m for m in ms if isinstance(m, Measure)]
+    ms = parsed(measures)
+    native = [m for m in ms if m.supports.views]
     kw = {"relevance_threshold": relevance_threshold, "gain": gain, "queries": queries}
     main = evaluate(qrels, run, ms, **kw)
     if not native:

@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 from stagebench.errors import StagebenchError
+from stagebench.metrics.supports import DELEGATED, Supports
 from stagebench.optional import need
 
 
@@ -46,6 +47,11 @@ class Delegated:
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def supports(self) -> Supports:
+        """Its per-query values in the main view, by its provider; no other view, bound or ceiling."""
+        return replace(DELEGATED, provider=self.provider)
 
 
 def ir_measures_version() -> str | None:
@@ -167,7 +173,7 @@ def described(measures: Iterable[Any], qrels: Mapping[str, Mapping[str, int]], r
     """Each delegated measure among ``measures`` -> :func:`computed_as` under the evaluation's threshold and
     gain map (a :class:`~stagebench.metrics.compute.Gain`), as the header and the table's notes name it."""
     gains = gains_of(gain, qrels)
-    return {m.name: computed_as(m, relevance_threshold, gains) for m in measures if isinstance(m, Delegated)}
+    return {m.name: computed_as(m, relevance_threshold, gains) for m in measures if not m.supports.native}
 
 
 def gains_of(gain: Any, qrels: Mapping[str, Mapping[str, int]]) -> dict[int, float] | None:

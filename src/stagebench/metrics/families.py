@@ -16,7 +16,12 @@ one declaration). A :class:`Family` says everything that parses, computes and tr
 * what qrels it cannot score (``params.problem(top_grade)``, ERR's ``max_grade`` below a grade held), and
   parameters that contradict each other (``params.conflict()``, refused when the name is read);
 * its paired bounds: whether :mod:`stagebench.judgments.views` bounds a difference of two stages on
-  it exactly, hole by hole (``paired``), or by the two stages' own bounds.
+  it exactly, hole by hole (``paired``), or by the two stages' own bounds;
+* whether the judging round's estimated view can be taken in it (``estimable``: linear in the holes'
+  gains once its ideal is known).
+
+What a measure supports (:class:`stagebench.metrics.supports.Supports`) is derived from these fields
+alone (:meth:`Family.supports`).
 
 Parsing (:mod:`.names`), the per-query value (:mod:`.value`), the holes (:mod:`.holes`), the views
 and docs/metrics.md's table of families read this registry; ``tests/metrics/test_families.py``
@@ -26,11 +31,13 @@ claims is handed to ir_measures where it is installed (:mod:`.delegate`).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from stagebench.metrics import compute
+from stagebench.metrics.supports import Supports
 from stagebench.params import NonNegativeInt, PositiveInt, Probability, param
 
 #: a family's per-query value: (ranking, the query's judgments, cut-off, relevance threshold, gain, the
@@ -112,6 +119,20 @@ class Family:
     trec_eval: tuple[str, str] = ("", "")
     #: the parameters that make the family trec_eval's measure (``rbp`` is ``RBP(graded=true,p=0.9)``)
     trec_eval_params: str = ""
+    #: the judging round's estimated view can be taken in it (with a cut-off: nDCG@k)
+    estimable: bool = False
+
+    @property
+    def reads_gain(self) -> bool:
+        """It reads a gain map: its own (``fixed_gain``), the name's or the evaluation's."""
+        return self.fixed_gain is not None or any(f.name == "gain" for f in dataclasses.fields(self.params))
+
+    def supports(self, cutoff: int | None, gain: str | None) -> Supports:
+        """What a measure of this family (with this cut-off and named gain) supports."""
+        moves = self.holes != "unaffected"
+        return Supports(views=True, holes_matter=moves, paired_bounds=self.paired, ceiling=moves,
+                        estimable=self.estimable and cutoff is not None,
+                        reads_gain=self.fixed_gain is None and gain is None and self.reads_gain)  # fmt: skip
 
 
 def _ndcg(ranking, judgments, k, rel, gain, params):
@@ -129,7 +150,8 @@ def _rbp(ranking, judgments, k, rel, gain, params):
 #: the registry, in the order docs/metrics.md lists the families
 FAMILIES: tuple[Family, ...] = (
     Family("nDCG", "normalised discounted cumulative gain; the ideal sorts the judged documents by the same gain",
-           _ndcg, graded=True, cutoff="optional", params=GainParams, paired=True, trec_eval=("ndcg_cut", "ndcg")),
+           _ndcg, graded=True, cutoff="optional", params=GainParams, paired=True, trec_eval=("ndcg_cut", "ndcg"),
+           estimable=True),
     Family("nDCG_Burges", "nDCG with exponential gain (2^g - 1)", _ndcg, graded=True, cutoff="optional", paired=True,
            aliases=("ndcg-burges",), fixed_gain="exponential"),
     Family("RR", "reciprocal rank of the first relevant document", lambda r, j, k, rel, g, p: compute.reciprocal_rank(r, j, k, rel),

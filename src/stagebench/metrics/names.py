@@ -21,6 +21,7 @@ import yaml
 from stagebench.errors import ConfigError, StagebenchError
 from stagebench.metrics.delegate import Delegated, UnknownForm, ir_measures_version, parse_delegated
 from stagebench.metrics.families import ALIASES, FAMILIES as REGISTRY, FAMILY, Family
+from stagebench.metrics.supports import Supports
 from stagebench.metrics.trec_names import TREC_EVAL, native_name as trec_eval_name, unnamed
 from stagebench.params import build
 
@@ -67,6 +68,11 @@ class Measure:
     def declared(self) -> Family:
         """The family's declaration."""
         return FAMILY[self.family]
+
+    @property
+    def supports(self) -> Supports:
+        """What it answers besides its main view, from its family's declaration."""
+        return FAMILY[self.family].supports(self.cutoff, self.gain)
 
 
 def _keys(params: str | None) -> list[tuple[str, str]]:

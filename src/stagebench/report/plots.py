@@ -72,16 +72,17 @@ def ceiling_chart(rows: Sequence[StageRow]) -> bytes:
     rr = [r for r in rows if r.ceiling]
     fig, ax = plt.subplots(figsize=(max(5, 2.2 * len(rr) + 2), 4))
     x = np.arange(len(rr))
-    for i, (key, label) in enumerate((("input_ndcg10", "input"), ("achieved_ndcg10", "achieved"), ("oracle_ndcg10", "oracle"))):
-        ax.bar(x + (i - 1) * 0.27, [getattr(r.ceiling, key) for r in rr], 0.27, label=label)
+    measure = rr[0].ceiling.measure if rr else ""
+    for i, key in enumerate(("input", "achieved", "oracle")):
+        ax.bar(x + (i - 1) * 0.27, [getattr(r.ceiling, key) for r in rr], 0.27, label=key)
     for xi, r in zip(x, rr):
         h = r.ceiling.headroom_captured
-        text = f"{100 * h:.0f}% captured" if h is not None else f"no room ({r.ceiling.ndcg10_change:+.4f})"
-        ax.text(xi, r.ceiling.oracle_ndcg10 + 0.02, text, ha="center", fontsize=8)
+        text = f"{100 * h:.0f}% captured" if h is not None else f"no room ({r.ceiling.change:+.4f})"
+        ax.text(xi, r.ceiling.oracle + 0.02, text, ha="center", fontsize=8)
     ax.set_xticks(x, [f"{r.stage} (N={r.ceiling.depth})" for r in rr])
     ax.set_ylim(0, 1.1)
-    ax.set_ylabel("nDCG@10")
-    ax.set_title("Reranking ceiling: input, achieved and oracle nDCG@10")
+    ax.set_ylabel(measure)
+    ax.set_title(f"Reranking ceiling: input, achieved and oracle {measure}")
     ax.legend(fontsize=8)
     return _png(fig)
 
@@ -105,24 +106,25 @@ def label_distribution(rows: Sequence[StageRow]) -> bytes:
 
 
 def depth_curve(row: StageRow) -> bytes:
-    """A reranker's depth sweep: achieved and oracle nDCG@10 against N (log scale), its input's
-    nDCG@10 flat, pool recall R@N on the second axis; significant changes marked."""
+    """A reranker's depth sweep: achieved and oracle values of the ceiling measure (nDCG@10 by default)
+    against N (log scale), its input's flat, pool recall R@N on the second axis; significant changes marked."""
     plt = _fig()
     cells = row.depths or []
+    m = cells[0].measure if cells else ""
     n = [c.depth for c in cells]
     fig, ax = plt.subplots(figsize=(7, 4))
-    ax.plot(n, [c.oracle_ndcg10 for c in cells], "o--", color="tab:green", label="oracle nDCG@10 (ideal order of the top N)")
-    ax.plot(n, [c.achieved_ndcg10 for c in cells], "o-", color="tab:blue", label="achieved nDCG@10")
+    ax.plot(n, [c.oracle for c in cells], "o--", color="tab:green", label=f"oracle {m} (ideal order of the top N)")
+    ax.plot(n, [c.achieved for c in cells], "o-", color="tab:blue", label=f"achieved {m}")
     sig = [c for c in cells if c.significant]
     if sig:
-        ax.plot([c.depth for c in sig], [c.achieved_ndcg10 for c in sig], "*", color="tab:blue", markersize=12,
+        ax.plot([c.depth for c in sig], [c.achieved for c in sig], "*", color="tab:blue", markersize=12,
                 label="achieved: significantly different from the input")  # fmt: skip
-    ax.axhline(cells[0].input_ndcg10 if cells else 0, color="grey", linestyle=":", label="input nDCG@10")
+    ax.axhline(cells[0].input if cells else 0, color="grey", linestyle=":", label=f"input {m}")
     ax.set_xscale("log")
     ax.set_xticks(n, [str(x) for x in n])
     ax.minorticks_off()
     ax.set_xlabel("N: candidates reranked (log scale)")
-    ax.set_ylabel("nDCG@10")
+    ax.set_ylabel(m)
     ax.set_ylim(0, 1)
     ax2 = ax.twinx()
     ax2.plot(n, [c.pool_recall for c in cells], "s:", color="tab:orange", label="pool R@N (right axis)")
@@ -185,15 +187,15 @@ def segments_chart(tables: Sequence[SegmentTable], measure: str) -> bytes:
 
 
 def matrix_heatmaps(t: MatrixTable) -> bytes:
-    """Two heatmaps, pools by rerankers: the reranker's nDCG@10 over each pool (the pool's own level in
-    the row label), and the share of the pool's headroom it captured."""
+    """Two heatmaps, pools by rerankers: the reranker's value in the ceiling measure over each pool (the pool's
+    own level in the row label), and the share of the pool's headroom it captured."""
     plt = _fig()
     fig, axes = plt.subplots(1, 2, figsize=(4.0 + 2.4 * len(t.rerankers), 1.4 + 0.55 * len(t.pools)), squeeze=False)
-    ndcg = np.array([[t.cell(r, p).ndcg10 for r in t.rerankers] for p in t.pools])
+    value = np.array([[t.cell(r, p).value for r in t.rerankers] for p in t.pools])
     room = np.array([[np.nan if t.cell(r, p).headroom_captured is None else t.cell(r, p).headroom_captured
                       for r in t.rerankers] for p in t.pools])  # fmt: skip
-    labels = [f"{p}\n(pool {t.cell(t.rerankers[0], p).input_ndcg10:.3f})" for p in t.pools]
-    for ax, values, title, fmt, (lo, hi) in ((axes[0][0], ndcg, "nDCG@10", "{:.3f}", (0.0, 1.0)),
+    labels = [f"{p}\n(pool {t.cell(t.rerankers[0], p).input:.3f})" for p in t.pools]
+    for ax, values, title, fmt, (lo, hi) in ((axes[0][0], value, t.measure, "{:.3f}", (0.0, 1.0)),
                                              (axes[0][1], room, "headroom captured", "{:.0%}", (-0.5, 1.0))):  # fmt: skip
         ax.imshow(np.ma.masked_invalid(values), cmap="RdYlGn", vmin=lo, vmax=hi, aspect="auto")
         ax.set_xticks(range(len(t.rerankers)), t.rerankers, fontsize=8)

@@ -16,9 +16,9 @@ from stagebench.record import JudgeRecord, LLMStats, RerankStats, StageRecord
 from stagebench.judgments.agreement import Agreement
 from stagebench.results.check import CheckRow
 from stagebench.results.compare import Comparison
-from stagebench.results.matrix import MEASURE as MATRIX_MEASURE, MatrixTable
+from stagebench.results.matrix import MatrixTable
 from stagebench.results.segments import SegmentTable
-from stagebench.table import CeilingCells, DepthCells, LLMCells, StageRow, StageTable
+from stagebench.table import CeilingCells, DepthCells, LLMCells, StageRow, StageTable, measure_key
 from stagebench.stats import format_p, latency_percentiles
 
 
@@ -32,10 +32,10 @@ def _pct(x: float | None) -> str:
 
 def headroom_cell(c: CeilingCells) -> str:
     """The share of headroom captured, or - when the oracle leaves (almost) no room above the
-    input - "no room" with the nDCG@10 change, so a regression is never hidden by a blank."""
+    input - "no room" with the change in the ceiling measure, so a regression is never hidden by a blank."""
     if c.headroom_captured is not None:
         return _pct(c.headroom_captured)
-    return f"no room ({c.ndcg10_change:+.4f})"
+    return f"no room ({c.change:+.4f})"
 
 
 def _depth_cols(rows: Sequence[StageRow]) -> list[str]:
@@ -53,17 +53,18 @@ def tables(table: StageTable) -> list[tuple[str, list[str], list[list[str]], int
     for r in rows:
         c = r.ceiling
         ceil.append([r.stage, *[_f(r.recall.get(k)) for k in depth_cols], str(r.lost),
-                     *([str(c.depth), _f(c.pool_recall), _f(c.input_ndcg10), _f(c.achieved_ndcg10),
-                        _f(c.oracle_ndcg10), headroom_cell(c)] if c else ["-"] * 6)])  # fmt: skip
+                     *([str(c.depth), _f(c.pool_recall), _f(c.input), _f(c.achieved),
+                        _f(c.oracle), headroom_cell(c)] if c else ["-"] * 6)])  # fmt: skip
     labels = list(rows[0].top10_labels) if rows else []
     lab = [[r.stage, *[_pct(r.top10_labels[k]) for k in labels]] for r in rows]
     ci = [[r.stage, *[f"[{r.ci95[m][0]:.4f}, {r.ci95[m][1]:.4f}]" for m in metrics]] for r in rows]
     viewed = [m for m in metrics if all(m in r.bounds for r in rows)]  # measures the holes can move (not Judged@k)
+    cm = table.ceiling_measure
     out = [
         ("Stage metrics, unjudged documents as irrelevant (^x: significantly better than stage x; x?: significant, "
          "but the bounds leave the order open)", ["id", "stage", "type", "inputs", *metrics, "queries"], main, 4),
         ("Recall ceiling and reranking headroom",
-         ["stage", *depth_cols, "lost", "N", "pool R@N", "input nDCG@10", "achieved nDCG@10", "oracle nDCG@10",
+         ["stage", *depth_cols, "lost", "N", "pool R@N", f"input {cm}", f"achieved {cm}", f"oracle {cm}",
           "headroom captured"], ceil, 1),
         ("Top-10 labels (share of top-10 positions)", ["stage", *[f"{k}" for k in labels]], lab, 1),
         ("95% bootstrap confidence intervals of the means", ["stage", *metrics], ci, 1),
@@ -92,7 +93,7 @@ def tables(table: StageTable) -> list[tuple[str, list[str], list[list[str]], int
     for r in rows:
         if r.depths:
             out.append((f"Depth sweep: {r.stage} (one scoring pass at the largest depth; its own top {r.ceiling.depth if r.ceiling else '-'} "
-                        "is the row above)", list(DEPTH_COLUMNS), [depth_cells(c) for c in r.depths], 0))  # fmt: skip
+                        "is the row above)", depth_columns(cm), [depth_cells(c) for c in r.depths], 0))  # fmt: skip
     llm = [(r.stage, r.llm) for r in rows if r.llm is not None]
     if llm:
         out.append(("LLM reranking: how each call's answer was read (ok / repaired / low mass / no answer used), tokens, cost",
@@ -135,16 +136,18 @@ def bounds_cell(r: StageRow, m: str) -> str:
     return f"[{lo:.4f}, {hi:.4f}]" + ("~" + "".join(r.unsettled[m]) if r.unsettled.get(m) else "")
 
 
-DEPTH_COLUMNS = ("N", "pool R@N", "input nDCG@10", "achieved nDCG@10", "change", "p (Holm)", "oracle nDCG@10",
-                 "headroom captured", "pairs")  # fmt: skip
+def depth_columns(measure: str) -> list[str]:
+    """The depth sweep's columns, the values named after the ceiling measure."""
+    return ["N", "pool R@N", f"input {measure}", f"achieved {measure}", "change", "p (Holm)", f"oracle {measure}",
+            "headroom captured", "pairs"]  # fmt: skip
 
 
 def depth_cells(c: DepthCells) -> list[str]:
     """One depth: the change is marked * when significant (paired randomization test, Holm over the depths)."""
-    change = c.achieved_ndcg10 - c.input_ndcg10
+    change = c.achieved - c.input
     headroom = _pct(c.headroom_captured) if c.headroom_captured is not None else f"no room ({change:+.4f})"
-    return [str(c.depth), _f(c.pool_recall), _f(c.input_ndcg10), _f(c.achieved_ndcg10),
-            f"{change:+.4f}" + ("*" if c.significant else ""), format_p(c.p_value), _f(c.oracle_ndcg10), headroom,
+    return [str(c.depth), _f(c.pool_recall), _f(c.input), _f(c.achieved),
+            f"{change:+.4f}" + ("*" if c.significant else ""), format_p(c.p_value), _f(c.oracle), headroom,
             f"{c.pairs:,}"]  # fmt: skip
 
 
@@ -190,10 +193,11 @@ def render_csv(table: StageTable) -> str:
     w = csv.writer(buf, lineterminator="\n")
     depth_cols = _depth_cols(rows)
     viewed = [m for m in metrics if rows and all(m in r.bounds for r in rows)]
+    k = measure_key(table.ceiling_measure)
     w.writerow(["stage", "id", "type", "inputs", *metrics, *[f"{m}_ci_low" for m in metrics], *[f"{m}_ci_high" for m in metrics],
                 *[f"better_than_{m}" for m in metrics], "queries", "queries_without_results",
-                *depth_cols, "lost", "pool_depth", "pool_recall", "input_ndcg10", "achieved_ndcg10", "oracle_ndcg10",
-                "headroom_captured", "ndcg10_change", *[f"{m}_judged_only" for m in viewed],
+                *depth_cols, "lost", "pool_depth", "pool_recall", f"input_{k}", f"achieved_{k}", f"oracle_{k}",
+                "headroom_captured", f"{k}_change", *[f"{m}_judged_only" for m in viewed],
                 *[f"judged_only_better_than_{m}" for m in viewed], *[f"{m}_low" for m in viewed],
                 *[f"{m}_high" for m in viewed], *[f"unsettled_{m}" for m in viewed]])  # fmt: skip
     for r in rows:
@@ -203,8 +207,7 @@ def render_csv(table: StageTable) -> str:
                     *["".join(r.better_than.get(m, [])) for m in metrics], r.queries, r.queries_without_results,
                     *[f"{r.recall[k]:.6f}" if k in r.recall else "" for k in depth_cols], r.lost,
                     *[("" if c.get(k) is None else (f"{c[k]:.6f}" if isinstance(c[k], float) else c[k]))
-                      for k in ("depth", "pool_recall", "input_ndcg10", "achieved_ndcg10", "oracle_ndcg10",
-                                "headroom_captured", "ndcg10_change")],
+                      for k in ("depth", "pool_recall", "input", "achieved", "oracle", "headroom_captured", "change")],
                     *[f"{r.judged_only[m]:.6f}" for m in viewed],
                     *["".join(r.judged_only_better_than.get(m, [])) for m in viewed],
                     *[f"{r.bounds[m][0]:.6f}" for m in viewed], *[f"{r.bounds[m][1]:.6f}" for m in viewed],
@@ -428,25 +431,26 @@ def segments_csv(found: Sequence[SegmentTable]) -> str:
 def matrix_caption(t: MatrixTable) -> str:
     oracle = (f"; {t.oracle}: a first stage's candidates with every relevant product put in at seeded ranks, as deep as "
               "the reranker's top N (it reads the judgments: an upper bound on the pool, not a retriever)") if t.oracle else ""  # fmt: skip
-    return (f"Reranker by pool: each reranker over each candidate pool, {MATRIX_MEASURE} (change against the pool; * "
+    return (f"Reranker by pool: each reranker over each candidate pool, {t.measure} (change against the pool; * "
             "significantly better, ! significantly worse, Holm over the stage table's comparisons) and headroom captured "
             f"(of the pool's top N ideally ordered); the pool columns as the first reranker read it{oracle}")  # fmt: skip
 
 
 def matrix_grid(t: MatrixTable) -> tuple[list[str], list[list[str]]]:
-    """Rows: the pools, with their own level; columns: each reranker's nDCG@10 and headroom captured."""
-    head = ["pool", f"pool {MATRIX_MEASURE}", "pool R@N"]
+    """Rows: the pools, with their own level; columns: each reranker's value in the ceiling measure and headroom
+    captured."""
+    head = ["pool", f"pool {t.measure}", "pool R@N"]
     for r in t.rerankers:
-        head += [f"{r} {MATRIX_MEASURE}", f"{r} headroom"]
+        head += [f"{r} {t.measure}", f"{r} headroom"]
     body = []
     for p in t.pools:
         first = t.cell(t.rerankers[0], p)
-        row = [p, _f(first.input_ndcg10), f"{_f(first.pool_recall)} @{first.depth}"]
+        row = [p, _f(first.input), f"{_f(first.pool_recall)} @{first.depth}"]
         for r in t.rerankers:
             c = t.cell(r, p)
             mark = "*" if c.better_than_input else "!" if c.worse_than_input else ""
             room = _pct(c.headroom_captured) if c.headroom_captured is not None else "no room"
-            row += [f"{_f(c.ndcg10)} ({c.ndcg10 - c.input_ndcg10:+.4f}){mark}", room]
+            row += [f"{_f(c.value)} ({c.value - c.input:+.4f}){mark}", room]
         body.append(row)
     return head, body
 
@@ -465,8 +469,8 @@ def matrix_markdown(t: MatrixTable) -> str:
 def matrix_csv(t: MatrixTable) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    fields = list(asdict(t.cells[0])) if t.cells else []
+    fields = list(t.cells[0].as_dict(t.measure)) if t.cells else []
     w.writerow(fields)
     for c in t.cells:
-        w.writerow(["" if v is None else f"{v:.6f}" if isinstance(v, float) else v for v in asdict(c).values()])
+        w.writerow(["" if v is None else f"{v:.6f}" if isinstance(v, float) else v for v in c.as_dict(t.measure).values()])
     return buf.getvalue()

@@ -4,9 +4,11 @@ For a stage that **reorders** an input run (a reranker) with candidate depth ``N
 
 * ``pool_recall`` - R@N of the input: the share of relevant documents that reached the
   candidate pool, the most any reordering can reach;
-* ``oracle`` - nDCG@10 of the ideal reordering of exactly those N candidates (pool sorted by
-  gain, ties in input order, then the unreranked tail in input order);
-* ``input`` / ``achieved`` - nDCG@10 of the input run and of the stage's output;
+* ``oracle`` - the ceiling measure (``evaluation.ceiling``, nDCG@10 by default) of the ideal
+  reordering of exactly those N candidates (pool sorted by the measure's worth of each document -
+  its gain for nDCG, its grade for the others, :func:`stagebench.metrics.ideal_key` - ties in input
+  order, then the unreranked tail in input order);
+* ``input`` / ``achieved`` - the ceiling measure of the input run and of the stage's output;
 * ``headroom_captured`` - (achieved - input) / (oracle - input), on the means; ``None`` when
   the room (oracle - input) is below :data:`MIN_ROOM`, the tables' display resolution, where
   a percentage would divide by noise (the tables then say "no room" and show the change).
@@ -24,7 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from stagebench.metrics import compute
+from stagebench.metrics import Measure, compute, ideal_key, per_query_value
 from stagebench.runs import Run, ranked_ids
 
 RECALL_DEPTHS = (10, 100, 1000)
@@ -32,11 +34,12 @@ RECALL_DEPTHS = (10, 100, 1000)
 MIN_ROOM = 1e-4
 
 
-def oracle_ranking(ranking: Sequence[str], judgments: Mapping[str, int], depth: int, gain: str) -> list[str]:
-    """The ideal reordering of the top ``depth`` of ``ranking``; the tail stays as it is."""
+def oracle_ranking(ranking: Sequence[str], judgments: Mapping[str, int], depth: int, measure: Measure,
+                   gain: object) -> list[str]:  # fmt: skip
+    """The reordering of the top ``depth`` of ``ranking`` that ``measure`` values most; the tail stays as it is."""
     pool, tail = list(ranking[:depth]), list(ranking[depth:])
-    g_of = compute.gain_map(gain)
-    pool.sort(key=lambda d: -(g_of(judgments[d]) if d in judgments else 0.0))  # stable: ties keep input order
+    worth = ideal_key(measure, judgments, gain)
+    pool.sort(key=lambda d: -worth(d))  # stable: ties keep input order
     return pool + tail
 
 
@@ -56,7 +59,9 @@ class Ceiling:
 
 
 def ceiling(input_run: Run, output_run: Run, qrels: Mapping[str, Mapping[str, int]], queries: Sequence[str],
-            depth: int, rel: int, gain: str, cutoff: int = 10) -> Ceiling:  # fmt: skip
+            depth: int, rel: int, gain: object, measure: Measure) -> Ceiling:  # fmt: skip
+    """A reranker's ceiling at candidate depth ``depth`` in ``measure`` (one that
+    :attr:`~stagebench.metrics.Supports.ceiling`: its ideal order is its maximum), on the means."""
     n = len(queries) or 1
     pool_recall = inp = ach = orc = 0.0
     per_q = {}
@@ -65,9 +70,9 @@ def ceiling(input_run: Run, output_run: Run, qrels: Mapping[str, Mapping[str, in
         in_rank = ranked_ids(input_run.get(q, {}))
         out_rank = ranked_ids(output_run.get(q, {}))
         pool_recall += compute.recall(in_rank, j, depth, rel)
-        inp += compute.ndcg(in_rank, j, cutoff, gain)
-        ach += compute.ndcg(out_rank, j, cutoff, gain)
-        per_q[q] = compute.ndcg(oracle_ranking(in_rank, j, depth, gain), j, cutoff, gain)
+        inp += per_query_value(measure, in_rank, j, rel, gain)
+        ach += per_query_value(measure, out_rank, j, rel, gain)
+        per_q[q] = per_query_value(measure, oracle_ranking(in_rank, j, depth, measure, gain), j, rel, gain)
         orc += per_q[q]
     return Ceiling(depth, pool_recall / n, inp / n, ach / n, orc / n, per_q)
 

@@ -11,8 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import combinations
 
-from stagebench.metrics import Evaluation, HoleViews, Measure, evaluate, evaluate_views
-from stagebench.metrics.delegate import Delegated
+from stagebench.metrics import AnyMeasure, Evaluation, HoleViews, evaluate, evaluate_views
 from stagebench.stats import PairTest, bootstrap_ci, format_p, holm, paired_test
 from stagebench.runs import Run
 
@@ -143,7 +142,7 @@ def _aligned(rows: list[list[str]]) -> list[str]:
     return out
 
 
-def experiment(qrels: Mapping[str, Mapping[str, int]], runs: Mapping[str, Run], measures: Sequence[Measure | Delegated],
+def experiment(qrels: Mapping[str, Mapping[str, int]], runs: Mapping[str, Run], measures: Sequence[AnyMeasure],
                relevance_threshold: int, gain: object, permutations: int, seed: int, alpha: float,
                queries: str = "judged", delegated: Mapping[str, str] | None = None, baseline: str | None = None,
                bootstrap: int = 2000) -> Experiment:  # fmt: skip
@@ -152,7 +151,7 @@ def experiment(qrels: Mapping[str, Mapping[str, int]], runs: Mapping[str, Run], 
     measures -> what each computes under the conventions (default: their names); ``baseline``: a run's
     name - every other run is tested against it alone (Holm over those), as pt.Experiment's ``baseline=``."""
     names = [m.name for m in measures]
-    viewed = any(isinstance(m, Measure) for m in measures)
+    viewed = any(m.supports.views for m in measures)
     if queries == "run":  # one query set for every run: those all of them answer
         common = set.intersection(*({q for q, docs in run.items() if docs} for run in runs.values()))
         runs = {r: {q: docs for q, docs in run.items() if q in common} for r, run in runs.items()}
@@ -171,7 +170,7 @@ def experiment(qrels: Mapping[str, Mapping[str, int]], runs: Mapping[str, Run], 
                                      permutations, seed))  # fmt: skip
         tests[m] = list(zip(pairs, holm([t.p_rand for t in pairs])))
     if delegated is None:
-        delegated = {m.name: m.provider for m in measures if isinstance(m, Delegated)}
+        delegated = {m.name: m.supports.provider for m in measures if not m.supports.native}
     return Experiment(list(runs), names, views, tests, alpha, permutations, seed, dict(delegated), baseline, bootstrap)
 
 

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from stagebench import stats
-from stagebench.metrics import Delegated, Evaluation, Measure, evaluate, holes
+from stagebench.metrics import Evaluation, Measure, evaluate, holes, parse_measure
 from stagebench.metrics.delegate import described, ir_measures_version
 from stagebench.metrics.compute import gain_map
 from stagebench.record import LLMStats, Manifest, StageRecord
@@ -123,6 +123,7 @@ def score_folder(manifest: Manifest, qrels: dict, runs: dict[str, Run]) -> Score
     stages = manifest.stages
     names = [s.name for s in stages]
     letters = {n: stage_letter(i) for i, n in enumerate(names)}
+    ceiling_measure = parse_measure(ev.ceiling)
     evals = stage_evaluations(manifest, qrels, runs)
     metric_names = [m.name for m in evals[names[0]].measures]
     queries = evals[names[0]].scored_queries
@@ -134,15 +135,15 @@ def score_folder(manifest: Manifest, qrels: dict, runs: dict[str, Run]) -> Score
     pairs, head = comparisons_for(stages, baseline, ev.comparisons)
     comps, better = significance(evals, pairs, metric_names, queries, letters, ev)
     # the views of the holes, for stagebench's own measures (ir_measures' count a hole as irrelevant only)
-    native = [m for m in evals[names[0]].measures if isinstance(m, Measure)]
-    delegated = [m for m in evals[names[0]].measures if isinstance(m, Delegated)]
+    native = [m for m in evals[names[0]].measures if m.supports.views]
+    delegated = [m for m in evals[names[0]].measures if not m.supports.views]
     judged = {n: evaluate(qrels, runs[n], native, relevance_threshold=rel, gain=gain, holes="judged_only")
               for n in names}  # fmt: skip
     judged_comps, judged_better = significance(judged, pairs, [m.name for m in native], queries, letters, ev)
     top = holes.top_grade(qrels, gain_map(gain))
     high = {n: evaluate(qrels, runs[n], native, relevance_threshold=rel, gain=gain, holes="top_grade")
             for n in names}  # fmt: skip
-    viewed = [m.name for m in native if m.family not in holes.UNAFFECTED]
+    viewed = [m.name for m in native if m.supports.holes_matter]
     bounded = {n: {m: _mean_bounds(evals[n].per_query[m], high[n].per_query[m], queries) for m in viewed}
                for n in names}  # fmt: skip
     unsettled = _unsettled(names, letters, {m.name: m for m in native if m.name in viewed}, bounded, runs, qrels,
@@ -159,11 +160,12 @@ def score_folder(manifest: Manifest, qrels: dict, runs: dict[str, Run]) -> Score
         ceiling = None
         if s.is_reranker:
             depth = int(s.candidate_depth or 0)
-            c = ceilings.ceiling(runs[s.inputs[0]], runs[n], qrels, queries, depth, rel, gain)
-            ceiling = CeilingCells(depth=depth, pool_recall=round(c.pool_recall, 6), input_ndcg10=round(c.input, 6),
-                                   achieved_ndcg10=round(c.achieved, 6), oracle_ndcg10=round(c.oracle, 6),
-                                   ndcg10_change=round(c.achieved - c.input, 6),
-                                   headroom_captured=None if c.headroom_captured is None else round(c.headroom_captured, 6))  # fmt: skip
+            c = ceilings.ceiling(runs[s.inputs[0]], runs[n], qrels, queries, depth, rel, gain, ceiling_measure)
+            ceiling = CeilingCells(depth=depth, pool_recall=round(c.pool_recall, 6), input=round(c.input, 6),
+                                   achieved=round(c.achieved, 6), oracle=round(c.oracle, 6),
+                                   change=round(c.achieved - c.input, 6),
+                                   headroom_captured=None if c.headroom_captured is None else round(c.headroom_captured, 6),
+                                   measure=ceiling_measure.name)  # fmt: skip
             lost = ceilings.lost(runs[s.inputs[0]], qrels, queries, rel, depth)
         else:
             lost = ceilings.lost(runs[n], qrels, queries, rel)
@@ -182,7 +184,7 @@ def score_folder(manifest: Manifest, qrels: dict, runs: dict[str, Run]) -> Score
             ceiling=ceiling, lost=lost,
             top10_labels={k: round(v, 6) for k, v in ceilings.top_labels(runs[n], qrels, queries, label_names).items()},
             llm=llm_cells(s.stats) if isinstance(s.stats, LLMStats) else None,
-            depths=depth_sweep(s, runs, qrels, queries, rel, gain, ev) if s.depth_runs else None,
+            depths=depth_sweep(s, runs, qrels, queries, rel, gain, ev, ceiling_measure) if s.depth_runs else None,
             compared=compared.get(n, {}),
         ))  # fmt: skip
 
