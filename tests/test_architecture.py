@@ -27,8 +27,8 @@ LAYERS = {
         "judgments.capped", "judgments.linear", "judgments.design", "judgments.coverage", "judgments.sampling", "results.baselines", "judge.rules",
         "judge.ask", "judge.section", "outputs"],
     3: ["config", "report", "report.tables", "report.plots", "report.explorer", "report.html", "report.write"],
-    4: ["execute", "judge.grading", "judging", "pipeline", "fitting", "fitting.finetune", "fitting.train", "fitting.tune", "reproductions"],
-    5: ["api", "cli", "docgen", "", "__main__"],
+    4: ["execute", "judge.grading", "api.ground", "api.judging", "pipeline", "fitting", "fitting.finetune", "fitting.train", "fitting.tune", "reproductions"],
+    5: ["api", "api.result", "api.folders", "api.cascades", "api.evaluation", "cli", "docgen", "", "__main__"],
 }  # fmt: skip
 LAYER = {f"stagebench.{m}".rstrip("."): n for n, mods in LAYERS.items() for m in mods}
 
@@ -208,7 +208,7 @@ def test_the_tests_share_one_scripted_chat_backend():
 
 #: the most modules the top of the package may hold (less ``__init__`` and ``__main__``): past it, a new
 #: module belongs in the package of its job (docs/architecture.md)
-TOP_LEVEL_CEILING = 22
+TOP_LEVEL_CEILING = 20
 
 
 def test_the_top_level_holds_no_more_modules_than_its_ceiling():

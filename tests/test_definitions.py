@@ -8,7 +8,7 @@ import pytest
 
 from stagebench.data.irds import DOC_TEMPLATES, _template
 from stagebench.errors import StagebenchError
-from stagebench.judging import pool_scores
+from stagebench.api.ground import pool_scores
 from stagebench.judgments.planning import Hole, depth_pooling
 from stagebench.judgments.pool import HOLE, Judgment, filled_qrels
 from stagebench.judgments.views import pair_settled, tau

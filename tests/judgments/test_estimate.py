@@ -20,7 +20,7 @@ from stagebench.judgments.coverage import simulate_rounds
 from stagebench.judgments.design import DESIGNS, Sampler
 from stagebench.judgments.sampling import ESTIMATE, Record, design_path
 from stagebench.judgments.pool import filled_qrels
-from stagebench.judging import ground
+from stagebench.api.ground import ground
 from stagebench.metrics import evaluate, parse_measure
 from stagebench.metrics.compute import gain_map
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from stagebench import api
-from stagebench.judging import ground, model_scores
+from stagebench.api.ground import ground, model_scores
 from tests.conftest import seed_models
 
 pytestmark = pytest.mark.slow  # the cross-encoder runs (about 500 pairs)

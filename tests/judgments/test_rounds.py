@@ -19,7 +19,8 @@ from stagebench.cli import main
 from stagebench.config import parse_config
 from stagebench.errors import ConfigError, StagebenchError
 from stagebench.files import file_digest
-from stagebench.judging import rescore_with_worksheets, ground
+from stagebench.api.ground import ground
+from stagebench.api.judging import rescore_with_worksheets
 from stagebench.metrics import evaluate, parse_measure
 from stagebench.results.folder import RunFolder
 from stagebench.judgments.incompleteness import subsample

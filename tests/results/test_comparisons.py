@@ -13,7 +13,7 @@ import pytest
 
 import stagebench
 from stagebench.errors import ConfigError
-from stagebench.judging import ground
+from stagebench.api.ground import ground
 from stagebench.judgments.pool import filled_qrels
 from stagebench.judgments.sampling import ESTIMATE, Record, design_path
 

@@ -1,6 +1,6 @@
 """The judge on a run: it grades the holes in every stage's top ``depth`` and a sample of judged pairs
 (:mod:`stagebench.judge`), inside ``stagebench run`` (a config's ``judge:`` section) or on a finished
-results folder (``stagebench judge RUN_DIR``, :func:`stagebench.judging.judge_folder`) without running a
+results folder (``stagebench judge RUN_DIR``, :func:`stagebench.api.judging.judge_folder`) without running a
 stage again.
 
 The judge's grades are a file of the folder (``judge/judgments.tsv``, in the manifest with its

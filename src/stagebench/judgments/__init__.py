@@ -2,6 +2,6 @@
 (:mod:`.pool`), the views of the holes and the paired bounds (:mod:`.views`), the plan of which pairs
 to judge next (:mod:`.planning`), the worksheet raters fill and that comes back (:mod:`.worksheet`),
 the incompleteness experiment (:mod:`.incompleteness`), the judge's agreement with the humans
-(:mod:`.agreement`); the commands on a folder are :mod:`stagebench.judging`. The grader itself is
+(:mod:`.agreement`); the commands on a folder are :mod:`stagebench.api.judging`. The grader itself is
 :mod:`stagebench.judge`.
 """

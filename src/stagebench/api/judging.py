@@ -22,43 +22,40 @@ import logging
 import random
 import shutil
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from stagebench import outputs
-from stagebench.config import parse_config
-from stagebench.data import parse_dataset
-from stagebench.execute import context, make_stage, run_in
-from stagebench.errors import StagebenchError
-from stagebench.files import atomic_write, file_digest, check_apart, check_destination, remove_staging, staging, swap_in
+from stagebench.api.ground import (Ground, WorksheetCorpus, check_estimable, estimation, ground, refusal,
+                                   round_estimate)
 from stagebench.cache import Cache, cache_root
+from stagebench.data import parse_dataset
+from stagebench.errors import StagebenchError
+from stagebench.files import (atomic_write, check_apart, check_destination, file_digest, remove_staging, staging,
+                              swap_in)
 from stagebench.judge.grading import dataset_of, judge_runs, make_judge
 from stagebench.judge.section import parse_judge
-from stagebench.judge.rules import RULES
-from stagebench.judgments.incompleteness import FILE as INCOMPLETENESS, Incompleteness, removal_experiment
 from stagebench.judgments.coverage import Coverage, simulate_rounds
-from stagebench.judgments.grades import GRADE_MODELS, Constant, PairFeatures
 from stagebench.judgments.design import DESIGNS, HOLE, Sampler
-from stagebench.judgments.estimate import Frame, frame
+from stagebench.judgments.grades import Constant
+from stagebench.judgments.incompleteness import FILE as INCOMPLETENESS, Incompleteness, removal_experiment
 from stagebench.judgments.planning import STRATEGIES, Pool, Simulation, depth_pooling, pool_holes, replay_strategies
-from stagebench.judgments.sampling import (ESTIMATE, EstimatedView, Record, design_path, estimated_view, grade_model,
-                                           predictor_stage, same_probability)
-from stagebench.judgments.pool import HOLE, JUDGMENTS, Judgment, filled_qrels, read_judgments
+from stagebench.judgments.pool import JUDGMENTS, filled_qrels
+from stagebench.judgments.sampling import ESTIMATE, Record, design_path
 from stagebench.judgments.worksheet import (ADDED, SOURCES, added_tsv, merge, read_worksheet, sources_json, worksheet_csv,
                                             worksheet_jsonl, worksheet_rows)
-from stagebench.metrics import holes as hole_views, parse_measure, scored_query_ids
 from stagebench.metrics.compute import gain_map
-from stagebench.metrics.names import Measure
 from stagebench.params import read_yaml
+from stagebench.report import plots
 from stagebench.report.write import Rendered, render
 from stagebench.results.folder import RESULTS, RunFolder, rewritten, write_manifest
 from stagebench.results.scoring import comparisons_for, label_names_of
-from stagebench.runs import rankings, run_digest, write_trec_qrels
-from stagebench.runtime.engine import EngineParams
+from stagebench.runs import write_trec_qrels
+
 
 log = logging.getLogger("stagebench")
 
@@ -91,76 +88,6 @@ def judge_folder(folder: str | Path, config: str | None = None, cache_dir: str |
     return rendered
 
 
-@dataclass
-class Ground:
-    """What every judging-round command reads from a finished folder (verified): the human qrels,
-    each stage's rankings over the scored queries, the measure and the evaluation's conventions,
-    and the judge's grades when the folder holds them."""
-
-    rf: RunFolder
-    qrels: dict
-    queries: list[str]
-    runs: dict[str, dict[str, dict[str, float]]]  # read (and verified) once for every use
-    ranked: dict[str, dict[str, list[str]]]
-    measure: Measure
-    top: int
-    rel: int
-    gain: object
-    scale: dict[int, str]
-    judgments: list[Judgment] | None
-
-    @property
-    def is_truth(self) -> bool:
-        j = self.rf.manifest.judge
-        return j is not None and j.params.get("backend") == RULES
-
-    @property
-    def judge_name(self) -> str:
-        j = self.rf.manifest.judge
-        if j is None:
-            return ""
-        return "the generator's rules (the truth)" if self.is_truth else f"the LLM judge {j.params.get('model')}"
-
-    def answers(self) -> dict[tuple[str, str], int]:
-        """The judge's grades of the holes, (qid, docid) -> grade."""
-        return {(j.qid, j.docid): j.grade for j in self.judgments or [] if j.purpose == HOLE and j.grade is not None}
-
-
-def ground(folder: str | Path, measure: str | None = None) -> Ground:
-    rf = RunFolder.open(folder)
-    ev = rf.manifest.evaluation
-    parsed = [m for m in map(parse_measure, ev.metrics) if m.supports.views]  # the round needs the views
-    names = [m.name for m in parsed]
-    if measure is None and not names:
-        raise StagebenchError(f"{rf.path}: every measure of the folder is computed by ir_measures, which counts an "
-                              "unjudged document as irrelevant only; the judging round needs the views of the holes: "
-                              "give --measure with one of stagebench's own (e.g. nDCG@10)")  # fmt: skip
-    if measure is None:
-        measure = "nDCG@10" if "nDCG@10" in names else next((m.name for m in parsed if m.supports.holes_matter), names[0])
-    try:
-        m = parse_measure(measure)
-    except StagebenchError as exc:
-        raise StagebenchError(f"--measure: {exc}") from None
-    if not m.supports.views:
-        raise StagebenchError(f"--measure {m.name}: computed by ir_measures, which counts an unjudged document as "
-                              "irrelevant only; the judging round needs the views of the holes: use one of "
-                              "stagebench's own measures (docs/metrics.md)")  # fmt: skip
-    if not m.supports.holes_matter:
-        raise StagebenchError(f"--measure {m.name}: describes the judgments, not a stage's quality; every view gives it alike")
-    qrels = rf.qrels()
-    runs = rf.runs()
-    stages = rf.manifest.stage_names
-    if len(stages) < 2:
-        raise StagebenchError(f"{rf.path}: one stage ({stages[0]}): there is no stage order to settle")
-    queries = scored_query_ids(qrels)
-    top = hole_views.top_grade(qrels, gain_map(ev.gain))
-    judgments = None
-    if rf.manifest.judge is not None and rf.holds(JUDGMENTS):
-        judgments = read_judgments(rf.verified(JUDGMENTS).read_text(encoding="utf-8"), str(rf.path / JUDGMENTS))
-    return Ground(rf, qrels, queries, runs, rankings(runs, stages, queries), m, top, ev.relevance_threshold, ev.gain,
-                  label_names_of(rf.manifest, qrels), judgments)  # fmt: skip
-
-
 def run_incompleteness(folder: str | Path, rates: list[float], seeds: int, measure: str | None = None,
                        permutations: int = 1000, report: bool = False) -> Incompleteness:  # fmt: skip
     """``stagebench incompleteness RUN_DIR``: the experiment, with the truth when the rules judged;
@@ -182,103 +109,6 @@ def run_incompleteness(folder: str | Path, rates: list[float], seeds: int, measu
             rendered = render(tmp, RunFolder(tmp, manifest))
             write_manifest(tmp, manifest, rendered.written)
     return inc
-
-
-@dataclass
-class Estimation:
-    """What a sampling round needs from a folder: its design over the holes (the units, the grade model's
-    distribution of every hole's grade, the scale's gains), the model's name and its quality."""
-
-    g: Ground
-    sampler: Sampler
-    predictor: str
-    quality: str
-
-    @property
-    def fr(self) -> Frame:
-        return self.sampler.fr
-
-    @property
-    def gains(self) -> np.ndarray:
-        return self.sampler.gains
-
-
-def _nDCG_only(g: Ground) -> None:
-    m = g.measure
-    if not m.supports.estimable:
-        raise StagebenchError(f"--measure {m.name}: the estimated view is for nDCG@k (a graded measure with a cut-off, "
-                              "linear in the holes' gains once its ideal is known); give --measure nDCG@10")  # fmt: skip
-
-
-def estimation(g: Ground, predictor: str | None, qrels: dict | None = None, cache_dir: str | None = None,
-               design: str = HOLE) -> Estimation:  # fmt: skip
-    """The ``design``'s units (:class:`~stagebench.judgments.design.Sampler`) and the grade model's
-    predictions on ``qrels`` (default the folder's). A cross-encoder
-    predictor scores the pairs in any stage's top k that its pool left out, once
-    (:func:`model_scores`, cached under ``cache_dir``)."""
-    _nDCG_only(g)
-    qrels = g.qrels if qrels is None else qrels
-    gain = gain_map(g.measure.gain or g.gain)
-    grades = sorted(g.scale)
-    types = {s.name: s.type for s in g.rf.manifest.stages}
-    said = {(j.qid, j.docid): j.grade for j in g.judgments or [] if j.grade is not None}
-    runs = g.runs
-    spec = predictor_stage(predictor, runs, types)
-    if spec is not None and types.get(spec) == "cross_encoder":
-        runs = {**runs, spec: model_scores(g, spec, cache_dir)}
-    features = None
-    if predictor in GRADE_MODELS and GRADE_MODELS[predictor].needs_features:  # every cross-encoder's scores, the texts
-        runs = {s: model_scores(g, s, cache_dir) if types.get(s) == "cross_encoder" else run for s, run in runs.items()}
-        ds = dataset_of(g.rf, parse_dataset(g.rf.manifest.config.get("dataset")), "the learned grade model's features")
-        features = PairFeatures(runs, ds.queries, ds.doc_text)
-    model, quality = grade_model(predictor, runs, types, qrels, grades, said, features)
-    gains = np.array([gain(x) for x in grades], dtype=np.float64)
-    labelled = {(q, d): x for q, docs in qrels.items() for d, x in docs.items()}
-    prior = Constant.fit(labelled, grades).p  # the judged pairs' grade shares: what cuts the units, not the model
-    sampler = Sampler.over(design, g.ranked, qrels, g.queries, g.measure.cutoff, gain, g.top,
-                           lambda holes: (model.distributions(holes), gains), prior)  # fmt: skip
-    return Estimation(g, sampler, model.name, quality.line())
-
-
-def pool_scores(run: Mapping[str, Mapping[str, float]], input_ranked: Mapping[str, Sequence[str]],
-                depth: int | None) -> dict[str, dict[str, float]]:
-    """A reranker's own model scores in its run: those of its pool, its input's top ``depth`` of each
-    query (the whole run when ``depth`` is None: it scored every candidate). The tail below the pool
-    carries placeholders placed under the pool's scores, not the model's, and is left out."""
-    if depth is None:
-        return {q: dict(docs) for q, docs in run.items()}
-    head = {q: set(ranked[:depth]) for q, ranked in input_ranked.items()}
-    return {q: {d: x for d, x in docs.items() if d in head.get(q, ())} for q, docs in run.items()}
-
-
-def model_scores(g: Ground, stage: str, cache_dir: str | None = None) -> dict[str, dict[str, float]]:
-    """The cross-encoder ``stage``'s own scores of every pair in any stage's top k (k: the measure's
-    cut-off), for the grade model. Its run holds its model's score for its pool only (its input's top
-    ``top_n``); the tail's scores are placed below the pool's, not the model's, and are left out. The
-    pairs outside its pool are scored by the stage as the folder's config declares it, run on those
-    pairs alone through the stage cache (computed once, then read back; the dataset must be the
-    folder's)."""
-    record = next(s for s in g.rf.manifest.stages if s.name == stage)
-    scores = pool_scores(g.runs[stage], g.ranked[record.inputs[0]], record.candidate_depth)
-    need: dict[str, dict[str, float]] = {}
-    for h in pool_holes(g.ranked, {}, g.queries, g.measure.cutoff):
-        if h.docid not in scores.get(h.qid, {}):
-            need.setdefault(h.qid, {})[h.docid] = 0.0
-    if not need:
-        return scores
-    raw = g.rf.manifest.config
-    where = f"{g.rf.path / 'manifest.json'} (its config)"
-    [sc] = [s for s in parse_config(raw, where).stages if s.name == stage]
-    sc = replace(sc, inputs=["pairs outside its pool"], engine=EngineParams(),
-                 params=replace(sc.params, top_n=max(len(d) for d in need.values()), depths=None))  # fmt: skip
-    ds = dataset_of(g.rf, parse_dataset(raw.get("dataset")), f"scoring the pairs outside stage {stage}'s pool")
-    cache = Cache(cache_root(cache_dir, raw.get("cache_dir") if isinstance(raw, dict) else None))
-    log.info("grade model: %d pair(s) in a stage's top %d are outside stage %s's pool (%d queries): scored by its "
-             "model", sum(map(len, need.values())), g.measure.cutoff, stage, len(need))  # fmt: skip
-    out = run_in(sc, make_stage(sc), context(sc, ds, cache), [need], [run_digest(need)]).output.run
-    for q, docs in need.items():
-        scores.setdefault(q, {}).update({d: out[q][d] for d in docs})
-    return scores
 
 
 def _write_all(sheets: dict[Path, bytes]) -> None:
@@ -420,7 +250,7 @@ def estimate_coverage(folder: str | Path, budgets: list[int], rounds: int = 200,
     table's value) and is hidden with the same chance as a judged pair. Each of ``designs`` is simulated
     with every model, side by side."""
     g = ground(folder, measure)
-    _nDCG_only(g)
+    check_estimable(g)
     k = g.measure.cutoff
     notes = []
     if hide is None:
@@ -469,113 +299,6 @@ def simulate_strategies(folder: str | Path, budgets: list[int], depth: int = 10,
     return sim
 
 
-def _refusal(problems: list[str]) -> StagebenchError:
-    """The error for refused worksheet rows: one problem is the error itself; several are logged one
-    a line, and the error counts them."""
-    if len(problems) == 1:
-        return StagebenchError(problems[0])
-    for p in problems:
-        log.error("%s", p)
-    return StagebenchError(f"{len(problems)} worksheet rows refused, each named above; nothing was written")
-
-
-class _Corpus:
-    """The document ids a worksheet row may name: those of the folder's runs and qrels, else (read once,
-    on the first id that is neither) those of the dataset the folder's runs were scored on."""
-
-    def __init__(self, rf: RunFolder, seen: set[str]) -> None:
-        self.rf, self.seen, self.corpus = rf, seen, None
-
-    def __contains__(self, docid: object) -> bool:
-        if docid in self.seen:
-            return True
-        if self.corpus is None:
-            dc = parse_dataset(self.rf.manifest.config.get("dataset"))
-            self.corpus = dataset_of(self.rf, dc, "checking a worksheet's document ids").corpus
-        return docid in self.corpus
-
-
-def _round_record(worksheets: list[str], graded: list) -> tuple[str, Path, Record] | str | None:
-    """The sampling round the worksheets come from - (worksheet, its record's path, the record) - found by
-    the round's id every row carries: beside the worksheet under its own name, else any record of that
-    round in the worksheet's folder (a sheet saved under another name); why none fits, in one line; or
-    None when no worksheet comes from a sampling round."""
-    found = []
-    for i, w in enumerate(worksheets):
-        rows = [x for x in graded if x.source == i]
-        ids = sorted({x.round for x in rows if x.round})
-        beside = Path(design_path(w))
-        if not ids and not any(x.probability for x in rows):
-            if beside.is_file():  # a record beside a sheet without the round's columns: its round all the same
-                found.append((w, beside, Record.read(beside.read_text(encoding="utf-8"), str(beside))))
-            continue
-        if len(ids) > 1:
-            return f"{w}: its rows come from {len(ids)} sampling rounds ({', '.join(ids)}): add each round's sheet alone"
-        want = ids[0] if ids else None
-        candidates = [beside] if beside.is_file() else []
-        candidates += sorted(p for p in Path(w).parent.glob("*.design.json") if p != beside and p.is_file())
-        other = None
-        for path in candidates:
-            try:
-                rec = Record.read(path.read_text(encoding="utf-8"), str(path))
-            except (StagebenchError, OSError, UnicodeDecodeError):
-                continue
-            if want is None or rec.round == want:
-                found.append((w, path, rec))
-                break
-            other = other or (path, rec)
-        else:
-            if want is None:
-                return (f"{w}: its rows carry a sampling round's probabilities but no record is beside it (expected "
-                        f"{beside}): the estimate needs the record plan-judgments wrote")  # fmt: skip
-            if other is not None:
-                return (f"{w}: its rows are sampling round {want}'s, but the record beside it ({other[0]}) is round "
-                        f"{other[1].round}'s and no record of round {want} is in {Path(w).parent}")  # fmt: skip
-            return (f"{w}: its rows are sampling round {want}'s, whose record is missing (expected {beside}, or a "
-                    f"*.design.json of that round in {Path(w).parent}): the estimate needs the record plan-judgments "
-                    "wrote")  # fmt: skip
-    if not found:
-        return None
-    if len(found) > 1:
-        log.warning("%d worksheets from sampling rounds: the estimated view uses the first, %s (a later round is "
-                    "estimated on the folder the earlier one wrote)", len(found), found[0][0])  # fmt: skip
-    return found[0]
-
-
-def _round_estimate(rf: RunFolder, worksheets: list[str], graded: list, cache_dir: str | None = None) -> EstimatedView | None:
-    """The estimated view of a sampling round's worksheets (its record found by :func:`_round_record`),
-    from the folder's judgments before the round; None when no worksheet comes from a sampling round."""
-    got = _round_record(worksheets, graded)
-    if got is None:
-        return None
-    if isinstance(got, str):
-        log.warning("the estimated view is refused: %s", got)
-        return EstimatedView("", [], [], [], [], 0, 0, "", "", [], 0, got)
-    w, path, rec = got
-    g = ground(rf.path, rec.measure)
-    est = estimation(g, rec.predictor, cache_dir=cache_dir, design=rec.design)
-    est.sampler.draws = rec.draws  # a round recorded before capped draws is estimated as the Poisson draw it was
-    by_pair = {(x.qid, x.docid): x for x in graded}
-    view = None
-    if file_digest(rf.path / "qrels.trec") != rec.qrels_sha256:
-        why = (f"{path}: the round was drawn from other judgments than {rf.path}'s (its qrels changed since the plan, or "
-               "the worksheet is another folder's)")  # fmt: skip
-    else:
-        edited = [x for h, p in rec.holes.items() if (x := by_pair.get(h)) is not None and x.probability
-                  and not same_probability(x.probability, p)]  # fmt: skip
-        why = (f"{worksheets[edited[0].source]}: line {edited[0].line}: probability {edited[0].probability} is not the one the "
-               f"round drew with ({rec.holes[(edited[0].qid, edited[0].docid)]:.6g}, {path}); the estimate needs the "
-               "probabilities the draw used") if edited else ""  # fmt: skip
-    if not why:
-        gain = gain_map(g.measure.gain or g.gain)
-        view = estimated_view(est.sampler, rec, {h: x.grade for h, x in by_pair.items()}, gain, est.predictor, est.quality)
-    else:
-        view = EstimatedView(rec.measure, est.fr.targets, [], [], [], 0, 0, est.predictor, est.quality, rec.aimed, 0, why)
-    if view.refused:
-        log.warning("the estimated view is refused: %s", view.refused)
-    return view
-
-
 def rescore_with_worksheets(folder: str | Path, worksheets: list[str], output: str | Path, prefer: str | None = None,
                             cache_dir: str | None = None) -> Rendered:  # fmt: skip
     """``stagebench add-judgments RUN_DIR WORKSHEET... --output NEW_DIR``: a new results folder
@@ -590,7 +313,7 @@ def rescore_with_worksheets(folder: str | Path, worksheets: list[str], output: s
     runs = rf.runs()  # every run verified before anything is written
     scale = label_names_of(rf.manifest, qrels)
     known = set(qrels) | set(texts.get("queries", {}))
-    docs = _Corpus(rf, {d for run in runs.values() for ranked in run.values() for d in ranked} |
+    docs = WorksheetCorpus(rf, {d for run in runs.values() for ranked in run.values() for d in ranked} |
                    {d for judged in qrels.values() for d in judged})  # fmt: skip
     at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     graded, sources, bad = [], [], []
@@ -600,13 +323,13 @@ def rescore_with_worksheets(folder: str | Path, worksheets: list[str], output: s
         sources.append(src)
         bad += problems
     if bad:
-        raise _refusal(bad)
+        raise refusal(bad)
     if not graded:
         raise StagebenchError(f"{', '.join(worksheets)}: no row has a grade: nothing to add")
     merged = merge(qrels, graded, sources, prefer)
     if isinstance(merged, list):
-        raise _refusal(merged)
-    view = _round_estimate(rf, worksheets, graded, cache_dir)
+        raise refusal(merged)
+    view = round_estimate(rf, worksheets, graded, cache_dir)
     check_destination(dest, RESULTS)
     tmp = staging(dest)
     try:
@@ -630,3 +353,70 @@ def rescore_with_worksheets(folder: str | Path, worksheets: list[str], output: s
     log.info("%s: %d judgments added from %d worksheet(s) (%d already there); written to %s", rf.path,
              len(merged.added), len(sources), merged.kept, dest)  # fmt: skip
     return replace(rendered, estimate_refused=view.refused) if view is not None and view.refused else rendered
+
+
+def incompleteness(folder: str | Path, rates: Sequence[float] = (0.9, 0.7, 0.5, 0.3, 0.1), seeds: int = 3,
+                   measure: str | None = None, permutations: int = 1000, report: bool = False,
+                   json_path: str | Path | None = None, plot_path: str | Path | None = None) -> Incompleteness:  # fmt: skip
+    """``stagebench incompleteness``: each view's stage order with judgments taken away (``report``:
+    kept in the folder and shown in its report.html; ``json_path``, ``plot_path``: also written there,
+    under the rule of :mod:`stagebench.outputs`, checked before any work)."""
+    outputs.check_file(json_path, outputs.INCOMPLETENESS_JSON.out)
+    outputs.check_file(plot_path, outputs.INCOMPLETENESS_PLOT.out)
+    inc = run_incompleteness(folder, list(rates), seeds, measure, permutations, report)
+    if json_path is not None:
+        outputs.INCOMPLETENESS_JSON.write(json_path, inc.as_json())
+    if plot_path is not None:
+        outputs.INCOMPLETENESS_PLOT.write(plot_path, plots.incompleteness_chart(inc))
+    return inc
+
+
+@dataclass(frozen=True)
+class Worksheet:
+    """A judging worksheet :func:`plan_judgments` wrote: the CSV, the same rows as JSONL, how many, and for a
+    sample what its budget buys each aimed pair if the grade model is right."""
+
+    csv: Path
+    jsonl: Path
+    pairs: int
+    power: list[str] = field(default_factory=list)
+
+
+def plan_judgments(folder: str | Path, budget: int, output: str | Path, *, strategy: str = "plan", depth: int = 10,
+                   measure: str | None = None, seed: int = 0, predictor: str | None = None,
+                   show_ranks: bool = False, cache_dir: str | None = None,
+                   aim: Sequence[str] | None = None, design: str = HOLE) -> Worksheet:  # fmt: skip
+    """``stagebench plan-judgments``: the worksheet of ``budget`` unjudged pairs picked by ``strategy``
+    (``sample``: a random sample for the estimated view, its record beside the worksheet, aimed at the
+    stage pairs ``aim`` names (``["ce=plugin"]``) or else at those its grade model predicts the budget
+    can settle; a cross-encoder grade model scores the pairs outside its pool in the cache ``cache_dir``;
+    ``design``: the sample's design, :data:`stagebench.judgments.design.DESIGNS`)."""
+    return Worksheet(*write_worksheet(folder, budget, output, strategy, depth, measure, seed, predictor, show_ranks,
+                                      cache_dir, aim, design))
+
+
+def simulate_estimates(folder: str | Path, budgets: Sequence[int], *, rounds: int = 200, measure: str | None = None,
+                       predictor: str | None = None, hide: float | None = None, seed: int = 0,
+                       json_path: str | Path | None = None, cache_dir: str | None = None,
+                       designs: Sequence[str] = DESIGNS) -> Coverage:  # fmt: skip
+    """``plan-judgments --simulate --strategy sample``: the estimated view's coverage, settled pairs and
+    widths over ``rounds`` simulated rounds a budget, for each of ``designs`` side by side
+    (:func:`estimate_coverage`)."""
+    outputs.check_file(json_path, outputs.SIMULATION_JSON.out)
+    if hide is not None and not 0 < hide < 1:
+        raise StagebenchError(f"--hide {hide}: a share of the judged pairs, between 0 and 1")
+    cov = estimate_coverage(folder, list(budgets), rounds, measure, predictor, hide, seed, cache_dir, designs)
+    if json_path is not None:
+        outputs.SIMULATION_JSON.write(json_path, cov.as_json())
+    return cov
+
+
+def simulate_plans(folder: str | Path, budgets: Sequence[int], *, depth: int = 10, seeds: int = 3,
+                   measure: str | None = None, json_path: str | Path | None = None) -> Simulation:  # fmt: skip
+    """``plan-judgments --simulate``: every strategy at every budget, answered by the folder's judge
+    (``json_path``: also written there, under the rule of :mod:`stagebench.outputs`)."""
+    outputs.check_file(json_path, outputs.SIMULATION_JSON.out)
+    sim = simulate_strategies(folder, list(budgets), depth, seeds, measure)
+    if json_path is not None:
+        outputs.SIMULATION_JSON.write(json_path, sim.as_json())
+    return sim
