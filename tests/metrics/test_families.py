@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from stagebench.errors import StagebenchError
 from stagebench.metrics import Delegated, Supports, claims, evaluate, parse_measure
 from stagebench.metrics.families import ALIASES, FAMILIES, FAMILY
 from stagebench.metrics import holes
@@ -110,3 +111,17 @@ def test_what_a_measure_supports_is_read_from_its_declaration():
     delegated = Delegated("Bpref", "pytrec_eval", None).supports
     assert delegated.provider == "pytrec_eval" and not delegated.native
     assert not (delegated.views or delegated.ceiling or delegated.paired_bounds or delegated.estimable)
+
+
+def test_a_delegated_measure_that_takes_the_evaluations_gains_says_so_and_is_refused_where_none_is_positive():
+    """ir_measures' nDCG with a parameter stagebench's own does not take (``judged_only=``) is delegated; it reads the
+    evaluation's gain map (:func:`stagebench.metrics.delegate.under`), so a map under which no held grade is
+    positive is refused for it as for a native nDCG, instead of a column of zeros."""
+    pytest.importorskip("ir_measures")
+    m = parse_measure("nDCG(judged_only=True)@10")
+    assert m.supports.provider == "pytrec_eval" and m.supports.reads_gain
+    assert not parse_measure("Bpref").supports.reads_gain
+    qrels, run = {"q": {"a": 1, "b": 0}}, {"q": {"a": 2.0, "b": 1.0}}
+    with pytest.raises(StagebenchError, match="no grade the qrels hold .1. has a positive gain"):
+        evaluate(qrels, run, [m], gain={0: 0.0, 1: 0.0, 2: 1.0})
+    assert evaluate(qrels, run, [m]).means[m.name] == pytest.approx(1.0)

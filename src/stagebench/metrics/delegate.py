@@ -50,8 +50,10 @@ class Delegated:
 
     @property
     def supports(self) -> Supports:
-        """Its per-query values in the main view, by its provider; no other view, bound or ceiling."""
-        return replace(DELEGATED, provider=self.provider)
+        """Its per-query values in the main view, by its provider; no other view, bound or ceiling. It reads
+        the evaluation's gain map when it takes ``gains`` and its name gives none (:func:`under`)."""
+        takes = self.measure is not None and "gains" in self.measure.SUPPORTED_PARAMS
+        return replace(DELEGATED, provider=self.provider, reads_gain=takes and "gains" not in self.measure.params)
 
 
 def ir_measures_version() -> str | None:

@@ -1,0 +1,46 @@
+"""What several commands' flags share: a flag's value checked by the declaration it stands for, the
+readers of counts, budgets and rates, the cache root's help."""
+
+from __future__ import annotations
+
+import argparse
+import typing
+
+from stagebench.params import coerce
+
+
+def declared(value, section: type, name: str, flag: str):
+    """A flag's value checked by the declaration of the config key it stands for (one schema for
+    both: ``compare --alpha`` is ``evaluation.alpha``): its type, range and finiteness."""
+    return None if value is None else coerce(value, typing.get_type_hints(section, include_extras=True)[name], flag)
+
+
+def positive_int(text: str, most: int = 1_000_000) -> int:
+    """An argparse type: an integer in 1..``most`` (argparse names the flag in its one-line error)."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not 1 <= v <= most:
+        raise argparse.ArgumentTypeError(f"{v} is out of range 1..{most:,}")
+    return v
+
+
+def budgets(text: str) -> list[int]:
+    return [positive_int(x.strip()) for x in text.split(",")]
+
+
+def rates(text: str) -> list[float]:
+    out = []
+    for x in text.split(","):
+        try:
+            v = float(x)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{x.strip()!r} is not a number") from None
+        if not 0 < v < 1:
+            raise argparse.ArgumentTypeError(f"{x.strip()}: a share of the judgments kept, strictly between 0 and 1")
+        out.append(v)
+    return out
+
+
+CACHE_DIR_HELP = "cache root (default: $STAGEBENCH_CACHE, the config's cache_dir, .stagebench-cache)"
