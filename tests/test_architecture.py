@@ -211,7 +211,7 @@ def test_the_tests_share_one_scripted_chat_backend():
 
 #: the most modules the top of the package may hold (less ``__init__`` and ``__main__``): past it, a new
 #: module belongs in the package of its job (docs/architecture.md)
-TOP_LEVEL_CEILING = 20
+TOP_LEVEL_CEILING = 19
 
 
 def test_the_top_level_holds_no_more_modules_than_its_ceiling():
