@@ -124,7 +124,7 @@ BUGS: tuple[Bug, ...] = (
         "ceiling_measure = parse_measure(ev.ceiling)", 'ceiling_measure = parse_measure("nDCG@10")',
         (DEPTH[0] + "::test_the_ceilings_and_the_sweep_are_read_in_the_measure_evaluation_ceiling_names",)),
     Bug("measures", "a measure ir_measures computes claims the views of the holes", "src/stagebench/metrics/delegate.py",
-        "return replace(DELEGATED, provider=self.provider)", "return Supports(provider=self.provider)",
+        "return replace(DELEGATED, provider=self.provider,", "return replace(Supports(), provider=self.provider,",
         ("tests/metrics/test_families.py::test_what_a_measure_supports_is_read_from_its_declaration",)),
     Bug("measures", "a delegated measure that reads the evaluation's gains does not say so", "src/stagebench/metrics/delegate.py",
         'reads_gain=takes and "gains" not in self.measure.params)', "reads_gain=False)",
