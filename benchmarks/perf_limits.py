@@ -10,6 +10,11 @@ batch's longest text is overhead, not work. Achieved = work / seconds; beside it
 seed-equivalent path (fp32 torch through sentence-transformers at its defaults: what a project
 without stagebench runs), in the same run on the same texts.
 
+Where the cross-encoder's time goes: onnxruntime's own profile of the stagebench path on the same pairs,
+each kernel's time summed by op type and grouped (the INT8 GEMMs, the attention's fp32 products, the
+per-token quantisation, layer norms, GELU, softmax, the element-wise rest); from it the INT8 GEMMs'
+own rate against the INT8 peak, and the bound Amdahl's law puts on any speed-up of the GEMMs alone.
+
 Run alone: ``python benchmarks/perf_limits.py --output results`` (writes perf_limits.json and
 perf_limits.md), or as ``run_perf.py --sections limits``.
 """
@@ -26,7 +31,7 @@ import numpy as np
 
 import stagebench
 from stagebench.runtime.devices import cpu_class
-from stagebench.runtime.system import machine_info
+from stagebench.runtime.system import compute_threads, machine_info
 
 REPO = Path(__file__).resolve().parents[1]
 CE = "cross-encoder/ms-marco-MiniLM-L-12-v2"
@@ -104,6 +109,52 @@ def _row(path: str, unit: str, n: int, ops: float, seconds: float, peak: str, pe
             "of_peak": round(rate / peaks["gop_per_s"][peak], 3)}
 
 
+#: onnxruntime op types by what they do in the per-token INT8 encoder (the rest: "other")
+OP_GROUPS = {
+    "INT8 GEMMs": ("MatMulIntegerToFloat", "MatMulInteger", "DynamicQuantizeMatMul"),
+    "attention's fp32 products": ("MatMul",),
+    "per-token quantisation": ("QuantizeLinear", "DynamicQuantizeLinear", "ReduceMin", "ReduceMax", "Max", "Min",
+                               "DequantizeLinear"),
+    "layer norms": ("SkipLayerNormalization", "LayerNormalization"),
+    "GELU": ("BiasGelu", "Gelu", "FastGelu"),
+    "softmax": ("Softmax",),
+    "element-wise Mul, Add, Div, Sub": ("Mul", "Add", "Div", "Sub"),
+    "layout (Transpose, Reshape, ...)": ("Transpose", "Reshape", "Slice", "Concat", "Gather", "Expand", "Shape",
+                                         "Unsqueeze", "Squeeze", "Cast", "Where"),
+}  # fmt: skip
+
+
+def op_time(model, pairs, batch_size: int = 32) -> dict:
+    """The cross-encoder ``model`` (an ``OnnxCrossEncoder``) run once over ``pairs`` in a profiling session
+    like its own: each op group's share of the kernels' time (:data:`OP_GROUPS`)."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads, opts.inter_op_num_threads = compute_threads(), 1
+    opts.enable_profiling, opts.profile_file_prefix = True, str(Path(os.environ.get("TMPDIR", "/tmp")) / "stagebench-ort")
+    sess = model.sess
+    kept = sess.session
+    sess.session = ort.InferenceSession(str(Path(model.model.path) / "model.onnx"), opts, providers=["CPUExecutionProvider"])
+    try:
+        model.predict(pairs, batch_size)
+        path = Path(sess.session.end_profiling())
+    finally:
+        sess.session = kept
+    events = json.loads(path.read_text())
+    path.unlink()
+    by_op: dict[str, float] = {}
+    for e in events:
+        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
+            by_op[e["args"]["op_name"]] = by_op.get(e["args"]["op_name"], 0.0) + e["dur"] / 1e6
+    total = sum(by_op.values())
+    group_of = {op: g for g, ops in OP_GROUPS.items() for op in ops}
+    groups: dict[str, float] = {}
+    for op, sec in by_op.items():
+        groups[group_of.get(op, "other")] = groups.get(group_of.get(op, "other"), 0.0) + sec
+    return {"kernel_seconds": round(total, 3),
+            "shares": {g: round(t / total, 3) for g, t in sorted(groups.items(), key=lambda x: -x[1])}}  # fmt: skip
+
+
 def limits_section(ds, work: Path, n_queries: int = 40, top_n: int = 20, n_docs: int = 2000, repeats: int = 2) -> dict:
     """The cross-encoder (pairs of BM25's top ``top_n`` for ``n_queries`` queries) and the bi-encoder
     (``n_docs`` products) at ``precision: auto`` against the peaks, and the seed-equivalent paths."""
@@ -131,8 +182,16 @@ def limits_section(ds, work: Path, n_queries: int = 40, top_n: int = 20, n_docs:
     t_ours = _best(lambda: ours.predict(pairs, 32), repeats)
     seed = CrossEncoder(str(ref), device="cpu", max_length=256, activation_fn=torch.nn.Identity())
     t_seed = _best(lambda: seed.predict([list(p) for p in pairs], batch_size=32, show_progress_bar=False), repeats)
+    ops = op_time(ours, pairs) if hasattr(ours, "sess") else None
+    if ops is not None:  # the INT8 GEMMs' own rate: their operations over their share of the measured time
+        gemm = 8 * toks * cfg["hidden_size"] ** 2 + 4 * toks * cfg["hidden_size"] * cfg["intermediate_size"]
+        gemm_ops = float(gemm.sum()) * cfg["num_hidden_layers"]
+        share = ops["shares"].get("INT8 GEMMs", 0.0)
+        rate = gemm_ops / (share * t_ours) / 1e9 if share else 0.0
+        ops.update(gemm_gop_per_s=round(rate, 1), gemm_of_peak=round(rate / peaks["gop_per_s"]["int8_onnxruntime"], 3),
+                   bound_if_gemms_free=round(1 / (1 - share), 2) if share < 1 else None)  # fmt: skip
     out["cross_encoder"] = {
-        "tokens_mean": round(float(toks.mean()), 1), "gop_per_pair": round(ce_ops / len(pairs) / 1e9, 3),
+        "tokens_mean": round(float(toks.mean()), 1), "gop_per_pair": round(ce_ops / len(pairs) / 1e9, 3), "op_time": ops,
         "stagebench": _row(f"{ours.placement.precision} ({ours.placement.why})", "pairs", len(pairs), ce_ops, t_ours,
                            "int8_onnxruntime", peaks),
         "seed_equivalent": _row("fp32 torch, sentence-transformers CrossEncoder, batch 32", "pairs", len(pairs), ce_ops,
@@ -169,6 +228,13 @@ def limits_markdown(x: dict) -> list[str]:
             s = r[who]
             lines.append(f"| {name} ({r['tokens_mean']} tokens) | {who}: {s['path']} | {s[f'{unit}_per_s']} {unit}/s | "
                          f"{s['gop_per_s']} | {s['of_peak']:.1%} of {s['peak']} |")  # fmt: skip
+    ops = x["cross_encoder"].get("op_time")
+    if ops:
+        lines += ["", f"Where the stagebench cross-encoder's time goes (onnxruntime's profile, {ops['kernel_seconds']} s of "
+                  "kernels): " + ", ".join(f"{g} {v:.1%}" for g, v in ops["shares"].items()) + f". The INT8 GEMMs alone "
+                  f"run at {ops['gemm_gop_per_s']} GOP/s, {ops['gemm_of_peak']:.1%} of the INT8 peak; the rest of the "
+                  "graph takes the other share, so even GEMMs taking no time at all would speed the model up at most "
+                  f"{ops['bound_if_gemms_free']}x."]  # fmt: skip
     return lines
 
 

@@ -90,3 +90,18 @@ def test_the_limits_section_counts_an_encoders_operations_and_measures_each_peak
     assert encoder_ops(np.array([3, 1]), 1, 2, 4) == 264 + 72
     peaks = gemm_peaks(n=128, repeats=1)["gop_per_s"]
     assert set(peaks) == {"fp32_torch", "bf16_torch", "fp32_onnxruntime", "int8_onnxruntime"} and min(peaks.values()) > 0
+
+
+def test_the_limits_section_says_where_the_cross_encoders_time_goes():
+    """onnxruntime's profile of the stagebench cross-encoder on a few pairs, grouped by what each op does: the
+    shares of the kernels' time sum to 1, the INT8 GEMMs are among them, and the model's own session is
+    put back (a profile never left running)."""
+    from benchmarks.perf_limits import op_time
+    import stagebench
+
+    ce = stagebench.api.cross_encoder("cross-encoder/ms-marco-MiniLM-L-12-v2", max_length=64)
+    before = ce.sess.session
+    got = op_time(ce, [("red shoes", "a pair of red running shoes"), ("usb cable", "a braided usb-c cable, 2 m")] * 4)
+    assert ce.sess.session is before
+    assert sum(got["shares"].values()) == pytest.approx(1.0, abs=0.01) and got["shares"]["INT8 GEMMs"] > 0.05
+    assert got["kernel_seconds"] > 0
