@@ -165,15 +165,15 @@ def evaluate(
     top = _holes.top_grade(qrels, gain)
     native_qrels = _without_negative(qrels)
     per_query: dict[str, dict[str, float]] = {n: {} for n in names}
+    native = [(m, n) for m, n in zip(ms, names) if m.supports.native]  # asked once, not per query
     missing = []
     for qid in scored:
         docs = run.get(qid)
         if not docs:
             missing.append(qid)
         ranking = ranked_ids(docs) if docs else []
-        for m, n in zip(ms, names):
-            if m.supports.native:
-                per_query[n][qid] = _holes.value(m, ranking, native_qrels[qid], holes, top, relevance_threshold, gain)
+        for m, n in native:
+            per_query[n][qid] = _holes.value(m, ranking, native_qrels[qid], holes, top, relevance_threshold, gain)
     if delegated:
         try:
             per_query.update(delegated_per_query(delegated, qrels, run, scored, relevance_threshold, gain))

@@ -135,18 +135,18 @@ def score_folder(manifest: Manifest, qrels: dict, runs: dict[str, Run]) -> Score
     pairs, head = comparisons_for(stages, baseline, ev.comparisons)
     comps, better = significance(evals, pairs, metric_names, queries, letters, ev)
     # the views of the holes, for stagebench's own measures (ir_measures' count a hole as irrelevant only)
-    native = [m for m in evals[names[0]].measures if m.supports.views]
+    with_views = [m for m in evals[names[0]].measures if m.supports.views]
     delegated = [m for m in evals[names[0]].measures if not m.supports.views]
-    judged = {n: evaluate(qrels, runs[n], native, relevance_threshold=rel, gain=gain, holes="judged_only")
+    judged = {n: evaluate(qrels, runs[n], with_views, relevance_threshold=rel, gain=gain, holes="judged_only")
               for n in names}  # fmt: skip
-    judged_comps, judged_better = significance(judged, pairs, [m.name for m in native], queries, letters, ev)
+    judged_comps, judged_better = significance(judged, pairs, [m.name for m in with_views], queries, letters, ev)
     top = holes.top_grade(qrels, gain_map(gain))
-    high = {n: evaluate(qrels, runs[n], native, relevance_threshold=rel, gain=gain, holes="top_grade")
+    high = {n: evaluate(qrels, runs[n], with_views, relevance_threshold=rel, gain=gain, holes="top_grade")
             for n in names}  # fmt: skip
-    viewed = [m.name for m in native if m.supports.holes_matter]
+    viewed = [m.name for m in with_views if m.supports.holes_matter]
     bounded = {n: {m: _mean_bounds(evals[n].per_query[m], high[n].per_query[m], queries) for m in viewed}
                for n in names}  # fmt: skip
-    unsettled = _unsettled(names, letters, {m.name: m for m in native if m.name in viewed}, bounded, runs, qrels,
+    unsettled = _unsettled(names, letters, {m.name: m for m in with_views if m.name in viewed}, bounded, runs, qrels,
                            queries, top, rel, gain)  # fmt: skip
     for m in delegated:  # no bounds: the holes settle none of its orders, so its every mark carries a "?"
         for n in names:
