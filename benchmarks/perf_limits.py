@@ -31,7 +31,7 @@ import numpy as np
 
 import stagebench
 from stagebench.runtime.devices import cpu_class
-from stagebench.runtime.system import compute_threads, machine_info
+from stagebench.runtime.system import machine_info
 
 REPO = Path(__file__).resolve().parents[1]
 CE = "cross-encoder/ms-marco-MiniLM-L-12-v2"
@@ -129,17 +129,14 @@ def op_time(model, pairs, batch_size: int = 32) -> dict:
     like its own: each op group's share of the kernels' time (:data:`OP_GROUPS`)."""
     import onnxruntime as ort
 
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads, opts.inter_op_num_threads = compute_threads(), 1
-    opts.enable_profiling, opts.profile_file_prefix = True, str(Path(os.environ.get("TMPDIR", "/tmp")) / "stagebench-ort")
     sess = model.sess
-    kept = sess.session
-    sess.session = ort.InferenceSession(str(Path(model.model.path) / "model.onnx"), opts, providers=["CPUExecutionProvider"])
-    try:
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads, opts.inter_op_num_threads = sess.threads, 1
+    opts.enable_profiling, opts.profile_file_prefix = True, str(Path(os.environ.get("TMPDIR", "/tmp")) / "stagebench-ort")
+    profiled = ort.InferenceSession(str(Path(model.model.path) / "model.onnx"), opts, providers=["CPUExecutionProvider"])
+    with sess.running(profiled):  # every stream on the one profiling session (each on one thread, as its own)
         model.predict(pairs, batch_size)
-        path = Path(sess.session.end_profiling())
-    finally:
-        sess.session = kept
+    path = Path(profiled.end_profiling())
     events = json.loads(path.read_text())
     path.unlink()
     by_op: dict[str, float] = {}

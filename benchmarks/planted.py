@@ -351,6 +351,14 @@ BUGS: tuple[Bug, ...] = (
         "src/stagebench/stages/dense.py", """param("", 'prepended to documents (e5: "passage: ")')""",
         """param("", 'prepended to documents (e5: "passage: ")', affects=("run",))""",
         ("tests/test_cache_declarations.py::test_dense_params_move_exactly_the_embeddings_they_declare",)),
+    Bug("streams", "the last batches in flight handed back last first (outputs of one batch given to another)",
+        "src/stagebench/models/encoders.py", """            while pending:
+                yield pending.popleft().result()""", """            while pending:
+                yield pending.pop().result()""",
+        ("tests/models/test_batch_invariance.py::test_the_streams_never_change_a_bit",)),
+    Bug("streams", "the dense server hands its engine task a query's text as a batch of its characters",
+        "src/stagebench/stages/dense.py", "task([[p.query_prefix + ds.queries[qid]]])", "task([p.query_prefix + ds.queries[qid]])",
+        ("tests/test_latency.py::test_model_stages_serve_one_query_exactly_as_their_batch_run_ranked_it",)),
 )
 
 

@@ -77,6 +77,8 @@ def alternative(tp, value):
             if typing.get_origin(base) is dict:
                 return {"title_weight": 5.0}
             raise AssertionError(f"no alternative for None of {tp}")
+        if typing.get_origin(args[0]) is typing.Literal and typing.get_args(args[0]) == (value,):
+            return alternative(args[1], 1)  # the one word of Literal["auto"] | PositiveInt: a number instead
         return alternative(args[0], value)
     if origin is typing.Literal:
         return next(c for c in typing.get_args(tp) if c != value)

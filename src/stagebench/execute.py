@@ -210,8 +210,9 @@ def run_stage(sc: StageConfig, stage: Stage, ctx: StageContext, inputs: list[Run
     out = replace(out, stats=stage.finish_stats(out.stats))
     ran = stage.what_runs()
     if ran is not None:
-        log.info("stage %s: %s on %s%s at %s (%s), variant: %s", sc.name, ran["runtime"], ran["device"],
-                 f" ({ran['cpu_class']})" if "cpu_class" in ran else "", ran["precision"], ran["why"], ran["variant"])  # fmt: skip
+        log.info("stage %s: %s on %s%s at %s (%s), variant: %s%s", sc.name, ran["runtime"], ran["device"],
+                 f" ({ran['cpu_class']})" if "cpu_class" in ran else "", ran["precision"], ran["why"], ran["variant"],
+                 f", streams: {ran['streams']}" if "streams" in ran else "")  # fmt: skip
     record = StageRecord(name=sc.name, type=sc.type, inputs=list(sc.inputs), key=m.key,
                          reorders_input=stage.reorders_input,
                          candidate_depth=getattr(sc.params, "top_n", None) if stage.reorders_input else None,

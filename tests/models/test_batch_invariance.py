@@ -187,3 +187,36 @@ def test_an_opset_11_int8_carrier_runs_per_token_too(pairs, variants, monkeypatc
     assert float(np.abs(alone - batched).max()) <= TOLERANCE
     fp32 = stagebench.api.bi_encoder("BAAI/bge-small-en-v1.5", device="cpu", precision="fp32", max_length=256).encode(texts, 64)
     assert float((fp32 * batched).sum(1).min()) > 0.98
+
+
+@pytest.mark.parametrize("role", ["cross_encoder", "bi_encoder"])
+def test_the_streams_never_change_a_bit(pairs, role, variants, monkeypatch):
+    """A model batch gives the same bits whichever stream runs it and on how many threads: one stream
+    on one thread, three streams calling one session (a thread each), two streams with a session and
+    two threads each; and the dense stage's engine units (several batches a unit) are the batches of a
+    direct call (the streams are in no cache key)."""
+    from stagebench.models.encoders import EncodeTask, encode_with, length_batches, token_lengths
+    from stagebench.runtime.engine import LocalEngine
+
+    monkeypatch.setenv("STAGEBENCH_CACHE", variants)
+    groups, long_pair = pairs
+    flat = [p for g in groups for p in g] + [long_pair]
+    outputs, shapes = [], []
+    for threads, streams in (("1", 1), ("3", "auto"), ("4", 2)):
+        monkeypatch.setenv("STAGEBENCH_THREADS", threads)
+        if role == "cross_encoder":
+            model = stagebench.api.cross_encoder(CE, device="cpu", max_length=256, streams=streams)
+            outputs.append(model.predict(flat, 4))  # 8 batches
+        else:
+            model = stagebench.api.bi_encoder(BI, device="cpu", max_length=256, streams=streams)
+            texts = [d for _, d in flat]
+            task = EncodeTask(model.model, "auto", model.placement, 256, streams)
+            units = encode_with(LocalEngine(), task, texts, 3, "units")  # 11 batches in 2 units
+            batches = length_batches(texts, 3, token_lengths(model.model, texts, 256))
+            direct = task.encoder.encode_batches([[texts[i] for i in idx] for idx in batches])
+            assert np.array_equal(units[[i for idx in batches for i in idx]], direct)
+            outputs.append(np.concatenate([model.encode(texts, 4), units]))
+        shapes.append((model.sess.streams, model.sess.threads, model.sess._free.qsize()))
+    assert shapes == [(1, 1, 1), (3, 1, 3), (2, 2, 2)]
+    assert all(np.array_equal(outputs[0], o) for o in outputs[1:])
+    assert np.ptp(outputs[0]) > 0.1  # real outputs, not a constant

@@ -154,6 +154,31 @@ def test_a_precision_an_onnx_carrier_cannot_run_fails_in_preflight():
     assert ok.identity()["precision"] == "int8-token" and ok.identity()["device"] == "cpu"
 
 
+def test_streams_are_one_a_core_for_onnxruntime_on_a_cpu_and_refused_above_one_for_torch(monkeypatch):
+    """``streams: auto`` is one batch a core for an ONNX model on a CPU (each on one thread), one on a
+    GPU and for torch; the manifest's placement says so; a torch path asked for two is refused before
+    anything runs."""
+    from stagebench.runtime.devices import stream_shape
+    from stagebench.stages.dense import DenseParams, DenseStage
+
+    monkeypatch.setenv("STAGEBENCH_THREADS", "6")
+    assert stream_shape("auto", "cpu", "onnxruntime") == (6, 1)
+    assert stream_shape("auto", "cuda", "onnxruntime") == (1, 6)
+    assert stream_shape("auto", "cpu", "torch") == (1, 6)
+    assert stream_shape(4, "cpu", "onnxruntime") == (4, 1) and stream_shape(2, "cpu", "onnxruntime") == (2, 3)
+    onnx = DenseStage("d", build(DenseParams, {"device": "cpu"}, "p"))
+    onnx.preflight()
+    assert onnx.what_runs()["streams"] == "6 x 1 thread" and onnx.what_runs()["runtime"] == "onnxruntime"
+    torch_path = DenseStage("d", build(DenseParams, {"device": "cpu", "precision": "bf16", "streams": 2}, "p"))
+    with pytest.raises(StagebenchError, match=r"stage d: params.streams: 2: .* runs on torch at bf16"):
+        torch_path.preflight()
+    one = DenseStage("d", build(DenseParams, {"device": "cpu", "precision": "bf16", "streams": 1}, "p"))
+    one.preflight()
+    assert one.what_runs()["streams"] == "1 x 6 threads"
+    with pytest.raises(ConfigError, match="streams"):
+        build(DenseParams, {"streams": 0}, "p")
+
+
 def test_llm_device_and_precision_belong_to_the_in_process_backend(tmp_path):
     from stagebench.config import parse_config
 

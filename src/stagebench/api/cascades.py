@@ -144,14 +144,14 @@ def _placed(model: str, source: str, device: str, precision: str, what: str) -> 
 
 
 def cross_encoder(model: str = "cross-encoder/ms-marco-MiniLM-L-12-v2", *, source: str = "auto", device: str = "auto",
-                  precision: str = "auto", max_length: int = 512) -> CrossEncoderModel:  # fmt: skip
-    """A cross-encoder as the ``cross_encoder`` stage loads it (resolved name, device and precision
-    chosen the same way): ``.predict([(query, text), ...], batch_size)`` -> one logit per pair."""
-    return load_cross_encoder(*_placed(model, source, device, precision, "cross_encoder"), max_length)
+                  precision: str = "auto", max_length: int = 512, streams: str | int = "auto") -> CrossEncoderModel:  # fmt: skip
+    """A cross-encoder as the ``cross_encoder`` stage loads it (resolved name, device, precision and
+    streams chosen the same way): ``.predict([(query, text), ...], batch_size)`` -> one logit per pair."""
+    return load_cross_encoder(*_placed(model, source, device, precision, "cross_encoder"), max_length, streams)
 
 
 def bi_encoder(model: str = "sentence-transformers/all-MiniLM-L6-v2", *, source: str = "auto", device: str = "auto",
-               precision: str = "auto", max_length: int | None = None) -> BiEncoder:  # fmt: skip
+               precision: str = "auto", max_length: int | None = None, streams: str | int = "auto") -> BiEncoder:  # fmt: skip
     """A bi-encoder as the ``dense`` stage loads it: ``.encode(texts, batch_size)`` -> unit-length
     float32 vectors, one row per text."""
-    return load_bi_encoder(*_placed(model, source, device, precision, "bi_encoder"), max_length)
+    return load_bi_encoder(*_placed(model, source, device, precision, "bi_encoder"), max_length, streams)

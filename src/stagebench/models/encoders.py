@@ -15,19 +15,26 @@ precision inside.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import queue
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
 import stagebench.ui as ui
-from stagebench.runtime.devices import Placement, autocast, onnx_providers
+from stagebench.errors import StagebenchError
+from stagebench.runtime.devices import Placement, autocast, onnx_providers, stream_shape
 from stagebench.runtime.system import compute_threads
 from stagebench.runtime.engine import Engine
 from stagebench.models.resolve import ResolvedModel, loading, on_this_machine
 from stagebench.optional import need
 
 log = logging.getLogger("stagebench")
+T = TypeVar("T")
 
 
 def _normalize(x: np.ndarray) -> np.ndarray:
@@ -70,9 +77,12 @@ class Tokens:
 
 
 class OnnxSession:
-    """A tokenizer.json + model.onnx pair run with onnxruntime."""
+    """A tokenizer.json + model.onnx pair run with onnxruntime, on ``streams`` batches at once
+    (:func:`stagebench.runtime.devices.stream_shape`): one session that every stream calls when each
+    has one thread (onnxruntime runs concurrent calls of a session, each on the calling thread; the
+    weights are held once), else a session a stream, each with its own threads."""
 
-    def __init__(self, folder: str, max_length: int, device: str = "cpu") -> None:
+    def __init__(self, folder: str, max_length: int, device: str = "cpu", streams: str | int = "auto") -> None:
         ort = need("onnxruntime", "an ONNX model")
         Tokenizer = need("tokenizers", "an ONNX model").Tokenizer
 
@@ -80,11 +90,21 @@ class OnnxSession:
         self.tokenizer = Tokenizer.from_file(str(folder_p / "tokenizer.json"))
         self.tokenizer.enable_truncation(max_length=max_length, strategy="longest_first")
         self.tokenizer.no_padding()
+        providers, where = onnx_providers(device)
+        on = "cpu" if providers == ["CPUExecutionProvider"] else "gpu"
+        self.streams, self.threads = stream_shape(streams, on, "onnxruntime")
+        self.runs_on = f"{where}, {self.streams} stream{'s' if self.streams > 1 else ''} x {self.threads} thread{'s' if self.threads > 1 else ''}"
         opts = ort.SessionOptions()
-        opts.intra_op_num_threads = compute_threads()
+        opts.intra_op_num_threads = self.threads
         opts.inter_op_num_threads = 1
-        providers, self.runs_on = onnx_providers(device)
-        self.session = ort.InferenceSession(str(folder_p / "model.onnx"), opts, providers=providers)
+        path = str(folder_p / "model.onnx")
+        sessions = [ort.InferenceSession(path, opts, providers=providers)
+                    for _ in range(1 if self.threads == 1 else self.streams)]  # fmt: skip
+        self.session = sessions[0]
+        self._free: queue.SimpleQueue = queue.SimpleQueue()  # a session for each stream, taken while it runs
+        for i in range(self.streams):
+            self._free.put(sessions[i % len(sessions)])
+        self._pool: ThreadPoolExecutor | None = None  # started on the first call with batches to share
         self.input_names = {i.name for i in self.session.get_inputs()}
         self.pad_id = self.tokenizer.token_to_id("[PAD]") or 0
 
@@ -109,8 +129,53 @@ class OnnxSession:
             mask[r, : b - a] = 1
             types[r, : b - a] = tokens.types[a:b]
         feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
-        out = self.session.run(None, {k: v for k, v in feeds.items() if k in self.input_names})[0]
+        session = self._free.get()
+        try:
+            out = session.run(None, {k: v for k, v in feeds.items() if k in self.input_names})[0]
+        finally:
+            self._free.put(session)
         return out, mask
+
+    @contextmanager
+    def running(self, session: object) -> Iterator[None]:
+        """Every stream runs ``session`` (an onnxruntime session of the same model, e.g. one that profiles:
+        benchmarks/perf_limits.py) inside the block; the session's own afterwards."""
+        kept, self._free = self._free, queue.SimpleQueue()
+        for _ in range(self.streams):
+            self._free.put(session)
+        try:
+            yield
+        finally:
+            self._free = kept
+
+    def run_all(self, tokens: Tokens, batches: Sequence[Sequence[int]],
+                each: Callable[[np.ndarray, np.ndarray, Sequence[int]], T]) -> Iterator[T]:  # fmt: skip
+        """``each(output, mask, rows)`` of every batch of ``batches`` (rows of ``tokens``, each run as one
+        batch as :meth:`run` runs it), in order: :attr:`streams` batches at once, ``each`` on the stream
+        that ran the batch, at most twice as many batches in flight as streams (a million texts are never
+        padded at once). A batch's output is the same bits on any stream; stopping early (an error, Ctrl-C)
+        cancels the batches not started."""
+
+        def one(rows: Sequence[int]) -> T:
+            out, mask = self.run(tokens, rows)
+            return each(out, mask, rows)
+
+        if self.streams == 1 or len(batches) <= 1:
+            yield from map(one, batches)
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.streams, thread_name_prefix="stagebench-stream")
+        pending: deque = deque()
+        try:
+            for rows in batches:
+                pending.append(self._pool.submit(one, rows))
+                if len(pending) >= 2 * self.streams:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+        finally:
+            for f in pending:
+                f.cancel()
 
 
 def _length_sorted_batches(lengths: Sequence[int], batch_size: int) -> list[np.ndarray]:
@@ -129,30 +194,45 @@ class BiEncoder:
     def encode(self, texts: Sequence[str], batch_size: int, progress: bool = False, desc: str = "encode") -> np.ndarray:
         raise NotImplementedError
 
+    def encode_batches(self, batches: Sequence[Sequence[str]]) -> np.ndarray:
+        """The texts of ``batches`` embedded, in order, each batch run as one padded batch as given
+        (the dense stage's engine units: :func:`encode_with`)."""
+        parts = [self.encode(list(b), len(b)) for b in batches]
+        return np.concatenate(parts) if parts else np.zeros((0, self.dim), dtype=np.float32)
+
 
 class OnnxBiEncoder(BiEncoder):
-    def __init__(self, model: ResolvedModel, max_length: int, placement: Placement) -> None:
+    def __init__(self, model: ResolvedModel, max_length: int, placement: Placement, streams: str | int = "auto") -> None:
         self.model = model
         self.placement = placement
-        self.sess = OnnxSession(model.path, max_length, placement.device)
+        self.sess = OnnxSession(model.path, max_length, placement.device, streams)
         self.runs_on = f"{self.sess.runs_on}, {placement.precision}"
         self.pooling = model.pooling
         self.dim = int(self.sess.session.get_outputs()[0].shape[-1])
 
+    def _pool(self, hidden: np.ndarray, mask: np.ndarray, rows: Sequence[int]) -> np.ndarray:
+        if self.pooling == "cls":
+            return hidden[:, 0]
+        m = mask[..., None].astype(np.float32)
+        return (hidden * m).sum(1) / np.maximum(m.sum(1), 1e-9)
+
+    def _embed(self, tokens: Tokens, batches: Sequence[Sequence[int]], bar: object = None) -> np.ndarray:
+        out = np.zeros((len(tokens), self.dim), dtype=np.float32)
+        for idx, pooled in zip(batches, self.sess.run_all(tokens, batches, self._pool)):
+            out[idx] = pooled
+            if bar is not None:
+                bar.update(len(idx))  # type: ignore[attr-defined]
+        return _normalize(out)
+
     def encode(self, texts, batch_size, progress=False, desc="encode"):
         tokens = self.sess.tokenize(texts)
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
         with ui.progress(len(texts), desc, "txt", progress) as bar:
-            for idx in _length_sorted_batches(tokens.lengths, batch_size):
-                hidden, mask = self.sess.run(tokens, idx)
-                if self.pooling == "cls":
-                    pooled = hidden[:, 0]
-                else:
-                    m = mask[..., None].astype(np.float32)
-                    pooled = (hidden * m).sum(1) / np.maximum(m.sum(1), 1e-9)
-                out[idx] = pooled
-                bar.update(len(idx))
-        return _normalize(out)
+            return self._embed(tokens, _length_sorted_batches(tokens.lengths, batch_size), bar)
+
+    def encode_batches(self, batches):
+        ends = np.cumsum([len(b) for b in batches], dtype=np.int64)
+        tokens = self.sess.tokenize([t for b in batches for t in b])
+        return self._embed(tokens, [np.arange(e - len(b), e) for b, e in zip(batches, ends)])
 
 
 def quantize_int8(module):
@@ -174,8 +254,16 @@ def _torch_runs_on(placement: Placement) -> str:
     return f"torch on {placement.device}, {how} ({placement.why})"
 
 
+def _one_stream(model: ResolvedModel, streams: str | int) -> None:
+    """A model torch runs runs one batch at a time (its threads are the process's)."""
+    if streams != "auto" and int(streams) != 1:
+        raise StagebenchError(f"model {model.name!r} runs on torch, one batch at a time: streams: {streams} applies to "
+                              "ONNX models (streams: auto or 1)")  # fmt: skip
+
+
 class STBiEncoder(BiEncoder):
-    def __init__(self, model: ResolvedModel, max_length: int | None, placement: Placement) -> None:
+    def __init__(self, model: ResolvedModel, max_length: int | None, placement: Placement, streams: str | int = "auto") -> None:
+        _one_stream(model, streams)
         SentenceTransformer = need("sentence_transformers", f"model {model.name!r}").SentenceTransformer
         self.model = model
         self.placement = placement
@@ -197,15 +285,16 @@ class STBiEncoder(BiEncoder):
         return emb if self.placement.precision == "fp32" else _normalize(emb)
 
 
-def load_bi_encoder(model: ResolvedModel, placement: Placement, max_length: int | None = None) -> BiEncoder:
+def load_bi_encoder(model: ResolvedModel, placement: Placement, max_length: int | None = None,
+                    streams: str | int = "auto") -> BiEncoder:  # fmt: skip
     if model.backend == "onnx":
-        return OnnxBiEncoder(model, max_length or 512, placement)
-    return STBiEncoder(model, max_length, placement)
+        return OnnxBiEncoder(model, max_length or 512, placement, streams)
+    return STBiEncoder(model, max_length, placement, streams)
 
 
 def length_batches(texts: Sequence[str], batch_size: int, lengths: Sequence[int] | None = None) -> list[list[int]]:
-    """Positions of ``texts`` cut into model batches of similar length (longest first, stable):
-    the units an engine runs (:mod:`stagebench.runtime.engine`). ``lengths``: each text's tokens
+    """Positions of ``texts`` cut into model batches of similar length (longest first, stable),
+    which an engine runs :data:`BATCHES_PER_UNIT` to a unit (:mod:`stagebench.runtime.engine`). ``lengths``: each text's tokens
     (else its characters). Each batch is encoded as one padded batch, so a text's vector does not
     depend on which engine or worker encoded it."""
     by = [len(t) for t in texts] if lengths is None else lengths
@@ -226,12 +315,19 @@ def token_lengths(model: ResolvedModel, texts: Sequence[str], max_length: int | 
     return [len(e.ids) for i in range(0, len(texts), TOKENIZE_CHUNK) for e in tok.encode_batch(list(texts[i : i + TOKENIZE_CHUNK]))]
 
 
-class EncodeTask:
-    """An engine task: one model batch of texts -> its embeddings. Picklable (the loaded model is
-    not pickled; each process loads it once, on first use, at the run's placement)."""
+#: model batches in one engine unit of the dense stage: enough for every stream of a machine's cores to
+#: have one (:class:`OnnxSession`); never changes an embedding (each batch is run as itself)
+BATCHES_PER_UNIT = 8
 
-    def __init__(self, model: ResolvedModel, source: str, placement: Placement, max_length: int | None) -> None:
+
+class EncodeTask:
+    """An engine task: a unit of model batches of texts -> their embeddings, in order. Picklable (the
+    loaded model is not pickled; each process loads it once, on first use, at the run's placement)."""
+
+    def __init__(self, model: ResolvedModel, source: str, placement: Placement, max_length: int | None,
+                 streams: str | int = "auto") -> None:  # fmt: skip
         self.model, self.source, self.placement, self.max_length = model, source, placement, max_length
+        self.streams = streams
         self._encoder: BiEncoder | None = None
 
     def __getstate__(self) -> dict:
@@ -240,24 +336,26 @@ class EncodeTask:
     @property
     def encoder(self) -> BiEncoder:
         if self._encoder is None:
-            self._encoder = load_bi_encoder(on_this_machine(self.model, self.source), self.placement, self.max_length)
+            self._encoder = load_bi_encoder(on_this_machine(self.model, self.source), self.placement, self.max_length,
+                                            self.streams)  # fmt: skip
         return self._encoder
 
-    def __call__(self, texts: list[str]) -> np.ndarray:
-        return self.encoder.encode(texts, len(texts))
+    def __call__(self, batches: list[list[str]]) -> np.ndarray:
+        return self.encoder.encode_batches(batches)
 
 
 def encode_with(engine: Engine, task: EncodeTask, texts: Sequence[str], batch_size: int, desc: str) -> np.ndarray:
-    """Every text's embedding, in order, computed by ``engine`` in :func:`length_batches` units (cut
-    by tokens where the model's tokenizer is at hand)."""
+    """Every text's embedding, in order, computed by ``engine``: :func:`length_batches` (cut by tokens
+    where the model's tokenizer is at hand), :data:`BATCHES_PER_UNIT` of them a unit."""
     batches = length_batches(texts, batch_size, token_lengths(task.model, texts, task.max_length) if batch_size > 1 else None)
-    parts = engine.map(task, [[texts[i] for i in idx] for idx in batches], desc=desc, unit="text",
-                       sizes=[len(idx) for idx in batches])  # fmt: skip
+    units = [batches[i : i + BATCHES_PER_UNIT] for i in range(0, len(batches), BATCHES_PER_UNIT)]
+    parts = engine.map(task, [[[texts[i] for i in idx] for idx in unit] for unit in units], desc=desc, unit="text",
+                       sizes=[sum(map(len, unit)) for unit in units])  # fmt: skip
     if not parts:
         return np.zeros((0, 0), dtype=np.float32)
     out = np.empty((len(texts), parts[0].shape[1]), dtype=np.float32)
-    for idx, emb in zip(batches, parts):
-        out[idx] = emb
+    for unit, emb in zip(units, parts):
+        out[[i for idx in unit for i in idx]] = emb
     return out
 
 
@@ -273,23 +371,24 @@ class CrossEncoderModel:
 
 
 class OnnxCrossEncoder(CrossEncoderModel):
-    def __init__(self, model: ResolvedModel, max_length: int, placement: Placement) -> None:
+    def __init__(self, model: ResolvedModel, max_length: int, placement: Placement, streams: str | int = "auto") -> None:
         self.model = model
         self.placement = placement
-        self.sess = OnnxSession(model.path, max_length, placement.device)
+        self.sess = OnnxSession(model.path, max_length, placement.device, streams)
         self.runs_on = f"{self.sess.runs_on}, {placement.precision}"
 
     def predict(self, pairs, batch_size):
         tokens = self.sess.tokenize([(q, d) for q, d in pairs])
         out = np.zeros(len(pairs), dtype=np.float64)
-        for idx in _length_sorted_batches(tokens.lengths, batch_size):
-            logits, _ = self.sess.run(tokens, idx)
+        batches = _length_sorted_batches(tokens.lengths, batch_size)
+        for idx, logits in zip(batches, self.sess.run_all(tokens, batches, lambda logits, mask, rows: logits)):
             out[idx] = logits.reshape(len(idx), -1)[:, 0]
         return out
 
 
 class STCrossEncoder(CrossEncoderModel):
-    def __init__(self, model: ResolvedModel, max_length: int, placement: Placement) -> None:
+    def __init__(self, model: ResolvedModel, max_length: int, placement: Placement, streams: str | int = "auto") -> None:
+        _one_stream(model, streams)
         torch = need("torch", f"model {model.name!r}")
         CrossEncoder = need("sentence_transformers", f"model {model.name!r}").CrossEncoder
         self.model = model
@@ -307,7 +406,8 @@ class STCrossEncoder(CrossEncoderModel):
         return scores.float().cpu().numpy().astype(np.float64).reshape(len(pairs), -1)[:, 0]
 
 
-def load_cross_encoder(model: ResolvedModel, placement: Placement, max_length: int = 512) -> CrossEncoderModel:
+def load_cross_encoder(model: ResolvedModel, placement: Placement, max_length: int = 512,
+                       streams: str | int = "auto") -> CrossEncoderModel:  # fmt: skip
     if model.backend == "onnx":
-        return OnnxCrossEncoder(model, max_length, placement)
-    return STCrossEncoder(model, max_length, placement)
+        return OnnxCrossEncoder(model, max_length, placement, streams)
+    return STCrossEncoder(model, max_length, placement, streams)

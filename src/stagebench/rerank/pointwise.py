@@ -82,25 +82,27 @@ class CrossEncoderReranker:
 
     def __init__(self, model: str = "cross-encoder/ms-marco-MiniLM-L-12-v2", source: str = "auto",
                  max_length: int = 256, batch_size: int = 32, device: str = "auto",
-                 precision: str = "auto") -> None:  # fmt: skip
+                 precision: str = "auto", streams: str | int = "auto") -> None:  # fmt: skip
         resolved = resolve_model(model, source)
         kind = onnx_kind(resolved)
         placement = place(device, precision, kind, f"cross-encoder {model}")
-        self._load(for_placement(resolved, placement, kind, None, f"cross-encoder {model}"), placement, max_length, batch_size)
+        self._load(for_placement(resolved, placement, kind, None, f"cross-encoder {model}"), placement, max_length, batch_size,
+                   streams)  # fmt: skip
 
     @classmethod
     def placed(cls, resolved: ResolvedModel, source: str, placement: Placement, max_length: int,
-               batch_size: int) -> CrossEncoderReranker:  # fmt: skip
+               batch_size: int, streams: str | int = "auto") -> CrossEncoderReranker:  # fmt: skip
         """The model a run resolved and placed where it started, loaded here (a Ray worker finds it
         again with :func:`stagebench.models.on_this_machine`)."""
         self = cls.__new__(cls)
-        self._load(on_this_machine(resolved, source), placement, max_length, batch_size)
+        self._load(on_this_machine(resolved, source), placement, max_length, batch_size, streams)
         return self
 
-    def _load(self, resolved: ResolvedModel, placement: Placement, max_length: int, batch_size: int) -> None:
+    def _load(self, resolved: ResolvedModel, placement: Placement, max_length: int, batch_size: int,
+              streams: str | int) -> None:  # fmt: skip
         self.resolved = resolved
         self.placement = placement
-        self.model = load_cross_encoder(resolved, placement, max_length)
+        self.model = load_cross_encoder(resolved, placement, max_length, streams)
         self.batch_size = batch_size
 
     def score(self, query: str, docs: Sequence[str]) -> list[float]:

@@ -49,7 +49,8 @@ from typing import Literal
 
 from stagebench.errors import StagebenchError
 from stagebench.optional import need
-from stagebench.params import RUN, SCORES, DeviceSpec, param
+from stagebench.params import RUN, SCORES, DeviceSpec, PositiveInt, param
+from stagebench.runtime.system import compute_threads
 
 log = logging.getLogger("stagebench")
 
@@ -75,6 +76,31 @@ class HardwareParams:
         "dequantized fp32 on a GPU "
         "(docs/models.md#precision); int8: one activation scale per batch (batch-dependent); int8-token: per token "
         "(batch-invariant, CPU); fp32 of an INT8 ONNX model: its weights dequantized", affects=(RUN, SCORES))
+
+
+@dataclass
+class StreamParams:
+    """The ``streams`` key of the stages that run an encoder (dense, cross-encoder)."""
+
+    # never in a key: a batch's output is the same bits whichever stream runs it and on how many threads
+    # (tests/models/test_batch_invariance.py)
+    streams: Literal["auto"] | PositiveInt = param(
+        "auto", "model batches run at once, each on its own share of the cores (cores / streams threads): auto: one "
+        "a core for an ONNX model on a CPU (faster, and steady where other work takes a core: docs/models.md#streams), 1 "
+        "on a GPU and for a model torch runs; never changes an output")
+
+
+def stream_shape(streams: str | int, device: str, runtime: str) -> tuple[int, int]:
+    """``(streams, threads each)`` of a model that ``runtime`` (onnxruntime | torch) runs on ``device``:
+    ``auto`` is one stream a core for onnxruntime on a CPU (a sequential kernel a batch, no barrier between
+    two cores: on a shared 2-core machine one batch on both cores lost a third of its rate whenever the
+    other core was taken), else one; the cores (:func:`compute_threads`) are shared among the streams."""
+    cores = compute_threads()
+    if streams == "auto":
+        n = cores if runtime == "onnxruntime" and device == "cpu" else 1
+    else:
+        n = int(streams)
+    return n, max(1, cores // n)
 
 
 @lru_cache(maxsize=1)

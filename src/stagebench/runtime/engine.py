@@ -1,8 +1,8 @@
 """Where a stage's work runs: in this process (``local``) or on a Ray cluster (``ray``).
 
-A stage cuts its work into **units** whose composition never depends on the engine: one model
-batch of texts (dense), one ``score_pairs`` call (rerankers), one query's windows (LLM). It
-hands the units and a picklable **task** (a callable that loads its model lazily, once) to
+A stage cuts its work into **units** whose composition never depends on the engine: eight model
+batches of texts, each run as itself (dense), one ``score_pairs`` call (rerankers), one query's
+windows (LLM). It hands the units and a picklable **task** (a callable that loads its model lazily, once) to
 :meth:`Engine.map`, which returns one result per unit, in order. The local engine calls the
 task in this process (on ``threads`` threads for a task that waits on a server); the Ray
 engine (:mod:`stagebench.runtime.cluster`, the wing that holds everything Ray: the workers,
@@ -44,7 +44,7 @@ class EngineParams:
     num_cpus_per_worker: PositiveFloat = param(1.0, "ray: CPUs reserved per actor; its model runs that many threads")
     num_gpus_per_worker: NonNegativeFloat = param(0.0, "ray: GPUs per actor (a fraction shares one); > 0 runs the "
                                                   "models on the actor's GPU")  # fmt: skip
-    batch_size: PositiveInt = param(4, "ray: units per task: model batches (dense), score_pairs calls (rerankers), "
+    batch_size: PositiveInt = param(4, "ray: units per task: groups of 8 model batches (dense), score_pairs calls (rerankers), "
                                     "queries (LLM); never changes the results")  # fmt: skip
     local_cpus: PositiveInt | None = param(None, "ray, address null: CPUs of the local cluster (null: this machine's)")
     lost_after_s: PositiveInt = param(10, "ray: seconds a driver whose cluster stopped answering tries to reach it "

@@ -20,7 +20,7 @@ from typing import Annotated, Literal
 import numpy as np
 
 from stagebench.cache import code_identity, memo
-from stagebench.runtime.devices import HardwareParams, Placement
+from stagebench.runtime.devices import HardwareParams, Placement, StreamParams
 from stagebench.models.encoders import EncodeTask, encode_with
 from stagebench.optional import need
 from stagebench.params import EMBEDDINGS, RUN, PositiveInt, Range, affecting, param
@@ -32,7 +32,7 @@ log = logging.getLogger("stagebench")
 
 
 @dataclass
-class DenseParams(HardwareParams):
+class DenseParams(HardwareParams, StreamParams):
     # the model enters the embeddings' key as its identity (name, origin, weights' digest), not as written
     model: str = param("sentence-transformers/all-MiniLM-L6-v2", "bi-encoder: a public name, a local folder or a hub id "
                        "(docs/models.md)", affects=(RUN,))  # fmt: skip
@@ -161,7 +161,7 @@ class DenseStage(ModelStage):
         p: DenseParams = self.params
         model, placement = self.model_to_run(ctx)
         log.info("stage %s: model %s resolved to %s", self.name, p.model, model.origin)
-        task = EncodeTask(model, p.source, placement, p.max_length)
+        task = EncodeTask(model, p.source, placement, p.max_length, p.streams)
         return task, build_index(corpus_embeddings(task, ctx, p, self.name), p)
 
     def __call__(self, ctx: StageContext, inputs: list[Run]) -> Run:
@@ -195,6 +195,6 @@ class DenseStage(ModelStage):
         k = min(p.top_k, len(ds.doc_ids))
 
         def one(qid: str, inputs: list[Run]) -> Run:
-            return search_top_k(index, task([p.query_prefix + ds.queries[qid]]), [qid], ds.doc_ids, k)
+            return search_top_k(index, task([[p.query_prefix + ds.queries[qid]]]), [qid], ds.doc_ids, k)
 
         return one

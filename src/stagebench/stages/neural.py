@@ -12,13 +12,15 @@ from typing import Any, ClassVar
 from stagebench.cache import code_identity
 from stagebench.models.resolve import ResolvedModel, resolve_model
 from stagebench.models.variants import VARIANT_CODE, for_placement, onnx_kind, variant_recipe
-from stagebench.runtime.devices import Placement, cpu_class, gpu_worker_placement, place
+from stagebench.errors import StagebenchError
+from stagebench.runtime.devices import Placement, cpu_class, gpu_worker_placement, place, stream_shape
 from stagebench.stages.base import Stage, StageContext
 
 
 class ModelStage(Stage):
-    """A stage that runs a resolved model (params ``model``, ``source``, ``device``, ``precision``):
-    its placement is resolved in :meth:`preflight`, before anything runs, and keyed as resolved."""
+    """A stage that runs a resolved model (params ``model``, ``source``, ``device``, ``precision``,
+    ``streams``): its placement is resolved in :meth:`preflight`, before anything runs, and keyed as
+    resolved (the streams are not: they never change an output)."""
 
     uses_engine = True
     #: what the model does (:data:`stagebench.runtime.devices.ROLES`): what ``precision: auto`` picks
@@ -32,7 +34,11 @@ class ModelStage(Stage):
         return place(p.device, p.precision, backend, f"stage {self.name}", self.role)
 
     def preflight(self) -> None:
-        self.placement()
+        ran = self.what_runs()
+        if ran["runtime"] == "torch" and self.params.streams not in ("auto", 1):
+            raise StagebenchError(f"stage {self.name}: params.streams: {self.params.streams}: {ran['model']} runs on torch "
+                                  f"at {ran['precision']}, one batch at a time (streams: auto or 1; ONNX models run "
+                                  "several)")  # fmt: skip
 
     def identity(self) -> dict[str, Any]:
         """The resolved model and placement; a derived variant (``int8-token``, ``fp32`` of an INT8
@@ -47,7 +53,8 @@ class ModelStage(Stage):
     def what_runs(self) -> dict[str, str]:
         """The model's path as resolved for this machine: device, precision and why, the CPU class
         ``precision: auto`` decided for (on a CPU), the variant of the model that runs (``export``,
-        ``per-token``, ``dequantized``, or the model itself) and the runtime that runs it."""
+        ``per-token``, ``dequantized``, or the model itself), the runtime that runs it, and its streams
+        (batches at once x threads each)."""
         resolved = resolve_model(self.params.model, self.params.source)
         placement, kind = self.placement(), onnx_kind(resolved)
         recipe = variant_recipe(kind, placement, self.role)
@@ -56,6 +63,8 @@ class ModelStage(Stage):
                "runtime": "torch" if kind == "torch" and recipe is None else "onnxruntime"}  # fmt: skip
         if placement.kind == "cpu":
             out["cpu_class"] = cpu_class()
+        n, threads = stream_shape(self.params.streams, placement.kind, out["runtime"])
+        out["streams"] = f"{n} x {threads} thread{'s' if threads > 1 else ''}"
         return out
 
     def model_to_run(self, ctx: StageContext) -> tuple[ResolvedModel, Placement]:

@@ -12,7 +12,7 @@ from functools import partial
 from typing import Any
 
 from stagebench.cache import module_source_hash
-from stagebench.runtime.devices import HardwareParams
+from stagebench.runtime.devices import HardwareParams, StreamParams
 from stagebench.errors import ConfigError
 from stagebench.params import PositiveInt, build, param
 from stagebench.rerank.plugins import build_plugin, check_kwargs, import_target, target_identity
@@ -26,7 +26,7 @@ log = logging.getLogger("stagebench")
 
 
 @dataclass
-class CrossEncoderParams(RerankCommon, HardwareParams):
+class CrossEncoderParams(RerankCommon, HardwareParams, StreamParams):
     model: str = param("cross-encoder/ms-marco-MiniLM-L-12-v2", "a public name, a local folder (e.g. a fine-tuned model) or a hub id")
     source: str = param("auto", "where the model comes from: auto | bundled | hub (docs/models.md)")
     max_length: PositiveInt = param(256, "tokens of query + document; longer pairs are truncated")
@@ -50,7 +50,7 @@ class CrossEncoderStage(ModelStage):
     def _task(self, ctx: StageContext) -> ScoreTask:
         p: CrossEncoderParams = self.params
         resolved, placement = self.model_to_run(ctx)
-        task = ScoreTask(partial(CrossEncoderReranker.placed, resolved, p.source, placement, p.max_length, p.batch_size),
+        task = ScoreTask(partial(CrossEncoderReranker.placed, resolved, p.source, placement, p.max_length, p.batch_size, p.streams),
                          not p.per_query, self.name, f"cross-encoder {p.model}")  # fmt: skip
         where = "Ray workers" if ctx.engine.remote else task.reranker.model.runs_on
         log.info("stage %s: model %s resolved to %s; runs on %s (%s, %s)", self.name, p.model, resolved.origin, where,
