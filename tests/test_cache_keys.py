@@ -375,7 +375,9 @@ def test_bm25_and_dense_params_declared_unkeyed_do_not_change_the_run(dataset):
 #: the stage both ways: a declaration added without such a check fails here
 UNKEYED_CHECKED = {
     "bm25": {"query_batch", "threads"},  # test_bm25_and_dense_params_declared_unkeyed_do_not_change_the_run
-    "dense": {"cache"},  # test_a_warm_cache_gives_what_a_fresh_computation_gives[dense] (slow: the model)
+    "dense": {"cache", "streams"},  # test_a_warm_cache_gives_what_a_fresh_computation_gives[dense] (slow: the model)
+    # streams (dense, cross_encoder): tests/models/test_batch_invariance.py::test_the_streams_never_change_a_bit
+    "cross_encoder": {"streams"},
     "llm_rerank": {"concurrency", "timeout", "retries", "backoff", "price_per_1k_tokens", "api_key_env", "failed_calls"},
     # ^ tests/llm/test_keys.py::test_params_declared_unkeyed_do_not_change_the_run, every method
     "pyterrier": {"queries_per_call"},  # tests/stages/test_pyterrier.py: 1 and 4 queries a call, the same run

@@ -87,7 +87,7 @@ class StreamParams:
     streams: Literal["auto"] | PositiveInt = param(
         "auto", "model batches run at once, each on its own share of the cores (cores / streams threads): auto: one "
         "a core for an ONNX model on a CPU (faster, and steady where other work takes a core: docs/models.md#streams), 1 "
-        "on a GPU and for a model torch runs; never changes an output")
+        "on a GPU and for a model torch runs; never changes an output", affects=())
 
 
 def stream_shape(streams: str | int, device: str, runtime: str) -> tuple[int, int]:
