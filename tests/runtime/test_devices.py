@@ -166,6 +166,10 @@ def test_streams_are_one_a_core_for_onnxruntime_on_a_cpu_and_refused_above_one_f
     assert stream_shape("auto", "cuda", "onnxruntime") == (1, 6)
     assert stream_shape("auto", "cpu", "torch") == (1, 6)
     assert stream_shape(4, "cpu", "onnxruntime") == (4, 1) and stream_shape(2, "cpu", "onnxruntime") == (2, 3)
+    for cores, shape in (("8", (8, 1)), ("12", (6, 2)), ("16", (8, 2)), ("33", (6, 5))):  # a dense unit's 8 batches at most
+        monkeypatch.setenv("STAGEBENCH_THREADS", cores)
+        assert stream_shape("auto", "cpu", "onnxruntime") == shape
+    monkeypatch.setenv("STAGEBENCH_THREADS", "6")
     onnx = DenseStage("d", build(DenseParams, {"device": "cpu"}, "p"))
     onnx.preflight()
     assert onnx.what_runs()["streams"] == "6 x 1 thread" and onnx.what_runs()["runtime"] == "onnxruntime"

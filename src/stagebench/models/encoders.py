@@ -27,7 +27,7 @@ import numpy as np
 
 import stagebench.ui as ui
 from stagebench.errors import StagebenchError
-from stagebench.runtime.devices import Placement, autocast, onnx_providers, stream_shape
+from stagebench.runtime.devices import MOST_AUTO_STREAMS, Placement, autocast, onnx_providers, stream_shape
 from stagebench.runtime.system import compute_threads
 from stagebench.runtime.engine import Engine
 from stagebench.models.resolve import ResolvedModel, loading, on_this_machine
@@ -315,9 +315,9 @@ def token_lengths(model: ResolvedModel, texts: Sequence[str], max_length: int | 
     return [len(e.ids) for i in range(0, len(texts), TOKENIZE_CHUNK) for e in tok.encode_batch(list(texts[i : i + TOKENIZE_CHUNK]))]
 
 
-#: model batches in one engine unit of the dense stage: enough for every stream of a machine's cores to
-#: have one (:class:`OnnxSession`); never changes an embedding (each batch is run as itself)
-BATCHES_PER_UNIT = 8
+#: model batches in one engine unit of the dense stage: one for each stream ``streams: auto`` runs
+#: (:class:`OnnxSession`); never changes an embedding (each batch is run as itself)
+BATCHES_PER_UNIT = MOST_AUTO_STREAMS
 
 
 class EncodeTask:

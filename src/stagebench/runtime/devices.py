@@ -86,20 +86,28 @@ class StreamParams:
     # (tests/models/test_batch_invariance.py)
     streams: Literal["auto"] | PositiveInt = param(
         "auto", "model batches run at once, each on its own share of the cores (cores / streams threads): auto: one "
-        "a core for an ONNX model on a CPU (faster, and steady where other work takes a core: docs/models.md#streams), 1 "
+        "a core (up to 8) for an ONNX model on a CPU (faster, and steady where other work takes a core: docs/models.md#streams), 1 "
         "on a GPU and for a model torch runs; never changes an output", affects=())
+
+
+#: the most streams ``auto`` runs: the model batches of one dense engine unit (``models.encoders.BATCHES_PER_UNIT``
+#: reads it), so that every stream has a batch; past as many cores, each stream gets several threads
+MOST_AUTO_STREAMS = 8
 
 
 def stream_shape(streams: str | int, device: str, runtime: str) -> tuple[int, int]:
     """``(streams, threads each)`` of a model that ``runtime`` (onnxruntime | torch) runs on ``device``:
     ``auto`` is one stream a core for onnxruntime on a CPU (a sequential kernel a batch, no barrier between
     two cores: on a shared 2-core machine one batch on both cores lost a third of its rate whenever the
-    other core was taken), else one; the cores (:func:`compute_threads`) are shared among the streams."""
+    other core was taken) up to :data:`MOST_AUTO_STREAMS`, the cores then shared evenly among them
+    (16 cores: 8 x 2 threads); one stream on a GPU and for torch. The cores are :func:`compute_threads`."""
     cores = compute_threads()
     if streams == "auto":
-        n = cores if runtime == "onnxruntime" and device == "cpu" else 1
-    else:
-        n = int(streams)
+        if runtime != "onnxruntime" or device != "cpu":
+            return 1, cores
+        threads = -(-cores // MOST_AUTO_STREAMS)
+        return cores // threads, threads
+    n = int(streams)
     return n, max(1, cores // n)
 
 
