@@ -46,3 +46,44 @@ def test_int8_onnx_ranks_200_pairs_like_the_sentence_transformers_reference(tmp_
     rho = spearmanr(ref, ours).statistic
     assert rho >= 0.99, rho
     assert np.corrcoef(ref, ours)[0, 1] >= 0.99
+
+
+def test_on_a_gpu_the_bundled_cross_encoder_runs_its_dequantized_weights_in_torch(tmp_path, monkeypatch):
+    """Issue 83: ``fp32`` of the bundled INT8 ONNX cross-encoder off the CPU is a transformers folder of its
+    dequantized weights (torch runs it on the GPU whether or not onnxruntime has a CUDA build). The
+    variant is built and checked on any machine: here it scores real pairs as the ONNX graph's
+    dequantized fp32 form does on the CPU; built with a wrong architecture (6 attention heads, not 12)
+    its check refuses it and nothing is cached."""
+    from stagebench.cache import Cache
+    from stagebench.errors import StagebenchError
+    from stagebench.models import onnx_weights
+    from stagebench.models.encoders import load_cross_encoder
+    from stagebench.models.resolve import resolve_model
+    from stagebench.models.variants import for_placement, onnx_kind, recipe_for, recipe_runtime
+    from stagebench.runtime.devices import Placement
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    model = resolve_model("cross-encoder/ms-marco-MiniLM-L-12-v2")
+    kind, gpu, cpu = onnx_kind(model), Placement("cuda:0", "fp32", "t"), Placement("cpu", "fp32", "t")
+    assert (recipe_for(model, gpu, kind), recipe_runtime(kind, "dequantized-torch")) == ("dequantized-torch", "torch")
+    assert recipe_for(model, cpu, kind) == "dequantized"  # the CPU keeps onnxruntime (streams, measured faster)
+    bge = resolve_model("BAAI/bge-small-en-v1.5")  # another architecture: its dequantized graph stays in onnxruntime
+    assert recipe_for(bge, gpu, onnx_kind(bge), "bi_encoder") == "dequantized"
+
+    cache = Cache(tmp_path / "cache")
+    ran = for_placement(model, gpu, kind, cache, "test")
+    assert ran.backend == "sentence_transformers" and ran.identity.startswith(model.identity + "+dequantized-torch#")
+    pairs = [("stainless steel water bottle", "Insulated stainless steel water bottle, 750 ml, keeps drinks cold 24 h"),
+             ("stainless steel water bottle", "Glass food storage containers with lids, set of 5"),
+             ("kids rain boots", "Waterproof rubber rain boots for toddlers and kids, easy-on handles " * 6)]  # fmt: skip
+    torch_scores = load_cross_encoder(ran, cpu, 256).predict(pairs, 2)
+    onnx_scores = load_cross_encoder(for_placement(model, cpu, kind, cache, "test"), cpu, 256).predict(pairs, 2)
+    assert np.max(np.abs(torch_scores - onnx_scores)) < 1e-4, (torch_scores, onnx_scores)
+    assert torch_scores[0] > torch_scores[1] + 1  # a real ranking, not two equal constants
+
+    entries = sorted(p.name for p in (tmp_path / "cache" / "models").iterdir())
+    monkeypatch.setitem(onnx_weights.BERT_CONFIG, "num_attention_heads", 6)
+    with pytest.raises(StagebenchError, match="score probe pairs up to .* nothing was cached"):
+        for_placement(model, gpu, kind, Cache(tmp_path / "cache2"), "test")
+    assert not any((tmp_path / "cache2" / "models").glob("*/model.safetensors"))
+    assert sorted(p.name for p in (tmp_path / "cache" / "models").iterdir()) == entries

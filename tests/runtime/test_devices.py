@@ -196,7 +196,8 @@ def test_llm_device_and_precision_belong_to_the_in_process_backend(tmp_path):
 
 def test_the_model_a_placement_runs_depends_on_the_role_and_the_device():
     """A torch bi-encoder at fp32 runs its ONNX export on a CPU (the same fp32 arithmetic, measured
-    faster there) and itself on a GPU; a cross-encoder's and a generator's fp32 stay in torch."""
+    faster there) and itself on a GPU; a cross-encoder's and a generator's fp32 stay in torch; an INT8
+    ONNX cross-encoder's fp32 runs in torch on a GPU (no onnxruntime CUDA build needed)."""
     from stagebench.models.variants import variant_recipe
     from stagebench.runtime.devices import Placement
 
@@ -206,6 +207,13 @@ def test_the_model_a_placement_runs_depends_on_the_role_and_the_device():
     assert variant_recipe("torch", cpu, "cross_encoder") is None
     assert variant_recipe("torch", Placement("cpu", "bf16", "t"), "bi_encoder") is None
     assert variant_recipe("torch", Placement("cpu", "int8-token", "t"), "bi_encoder") == "export+per-channel+per-token"
+    # a dynamic INT8 ONNX cross-encoder at fp32: dequantized in onnxruntime on a CPU, in torch on a GPU where its
+    # graph converts (torch_ok), and in onnxruntime for a bi-encoder or a graph that does not
+    int8 = "onnx-dynamic-int8"
+    assert variant_recipe(int8, cpu, "cross_encoder", torch_ok=True) == "dequantized"
+    assert variant_recipe(int8, gpu, "cross_encoder", torch_ok=True) == "dequantized-torch"
+    assert variant_recipe(int8, gpu, "cross_encoder", torch_ok=False) == "dequantized"
+    assert variant_recipe(int8, gpu, "bi_encoder", torch_ok=True) == "dequantized"
     with pytest.raises(StagebenchError, match="unknown model role"):
         place("cpu", "auto", "torch", "t", role="ranker")
 

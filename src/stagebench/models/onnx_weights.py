@@ -1,8 +1,10 @@
 """fp32 torch weights from the bundled INT8 ONNX cross-encoder.
 
-Two uses: the reference the ONNX path is checked against (tests/models/test_onnx_weights.py,
-make perf), and the starting point for fine-tuning the bundled MS MARCO cross-encoder
-offline (stagebench.fitting.train), since an INT8 ONNX graph cannot be trained.
+Three uses: the reference the ONNX path is checked against (tests/models/test_onnx_weights.py,
+make perf), the starting point for fine-tuning the bundled MS MARCO cross-encoder
+offline (stagebench.fitting.train), since an INT8 ONNX graph cannot be trained, and the model a
+GPU runs for it (``fp32`` on a GPU, :mod:`stagebench.models.variants`: torch, whatever
+onnxruntime build is installed).
 
 The fp32 original (cross-encoder/ms-marco-MiniLM-L-12-v2 on the hub) cannot be fetched
 offline. The closest real reference is built here: the INT8 weights of the ONNX graph are
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +34,39 @@ BERT_CONFIG = {
     "max_position_embeddings": 512, "type_vocab_size": 2, "vocab_size": 30522, "layer_norm_eps": 1e-12,
     "num_labels": 1, "id2label": {"0": "LABEL_0"}, "label2id": {"LABEL_0": 0}, "pad_token_id": 0,
 }  # fmt: skip
+
+
+def _shapes_expected() -> dict[str, tuple[int, ...]]:
+    c = BERT_CONFIG
+    h, i = c["hidden_size"], c["intermediate_size"]
+    out = {"bert.embeddings.word_embeddings.weight": (c["vocab_size"], h),
+           "bert.embeddings.position_embeddings.weight": (c["max_position_embeddings"], h),
+           "bert.embeddings.token_type_embeddings.weight": (c["type_vocab_size"], h), "classifier.weight": (1, h)}  # fmt: skip
+    for n in range(c["num_hidden_layers"]):
+        out[f"bert.encoder.layer.{n}.intermediate.dense.bias"] = (i,)
+        out[f"bert.encoder.layer.{n}.attention.self.query.bias"] = (h,)
+    return out
+
+
+def is_reference_architecture(onnx_path: str | Path) -> bool:
+    """Whether an ONNX graph holds the weights of :data:`BERT_CONFIG`'s architecture under the
+    names :func:`build_reference_folder` reads (the bundled MiniLM-L12 cross-encoder's), judged from
+    its initializers' names and shapes alone; read once per file."""
+    p = Path(onnx_path).resolve()
+    stat = p.stat()
+    return _is_reference_architecture(str(p), stat.st_size, stat.st_mtime_ns)
+
+
+@lru_cache(maxsize=16)
+def _is_reference_architecture(path: str, size: int, mtime_ns: int) -> bool:
+    onnx = need("onnx", "reading an ONNX graph's weights")
+    g = onnx.load(path, load_external_data=False).graph
+    dims = {i.name: tuple(i.dims) for i in g.initializer}
+    for name, shape in _shapes_expected().items():
+        got = dims.get(name, dims.get(name + "_quantized"))
+        if got is None or (got != shape and got != shape[::-1]):
+            return False
+    return f"bert.encoder.layer.{BERT_CONFIG['num_hidden_layers']}.attention.self.query.bias" not in dims
 
 
 def dequantized_state_dict(onnx_path: str) -> dict[str, np.ndarray]:

@@ -7,7 +7,12 @@ the rewriting):
   is a function of its own input, whatever it is batched with. From a dynamically quantized
   ONNX graph (the bundled carriers) by rewriting it; from an fp32 ONNX graph by quantizing its
   weights per channel first; from a sentence-transformers model by exporting it to ONNX first.
-* ``fp32`` of a dynamically quantized ONNX graph: its weights dequantized, fp32 activations.
+* ``fp32`` of a dynamically quantized ONNX graph: its weights dequantized, fp32 activations; on a
+  GPU, a cross-encoder of the bundled carrier's architecture runs them in torch
+  (``dequantized-torch``: a transformers folder, :mod:`stagebench.models.onnx_weights`), so the
+  device that ``device: auto`` found through torch runs it, with or without onnxruntime's CUDA build.
+  Built on any machine (the GPU is not needed) and checked there: the folder must score probe pairs
+  as the ONNX graph with the same weights does, or nothing is cached.
 * ``fp32`` of a torch bi-encoder on a CPU: the model exported to ONNX, the same fp32 arithmetic
   run by onnxruntime, measured faster there than torch with the same nDCG@10 (docs/models.md).
 
@@ -31,12 +36,16 @@ import tempfile
 from importlib import metadata
 from pathlib import Path
 
+import numpy as np
+
 from stagebench.cache import Cache, Memo, cache_root, code_identity, make_key, memo
 from stagebench.runtime.devices import Placement
 from stagebench.errors import StagebenchError
+from stagebench.models.encoders import OnnxCrossEncoder, STCrossEncoder
 from stagebench.models.resolve import ResolvedModel, loading
 from stagebench.models.onnx_graphs import (copy_tokenizer, dequantized_fp32, export_encoder, has_dynamic_quantization,
                                     per_token_int8, quantize_dynamic_per_channel)  # fmt: skip
+from stagebench.models.onnx_weights import build_reference_folder, is_reference_architecture
 from stagebench.optional import need
 
 log = logging.getLogger("stagebench")
@@ -64,22 +73,39 @@ def _versions(*dists: str) -> dict[str, str]:
     return out
 
 
+def recipe_for(model: ResolvedModel, placement: Placement, kind: str, role: str = "cross_encoder") -> str | None:
+    """:func:`variant_recipe` for ``model`` (of :func:`onnx_kind` ``kind``): whether its dequantized
+    weights can run in torch is read from its graph, and only where a GPU would run them."""
+    torch_ok = (kind == "onnx-dynamic-int8" and placement.kind != "cpu" and role == "cross_encoder"
+                and is_reference_architecture(Path(model.path) / "model.onnx"))  # fmt: skip
+    return variant_recipe(kind, placement, role, torch_ok)
+
+
+def recipe_runtime(kind: str, recipe: str | None) -> str:
+    """The runtime that runs a model of ``kind`` made by ``recipe``: torch or onnxruntime."""
+    return "torch" if recipe == "dequantized-torch" or (kind == "torch" and recipe is None) else "onnxruntime"
+
+
 def for_placement(model: ResolvedModel, placement: Placement, kind: str, cache: Cache | None, label: str,
                   role: str = "cross_encoder") -> ResolvedModel:  # fmt: skip
     """``model`` itself, or the variant ``placement`` runs for a model of ``role`` (built now, or
     read from ``cache``; without one, from the default cache root: a variant is a file, not a result)."""
-    recipe = variant_recipe(kind, placement, role)
+    recipe = recipe_for(model, placement, kind, role)
     if recipe is None:
         return model
     if recipe == "export" and not exportable(model):
         log.info("%s: %s is not a Transformer + Pooling model; it runs in torch at fp32", label, model.name)
         return model
     parts = {"source": model.identity, "recipe": recipe, "code": code_identity(VARIANT_CODE),
-             "packages": _versions("onnx", "onnxruntime", *(("torch", "transformers") if kind == "torch" else ()))}  # fmt: skip
+             "packages": _versions("onnx", "onnxruntime", *(("torch", "transformers") if kind == "torch" else ()),
+                                   *(("torch", "transformers", "sentence-transformers") if recipe == "dequantized-torch" else ()))}  # fmt: skip
     store = cache if cache is not None else Cache(cache_root())
     m = memo(store, "models", parts, lambda: _build(model, recipe), save=_save, load=lambda entry: entry.path,
              label=label, what=f"{recipe} variant of {model.name}", meta=lambda _: {"model": model.identity, "recipe": recipe})
     folder = _entry_folder(store, m)
+    if recipe == "dequantized-torch":
+        return ResolvedModel(model.name, "sentence_transformers", str(folder), f"{model.origin}, {_DESCRIBE[recipe]} "
+                             f"(derived: {folder})", f"{model.identity}+{recipe}#{m.key[:16]}")  # fmt: skip
     return ResolvedModel(model.name, "onnx", str(folder), f"{model.origin}, {_DESCRIBE[recipe]} (derived: {folder})",
                          f"{model.identity}+{recipe}#{m.key[:16]}", pooling=_pooling(model, folder))  # fmt: skip
 
@@ -90,27 +116,37 @@ _DESCRIBE = {
     "per-channel+per-token": "per-channel INT8 weights, per-token activation scales",
     "export+per-channel+per-token": "exported to ONNX, per-channel INT8 weights, per-token activation scales",
     "dequantized": "INT8 weights dequantized, fp32 activations",
+    "dequantized-torch": "INT8 weights dequantized into a transformers model (torch, fp32)",
 }
 
 
-def variant_recipe(kind: str, placement: Placement, role: str = "cross_encoder") -> str | None:
+def variant_recipe(kind: str, placement: Placement, role: str = "cross_encoder", torch_ok: bool = False) -> str | None:
     """The recipe of the variant ``placement`` runs for a model of ``kind`` (:func:`onnx_kind`) that
     plays ``role`` (:data:`stagebench.runtime.devices.ROLES`), or None: the model itself. A torch
     bi-encoder at fp32 on a CPU runs exported to ONNX: the same fp32 arithmetic through onnxruntime,
-    faster than torch there (docs/models.md#precision)."""
+    faster than torch there (docs/models.md#precision). A dynamic INT8 ONNX cross-encoder at fp32 off
+    the CPU runs its dequantized weights in torch where ``torch_ok`` (its graph converts:
+    :func:`recipe_for`), else in onnxruntime."""
     precision = placement.precision
     if precision == "fp32" and kind == "torch" and role == "bi_encoder" and placement.kind == "cpu":
         return "export"
     if precision == "int8-token":
         return {"onnx-dynamic-int8": "per-token", "onnx": "per-channel+per-token", "torch": "export+per-channel+per-token"}[kind]
     if precision == "fp32" and kind == "onnx-dynamic-int8":
-        return "dequantized"
+        return "dequantized-torch" if torch_ok and placement.kind != "cpu" and role == "cross_encoder" else "dequantized"
     return None
 
 
 def _build(model: ResolvedModel, recipe: str) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix="stagebench-variant-"))
     src = Path(model.path)
+    if recipe == "dequantized-torch":
+        try:
+            _dequantized_torch(model, tmp)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return tmp
     if recipe == "dequantized":
         dequantized_fp32(src / "model.onnx", tmp / "model.onnx")
     elif recipe == "per-token":
@@ -133,6 +169,43 @@ def _build(model: ResolvedModel, recipe: str) -> Path:
     pooling = _pooling(model, src)
     (tmp / "variant.json").write_text(json.dumps({"source": model.identity, "recipe": recipe, "pooling": pooling}) + "\n")
     return tmp
+
+
+#: pairs a ``dequantized-torch`` folder must score as the ONNX graph's dequantized weights do
+_PROBE_PAIRS = (
+    ("wireless earbuds", "Bluetooth 5.3 wireless earbuds with charging case, 30 h playtime, IPX5"),
+    ("mens running shoes size 10", "Lightweight breathable running shoe for men, mesh upper, rubber sole"),
+    ("organic green tea bags", "Stainless steel electric kettle 1.7 L with auto shut-off"),
+    ("usb c cable 2m", "USB-C to USB-C cable, 2 m, 100 W fast charging, braided nylon; for laptops, phones "
+                       "and tablets. " * 4),
+    ("café crème 500ml", "Nespresso-Kapseln, 10 Stück - Ø 3 cm"),
+)  # fmt: skip
+#: the most a probe pair's logit may move between torch and onnxruntime on the same fp32 weights
+#: (float rounding of two runtimes' kernels: 2.9e-6 measured on the bundled cross-encoder)
+PROBE_TOLERANCE = 1e-3
+
+
+def _dequantized_torch(model: ResolvedModel, folder: Path) -> None:
+    """Write ``model``'s INT8 ONNX weights dequantized into a transformers folder, and check on the
+    CPU that it scores :data:`_PROBE_PAIRS` as the ONNX graph's dequantized fp32 form does."""
+    build_reference_folder(model.path, folder)
+    check = Path(tempfile.mkdtemp(prefix="stagebench-variant-check-"))
+    try:
+        dequantized_fp32(Path(model.path) / "model.onnx", check / "model.onnx")
+        copy_tokenizer(Path(model.path), check)
+        cpu = Placement("cpu", "fp32", "the check of a dequantized-torch variant")
+        onnx = OnnxCrossEncoder(ResolvedModel(model.name, "onnx", str(check), "check", "check"), 512, cpu, 1)
+        torch = STCrossEncoder(ResolvedModel(model.name, "sentence_transformers", str(folder), "check", "check"), 512, cpu, 1)
+        moved = float(np.max(np.abs(onnx.predict(_PROBE_PAIRS, 8) - torch.predict(_PROBE_PAIRS, 8))))
+    finally:
+        shutil.rmtree(check, ignore_errors=True)
+    if not moved <= PROBE_TOLERANCE:
+        raise StagebenchError(f"model {model.name!r}: its INT8 weights dequantized into torch score probe pairs up to "
+                              f"{moved:.3g} away from the ONNX graph's (more than {PROBE_TOLERANCE}); nothing was cached. "
+                              "Run it with device: cpu, or install onnxruntime-gpu and give it an fp32 ONNX model")  # fmt: skip
+    log.info("model %s: dequantized into torch; probe pairs within %.2g of the ONNX graph's fp32 scores", model.name, moved)
+    (folder / "variant.json").write_text(json.dumps({"source": model.identity, "recipe": "dequantized-torch",
+                                                     "probe_max_abs_diff": moved}) + "\n")  # fmt: skip
 
 
 def gguf_checkpoint(model: ResolvedModel, cache: Cache, label: str) -> Path:

@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 
 from stagebench.cache import code_identity
 from stagebench.models.resolve import ResolvedModel, resolve_model
-from stagebench.models.variants import VARIANT_CODE, for_placement, onnx_kind, variant_recipe
+from stagebench.models.variants import VARIANT_CODE, for_placement, onnx_kind, recipe_for, recipe_runtime
 from stagebench.errors import StagebenchError
 from stagebench.runtime.devices import Placement, cpu_class, gpu_worker_placement, place, stream_shape
 from stagebench.stages.base import Stage, StageContext
@@ -46,21 +46,20 @@ class ModelStage(Stage):
         resolved = resolve_model(self.params.model, self.params.source)
         placement = self.placement()
         out = {"model": resolved.identity, **placement.key()}
-        if variant_recipe(onnx_kind(resolved), placement, self.role) is not None:
+        if recipe_for(resolved, placement, onnx_kind(resolved), self.role) is not None:
             out["variant_code"] = code_identity(VARIANT_CODE)
         return out
 
     def what_runs(self) -> dict[str, str]:
         """The model's path as resolved for this machine: device, precision and why, the CPU class
         ``precision: auto`` decided for (on a CPU), the variant of the model that runs (``export``,
-        ``per-token``, ``dequantized``, or the model itself), the runtime that runs it, and its streams
+        ``per-token``, ``dequantized``, ``dequantized-torch``, or the model itself), the runtime that runs it, and its streams
         (batches at once x threads each)."""
         resolved = resolve_model(self.params.model, self.params.source)
         placement, kind = self.placement(), onnx_kind(resolved)
-        recipe = variant_recipe(kind, placement, self.role)
+        recipe = recipe_for(resolved, placement, kind, self.role)
         out = {"model": resolved.origin, "device": placement.device, "precision": placement.precision, "why": placement.why,
-               "variant": recipe or "the model itself",
-               "runtime": "torch" if kind == "torch" and recipe is None else "onnxruntime"}  # fmt: skip
+               "variant": recipe or "the model itself", "runtime": recipe_runtime(kind, recipe)}  # fmt: skip
         if placement.kind == "cpu":
             out["cpu_class"] = cpu_class()
         n, threads = stream_shape(self.params.streams, placement.kind, out["runtime"])
