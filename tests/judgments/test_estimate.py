@@ -326,11 +326,14 @@ def test_the_round_s_files_never_lose_the_estimate(sample_round, tmp_path, capsy
     assert f"its rows are sampling round {rec.round}'s, but the record beside it" in view and f"round {other_id}'s" in view
 
 
-def test_the_power_of_a_budget_is_the_fewest_judgments_whose_predicted_interval_excludes_0():
-    """By hand on the simulated case: at the judgments power() names the predicted half-width of the design
-    aimed at the pair is below the predicted difference, one judgment fewer it is not; no predicted
-    difference, no budget."""
-    from stagebench.judgments.estimate import Z95, power
+def test_the_power_of_a_budget_is_the_fewest_judgments_that_settle_it_4_rounds_in_5():
+    """By hand on the simulated case: at the judgments power() names, the predicted standard error of the design
+    aimed at the pair times t_0.975 + t_0.80 (at the units it is expected to draw) is below the predicted
+    difference, one judgment fewer it is not; the half-width at the budget uses the same t; no predicted
+    difference, no budget; never more judgments than there are holes."""
+    from scipy.stats import t as student
+
+    from stagebench.judgments.estimate import power
 
     ranked, qrels, queries, truth = _simulated(5)
     fr = frame(ranked, qrels, queries, 10, LINEAR, 3)
@@ -339,14 +342,25 @@ def test_the_power_of_a_budget_is_the_fewest_judgments_whose_predicted_interval_
     pred = predict(fr, np.clip(y + rng.normal(0, 0.5, len(y)), 0, 3), np.full(len(y), 0.5))
     t = fr.targets.index("a - b")
 
-    def half(n: int) -> float:
+    def se_df(n: int) -> tuple[float, float]:
         pi = inclusion(fr, pred, n, aim=["a - b"]).pi
-        return Z95 * float(np.sqrt(((1 - pi) / pi * pred.A[t]).sum()))
+        return float(np.sqrt(((1 - pi) / pi * pred.A[t]).sum())), max(1.0, pi[pi < 1].sum() - 1)
+
+    def settles(n: int) -> bool:
+        se, df = se_df(n)
+        return (student.ppf(0.975, df) + student.ppf(0.8, df)) * se < abs(pred.point[t])
 
     p = power(fr, pred, "a - b", 40)
-    assert p.difference == pytest.approx(pred.point[t]) and p.half_width == pytest.approx(half(40))
-    assert p.needed is not None and half(p.needed) < abs(p.difference) <= half(p.needed - 1)
-    assert "at 40 judgments the 95% interval would be" in p.line(40)
+    se40, df40 = se_df(40)
+    assert p.difference == pytest.approx(pred.point[t]) and p.half_width == pytest.approx(student.ppf(0.975, df40) * se40)
+    assert p.needed is not None and settles(p.needed) and not settles(p.needed - 1)
+    assert "at 40 judgments the 95% interval would be" in p.line(40) and "with 80% power" in p.line(40)
+    holes = len(fr.holes())
+    assert p.needed <= holes == p.holes
+    tiny = predict(fr, np.full(holes, 1.5), np.full(holes, 2.0))  # a difference no sample short of a census settles
+    far = power(fr, tiny, "a - b", 40)
+    if far.needed is not None and far.needed >= holes:
+        assert f"judging all {holes:,} holes settles it exactly" in far.line(40)
     same = {s: ranked["a"] for s in ranked}  # two identical stages: no difference, no budget settles it
     fr0 = frame(same, qrels, queries, 10, LINEAR, 3)
     assert power(fr0, predict(fr0, np.ones(len(fr0.holes())), np.full(len(fr0.holes()), 0.5)), "a - b", 40).needed is None
@@ -370,15 +384,19 @@ def test_a_sample_aims_where_it_is_told_and_says_what_its_budget_buys(judged_fol
     assert "--aim: for --strategy sample" in capsys.readouterr().err
 
 
-def test_an_open_aimed_pair_says_about_how_many_more_judgments_would_settle_it():
+def test_an_open_aimed_pair_says_about_how_many_more_judgments_would_settle_it_never_more_than_the_holes_left():
     from stagebench.judgments.sampling import EstimatedView
 
     view = EstimatedView("nDCG@10", ["a", "b", "a - b", "a - c"], [0.5, 0.45, 0.05, 0.2], [0.4, 0.3, -0.05, 0.1],
-                         [0.6, 0.6, 0.15, 0.3], 100, 60, "m", "q", ["a - b", "a - c"], 0)  # fmt: skip
-    # a - b: half-width 0.10 against 0.05: 100 * (2^2 - 1) = 300 more; a - c is settled: nothing to say
-    assert view.more() == ["a - b: open at 100 judgments; about 300 more judgments would settle it if the estimate "
-                           "+0.0500 holds (the interval narrows as 1/sqrt(judgments))"]
+                         [0.6, 0.6, 0.15, 0.3], 100, 60, "m", "q", ["a - b", "a - c"], 0, holes_left=5000)  # fmt: skip
+    # a - b: standard error 0.10 / 1.96 against 0.05: 80% power at se = 0.05 / 2.80, so 100 * ((2.80 / 1.96 * 0.10 / 0.05)^2 - 1)
+    more = round(100 * ((2.8015852 / 1.959964 * 0.10 / 0.05) ** 2 - 1))
+    assert view.more() == [f"a - b: open at 100 judgments; about {more:,} more judgments would settle it with 80% power "
+                           "if the estimate +0.0500 holds (the standard error narrows as 1/sqrt(judgments))"]
     assert view.more()[0] in view.text()
+    few = EstimatedView(**{**vars(view), "holes_left": 701})  # fewer holes left than that: a census of them settles it
+    assert few.more() == ["a - b: open at 100 judgments; judging the remaining 701 holes settles it exactly (fewer would "
+                          "not settle it with 80% power if the estimate +0.0500 holds)"]
 
 
 def test_a_round_with_the_learned_grade_model_plans_and_estimates(judged_folder, tmp_path):
@@ -404,3 +422,21 @@ def test_hide_hides_that_share_of_every_pair_in_any_top_k_judged_or_not(judged_f
     assert 0 < judged < len(pooled)  # both kinds are there to hide
     main = {r.stage: r.metrics["nDCG@10"] for r in api.open(judged_folder).stage_table.rows}
     assert cov.truth == pytest.approx({**main, **{t: v for t, v in cov.truth.items() if " - " in t}}, abs=1e-6)  # 6 decimals
+
+
+@pytest.mark.parametrize("design", ["query", "hole"])
+def test_any_budget_plans_a_capped_round_and_its_rounds_cover(judged_folder, tmp_path, design):
+    """Budgets from 1 to past the largest whole-query unit, as a user asks for them: a worksheet of rows never
+    above the budget, every drawn unit's probability recorded (in (0, 1]), and simulated rounds whose
+    intervals hold the truth and stay inside what nDCG can be (a budget of 20 crashed: no draw within 19..20
+    rows in 100000 tries)."""
+    for budget in (1, 5, 20):
+        sheet = api.plan_judgments(judged_folder, budget, tmp_path / f"{design}{budget}.csv", strategy="sample", seed=4,
+                                   design=design)  # fmt: skip
+        rec = Record.read(Path(design_path(str(sheet.csv))).read_text(), "x")
+        assert 1 <= sheet.pairs <= budget and sheet.pairs == sum(len(u["docids"]) for u in rec.units)
+        assert all(0 < u["probability"] <= 1 for u in rec.units)
+    cov = api.simulate_estimates(judged_folder, [1, 20], rounds=30, hide=0.5, seed=2, designs=[design])
+    for row in cov.rows:
+        assert row.judged_max <= row.budget and row.worst[1] >= 0.9, (row.budget, row.judged_max, row.worst)
+        assert all(w <= (2 if " - " in t else 1) + 1e-12 for t, w in row.width.items())

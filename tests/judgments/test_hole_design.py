@@ -189,3 +189,29 @@ def test_the_hole_design_judges_whole_the_queries_whose_ideal_rests_on_their_hol
     flat = Sampler.over("hole", RANKED, QRELS, ["q1", "q2"], 3, LINEAR, 3,
                         lambda holes: (np.full((len(holes), 4), 0.25), GAINS))  # fmt: skip
     assert len(flat.fr.units) == 5  # no prior: every hole a unit
+
+
+def test_a_capped_draw_in_a_range_few_poisson_draws_reach_is_still_the_design():
+    """Whole queries of 1 to 15 rows against a budget of 20 (the range 19..20 that a Poisson draw almost never
+    hits): the draw is taken from the conditional law directly, so it never fails, never passes the budget,
+    and each unit comes up as often as its exact probability says; a unit of more rows than the budget has
+    probability 0, and the estimator bounds its part instead of estimating it."""
+    from stagebench.judgments.estimate import Frame, QueryFrame, Unit, unreached
+
+    rng = np.random.default_rng(7)
+    cost = np.concatenate([rng.integers(1, 16, 40), [25, 30]])
+    target = np.minimum(20 * np.ones(len(cost)) / cost.sum(), 1.0)
+    capped = condition(target, cost, 20)
+    assert capped.pi[-2:].tolist() == [0.0, 0.0] and capped.kept > 0
+    gen = np.random.default_rng(0)
+    hits, rows = np.zeros(len(cost)), []
+    for _ in range(3000):
+        m = capped.draw(gen)
+        rows.append(int(cost[m].sum()))
+        hits += m
+    assert 19 <= min(rows) and max(rows) <= 20
+    assert np.abs(hits / 3000 - capped.pi).max() < 0.035 and hits[-2:].sum() == 0
+    q = QueryFrame("q", ("d",), np.ones((2, 1)), np.zeros(2), (), 10, None)
+    fr = Frame(["a", "b"], [q, q], [Unit("q", ("d",), 0, single=False)], 10, [("a", "b")])
+    slack = unreached(fr, np.array([[0.2], [0.1], [0.1]]), np.array([0.0]))
+    np.testing.assert_allclose(slack, [0.3, 0.4, 0.6])  # the most a query's share (1/2 of [0, 1]) can move from 0.2, 0.1

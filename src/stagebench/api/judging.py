@@ -186,6 +186,15 @@ def write_worksheet(folder: str | Path, budget: int, output: str | Path, strateg
         design = est.sampler.probabilities(budget, targets, pred)
         powers = [est.sampler.power(t, budget, pred).line(budget) for t in design.aimed if " - " in t]
         drawn = est.sampler.draw(design, seed)
+        too_big = [u for u, p in zip(est.fr.units, design.pi) if p <= 0 and u.cost > budget]
+        if too_big:  # a whole query of more holes than the budget: no capped draw can take it
+            log.warning("%s: %d whole %s (%d holes, the largest %d) %s more holes than the budget of %d: no draw can "
+                        "take %s, so %s part of the estimate is bounded (a query's nDCG lies in 0..1) rather than "
+                        "estimated, and widens the interval; a budget of %d reaches every unit", g.rf.path, len(too_big),
+                        "query" if len(too_big) == 1 else "queries", sum(u.cost for u in too_big),
+                        max(u.cost for u in too_big), "has" if len(too_big) == 1 else "have", budget,
+                        "it" if len(too_big) == 1 else "one", "its" if len(too_big) == 1 else "their",
+                        max(u.cost for u in est.fr.units))  # fmt: skip
         units = [est.fr.units[i] for i in drawn]
         aims = "; ".join(design.aimed)
         record = Record(str(g.rf.path), file_digest(g.rf.path / "qrels.trec"), g.measure.name, est.predictor, budget,

@@ -312,46 +312,71 @@ def inclusion(fr: Frame, pred: Prediction, budget: int, aim: Sequence[str] | Non
     return Design(pi, [names[t] for t in chosen], reach)
 
 
+#: the normal quantile of 80% power: a difference settles in 80% of rounds when it is (t_0.975 + Z80) standard
+#: errors from 0 (the interval's own quantile, then 0.84 more)
+Z80 = 0.8416212335729143
+
+
 @dataclass(frozen=True)
 class Power:
     """What a budget buys one pair if the grade model is right: its predicted difference, the 95% interval's
-    predicted half-width at the budget, and the judgments that would settle it at 95% (None: the model
-    predicts no difference, and no budget settles a difference of 0)."""
+    predicted half-width at the budget (Student's t at the units the budget is expected to draw, as the
+    estimate's interval uses), and the judgments that settle it with 80% power - the interval excludes 0 in 4
+    rounds of 5 - never more than the holes there are (None: the model predicts no difference, and no budget
+    settles a difference of 0; ``holes``: the design's holes, a census of which settles any difference)."""
 
     target: str
     difference: float
     half_width: float
     needed: int | None
+    holes: int = 0
 
     def line(self, budget: int) -> str:
         settled = "settled" if abs(self.difference) > self.half_width else "not settled"
-        need = ("no budget settles it: the model predicts no difference" if self.needed is None else
-                f"about {self.needed:,} judgments would settle it")  # fmt: skip
+        if self.needed is None:
+            need = "no budget settles it: the model predicts no difference"
+        elif self.holes and self.needed >= self.holes:
+            need = f"judging all {self.holes:,} holes settles it exactly (no smaller budget settles it with 80% power)"
+        else:
+            need = f"about {self.needed:,} judgments would settle it with 80% power"
         return (f"{self.target}: the model predicts {self.difference:+.4f}; at {budget:,} judgments the 95% interval "
                 f"would be +-{self.half_width:.4f} ({settled}); {need} (if the model is right)")  # fmt: skip
+
+
+def _quantiles(pi: np.ndarray) -> tuple[float, float]:
+    """Student's t at 97.5% and at 80% for the units a design with ``pi`` is expected to draw with chance
+    below 1 (the degrees of freedom its interval will have, at most)."""
+    df = max(1.0, float(pi[pi < 1].sum()) - 1.0)
+    return float(student_t.ppf(0.975, df)), float(student_t.ppf(0.80, df))
 
 
 def power(fr: Frame, pred: Prediction, target: str, budget: int) -> Power:
     """:class:`Power` of the design aimed at ``target`` alone: its predicted variance
     ``sum (1 - pi) / pi * A`` at each budget, the fewest judgments (a bisection over the budget) whose
-    1.96 standard errors fall below the predicted difference. A guide, as the design's allocation is: the
-    interval a round gets is the sample's, not this prediction."""
+    standard error is below the predicted difference over ``t_0.975 + t_0.80`` (80% power). A guide, as the
+    design's allocation is: the interval a round gets is the sample's, not this prediction."""
     t = fr.targets.index(target)
     cost = float(sum(u.cost for u in fr.units))
     d = float(pred.point[t])
 
-    def half_width(n: float) -> float:
+    def se(n: float) -> tuple[float, np.ndarray]:
         pi = inclusion(fr, pred, int(n), aim=[target]).pi
-        return Z95 * float(np.sqrt(((1 - pi) / np.maximum(pi, 1e-300) * pred.A[t]).sum()))
+        return float(np.sqrt(((1 - pi) / np.maximum(pi, 1e-300) * pred.A[t]).sum())), pi
 
-    at_budget = half_width(min(budget, cost))
+    s_b, pi_b = se(min(budget, cost))
+    at_budget = _quantiles(pi_b)[0] * s_b
     if abs(d) <= 1e-12:
-        return Power(target, d, at_budget, None)
+        return Power(target, d, at_budget, None, int(cost))
+
+    def settles(n: int) -> bool:
+        s_n, pi_n = se(n)
+        return sum(_quantiles(pi_n)) * s_n < abs(d)
+
     lo, hi = 0, int(cost)  # a census settles any difference: its interval has width 0
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if half_width(mid) < abs(d) else (mid, hi)
-    return Power(target, d, at_budget, hi)
+        lo, hi = (lo, mid) if settles(mid) else (mid, hi)
+    return Power(target, d, at_budget, hi, int(cost))
 
 
 def draw(pi: np.ndarray, seed: int | Sequence[int] | np.random.Generator) -> np.ndarray:
@@ -370,19 +395,32 @@ class Estimate:
     units: int
     judged: int
     df: np.ndarray
+    #: what no draw of the budget could reach (units of more rows than the budget: :func:`unreached`),
+    #: bounded rather than estimated and added to the half-width; None: every unit could be drawn
+    slack: np.ndarray | None = None
 
     @property
     def half_width(self) -> np.ndarray:
-        """Student's t at 97.5% with the Welch-Satterthwaite degrees of freedom, times the standard error."""
-        return student_t.ppf(0.975, np.maximum(self.df, 1.0)) * self.se
+        """Student's t at 97.5% with the Welch-Satterthwaite degrees of freedom, times the standard error
+        (plus the unreached units' bound, :attr:`slack`)."""
+        hw = student_t.ppf(0.975, np.maximum(self.df, 1.0)) * self.se
+        return hw if self.slack is None else hw + self.slack
+
+    @property
+    def _range(self) -> tuple[np.ndarray, np.ndarray]:
+        """What each target can be at all: a stage's mean nDCG in [0, 1], a pair's difference in [-1, 1]."""
+        pair = np.array([" - " in t for t in self.targets], dtype=bool)
+        return np.where(pair, -1.0, 0.0), np.ones(len(self.targets))
 
     @property
     def low(self) -> np.ndarray:
-        return self.value - self.half_width
+        """The interval's lower end, never below what the target can be (a tiny budget's interval is wider
+        than the range: cut to it, it still holds the truth whenever the uncut one does)."""
+        return np.maximum(self.value - self.half_width, self._range[0])
 
     @property
     def high(self) -> np.ndarray:
-        return self.value + self.half_width
+        return np.minimum(self.value + self.half_width, self._range[1])
 
     def settled(self, target: str) -> int:
         """+1: the interval lies above 0, -1: below, 0: it holds 0."""
@@ -447,7 +485,22 @@ def estimate(fr: Frame, means: np.ndarray, pi: np.ndarray, drawn: Sequence[int],
              + (r[:, ~sure] / p[~sure]).sum(axis=1))  # fmt: skip
     r = np.where(sure, 0.0, r)
     var, df = variance(r, pi, idx, None if variances is None else fr.sensitivity(means, variances))
-    return Estimate(fr.targets, value, np.sqrt(var), len(idx), len(sampled), df)
+    return Estimate(fr.targets, value, np.sqrt(var), len(idx), len(sampled), df, unreached(fr, P_all, pi))
+
+
+def unreached(fr: Frame, P: np.ndarray, pi: np.ndarray) -> np.ndarray | None:
+    """The most the units no draw can reach (``pi`` 0: a whole query of more holes than the budget, which no
+    capped draw can take) can move each target away from their predictions ``P`` (targets x units): a query's
+    nDCG lies in [0, 1], so its share of a stage's mean in [0, 1/n] and of a pair's difference in [-1/n, 1/n].
+    Added to the interval's half-width, it keeps the interval valid at any budget (a bound, not an estimate:
+    a budget that reaches every unit has none). None: every unit can be drawn."""
+    out = np.flatnonzero(pi <= 0)
+    if not len(out):
+        return None
+    n, s = len(fr.queries), len(fr.stages)
+    lo = np.where(np.arange(len(P)) < s, 0.0, -1.0 / n)[:, None]
+    hi = np.full((len(P), 1), 1.0 / n)
+    return np.maximum(np.abs(P[:, out] - lo), np.abs(hi - P[:, out])).sum(axis=1)
 
 
 def variance(r: np.ndarray, pi: np.ndarray, drawn: np.ndarray, A: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
@@ -466,10 +519,11 @@ def variance(r: np.ndarray, pi: np.ndarray, drawn: np.ndarray, A: np.ndarray | N
         ok = a > 0
         scale = np.where(ok, r**2 / np.where(ok, a, 1.0), 0.0) / p
         s2 = scale.sum(axis=1) / np.maximum((ok / p).sum(axis=1), 1e-300)
-        floor = s2 * ((1 - pi) / np.maximum(pi, 1e-300) * A).sum(axis=1)
+        reach = pi > 0  # a unit no draw can reach is bounded, not estimated (:func:`unreached`)
+        floor = s2 * np.where(reach, (1 - pi) / np.where(reach, pi, 1.0) * A, 0.0).sum(axis=1)
         var = np.maximum(var, floor)
     return var, df
 
 
-__all__ = ["UNIFORM_SHARE", "Z95", "Design", "Estimate", "Frame", "Power", "Prediction", "QueryFrame", "Unit", "draw",
-           "estimate", "frame", "inclusion", "power", "predict", "variance"]  # fmt: skip
+__all__ = ["UNIFORM_SHARE", "Z80", "Z95", "Design", "Estimate", "Frame", "Power", "Prediction", "QueryFrame", "Unit", "draw",
+           "estimate", "frame", "inclusion", "power", "predict", "unreached", "variance"]  # fmt: skip

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from stagebench.judgments.estimate import MIN_REFIT, Estimate, Frame, Prediction, variance
+from stagebench.judgments.estimate import MIN_REFIT, Estimate, Frame, Prediction, unreached, variance
 from stagebench.judgments.grades import prior_shift
 
 
@@ -215,7 +215,7 @@ def estimate_units(fr: Frame, dist: np.ndarray, gains: np.ndarray, pi: np.ndarra
     r = F - pred.P[:, idx]
     value = pred.known + pred.P.sum(axis=1) + (r / p).sum(axis=1)
     var, df = variance(r, pi, idx, pred.A if floor else None)
-    return Estimate(lin.targets, value, np.sqrt(var), len(idx), len(holes), df)
+    return Estimate(lin.targets, value, np.sqrt(var), len(idx), len(holes), df, unreached(fr, pred.P, pi))
 
 __all__ = ["Linear", "cumulative", "discounts", "estimate_units", "exact", "judged_shares", "linearise",
            "unit_prediction"]

@@ -22,7 +22,7 @@ import numpy as np
 
 from stagebench.errors import StagebenchError
 from stagebench.judgments.design import CAPPED, DESIGNS, POISSON, QUERY, Sampler
-from stagebench.judgments.estimate import Estimate, Frame
+from stagebench.judgments.estimate import Z80, Z95, Estimate, Frame
 from stagebench.judgments.grades import (GRADE_MODELS, BinnedScores, GradePredictor, PairFeatures, Quality,
                                          cross_fitted_quality)
 from stagebench.runs import Run
@@ -166,6 +166,7 @@ class EstimatedView:
     aimed: list[str]
     left_out: int  # graded rows outside the sample: in the main table, not in the estimate
     refused: str = ""
+    holes_left: int = 0  # the holes the round left unjudged (0: a view written before it was kept)
 
     def as_json(self) -> str:
         return json.dumps(vars(self), indent=1) + "\n"
@@ -207,17 +208,24 @@ class EstimatedView:
         return "\n".join(lines) + "\n"
 
     def more(self) -> list[str]:
-        """For each aimed pair the round left open, about how many more judgments would settle it: the
-        interval's width shrinks as 1/sqrt(judgments), if the estimate holds (a guide for the next round)."""
+        """For each aimed pair the round left open, about how many more judgments would settle it with 80%
+        power if the estimate holds - the standard error shrinking as 1/sqrt(judgments) until it is the
+        estimate over ``1.96 + 0.84`` - never more than the holes left: past them, judging the remaining holes
+        settles it exactly (a census has no interval). A guide for the next round, as the plan's power is."""
         out = []
         for t, v, lo, hi in zip(self.targets, self.value, self.low, self.high):
             if t not in self.aimed or lo > 0 or hi < 0 or not self.judged:
                 continue
-            half = (hi - lo) / 2
-            more = "no number of judgments: the estimate is 0" if abs(v) < 1e-12 else \
-                f"about {max(1, round(self.judged * ((half / abs(v)) ** 2 - 1))):,} more judgments"  # fmt: skip
-            out.append(f"{t}: open at {self.judged:,} judgments; {more} would settle it if the estimate {v:+.4f} "
-                       "holds (the interval narrows as 1/sqrt(judgments))")  # fmt: skip
+            se = (hi - lo) / 2 / Z95
+            more = None if abs(v) < 1e-12 else max(1, round(self.judged * (((Z95 + Z80) * se / abs(v)) ** 2 - 1)))
+            if more is not None and self.holes_left and more >= self.holes_left:
+                out.append(f"{t}: open at {self.judged:,} judgments; judging the remaining {self.holes_left:,} holes "
+                           "settles it exactly (fewer would not settle it with 80% power if the estimate "
+                           f"{v:+.4f} holds)")  # fmt: skip
+                continue
+            said = "no number of judgments: the estimate is 0" if more is None else f"about {more:,} more judgments"
+            out.append(f"{t}: open at {self.judged:,} judgments; {said} would settle it with 80% power if the estimate "
+                       f"{v:+.4f} holds (the standard error narrows as 1/sqrt(judgments))")  # fmt: skip
         return out
 
 
@@ -251,7 +259,7 @@ def estimated_view(smp: Sampler, rec: Record, graded: Mapping[tuple[str, str], i
     e: Estimate = smp.estimate(pi, idx, drawn_gains)
     left_out = sum(1 for h in graded if h not in sample)
     return EstimatedView(rec.measure, names, e.value.tolist(), e.low.tolist(), e.high.tolist(), e.judged, e.units,
-                         predictor, quality, rec.aimed, left_out)  # fmt: skip
+                         predictor, quality, rec.aimed, left_out, holes_left=len(fr.holes()) - e.judged)  # fmt: skip
 
 
 __all__ = ["DESIGN_KIND", "ESTIMATE", "EstimatedView", "Record", "design_path", "estimated_view",
