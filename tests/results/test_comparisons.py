@@ -12,6 +12,7 @@ import re
 import pytest
 
 import stagebench
+from stagebench.stats import bootstrap_ci
 from stagebench.errors import ConfigError
 from stagebench.api.ground import ground
 from stagebench.judgments.pool import filled_qrels
@@ -45,7 +46,11 @@ def test_siblings_are_tested_against_each_other_by_default_and_lead_the_table(tm
         diffs = [per["rrf1"][m][q] - per["rrf60"][m][q] for q in per["rrf1"][m]]
         assert c["difference"] == pytest.approx(sum(diffs) / len(diffs), abs=1e-6)
         assert c["wins"] == sum(d > 1e-12 for d in diffs) and c["losses"] == sum(d < -1e-12 for d in diffs)
-        assert c["wins"] + c["ties"] + c["losses"] == len(diffs) and c["ci95"][0] <= c["difference"] <= c["ci95"][1]
+        assert c["wins"] + c["ties"] + c["losses"] == len(diffs) and c["ci"][0] <= c["difference"] <= c["ci"][1]
+        # the interval adjusted as the p is: simultaneous over the 6 comparisons Holm is over (Bonferroni)
+        assert c["ci_level"] == pytest.approx(1 - 0.05 / 6) and c["comparisons"] == 6
+        assert c["ci"] == pytest.approx(bootstrap_ci(diffs, 2000, 42, level=1 - 0.05 / 6), abs=1e-6)
+        assert f"[{c['ci'][0]:+.4f}, {c['ci'][1]:+.4f}] (99.1667%)" in text
         p = next(x for x in sig if (x["a"], x["b"], x["metric"]) == ("rrf1", "rrf60", m))["p_rand_holm"]
         assert c["p"] == p and c["holes"] in ("open", "settled")
         assert any(line.startswith("rrf1 - rrf60") and m in line for line in text.splitlines())

@@ -84,11 +84,12 @@ def tables(table: StageTable) -> list[tuple[str, list[str], list[list[str]], int
     if head:  # the question a team came with leads: two stages over one input, or the pairs it named
         estimated = len(head[0]) > 7
         out.insert(0, ("Head to head: stages over the same input and the pairs the config names (a - b: the difference "
-                       "of the means, 95% bootstrap interval of the per-query differences, p Holm-adjusted as the marks, "
+                       "of the means, its bootstrap interval of the per-query differences adjusted as the p is (simultaneous over "
+                       "the comparisons Holm is over: level 1 - alpha / comparisons, Bonferroni), p Holm-adjusted as the marks, "
                        "wins/ties/losses over the queries; holes: whether the bounds settle the order"
                        + ("; estimated view: the difference with every hole graded, from the sampling round, and its 95% "
                           "interval" if estimated else "") + ")",
-                       ["a - b", "measure", "difference", "95% CI", "p", "W/T/L", "holes",
+                       ["a - b", "measure", "difference", "interval (adjusted)", "p (Holm)", "W/T/L", "holes",
                         *(["estimated view"] if estimated else [])], head, 2))  # fmt: skip
     for r in rows:
         if r.depths:
@@ -111,7 +112,7 @@ def head_rows(rows: Sequence[StageRow], metrics: Sequence[str]) -> list[list[str
                 if c is None:
                     continue
                 e = c.get("estimated")
-                out.append([f"{r.stage} - {other}", m, f"{c['difference']:+.4f}", f"[{c['ci95'][0]:+.4f}, {c['ci95'][1]:+.4f}]",
+                out.append([f"{r.stage} - {other}", m, f"{c['difference']:+.4f}", f"[{c['ci'][0]:+.4f}, {c['ci'][1]:+.4f}] ({100 * c['ci_level']:g}%)",
                             format_p(c["p"]), f"{c['wins']}/{c['ties']}/{c['losses']}", c["holes"],
                             "-" if e is None else f"{e['difference']:+.4f} [{e['ci95'][0]:+.4f}, {e['ci95'][1]:+.4f}] "
                             + ("settled" if e["settled"] else "open")])  # fmt: skip

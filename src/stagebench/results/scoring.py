@@ -248,20 +248,25 @@ def p_key(ev: Any) -> str:
 def head_to_head(head: list[tuple[str, str]], comps: list[stats.PairTest], evals: dict, queries: list[str],
                  metric_names: list[str], letters: dict[str, str], unsettled: dict, ev: Any) -> dict[str, dict]:  # fmt: skip
     """For each head-to-head pair (a, b) (siblings, named pairs): stage a -> b -> measure -> the difference
-    of the means, the 95% bootstrap interval of the per-query differences, the Holm-adjusted p of the
-    evaluation's test, wins/ties/losses over the queries, and whether the holes' bounds settle the order
-    (``open`` where they do not, or the measure has no bounds)."""
+    of the means, its bootstrap interval of the per-query differences adjusted as the p is - simultaneous
+    over the comparisons the Holm correction is over (Bonferroni: level ``1 - alpha / m``, ``ci_level``), so
+    an interval that excludes 0 sits beside a p below alpha, never beside one that says nothing - the
+    Holm-adjusted p of the evaluation's test, wins/ties/losses over the queries, and whether the holes'
+    bounds settle the order (``open`` where they do not, or the measure has no bounds)."""
     key = p_key(ev)
     by = {(c.a, c.b, c.metric): c for c in comps}
+    family = {m: sum(1 for c in comps if c.metric == m) for m in metric_names}
     out: dict[str, dict] = {}
     for a, b in head:
         for m in metric_names:
             c = by[(a, b, m)]
             diffs = [evals[a].per_query[m][q] - evals[b].per_query[m][q] for q in queries]
-            lo, hi = stats.bootstrap_ci(diffs, ev.bootstrap, ev.seed)
+            level = 1 - ev.alpha / family[m]
+            lo, hi = stats.bootstrap_ci(diffs, ev.bootstrap, ev.seed, level=level)
             holes = "open" if letters[b] in unsettled.get(a, {}).get(m, []) else "settled"
             out.setdefault(a, {}).setdefault(b, {})[m] = {
-                "difference": round(c.mean_a - c.mean_b, 6), "ci95": [round(lo, 6), round(hi, 6)],
+                "difference": round(c.mean_a - c.mean_b, 6), "ci": [round(lo, 6), round(hi, 6)],
+                "ci_level": round(level, 6), "comparisons": family[m],
                 "p": getattr(c, key), "wins": c.wins, "ties": c.ties, "losses": c.losses, "holes": holes}
     return out
 
