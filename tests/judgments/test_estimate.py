@@ -440,3 +440,25 @@ def test_any_budget_plans_a_capped_round_and_its_rounds_cover(judged_folder, tmp
     for row in cov.rows:
         assert row.judged_max <= row.budget and row.worst[1] >= 0.9, (row.budget, row.judged_max, row.worst)
         assert all(w <= (2 if " - " in t else 1) + 1e-12 for t, w in row.width.items())
+
+
+def test_a_simulated_round_reports_its_width_against_the_oracle_design_and_the_plans_prediction(judged_folder):
+    """--simulate knows the truth, so each budget's row carries the oracle design's width for every pair (the
+    model refitted to the true grades, Neyman's allocation for that pair's true residuals: never wider than the
+    real design's on average) and the width the plan predicted; at a census the oracle's width is 0."""
+    from stagebench.api.ground import estimation
+    from stagebench.judgments.coverage import oracle_widths
+
+    cov = api.simulate_estimates(judged_folder, [30], rounds=20, hide=0.5, seed=3, designs=["query"])
+    for row in cov.rows:
+        assert set(row.oracle) == set(cov.pairs) and set(row.predicted) == set(cov.targets)
+        assert row.ratio() >= 1.0 and all(w >= 0 for w in row.oracle.values())
+        assert f"{row.ratio():.2f}" in cov.text() and "width/oracle" in cov.text()
+    json_row = cov.as_json()["rows"][0]
+    assert json_row["width_over_oracle"] == pytest.approx(cov.rows[0].ratio())
+    smp = estimation(ground(judged_folder), None).sampler
+    y = smp.gains[np.random.default_rng(0).integers(0, len(smp.gains), len(smp.fr.holes()))]
+    assert all(w == 0 for w in oracle_widths(smp, y, int(smp.cost.sum())).values())
+    assert any(w > 0 for w in oracle_widths(smp, y, 5).values())
+    top = np.full(len(y), float(smp.gains[-1]))  # a model refitted to a truth of one grade predicts it exactly
+    assert all(w == 0 for w in oracle_widths(smp, top, 5).values())

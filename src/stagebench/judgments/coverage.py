@@ -13,8 +13,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from stagebench.judgments.design import Sampler
-from stagebench.judgments.linear import exact
+from scipy.stats import t as student_t
+
+from stagebench.judgments.design import HOLE, Sampler
+from stagebench.judgments.estimate import Z95, Prediction, allocate
+from stagebench.judgments.grades import prior_shift
+from stagebench.judgments.linear import exact, unit_prediction
 
 
 @dataclass
@@ -33,6 +37,20 @@ class Budgeted:
     wrong: dict[str, float]  # pair -> share of rounds settled in the wrong order
     aimed: list[str]
     seconds_per_round: float
+    #: pair -> the oracle design's interval width at this budget (:func:`oracle_widths`)
+    oracle: dict[str, float] = field(default_factory=dict)
+    #: target -> the interval width the plan predicts for this design (its power line's, before any sample)
+    predicted: dict[str, float] = field(default_factory=dict)
+
+    def ratio(self) -> float:
+        """The median over the pairs of the mean width over the oracle design's (nan: no oracle)."""
+        r = [self.width[t] / w for t, w in self.oracle.items() if w > 0]
+        return float(np.median(r)) if r else float("nan")
+
+    def power_error(self) -> float:
+        """The median over the pairs of predicted width / observed mean width - 1 (nan: none predicted)."""
+        r = [w / self.width[t] - 1 for t, w in self.predicted.items() if " - " in t and self.width[t] > 0]
+        return float(np.median(r)) if r else float("nan")
 
     @property
     def worst(self) -> tuple[str, float]:
@@ -59,12 +77,13 @@ class Coverage:
             out.append(f"grade model: {name} (its own estimate before any sample: "
                        + ", ".join(f"{t} {v:.4f}" for t, v in self.model[name].items() if " - " not in t) + ")")
             out.append(f"{'design':<6}  {'budget':>6}  {'judged':>7}  {'max':>5}  {'rounds':>6}  {'worst coverage':<34}  "
-                       f"{'settled (median)':>16}  {'wrong order (max)':>17}  {'s/round':>7}")
+                       f"{'settled (median)':>16}  {'wrong order (max)':>17}  {'width/oracle':>12}  {'predicted/observed':>18}  "
+                       f"{'s/round':>7}")  # fmt: skip
             for r in rows:
                 t, c = r.worst
                 out.append(f"{r.design:<6}  {r.budget:>6}  {r.judged_mean:>7.0f}  {r.judged_max:>5}  {r.rounds:>6}  {f'{c:.3f} ({t})':<34}  "
                            f"{f'{np.median(r.settled_right):.0f} of {len(self.pairs)}':>16}  {max(r.wrong.values(), default=0):>17.3f}  "
-                           f"{r.seconds_per_round:>7.3f}")  # fmt: skip
+                           f"{r.ratio():>12.2f}  {r.power_error() + 1:>18.2f}  {r.seconds_per_round:>7.3f}")  # fmt: skip
             out.append(f"{'target':<36}" + "".join(f"  {f'cov@{r.budget}{r.design[0]}':>9}  {f'width@{r.budget}{r.design[0]}':>12}"
                                                    for r in rows))  # fmt: skip
             for t in self.targets:
@@ -75,7 +94,8 @@ class Coverage:
     def as_json(self) -> dict:
         return {"targets": self.targets, "pairs": self.pairs, "truth": self.truth, "model": self.model,
                 "notes": self.notes,
-                "rows": [{**vars(r), "worst": list(r.worst), "settled_median": float(np.median(r.settled_right))}
+                "rows": [{**vars(r), "worst": list(r.worst), "settled_median": float(np.median(r.settled_right)),
+                          "width_over_oracle": r.ratio(), "predicted_over_observed": r.power_error() + 1}
                          for r in self.rows]}  # fmt: skip
 
 
@@ -90,6 +110,47 @@ def orders(low: np.ndarray, high: np.ndarray, theta: np.ndarray) -> tuple[np.nda
     right = ((low > 0) & (theta > 0)) | ((high < 0) & (theta < 0))
     wrong = ((low > 0) & (theta <= 0)) | ((high < 0) & (theta >= 0))
     return right, wrong
+
+
+def oracle_widths(smp: Sampler, truth_gains: np.ndarray, budget: int) -> dict[str, float]:
+    """Each pair's 95% interval width under the oracle design: the same units, the grade model refitted to the
+    true grades (its distributions shifted to the true grade shares, :func:`~stagebench.judgments.grades.prior_shift`),
+    and Neyman's allocation for that pair's true residuals alone (``pi`` proportional to ``|r_u| / sqrt(cost_u)``,
+    capped at 1): ``2 * 1.96 * sqrt(sum (1 - pi) / pi * r^2)``, the design variance no real design (which must
+    guess the residuals, and serve every pair with one draw) goes below. Only a simulation knows it."""
+    fr, gains = smp.fr, smp.gains
+    levels = np.clip(np.searchsorted(gains, truth_gains), 0, len(gains) - 1)
+    shifted = prior_shift(smp.dist, np.bincount(levels, minlength=len(gains)) / max(len(levels), 1))
+    cost = smp.cost.astype(np.float64)
+    if smp.kind == HOLE:
+        lin, pred = unit_prediction(fr, shifted, gains)
+        single = np.array([u.single for u in fr.units], dtype=bool)
+        first = np.array([a for a, _ in fr.spans], dtype=int)
+        F = np.zeros_like(pred.P)
+        F[:, single] = lin.at(first[single], levels[first[single]])
+        if (~single).any():
+            _, F[:, ~single] = fr.contributions(truth_gains, only=np.flatnonzero(~single))
+        r = F - pred.P
+    else:
+        _, F = fr.contributions(truth_gains)
+        _, P = fr.contributions(shifted @ gains)
+        r = F - P
+    out = {}
+    s = len(fr.stages)
+    for t, name in enumerate(fr.targets[s:], start=s):
+        pi = allocate(r[t] ** 2, cost, budget)
+        out[name] = 2 * Z95 * float(np.sqrt(((1 - pi) / np.maximum(pi, 1e-300) * r[t] ** 2).sum()))
+    return out
+
+
+def predicted_widths(pred: Prediction, targets: Sequence[str], pi: np.ndarray) -> dict[str, float]:
+    """Each target's 95% interval width the plan predicts for a design of probabilities ``pi`` (its power line's:
+    Student's t at the units it is expected to draw, the model's residual variances), units it cannot reach
+    left out."""
+    reach = pi > 0
+    q = student_t.ppf(0.975, max(1.0, float(pi[reach & (pi < 1)].sum()) - 1.0))
+    v = np.where(reach, (1 - pi) / np.where(reach, pi, 1.0), 0.0) @ pred.A.T
+    return {t: float(2 * q * np.sqrt(x)) for t, x in zip(targets, v)}
 
 
 def simulate_rounds(samplers: Mapping[tuple[str, str], Sampler], truth_gains: np.ndarray, budgets: Sequence[int], rounds: int,
@@ -112,6 +173,8 @@ def simulate_rounds(samplers: Mapping[tuple[str, str], Sampler], truth_gains: np
         out.model.setdefault(pname, dict(zip(names, pred.point.tolist())))
         for b in budgets:
             design = smp.probabilities(b, pred=pred)
+            oracle = oracle_widths(smp, truth_gains, b)
+            predicted = predicted_widths(pred, names, design.pi)
             rng = np.random.default_rng([seed, b])
             lo, hi, judged = [], [], []
             t0 = time.perf_counter()
@@ -129,7 +192,7 @@ def simulate_rounds(samplers: Mapping[tuple[str, str], Sampler], truth_gains: np
             out.rows.append(Budgeted(pname, kind, b, rounds, float(np.mean(judged)), int(max(judged)),
                                      dict(zip(names, cover.tolist())), dict(zip(names, (H - L).mean(axis=0).tolist())),
                                      right.sum(axis=1).tolist(), dict(zip(pairs, wrong.mean(axis=0).tolist())),
-                                     design.aimed, took))  # fmt: skip
+                                     design.aimed, took, oracle, predicted))  # fmt: skip
     return out
 
 

@@ -242,7 +242,7 @@ def predict(fr: Frame, means: np.ndarray, variances: np.ndarray) -> Prediction:
     return Prediction(known, P, fr.sensitivity(means, variances))
 
 
-def _allocate(weight: np.ndarray, cost: np.ndarray, budget: float) -> np.ndarray:
+def allocate(weight: np.ndarray, cost: np.ndarray, budget: float) -> np.ndarray:
     """Neyman's allocation with caps: pi = min(1, c * sqrt(weight / cost)), c set so sum(pi * cost) = budget."""
     if budget >= cost.sum():
         return np.ones_like(cost, dtype=np.float64)
@@ -294,7 +294,7 @@ def inclusion(fr: Frame, pred: Prediction, budget: int, aim: Sequence[str] | Non
     need: dict[int, float] = {}
     for t in range(s, len(names)):
         need[t] = (abs(point[t]) / Z95) ** 2
-        pi_t = _allocate(pred.A[t], cost, budget)
+        pi_t = allocate(pred.A[t], cost, budget)
         v = float(((1 - pi_t) / np.maximum(pi_t, 1e-300) * pred.A[t]).sum())
         reach[names[t]] = v < need[t]
     if aim is not None:
@@ -306,8 +306,8 @@ def inclusion(fr: Frame, pred: Prediction, budget: int, aim: Sequence[str] | Non
     weight = sum((pred.A[t] / max(need.get(t, 0.0), 1e-12) for t in chosen), np.zeros(len(cost)))
     if not isinstance(weight, np.ndarray) or not weight.any():
         weight = pred.A[s:].sum(axis=0) if len(names) > s else pred.A.sum(axis=0)
-    active = _allocate(weight, cost, budget)
-    uniform = _allocate(np.ones(len(cost)) * cost, cost, budget)  # the same probability for every hole
+    active = allocate(weight, cost, budget)
+    uniform = allocate(np.ones(len(cost)) * cost, cost, budget)  # the same probability for every hole
     pi = np.minimum(1.0, (1 - UNIFORM_SHARE) * active + UNIFORM_SHARE * uniform)
     return Design(pi, [names[t] for t in chosen], reach)
 
@@ -525,5 +525,5 @@ def variance(r: np.ndarray, pi: np.ndarray, drawn: np.ndarray, A: np.ndarray | N
     return var, df
 
 
-__all__ = ["UNIFORM_SHARE", "Z80", "Z95", "Design", "Estimate", "Frame", "Power", "Prediction", "QueryFrame", "Unit", "draw",
+__all__ = ["UNIFORM_SHARE", "Z80", "Z95", "Design", "allocate", "Estimate", "Frame", "Power", "Prediction", "QueryFrame", "Unit", "draw",
            "estimate", "frame", "inclusion", "power", "predict", "unreached", "variance"]  # fmt: skip
