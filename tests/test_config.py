@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from stagebench.config import load_config
@@ -84,3 +86,83 @@ def test_the_ceiling_measure_is_read_at_load(tmp_path, ceiling, message):
     assert load_config(write(tmp_path, GOOD)).evaluation.ceiling == "nDCG@10"
     with pytest.raises(ConfigError, match=message):
         load_config(write(tmp_path, GOOD.replace("RR@10]}", f"RR@10], ceiling: '{ceiling}'}}")))
+
+
+def _sections() -> list[tuple[str, type]]:
+    """Every config section docs/config.md describes (stagebench.docgen's list)."""
+    from stagebench.config import EvaluationConfig, MatrixConfig, NegativesConfig, OracleOptions, TrainingConfig, TuneConfig
+    from stagebench.data import LOADERS
+    from stagebench.judge.ask import JudgeParams
+    from stagebench.runtime.engine import EngineParams
+    from stagebench.stages import STAGE_TYPES
+
+    return [*((f"stages[] ({n}).params", c.Params) for n, c in STAGE_TYPES.items()),
+            *((f"dataset ({n})", l.options) for n, l in LOADERS.items()),
+            ("engine", EngineParams), ("evaluation", EvaluationConfig), ("matrix", MatrixConfig),
+            ("matrix.oracle", OracleOptions), ("training", TrainingConfig), ("training.negatives", NegativesConfig),
+            ("tune", TuneConfig), ("judge", JudgeParams)]  # fmt: skip
+
+
+#: the lists and mappings whose empty value means something, and what
+EMPTY_MEANS = {
+    "segments": "no segments table",
+    "kwargs": "no constructor arguments",
+    "space": "every tuned stage's own search space",
+    "gain": "refused by the gain map itself (a table with no grade)",
+    "weights": "refused unless one weight an input (check_weights)",
+}
+
+
+def test_every_key_refuses_what_cannot_make_sense_at_load():
+    """The schema walked: every list or mapping is declared non-empty (refused empty, naming its key) or empty
+    means something (EMPTY_MEANS); every declared range refuses the values just outside it, naming its key."""
+    import dataclasses
+    import typing
+
+    from stagebench.params import Length, Range, coerce
+
+    def parts(tp):  # the Annotated pieces of a hint, through Optional
+        if typing.get_origin(tp) is typing.Annotated:
+            return [tp]
+        return [a for a in typing.get_args(tp) if typing.get_origin(a) is typing.Annotated] if typing.get_args(tp) else []
+
+    def container(tp) -> bool:
+        for a in [tp, *typing.get_args(tp)]:
+            base = typing.get_args(a)[0] if typing.get_origin(a) is typing.Annotated else a
+            if typing.get_origin(base) in (list, dict):
+                return True
+        return False
+
+    walked = 0
+    for where, cls in _sections():
+        hints = typing.get_type_hints(cls, include_extras=True)
+        for f in dataclasses.fields(cls):
+            tp = hints[f.name]
+            key = f"{where}.{f.name}"
+            sized = [a for a in parts(tp) if any(isinstance(e, Length) for e in typing.get_args(a)[1:])]
+            if container(tp):
+                walked += 1
+                if sized:
+                    base = typing.get_origin(typing.get_args(sized[0])[0])
+                    with pytest.raises(ConfigError, match=re.escape(key) + ": must not be empty"):
+                        coerce([] if base is list else {}, tp, key)
+                else:
+                    assert f.name in EMPTY_MEANS, f"{key}: a list or mapping neither declared non-empty nor said what empty means"
+            for a in parts(tp):
+                for rng in (e for e in typing.get_args(a)[1:] if isinstance(e, Range)):
+                    base = typing.get_args(a)[0]
+                    step = 1 if base is int else 1e-9
+                    for bad in ([rng.ge - step] if rng.ge is not None else []) + ([rng.le + step] if rng.le is not None else []) \
+                            + ([rng.gt] if rng.gt is not None else []) + ([rng.lt] if rng.lt is not None else []):
+                        value = int(bad) if base is int else float(bad)
+                        with pytest.raises(ConfigError, match=re.escape(key) + ": must be"):
+                            coerce(value, tp, key)
+                        walked += 1
+    assert walked > 60
+
+
+@pytest.mark.parametrize("key,value", [("comparisons", []), ("metrics", [])])
+def test_an_empty_list_that_could_only_fail_later_is_refused_before_any_stage(tmp_path, key, value):
+    text = GOOD.replace("evaluation: {metrics: [nDCG@10, RR@10]}", f"evaluation: {{metrics: [nDCG@10], {key}: {value}}}")
+    with pytest.raises(ConfigError, match=rf"c.yaml: evaluation.{key}: must not be empty"):
+        load_config(write(tmp_path, text))

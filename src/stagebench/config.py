@@ -53,6 +53,7 @@ from stagebench.params import (
     Fraction,
     NonNegativeInt,
     PositiveInt,
+    Length,
     Probability,
     Range,
     Seed,
@@ -99,12 +100,12 @@ def comparison_problem(kind: str, stages: Sequence[str]) -> str | None:
 
 @dataclass
 class EvaluationConfig:
-    metrics: list[str] = param(doc="measure names (docs/metrics.md), case-insensitive", factory=lambda: list(DEFAULT_METRICS))
+    metrics: Annotated[list[str], Length()] = param(doc="measure names (docs/metrics.md), case-insensitive", factory=lambda: list(DEFAULT_METRICS))
     relevance_threshold: PositiveInt = param(1, "binary measures count grade >= this as relevant; never changes the query set")
     gain: str | dict[int, float] = param("linear", "nDCG gain map: linear (the grade, as trec_eval), exponential "
                                          "(2^grade - 1), esci (the official task-1 gains), or a table {grade: gain}")  # fmt: skip
     baseline: str | None = param(None, "the stage every other stage is compared with, besides its inputs (null: the first)")
-    comparisons: list[str] = param(
+    comparisons: Annotated[list[str], Length()] = param(
         doc="the stage pairs tested for significance (Holm over them, per measure): inputs (each stage against its "
             "inputs; a retriever against the stage listed before it), siblings (stages over the same input, e.g. two "
             "rerankers of one pool, against each other), baseline (every stage against evaluation.baseline), all "
@@ -159,8 +160,8 @@ class OracleOptions:
 
 @dataclass
 class MatrixConfig:
-    rerankers: list[str] = param(doc="reranking stages of the config (one input each), run over every pool")
-    pools: list[str] = param(doc="stages of the config whose runs are candidate pools, and 'oracle': the first stage's "
+    rerankers: Annotated[list[str], Length()] = param(doc="reranking stages of the config (one input each), run over every pool")
+    pools: Annotated[list[str], Length()] = param(doc="stages of the config whose runs are candidate pools, and 'oracle': the first stage's "
                                  "candidates with every relevant product put in (a stage of type oracle_pool as deep "
                                  "as the reranker's top_n, so the reranker sees all of them)")  # fmt: skip
     oracle: OracleOptions = param(doc="the oracle pool (below)", factory=OracleOptions)
@@ -272,7 +273,7 @@ class TrainingConfig:
     max_queries: PositiveInt | None = param(None, "train queries used, after the dev ones are set aside (null: all)")
     dev_queries: NonNegativeInt = param(100, "held out of the training split for dev metrics and early stopping")
     negatives: NegativesConfig = param(doc="hard-negative mining (below)", factory=NegativesConfig)
-    labels: dict[str, float] = param(doc="grade name (or grade) -> training target",
+    labels: Annotated[dict[str, float], Length()] = param(doc="grade name (or grade) -> training target",
                                      factory=lambda: {"E": 1.0, "S": 0.1, "C": 0.01, "I": 0.0})
     unjudged_label: float = param(0.0, "the target of mined negatives nobody judged")
     loss: Literal["bce", "mse", "lambda"] = param("bce", "pointwise BCE | pointwise MSE | listwise LambdaLoss")
@@ -330,7 +331,7 @@ class TuneConfig:
     """The ``tune:`` section (``stagebench tune``, docs/baselines.md): which stages' params are
     searched, over what, on which queries, chosen by which measure."""
 
-    stages: list[str] = param(doc="the stages tuned, in pipeline order; each with the ones before it at their tuned params")
+    stages: Annotated[list[str], Length()] = param(doc="the stages tuned, in pipeline order; each with the ones before it at their tuned params")
     space: dict[str, dict[str, list[Any]]] = param(doc="stage -> param -> the values tried (a stage not named: its "
                                                    "type's space, docs/baselines.md)", factory=dict)  # fmt: skip
     measure: str = param("nDCG@10", "what a trial is chosen by: its mean over the tuning queries")

@@ -6,6 +6,7 @@ against them: unknown keys, missing keys, wrong types, and
 
 * ``Literal[...]`` - one of the listed choices;
 * ``Annotated[int | float, Range(...)]`` - a declared range (``PositiveInt``, ``Fraction``...);
+* ``Annotated[list | dict, Length(ge=1)]`` - a list or mapping that must not be empty;
 * every ``float`` must be finite: NaN and infinity are never a sensible parameter.
 
 Errors are :class:`ConfigError` naming the key path (``stages[0] (bm25).params.k1: ...``).
@@ -72,6 +73,19 @@ class Pattern:
         return None if re.fullmatch(self.regex, value) else f"must be {self.text}"
 
 
+@dataclass(frozen=True)
+class Length:
+    """A declared least size for a list or mapping, used as ``Annotated[list[str], Length(ge=1)]``: an empty
+    one that could only fail later (an empty ``comparisons`` ran every stage, then crashed) is refused at load."""
+
+    ge: int = 1
+
+    def check(self, value: Any) -> str | None:
+        if len(value) >= self.ge:
+            return None
+        return "must not be empty" if self.ge == 1 else f"needs at least {self.ge} entries"
+
+
 PositiveInt = Annotated[int, Range(ge=1)]
 NonNegativeInt = Annotated[int, Range(ge=0)]
 NonNegativeFloat = Annotated[float, Range(ge=0)]
@@ -133,6 +147,9 @@ def type_text(tp: Any) -> str:
             return pattern.text
         rng = next((e for e in extras if isinstance(e, Range)), None)
         text = type_text(base)
+        size = next((e for e in extras if isinstance(e, Length)), None)
+        if size is not None:
+            text = ("non-empty " if size.ge == 1 else f"at least {size.ge}-entry ") + text
         if rng is not None:
             lo = f"{'>=' if rng.ge is not None else '>'} {_num(rng.ge if rng.ge is not None else rng.gt)}" \
                 if rng.ge is not None or rng.gt is not None else ""  # fmt: skip
@@ -200,7 +217,7 @@ def coerce(value: Any, tp: Any, where: str) -> Any:
         base, *extras = typing.get_args(tp)
         value = coerce(value, base, where)
         for extra in extras:
-            if isinstance(extra, (Range, Pattern)) and value is not None:
+            if isinstance(extra, (Range, Pattern, Length)) and value is not None:
                 msg = extra.check(value)
                 if msg:
                     raise ConfigError(f"{where}: {msg}, got {value!r}")
@@ -217,7 +234,10 @@ def coerce(value: Any, tp: Any, where: str) -> Any:
                 return coerce(value, a, where)
             except ConfigError as exc:
                 errors.append(str(exc))
-        raise ConfigError(errors[0] if len(errors) == 1 else f"{where}: expected {_type_name(tp)}, got {value!r}")
+        if len(errors) == 1:
+            raise ConfigError(errors[0])
+        near = [e for e in errors if ": expected " not in e and ": must be one of" not in e]  # the type fit, the value not
+        raise ConfigError(near[0] if len(near) == 1 else f"{where}: expected {type_text(tp)}, got {value!r}")
     if origin is typing.Literal:
         if value not in typing.get_args(tp):
             choices = ", ".join("null" if c is None else str(c) for c in typing.get_args(tp))

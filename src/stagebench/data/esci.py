@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
 import pandas as pd
@@ -30,7 +30,7 @@ from stagebench.runs import check_id
 from stagebench.data.text import strip_html
 from stagebench.errors import DataError
 from stagebench.optional import need
-from stagebench.params import PositiveInt, Seed, param
+from stagebench.params import Length, PositiveInt, Seed, param
 
 EXAMPLES_FILE = "shopping_queries_dataset_examples.parquet"
 PRODUCTS_FILE = "shopping_queries_dataset_products.parquet"
@@ -70,7 +70,7 @@ class EsciOptions:
     locale: str | None = param("us", "keep rows of this product_locale (null: all; several locales key products as locale:id)")
     split: Literal["train", "test"] | None = param("test", "keep rows of this split (null: both)")
     small_version: bool = param(False, "keep only rows with small_version == 1 (the reduced Task 1 set)")
-    labels: dict[str, int] = param(doc="label -> grade (E/S/C/I and the words -> 3/2/1/0)", factory=lambda: dict(DEFAULT_LABELS))
+    labels: Annotated[dict[str, int], Length()] = param(doc="label -> grade (E/S/C/I and the words -> 3/2/1/0)", factory=lambda: dict(DEFAULT_LABELS))
     text_template: str = param(DEFAULT_TEMPLATE, "the indexed text, over title, brand, color, bullet_points, description")
     corpus_scope: Literal["catalog", "judged"] = param("catalog", "index the whole catalog, or only the judged products")
     max_queries: PositiveInt | None = param(None, "keep the first N query ids (sorted), for quick runs")

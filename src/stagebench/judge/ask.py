@@ -17,7 +17,7 @@ from stagebench.errors import StagebenchError
 from stagebench.cache import Cache
 from stagebench.runtime.engine import Engine
 from stagebench.judge.scale import DEFAULT_SYSTEM, DEFAULT_TEMPLATE, FAILED, OUTCOMES, Scale, check_template, parse_grade, render_prompt
-from stagebench.params import NonNegativeInt, PositiveInt, Range, Seed, param
+from stagebench.params import Length, NonNegativeInt, PositiveInt, Range, Seed, param
 from stagebench.llm.chat import ChatParams, cached_answer, keep_models_in, make_backend, prompt_problems, read_prompt
 from stagebench.llm.request import Abandoned, ChatRequest, Completion, RequestFailed
 
@@ -31,7 +31,7 @@ class JudgeParams(ChatParams):
         "rules: the synthetic generator's own rules, a perfect judge of a dataset generate-data wrote (docs/metrics.md)")
     depth: PositiveInt = param(10, "the unjudged documents in the top depth of every stage are graded, pooled over "
                                "the stages (each pair asked once)")  # fmt: skip
-    stages: list[str] | None = param(None, "the stages whose top depth is pooled (null: every stage)")
+    stages: Annotated[list[str], Length()] | None = param(None, "the stages whose top depth is pooled (null: every stage)")
     sample: NonNegativeInt = param(200, "already-judged pairs from the same pool that the judge grades without seeing "
                                    "the human label, to measure its agreement (0: none)")  # fmt: skip
     sample_seed: Seed = param(13, "seed of that sample")

@@ -29,7 +29,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol
 
 import numpy as np
 
@@ -38,7 +38,7 @@ from stagebench.runtime.engine import Engine
 from stagebench.models.encoders import load_cross_encoder
 from stagebench.errors import StagebenchError
 from stagebench.models.resolve import ResolvedModel, on_this_machine, resolve_model
-from stagebench.params import RUN, PositiveFloat, PositiveInt, param
+from stagebench.params import RUN, Length, PositiveFloat, PositiveInt, param
 from stagebench.rerank.merge import merge_head_tail, sigmoid_keeping_order, split_head
 from stagebench.runs import Run
 from stagebench.models.variants import for_placement, onnx_kind
@@ -58,7 +58,7 @@ class RerankCommon:
                                                    affects=(RUN,))  # fmt: skip
     pairs_per_call: PositiveInt = param(512, "most pairs per score_pairs call (the pairs of every query, by length)")
     per_query: bool = param(False, "call score(query, docs) once per query with its whole head (slower; for comparison)")
-    depths: list[PositiveInt] | None = param(None, "also derive the run at each of these depths from one scoring pass "
+    depths: Annotated[list[PositiveInt], Length()] | None = param(None, "also derive the run at each of these depths from one scoring pass "
                                              "at the largest (the depth table; docs/report.md)", affects=(RUN,))  # fmt: skip
     tail: Literal["below", "scaled_input"] = param("below", "below: the candidates past top_n stay strictly below the "
                                                    "head; scaled_input: they keep their input score x tail_scale, as "

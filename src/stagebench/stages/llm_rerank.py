@@ -31,7 +31,7 @@ import logging
 import time
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from stagebench.runtime.engine import EngineParams
 from stagebench.record import LLMStats, Stats
@@ -43,7 +43,7 @@ from stagebench.llm.labels import check_template as check_label_template, defaul
 from stagebench.llm.listwise import DEFAULT_SYSTEM, DEFAULT_TEMPLATE, FAILED, LOW_MASS, check_template, sliding_windows
 from stagebench.llm.schemes import prp_sliding_comparisons, setwise_heap_calls
 from stagebench.llm.windows import QueryTask, WindowStats
-from stagebench.params import RUN, PositiveInt, param
+from stagebench.params import RUN, Length, PositiveInt, param
 from stagebench.runs import Run
 from stagebench.rerank.merge import merge_head_tail, split_head
 from stagebench.stages.base import Stage, StageContext, StageOutput
@@ -69,7 +69,7 @@ class LLMRerankParams(ChatParams):
         "stop", "a request that fails after every retry: stop (one error line, exit 2, no results written; the "
                 "answers that came are cached, so the same command asks only for the rest) | accept (the call keeps "
                 "its input order or says nothing, the table marks the stage, its run is not cached)", affects=())  # fmt: skip
-    depths: list[PositiveInt] | None = param(None, "also run at each of these depths (each its own run: the windows "
+    depths: Annotated[list[PositiveInt], Length()] | None = param(None, "also run at each of these depths (each its own run: the windows "
                                              "depend on N; identical windows come from the cache); the depth table",
                                              affects=(RUN,))  # fmt: skip
     method: Literal["listwise", "pointwise", "pairwise", "setwise"] = param(
