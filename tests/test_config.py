@@ -163,6 +163,6 @@ def test_every_key_refuses_what_cannot_make_sense_at_load():
 
 @pytest.mark.parametrize("key,value", [("comparisons", []), ("metrics", [])])
 def test_an_empty_list_that_could_only_fail_later_is_refused_before_any_stage(tmp_path, key, value):
-    text = GOOD.replace("evaluation: {metrics: [nDCG@10, RR@10]}", f"evaluation: {{metrics: [nDCG@10], {key}: {value}}}")
+    text = GOOD.replace("evaluation: {metrics: [nDCG@10, RR@10]}", f"evaluation: {{{key}: {value}}}")
     with pytest.raises(ConfigError, match=rf"c.yaml: evaluation.{key}: must not be empty"):
         load_config(write(tmp_path, text))
