@@ -164,3 +164,25 @@ def test_a_model_stage_applied_from_python_equals_its_yaml_run(tmp_path, small_s
     assert first.run == done.runs["bm25"] and ce.run == done.runs["cross_encoder"]
     assert ce.stats.pairs == {10: sum(min(10, len(v)) for v in first.run.values())}
     assert ce.record.status == "computed" and ce.record.candidate_depth == 10
+
+
+@pytest.mark.parametrize("kwarg,value,message", [("alpha", 1.5, "must be < 1, got 1.5"), ("alpha", 0.0, "must be > 0"),
+                                                 ("permutations", 0, "must be >= 100, got 0"),
+                                                 ("seed", -1, "must be >= 0, got -1")])  # fmt: skip
+def test_the_python_api_refuses_what_the_command_line_refuses(tmp_path, capsys, kwarg, value, message):
+    """compare and eval, at the command line and from Python, over the committed results/explore: one check
+    (evaluation's declarations), the same refusal (alpha 1.5 marked rows with difference 0 significant)."""
+    from stagebench.cli import main
+    from stagebench.errors import ConfigError
+
+    folder = str(REPO / "results" / "explore")
+    assert main(["compare", folder, folder, f"--{kwarg}", str(value)]) == 2
+    assert f"--{kwarg}: {message}" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match=f"^{kwarg}: {message}"):
+        stagebench.compare(folder, folder, **{kwarg: value})
+    runs = [str(REPO / "results" / "explore" / "runs" / f"{s}.trec") for s in ("bm25", "dense")]
+    qrels = str(REPO / "results" / "explore" / "qrels.trec")
+    assert main(["eval", qrels, *runs, f"--{kwarg}", str(value), "-m", "nDCG@10"]) == 2
+    assert f"--{kwarg}: {message}" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match=f"^{kwarg}: {message}"):
+        stagebench.api.compare_runs(qrels, runs, ["nDCG@10"], **{kwarg: value})

@@ -59,6 +59,7 @@ from stagebench.params import (
     Seed,
     build,
     coerce,
+    declared,
     param,
     read_yaml,  # fmt: skip
 )
@@ -148,6 +149,15 @@ class EvaluationConfig:
             except StagebenchError as exc:
                 return [(f"segments[{i}]", str(exc))]
         return []
+
+
+def test_settings(permutations: int, seed: int, alpha: float, flags: bool = False) -> tuple[int, int, float]:
+    """The paired tests' settings checked as ``evaluation:`` declares them - what every command and every API
+    function that tests pairs takes, so the two refuse alike (``flags``: errors name ``--alpha``, else
+    ``alpha``)."""
+    names = ("permutations", "seed", "alpha")
+    return tuple(declared(v, EvaluationConfig, k, f"--{k}" if flags else k)  # type: ignore[return-value]
+                 for k, v in zip(names, (permutations, seed, alpha)))
 
 
 @dataclass

@@ -276,6 +276,13 @@ def coerce(value: Any, tp: Any, where: str) -> Any:
     raise ConfigError(f"{where}: unsupported type {_type_name(tp)}")  # pragma: no cover
 
 
+def declared(value: Any, section: type, name: str, where: str) -> Any:
+    """A value checked by the declaration of ``section``'s key ``name`` (one schema for the config, the command
+    line's flags and the Python API: ``compare --alpha`` and ``stagebench.compare(alpha=...)`` are both
+    ``evaluation.alpha``): its type, range and finiteness; None stays None."""
+    return None if value is None else coerce(value, typing.get_type_hints(section, include_extras=True)[name], where)
+
+
 def build(cls: type, mapping: Any, where: str) -> Any:
     """Instantiate dataclass ``cls`` from a mapping: unknown keys, missing keys, wrong types
     and values outside their declared range or choices are errors naming ``where.key``;

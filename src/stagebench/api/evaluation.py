@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from stagebench import outputs
+from stagebench.config import test_settings
 from stagebench.errors import DataError, StagebenchError
 from stagebench.metrics import Evaluation, HoleViews, Measure, check_distinct, check_thresholds, parse_measure
 from stagebench.metrics import scored_query_ids
@@ -171,6 +172,7 @@ def compare_runs(qrels: str | Path, runs: Sequence[str | Path], metrics: Sequenc
     every other run is tested against it alone, as pt.Experiment's ``baseline=``."""
     if len(runs) < 2:
         raise StagebenchError("compare_runs: give two or more run files")
+    permutations, seed, alpha = test_settings(permutations, seed, alpha)  # refused as eval's flags are
     measures = _flag_measures(metrics, relevance_threshold)
     q = read_trec_qrels(qrels)
     check_thresholds(q, relevance_threshold, measures, str(qrels), "--rel")

@@ -33,6 +33,7 @@ from stagebench import outputs
 from stagebench.api.ground import (Ground, WorksheetCorpus, check_estimable, estimation, ground, refusal,
                                    round_estimate)
 from stagebench.cache import Cache, cache_root
+from stagebench.config import EvaluationConfig
 from stagebench.data import parse_dataset
 from stagebench.errors import StagebenchError
 from stagebench.files import (atomic_write, check_apart, check_destination, file_digest, remove_staging, staging,
@@ -49,7 +50,7 @@ from stagebench.judgments.sampling import ESTIMATE, Record, design_path
 from stagebench.judgments.worksheet import (ADDED, SOURCES, added_tsv, merge, read_worksheet, sources_json, worksheet_csv,
                                             worksheet_jsonl, worksheet_rows)
 from stagebench.metrics.compute import gain_map
-from stagebench.params import read_yaml
+from stagebench.params import declared, read_yaml
 from stagebench.report import plots
 from stagebench.report.write import Rendered, render
 from stagebench.results.folder import RESULTS, RunFolder, rewritten, write_manifest
@@ -92,6 +93,7 @@ def run_incompleteness(folder: str | Path, rates: list[float], seeds: int, measu
                        permutations: int = 1000, report: bool = False) -> Incompleteness:  # fmt: skip
     """``stagebench incompleteness RUN_DIR``: the experiment, with the truth when the rules judged;
     ``report``: kept in the folder (``incompleteness.json``) and shown in its report.html."""
+    permutations = declared(permutations, EvaluationConfig, "permutations", "permutations")  # as --permutations is
     g = ground(folder, measure)
     ev = g.rf.manifest.evaluation
     truth = None

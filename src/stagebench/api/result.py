@@ -13,7 +13,7 @@ from typing import Any
 
 from stagebench.api.judging import incompleteness, judge_folder, plan_judgments, rescore_with_worksheets
 from stagebench.cache import Cache, cache_root
-from stagebench.config import Config, load_config, parse_config
+from stagebench.config import Config, load_config, parse_config, test_settings
 from stagebench.errors import ConfigError, StagebenchError
 from stagebench.files import check_apart, check_destination, remove_staging, staging, swap_in
 from stagebench.fitting.train import run_training
@@ -232,6 +232,7 @@ def compare(a: Result | str | Path, b: Result | str | Path, *, permutations: int
     ``judgments="each"`` (a judging round's before and after); ``pairs``: A's stage -> B's stage
     compared besides those of the same name.
     :func:`stagebench.report.tables.comparison_text` renders it as the CLI prints it."""
+    permutations, seed, alpha = test_settings(permutations, seed, alpha)  # refused as compare's flags are
     pa = a.output if isinstance(a, Result) else a
     pb = b.output if isinstance(b, Result) else b
     return compare_folders(pa, pb, permutations=permutations, seed=seed, alpha=alpha, pairs=dict(pairs or {}),

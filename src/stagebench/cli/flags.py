@@ -4,15 +4,8 @@ readers of counts, budgets and rates, the cache root's help."""
 from __future__ import annotations
 
 import argparse
-import typing
 
-from stagebench.params import coerce
-
-
-def declared(value, section: type, name: str, flag: str):
-    """A flag's value checked by the declaration of the config key it stands for (one schema for
-    both: ``compare --alpha`` is ``evaluation.alpha``): its type, range and finiteness."""
-    return None if value is None else coerce(value, typing.get_type_hints(section, include_extras=True)[name], flag)
+from stagebench.params import declared  # noqa: F401 - the flags' check is the config's (params.declared)
 
 
 def positive_int(text: str, most: int = 1_000_000) -> int:
