@@ -26,7 +26,27 @@ def _check(path: Path, what: str, error: type[StagebenchError], limit: int | Non
         raise error(f"{path}: the {what} has {path.stat().st_size:,} bytes, more than the {limit:,} it may have")
 
 
+def utf16(raw: bytes) -> str | None:
+    """How a file looks when it is UTF-16 rather than UTF-8 (its byte-order mark, or a NUL byte beside every
+    ASCII character, which UTF-8 would read as valid text full of NULs), or None."""
+    if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return "UTF-16 (its byte-order mark)"
+    head = raw[:4096]
+    if len(head) < 4:
+        return None
+    even, odd = head[0::2], head[1::2]
+    share = lambda b: b.count(0) / max(len(b), 1)  # noqa: E731
+    if share(odd) > 0.3 and share(even) < 0.05:
+        return "UTF-16LE without a byte-order mark (a NUL byte after each character)"
+    if share(even) > 0.3 and share(odd) < 0.05:
+        return "UTF-16BE without a byte-order mark (a NUL byte before each character)"
+    return None
+
+
 def _undecodable(path: Path, what: str, raw: bytes, start: int, offset: int, lineno: int) -> str:
+    hint = utf16(raw)
+    if hint is not None:
+        return f"{path}: the {what} is saved as {hint}, not UTF-8; save it as UTF-8"
     if raw[start] == 0:
         return (f"{path}:{lineno}: the {what} is not a UTF-8 text file (a NUL byte at byte offset {offset + start}: a "
                 "binary file?)")  # fmt: skip

@@ -462,3 +462,26 @@ def test_a_simulated_round_reports_its_width_against_the_oracle_design_and_the_p
     assert any(w > 0 for w in oracle_widths(smp, y, 5).values())
     top = np.full(len(y), float(smp.gains[-1]))  # a model refitted to a truth of one grade predicts it exactly
     assert all(w == 0 for w in oracle_widths(smp, top, 5).values())
+
+
+def test_a_record_or_sheet_that_is_there_but_unreadable_is_named_so(sample_round, tmp_path, capsys):
+    """A truncated record beside the graded sheet is unreadable (invalid JSON at a byte), not missing; a
+    sheet saved as UTF-16LE without a byte-order mark is refused for its encoding, not for lacking qid and
+    docid columns - at the command line a user runs."""
+    from stagebench.cli import main
+
+    folder, sheet = sample_round
+    cut = tmp_path / "cut"
+    cut.mkdir()
+    graded = _graded(folder, sheet.csv, cut / "graded.csv")
+    record = Path(design_path(str(graded)))
+    record.write_text(record.read_text()[:100])
+    assert main(["add-judgments", str(folder), str(graded), "--output", str(tmp_path / "out-cut")]) == 3
+    err = capsys.readouterr().err
+    assert f"its round's record {record}: unreadable, invalid JSON at byte" in err and "missing" not in err
+    wide = tmp_path / "utf16.csv"
+    wide.write_bytes(graded.read_text(encoding="utf-8").encode("utf-16-le"))
+    assert main(["add-judgments", str(folder), str(wide), "--output", str(tmp_path / "out-16")]) == 2
+    err = capsys.readouterr().err
+    assert f"{wide}: the worksheet is saved as UTF-16LE without a byte-order mark" in err and "qid and docid" not in err
+    assert not (tmp_path / "out-16").exists()

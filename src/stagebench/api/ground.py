@@ -251,17 +251,24 @@ def round_record(worksheets: list[str], graded: list) -> tuple[str, Path, Record
         want = ids[0] if ids else None
         candidates = [beside] if beside.is_file() else []
         candidates += sorted(p for p in Path(w).parent.glob("*.design.json") if p != beside and p.is_file())
-        other = None
+        other, unreadable = None, None
         for path in candidates:
             try:
                 rec = Record.read(path.read_text(encoding="utf-8"), str(path))
-            except (StagebenchError, OSError, UnicodeDecodeError):
+            except UnicodeDecodeError as exc:
+                unreadable = unreadable or f"{path}: unreadable, not UTF-8 at byte {exc.start}"
+                continue
+            except (StagebenchError, OSError) as exc:
+                if path == beside:  # the record beside the sheet is there but cannot be read: that, not "missing"
+                    unreadable = unreadable or str(exc)
                 continue
             if want is None or rec.round == want:
                 found.append((w, path, rec))
                 break
             other = other or (path, rec)
         else:
+            if unreadable is not None:
+                return f"{w}: its round's record {unreadable}"
             if want is None:
                 return (f"{w}: its rows carry a sampling round's probabilities but no record is beside it (expected "
                         f"{beside}): the estimate needs the record plan-judgments wrote")  # fmt: skip

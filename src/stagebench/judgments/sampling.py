@@ -118,6 +118,13 @@ class Record:
     def read(cls, text: str, where: str) -> Record:
         try:
             raw = json.loads(text)
+        except ValueError as exc:  # truncated or corrupt: say so, and where, not that it is missing
+            raise StagebenchError(f"{where}: unreadable, invalid JSON at byte {getattr(exc, 'pos', '?')} "
+                                  f"({getattr(exc, 'msg', exc)}): a sampling round's record plan-judgments wrote, "
+                                  "damaged since; plan the round again or restore the file") from None  # fmt: skip
+        try:
+            if not isinstance(raw, dict):
+                raise ValueError
             if raw.pop("kind") != DESIGN_KIND:
                 raise ValueError
             rec = cls(**raw)

@@ -19,6 +19,7 @@ from stagebench.data.esci import DEFAULT_LABELS, ESCI_LABEL_NAMES
 from stagebench.errors import StagebenchError
 from stagebench.files import file_digest
 from stagebench.judgments.planning import Hole
+from stagebench.textfile import utf16
 
 #: the judgments add-judgments added to a folder, one a line, and the worksheets they came from
 ADDED = "judgments/added.tsv"
@@ -185,7 +186,11 @@ def read_worksheet(path: str | Path, index: int, scale: Mapping[int, str], queri
     A row naming a query not in ``queries``, or a document not in ``docs`` (when given), is bad."""
     p = Path(path)
     try:
-        text = p.read_bytes().decode("utf-8-sig")
+        raw = p.read_bytes()
+        if utf16(raw) is not None:  # its NULs decode as UTF-8: the columns would be "missing", not the encoding
+            raise StagebenchError(f"{p}: the worksheet is saved as {utf16(raw)}, not UTF-8 (a spreadsheet saves it "
+                                  "as 'CSV UTF-8')")  # fmt: skip
+        text = raw.decode("utf-8-sig")
     except OSError as exc:
         raise StagebenchError(f"{p}: cannot read the worksheet ({exc.strerror or exc})") from None
     except UnicodeDecodeError:
