@@ -98,3 +98,45 @@ def test_the_marks_come_from_the_randomization_test_the_header_names(tmp_path, c
                  "-m", "nDCG@5", "--permutations", "4000"]) == 0  # fmt: skip
     out = capsys.readouterr().out
     assert "paired randomization test" in out and "^b" not in out
+    # the same pair marked by the t-test when it is asked for: the header says so, the Holm fields are filled
+    exp_t = api.compare_runs(tmp_path / "qrels.trec", [tmp_path / "up.trec", tmp_path / "down.trec"], ["nDCG@5"],
+                             permutations=4000, test="ttest")  # fmt: skip
+    [(t, p)] = exp_t.tests["nDCG@5"]
+    assert p == t.p_t_holm == t.p_t and t.p_rand_holm == t.p_rand and exp_t.better_than("up", "nDCG@5") == ["down"]
+    assert main(["eval", str(tmp_path / "qrels.trec"), str(tmp_path / "up.trec"), str(tmp_path / "down.trec"),
+                 "-m", "nDCG@5", "--test", "ttest"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "paired t-test, Holm-Bonferroni" in out and "^b" in out
+
+
+def test_the_holm_fields_of_every_pair_are_its_adjusted_p_and_the_baseline_interval_is_adjusted_as_they_are(files):
+    """Each PairTest carries both tests' Holm-adjusted p (pt.Experiment's t-test p, adjusted, where a user looks);
+    the baseline table's interval is simultaneous over the comparisons Holm is over (2 here: 97.5%)."""
+    from stagebench.stats import bootstrap_ci, holm
+
+    exp = api.compare_runs(files["qrels"], [files["good"], files["bad"], files["same"]], ["nDCG@5"], permutations=500,
+                           baseline="good")  # fmt: skip
+    tests = [t for t, _ in exp.tests["nDCG@5"]]
+    assert [t.p_t_holm for t in tests] == holm([t.p_t for t in tests])
+    assert [t.p_rand_holm for t in tests] == holm([t.p_rand for t in tests])
+    assert exp.level == pytest.approx(0.975)
+    ea, eb = exp.views["bad"].irrelevant, exp.views["good"].irrelevant
+    diffs = [ea.per_query["nDCG@5"][q] - eb.per_query["nDCG@5"][q] for q in ea.scored_queries]
+    lo, hi = bootstrap_ci(diffs, 2000, 42, level=0.975)
+    assert {r[0]: r for r in exp.against_baseline()}["bad"][3] == f"[{lo:+.4f}, {hi:+.4f}]"
+    assert "97.5% CI" in exp.text()
+
+
+def test_eval_reads_a_gain_table_as_trec_eval_does(capsys):
+    """trec_eval 10's own case: -m ndcg.1=3,2=9,4=4.5 on its test files gives 0.4021 (out.test.meas_params)."""
+    import json
+
+    from tests.conftest import shared_path
+
+    t = shared_path("trec_eval_tests")
+    assert main(["eval", str(t / "qrels.test"), str(t / "results.test"), "-m", "nDCG", "--gain", "1=3,2=9,4=4.5",
+                 "--queries", "run", "--json"]) == 0  # fmt: skip
+    assert json.loads(capsys.readouterr().out.splitlines()[-1])["nDCG"] == pytest.approx(0.4021, abs=5e-5)
+    with pytest.raises(SystemExit) as exc:  # argparse's own one line, exit 2
+        main(["eval", str(t / "qrels.test"), str(t / "results.test"), "-m", "nDCG", "--gain", "1=x"])
+    assert exc.value.code == 2 and "'1=x': a table cell is GRADE=GAIN" in capsys.readouterr().err

@@ -113,6 +113,18 @@ def _flag_measures(metrics: Sequence[str], relevance_threshold: int) -> list:
     return measures
 
 
+def _file_gain(gain: Any, qrels: Mapping[str, Mapping[str, int]]) -> Any:
+    """A gain table for run files, as trec_eval's ``-m ndcg.G=V,...`` reads one: a grade of the qrels the table
+    does not list keeps its own value as gain (0 for a grade <= 0); a name is left as it is."""
+    if not isinstance(gain, Mapping):
+        return gain
+    table = {int(g): v for g, v in gain.items()}
+    for docs in qrels.values():
+        for g in docs.values():
+            table.setdefault(int(g), float(max(int(g), 0)))
+    return table
+
+
 def _read_run(path: str | Path, max_per_query: int | None) -> Run:
     if max_per_query is not None and max_per_query < 1:
         raise StagebenchError(f"-M {max_per_query}: the most documents a query keeps must be >= 1")
@@ -135,6 +147,7 @@ def evaluate_files(qrels: str | Path, run: str | Path, metrics: Sequence[str], *
         raise StagebenchError(f"--view {view}: ir_measures' measures ({', '.join(unviewed)}) count an unjudged "
                               "document as irrelevant only; score them with the default view")  # fmt: skip
     q = read_trec_qrels(qrels)
+    gain = _file_gain(gain, q)
     check_thresholds(q, relevance_threshold, measures, str(qrels), "--rel")
     r = _read_run(run, max_per_query)
     check_answers(q, r, str(run))
@@ -163,7 +176,8 @@ def _judged_only(q: dict, r: Run, measures: list, kw: dict) -> Evaluation:
 def compare_runs(qrels: str | Path, runs: Sequence[str | Path], metrics: Sequence[str], *, relevance_threshold: int = 1,
                  gain: Any = "linear", permutations: int = 10000, seed: int = 42, alpha: float = 0.05,
                  names: Sequence[str] | None = None, queries: str = "judged",
-                 max_per_query: int | None = None, baseline: str | Path | None = None) -> Experiment:  # fmt: skip
+                 max_per_query: int | None = None, baseline: str | Path | None = None,
+                 test: str = "randomization") -> Experiment:  # fmt: skip
     """``stagebench eval QRELS RUN RUN ...``: several TREC run files against one qrels file, every pair of
     runs tested (:mod:`stagebench.results.experiment`); ``names``: the runs' names (default: each
     file's name without its extension, made unique). A run that answers none of the scored queries is
@@ -175,6 +189,7 @@ def compare_runs(qrels: str | Path, runs: Sequence[str | Path], metrics: Sequenc
     permutations, seed, alpha = test_settings(permutations, seed, alpha)  # refused as eval's flags are
     measures = _flag_measures(metrics, relevance_threshold)
     q = read_trec_qrels(qrels)
+    gain = _file_gain(gain, q)
     check_thresholds(q, relevance_threshold, measures, str(qrels), "--rel")
     if names is None:
         names = [Path(r).name.removesuffix(".gz").rsplit(".", 1)[0] or Path(r).name for r in runs]
@@ -191,5 +206,7 @@ def compare_runs(qrels: str | Path, runs: Sequence[str | Path], metrics: Sequenc
         base = str(baseline) if str(baseline) in loaded else by_file.get(str(Path(baseline)))
         if base is None:
             raise StagebenchError(f"--baseline {baseline}: not one of the runs ({', '.join(names)}, or their files)")
+    if test not in ("randomization", "ttest"):
+        raise StagebenchError(f"--test {test}: randomization or ttest")
     return experiment(q, loaded, measures, relevance_threshold, gain, permutations, seed, alpha, queries,
-                      described(measures, q, relevance_threshold, gain_map(gain)), base)  # fmt: skip
+                      described(measures, q, relevance_threshold, gain_map(gain)), base, test=test)  # fmt: skip

@@ -7,7 +7,7 @@ import json
 import sys
 
 from stagebench import api
-from stagebench.cli.flags import declared
+from stagebench.cli.flags import declared, gain_spec
 from stagebench.config import EvaluationConfig
 from stagebench.errors import StagebenchError
 from stagebench.results.scoring import conventions_line
@@ -36,8 +36,13 @@ def parser_eval(sub) -> None:
     e.add_argument("-c", dest="queries", action="store_const", const="judged", help="the same as --queries judged")
     e.add_argument("-M", dest="max_per_query", type=int, default=None, metavar="N",
                    help="keep each query's top N documents of each run (trec_eval's order), as trec_eval -M N")
-    e.add_argument("--gain", choices=("linear", "exponential", "exp", "esci"), default="linear",
-                   help="nDCG gain map (default linear; esci: the official task-1 gains, docs/metrics.md)")
+    e.add_argument("--gain", type=gain_spec, default="linear",
+                   help="nDCG gain map: linear (default), exponential, esci (the official task-1 gains, docs/metrics.md), "
+                        "or a table G=V,G=V as trec_eval's -m ndcg.1=3,2=9,4=4.5 (a grade of the qrels not listed keeps "
+                        "its own value as gain, 0 for grades <= 0, as trec_eval)")  # fmt: skip
+    e.add_argument("--test", choices=("randomization", "ttest"), default="randomization",
+                   help="several runs: the test whose Holm-adjusted p marks significance (both are computed; "
+                        "evaluation.test in a config)")  # fmt: skip
     e.add_argument("--view", choices=("irrelevant", "judged-only", "bounds", "all"), default="irrelevant",
                    help="what an unjudged document counts as: irrelevant (default, as trec_eval), judged-only (removed "
                         "before the cut, as trec_eval -J), bounds (low: every one irrelevant, high: every one at the "
@@ -60,7 +65,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
                                      for k in ("permutations", "seed", "alpha"))  # fmt: skip
         exp = api.compare_runs(args.qrels, args.run, args.metrics, relevance_threshold=args.rel, gain=args.gain,
                                permutations=permutations, seed=seed, alpha=alpha, queries=args.queries,
-                               max_per_query=args.max_per_query, baseline=args.baseline)  # fmt: skip
+                               max_per_query=args.max_per_query, baseline=args.baseline, test=args.test)  # fmt: skip
         sys.stdout.write(exp.text())
         if args.per_query:
             print("\n# run\tmeasure\tquery\tvalue")

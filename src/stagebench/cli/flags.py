@@ -37,3 +37,24 @@ def rates(text: str) -> list[float]:
 
 
 CACHE_DIR_HELP = "cache root (default: $STAGEBENCH_CACHE, the config's cache_dir, .stagebench-cache)"
+
+
+def gain_spec(text: str) -> str | dict[int, float]:
+    """An argparse type: a gain map's name (linear, exponential, exp, esci) or a table ``G=V,G=V`` (trec_eval's
+    ``-m ndcg.1=3,2=9,4=4.5``: grade -> gain)."""
+    if "=" not in text:
+        if text.lower() not in ("linear", "exponential", "exp", "esci"):
+            raise argparse.ArgumentTypeError(f"{text!r}: linear, exponential, esci, or a table G=V,G=V (1=3,2=9,4=4.5)")
+        return text
+    table: dict[int, float] = {}
+    for cell in text.split(","):
+        g, _, v = cell.partition("=")
+        try:
+            grade, gain = int(g), float(v)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{cell.strip()!r}: a table cell is GRADE=GAIN (an integer = a number)") from None
+        if grade in table:
+            raise argparse.ArgumentTypeError(f"grade {grade} is given twice")
+        table[grade] = gain
+    return table
+

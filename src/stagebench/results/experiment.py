@@ -31,6 +31,7 @@ class Experiment:
     delegated: dict[str, str] = field(default_factory=dict)  # ir_measures' measures -> provider, what each computes
     baseline: str | None = None  # every run tested against this one only (pt.Experiment's baseline=)
     bootstrap: int = 2000
+    test: str = "randomization"  # the test whose Holm-adjusted p marks significance (tests' second element)
 
     @property
     def viewed(self) -> list[str]:
@@ -46,7 +47,7 @@ class Experiment:
         return getattr(v, view).means[measure]
 
     def better_than(self, run: str, measure: str) -> list[str]:
-        """The runs ``run`` is significantly better than on ``measure`` (randomization test, Holm)."""
+        """The runs ``run`` is significantly better than on ``measure`` (:attr:`test`, Holm)."""
         out = []
         for t, p in self.tests[measure]:
             if p < self.alpha and t.mean_a != t.mean_b:
@@ -65,8 +66,8 @@ class Experiment:
         lines = [f"{len(self.runs)} runs on {len(ev.scored_queries)} scored queries ({which}); nDCG: "
                  f"{ev.gain.describe()}; relevant = grade >= {ev.relevance_threshold} (binary measures and "
                  "ir_measures' measures whose name gives no rel)",
-                 f"^x: significantly better than run x (paired randomization test, {self.permutations} permutations, "
-                 f"seed {self.seed}, Holm-Bonferroni over the {self.family} of each measure, alpha {self.alpha})", "",
+                 f"^x: significantly better than run x ({self._test_words}, Holm-Bonferroni over the {self.family} of "
+                 f"each measure, alpha {self.alpha})", "",
                  "unjudged documents as irrelevant (trec_eval's default)"]  # fmt: skip
         if self.delegated:
             lines.insert(2, "computed by ir_measures: " + ", ".join(f"{n} ({how})" for n, how in
@@ -74,9 +75,11 @@ class Experiment:
                          "settled by the holes")  # fmt: skip
         lines += self._table(ids, "irrelevant", self.measures, marks=True)
         if self.baseline is not None:
-            lines += ["", f"against the baseline {self.baseline}: the difference of the means, the 95% bootstrap interval "
-                      "of the per-query differences, p (Holm), wins/ties/losses over the queries"]  # fmt: skip
-            lines += _aligned([["run", "measure", "difference", "95% CI", "p", "W/T/L"], *self.against_baseline()])
+            lines += ["", f"against the baseline {self.baseline}: the difference of the means, its bootstrap interval of "
+                      f"the per-query differences adjusted as the p is (simultaneous over the {self.family}: level "
+                      f"{100 * self.level:g}%, Bonferroni), p (Holm), wins/ties/losses over the queries"]  # fmt: skip
+            lines += _aligned([["run", "measure", "difference", f"{100 * self.level:g}% CI", "p (Holm)", "W/T/L"],
+                               *self.against_baseline()])  # fmt: skip
         if self.viewed:
             lines += ["", "judged only: unjudged documents removed before the cut (trec_eval -J)"]
             lines += self._table(ids, "judged_only", self.viewed)
@@ -87,6 +90,23 @@ class Experiment:
                                           for m in self.viewed)])  # fmt: skip
             lines += _aligned(rows)
         return "\n".join(lines) + "\n"
+
+    @property
+    def _test_words(self) -> str:
+        if self.test == "ttest":
+            return "paired t-test"
+        return f"paired randomization test, {self.permutations} permutations, seed {self.seed}"
+
+    @property
+    def comparisons(self) -> int:
+        """How many comparisons each measure's Holm correction is over."""
+        return len(self.runs) - 1 if self.baseline is not None else len(self.runs) * (len(self.runs) - 1) // 2
+
+    @property
+    def level(self) -> float:
+        """The intervals' level: simultaneous over the comparisons Holm is over (Bonferroni), so an interval
+        that excludes 0 stands beside a p below alpha."""
+        return 1 - self.alpha / max(self.comparisons, 1)
 
     @property
     def family(self) -> str:
@@ -103,7 +123,7 @@ class Experiment:
             for t, p in self.tests[m]:
                 ea, eb = main_view(self.views[t.a]), main_view(self.views[t.b])
                 diffs = [ea.per_query[m][q] - eb.per_query[m][q] for q in ea.scored_queries]
-                lo, hi = bootstrap_ci(diffs, self.bootstrap, self.seed)
+                lo, hi = bootstrap_ci(diffs, self.bootstrap, self.seed, level=self.level)
                 out.append([t.a, m, f"{t.mean_a - t.mean_b:+.4f}", f"[{lo:+.4f}, {hi:+.4f}]", format_p(p),
                             f"{t.wins}/{t.ties}/{t.losses}"])  # fmt: skip
         return out
@@ -145,7 +165,7 @@ def _aligned(rows: list[list[str]]) -> list[str]:
 def experiment(qrels: Mapping[str, Mapping[str, int]], runs: Mapping[str, Run], measures: Sequence[AnyMeasure],
                relevance_threshold: int, gain: object, permutations: int, seed: int, alpha: float,
                queries: str = "judged", delegated: Mapping[str, str] | None = None, baseline: str | None = None,
-               bootstrap: int = 2000) -> Experiment:  # fmt: skip
+               bootstrap: int = 2000, test: str = "randomization") -> Experiment:  # fmt: skip
     """The module's comparison of ``runs`` (name -> run, in the order to show them); ``queries="run"``:
     the scored queries every run holds (each pair tested on the same queries); ``delegated``: ir_measures'
     measures -> what each computes under the conventions (default: their names); ``baseline``: a run's
@@ -168,10 +188,13 @@ def experiment(qrels: Mapping[str, Mapping[str, int]], runs: Mapping[str, Run], 
             qs = ea.scored_queries
             pairs.append(paired_test(a, b, m, [ea.per_query[m][q] for q in qs], [eb.per_query[m][q] for q in qs],
                                      permutations, seed))  # fmt: skip
-        tests[m] = list(zip(pairs, holm([t.p_rand for t in pairs])))
+        for t, pr, pt in zip(pairs, holm([t.p_rand for t in pairs]), holm([t.p_t for t in pairs])):
+            t.p_rand_holm, t.p_t_holm = pr, pt  # both tests' Holm-adjusted p, as the stage table's comparisons carry
+        tests[m] = [(t, t.p_t_holm if test == "ttest" else t.p_rand_holm) for t in pairs]
     if delegated is None:
         delegated = {m.name: m.supports.provider for m in measures if not m.supports.native}
-    return Experiment(list(runs), names, views, tests, alpha, permutations, seed, dict(delegated), baseline, bootstrap)
+    return Experiment(list(runs), names, views, tests, alpha, permutations, seed, dict(delegated), baseline, bootstrap,
+                      test)
 
 
 __all__ = ["Experiment", "experiment"]
