@@ -30,6 +30,16 @@ def test_offline_reproductions_pass_and_the_hub_one_is_skipped_with_its_reason(t
     assert "| search_ranking_stack | llm | - |" in m and "not reproduced" in m
     assert (tmp_path / "out" / "cranfield_bm25" / "stage_table.json").is_file()
     assert not (tmp_path / "out" / "search_ranking_stack").exists()
+    # one reproduction again into the same matrix: its rows rewritten, the other's kept as they were, and said so
+    again = stagebench_cli("reproduce", "search_ranking_stack", "--output-root", tmp_path / "out", "--matrix",
+                           tmp_path / "m.md", "--cache-dir", session_cache, cwd=REPO, env=env)  # fmt: skip
+    assert again.returncode == 0, again.stderr[-2000:]
+    m2 = (tmp_path / "m.md").read_text()
+    assert [line for line in m2.splitlines() if line.startswith("| cranfield_bm25 |")] == \
+        [line for line in m.splitlines() if line.startswith("| cranfield_bm25 |")] != []  # fmt: skip
+    assert "| search_ranking_stack | cross_encoder | nDCG@10 | 0.6450 | - |" in m2
+    assert "kept: the rows of cranfield_bm25 are an earlier `stagebench reproduce`'s" in m2
+    assert "* **cranfield_bm25**" in m2 and m2.count("* **search_ranking_stack**") == 1
 
 
 def test_every_reproduction_folder_is_complete_and_its_needs_are_checked(tmp_path):

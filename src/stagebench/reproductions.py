@@ -118,8 +118,38 @@ def run_one(r: Reproduction, repo: Path, output_root: Path, cache_dir: str | Non
     return Reproduced(r, rows)
 
 
-def reproductions_markdown(outcomes: list[Reproduced]) -> str:
-    """The Markdown matrix: one line per (reproduction, stage, metric)."""
+@dataclass
+class Kept:
+    """The lines of reproductions not run this time, kept from the matrix already there (``reproduce NAME``
+    rewrites NAME's rows, never another reproduction's): their table rows, source lines and notes."""
+
+    rows: list[str] = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    names: list[str] = field(default_factory=list)
+
+
+def kept_lines(text: str, run: set[str]) -> Kept:
+    """The lines of ``text`` (a matrix stagebench wrote) that belong to reproductions outside ``run``."""
+    k = Kept()
+    for line in text.splitlines():
+        if line.startswith("| ") and not line.startswith(("| reproduction |", "|---")):
+            name = line.split("|")[1].strip()
+            if name not in run:
+                k.rows.append(line)
+                if name not in k.names:
+                    k.names.append(name)
+        elif line.startswith("* **"):
+            if line[4:].split("**", 1)[0] not in run:
+                k.sources.append(line)
+        elif line.startswith("* ") and line[2:].split(" ", 1)[0].rstrip(":") not in run:
+            k.notes.append(line)
+    return k
+
+
+def reproductions_markdown(outcomes: list[Reproduced], kept: Kept | None = None) -> str:
+    """The Markdown matrix: one line per (reproduction, stage, metric); ``kept``: the rows of reproductions not
+    run this time, as the matrix already there had them (each says the run that wrote it was an earlier one)."""
     lines = ["# Reproductions", "",
              "Written by `stagebench reproduce` (`make reproduce`). Status: **OK** (equal to 6 decimals), "
              "**within tolerance**, **FAIL**, or **skipped** (with the reason: what it needs is not here).", "",
@@ -145,8 +175,13 @@ def reproductions_markdown(outcomes: list[Reproduced]) -> str:
         if dataset:
             notes.append(f"* {r.name}: the data differs from the data the expected values came from "
                          f"({', '.join(row.metric for row in dataset)}), which explains any other difference.")  # fmt: skip
+    if kept is not None and kept.rows:
+        lines += kept.rows
+        notes.append(f"* kept: the rows of {', '.join(kept.names)} are an earlier `stagebench reproduce`'s (this run "
+                     f"reproduced {', '.join(o.reproduction.name for o in outcomes)} only)")  # fmt: skip
+        notes += kept.notes
     lines += ["", "Sources:", ""] + [f"* **{o.reproduction.name}**: {o.reproduction.title}. {o.reproduction.source}"
-                                      for o in outcomes]  # fmt: skip
+                                      for o in outcomes] + (kept.sources if kept is not None else [])  # fmt: skip
     if notes:
         lines += ["", *notes]
     return "\n".join(lines) + "\n"
@@ -157,10 +192,14 @@ def run_reproductions(repo: Path, names: list[str] | None, output_root: Path, ma
     """Run and check each reproduction (``cache_dir``: the cache root for all of them, as ``--cache-dir``)."""
     if matrix_path is not None:
         check_file(matrix_path, MATRIX)  # before any reproduction runs
-    outcomes = [run_one(r, repo, output_root, cache_dir) for r in find(repo, names)]
+    chosen = find(repo, names)
+    outcomes = [run_one(r, repo, output_root, cache_dir) for r in chosen]
     if matrix_path is not None:
-        write_matrix(matrix_path, reproductions_markdown(outcomes))
+        kept = None
+        if names and Path(matrix_path).is_file():  # a subset: the other reproductions' rows stay as they were
+            kept = kept_lines(Path(matrix_path).read_text(encoding="utf-8"), {r.name for r in chosen})
+        write_matrix(matrix_path, reproductions_markdown(outcomes, kept))
     return outcomes
 
 
-__all__ = ["Reproduced", "Reproduction", "find", "missing_needs", "reproductions_markdown", "run_one", "run_reproductions"]
+__all__ = ["Kept", "Reproduced", "Reproduction", "find", "kept_lines", "missing_needs", "reproductions_markdown", "run_one", "run_reproductions"]
