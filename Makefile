@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 DATA   := data/synthetic-esci
 
-.PHONY: explore bench bench-publish bench-llm bench-llm-families bench-judge bench-judging bench-depth bench-matrix bench-trained tune test test-fast unit-test check-default reproduce perf report-check mutation planted faults data install clean help
+.PHONY: explore bench bench-tables bench-publish bench-llm bench-llm-families bench-judge bench-judging bench-depth bench-matrix bench-trained tune test test-fast unit-test check-default reproduce perf report-check mutation planted faults data install clean help
 
 help:
 	@echo "make bench   run configs/default.yaml on the embedded synthetic dataset (offline) into build/default, its tables checked against results/default"
@@ -52,9 +52,16 @@ data: $(DATA)/shopping_queries_dataset_examples.parquet
 # machine, so git status stays clean), then its tables held to the committed results/default byte for byte
 bench: $(STAMP) data
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(VENV)/bin/stagebench run configs/default.yaml --output build/default
-	@for f in stage_table.csv stage_table.txt per_query.csv significance.json; do \
-		cmp -s build/default/$$f results/default/$$f || { echo "build/default/$$f differs from the committed results/default/$$f"; exit 1; }; \
-	done; echo "build/default: its tables are byte-identical to the committed results/default (make bench-publish writes results/default itself)"
+	@$(MAKE) --no-print-directory bench-tables
+
+# the four tables of a run held to the committed ones byte for byte (tests/test_make_bench.py plants a difference)
+BENCH_TABLES := stage_table.csv stage_table.txt per_query.csv significance.json
+BUILT ?= build/default
+COMMITTED ?= results/default
+bench-tables:
+	@for f in $(BENCH_TABLES); do \
+		cmp -s $(BUILT)/$$f $(COMMITTED)/$$f || { echo "$(BUILT)/$$f differs from the committed $(COMMITTED)/$$f"; exit 1; }; \
+	done; echo "$(BUILT): its tables ($(BENCH_TABLES)) are byte-identical to the committed $(COMMITTED) (make bench-publish writes results/default itself)"
 
 # the same run into the committed results/default (its manifest, report and plots then carry this run's timings)
 bench-publish: $(STAMP) data

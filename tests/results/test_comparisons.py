@@ -12,7 +12,7 @@ import re
 import pytest
 
 import stagebench
-from stagebench.stats import bootstrap_ci
+from stagebench.stats import bootstrap_ci, holm
 from stagebench.errors import ConfigError
 from stagebench.api.ground import ground
 from stagebench.judgments.pool import filled_qrels
@@ -53,6 +53,10 @@ def test_siblings_are_tested_against_each_other_by_default_and_lead_the_table(tm
         assert f"[{c['ci'][0]:+.4f}, {c['ci'][1]:+.4f}] (99.1667%)" in text
         p = next(x for x in sig if (x["a"], x["b"], x["metric"]) == ("rrf1", "rrf60", m))["p_rand_holm"]
         assert c["p"] == p and c["holes"] in ("open", "settled")
+        family = [x for x in sig if x["metric"] == m]  # Holm by definition, from the raw p of the 6 comparisons
+        at = next(i for i, x in enumerate(family) if (x["a"], x["b"]) == ("rrf1", "rrf60"))
+        assert c["p"] == pytest.approx(holm([x["p_rand"] for x in family])[at], abs=1e-6)
+        assert c["p"] > family[at]["p_rand"] or c["p"] == 1.0  # adjusted: never the raw p where Holm moves it
         assert any(line.startswith("rrf1 - rrf60") and m in line for line in text.splitlines())
     assert json.loads((result.output / "stage_table.json").read_text())[3]["compared"]["rrf60"]["nDCG@10"] == row.compared["rrf60"]["nDCG@10"]
     assert "Head to head" in (result.output / "report.html").read_text()
@@ -100,3 +104,31 @@ def test_a_sample_aims_at_the_siblings_by_default(tmp_path, tiny_synthetic):
     assert est["ci95"] == pytest.approx([-view["high"][at], -view["low"][at]], abs=1e-6)
     line = next(x for x in (tmp_path / "added" / "stage_table.txt").read_text().splitlines() if x.startswith("rrf1 - rrf60  nDCG@10"))
     assert line.endswith(("settled", "open")) and f"{est['difference']:+.4f}" in line
+
+
+def test_stages_the_judgments_fully_cover_are_ordered_whatever_their_values(tmp_path):
+    """Two run files over a BEIR folder whose every retrieved document is judged: no hole, so the bounds are the
+    values themselves and the judgments settle the order - the better stage's mark carries no ~ and no ?
+    (an `or` for `and` in the pair bounds' test left stages at 1.0 and 0.0 unordered)."""
+    data = tmp_path / "beir"
+    (data / "qrels").mkdir(parents=True)
+    qids = [f"q{i}" for i in range(8)]
+    (data / "queries.jsonl").write_text("".join(json.dumps({"_id": q, "text": f"query {q}"}) + "\n" for q in qids))
+    (data / "corpus.jsonl").write_text("".join(json.dumps({"_id": d, "title": d, "text": f"doc {d}"}) + "\n"
+                                               for d in ("r", "n1", "n2")))  # fmt: skip
+    (data / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(
+        f"{q}\tr\t1\n{q}\tn1\t0\n{q}\tn2\t0\n" for q in qids))  # fmt: skip
+    for name, order in (("best", ["r", "n1", "n2"]), ("worst", ["n1", "n2", "r"])):
+        (tmp_path / f"{name}.trec").write_text("".join(f"{q} Q0 {d} {i + 1} {3 - i} x\n" for q in qids
+                                                       for i, d in enumerate(order)))  # fmt: skip
+    cfg = {"name": "judged", "output": str(tmp_path / "out"), "cache_dir": str(tmp_path / "cache"),
+           "dataset": {"loader": "beir", "path": str(data)},
+           "stages": [{"name": "worst", "type": "run_file", "params": {"path": str(tmp_path / "worst.trec")}},
+                      {"name": "best", "type": "run_file", "params": {"path": str(tmp_path / "best.trec")}}],
+           "evaluation": {"metrics": ["nDCG@3", "P@1"], "permutations": 200, "latency_queries": 0,
+                          "comparisons": ["all"]}}  # fmt: skip
+    result = stagebench.run(cfg)
+    best, worst = result.stage_table.row("best"), result.stage_table.row("worst")
+    assert best.metrics["P@1"] == 1.0 and worst.metrics["P@1"] == 0.0
+    for m in ("nDCG@3", "P@1"):
+        assert best.unsettled.get(m, []) == [] and worst.unsettled.get(m, []) == [], (m, best.unsettled, worst.unsettled)
