@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from stagebench.judgments.coverage import covered, orders
-from stagebench.judgments.estimate import MIN_REFIT, estimate, frame, recalibrated
+from stagebench.judgments.estimate import FLOOR_DF, MIN_REFIT, estimate, frame, recalibrated
 from stagebench.metrics.compute import gain_map
 
 LINEAR = gain_map("linear")
@@ -79,8 +79,9 @@ def test_the_refit_is_weighted_by_1_over_pi_and_cross_fitted_over_two_halves():
 def test_the_variance_its_floor_and_the_degrees_of_freedom_by_their_formulas():
     """Without the refit, r = F - P on the drawn units: variance sum (1 - p) / p^2 r^2; Welch-Satterthwaite
     df = var^2 / sum of the squared terms; the floor s2 * sum over every unit of (1 - pi) / pi * A, s2 the
-    1/p-weighted mean of r^2 / A over the drawn units; the standard error the larger of the two. Here few
-    units are drawn, so the floor is the larger and must be the one applied."""
+    1/p-weighted mean of r^2 / A over the drawn units; the squared standard error the two pooled by their
+    information, (df * var + FLOOR_DF * floor) / (df + FLOOR_DF), the degrees of freedom the sample's. Here
+    few units are drawn, so the floor is the larger and lifts the variance."""
     fr, truth, means, pi = fixed_ideal_case()
     pi = np.full(len(fr.units), 0.5)
     drawn = np.arange(0, len(fr.units), 6)  # 12 of 72 units
@@ -98,7 +99,8 @@ def test_the_variance_its_floor_and_the_degrees_of_freedom_by_their_formulas():
     s2 = ((r**2 / A[:, drawn]) / p).sum(axis=1) / (1 / p).sum()
     floor = s2 * ((1 - pi) / pi * A).sum(axis=1)
     assert np.all(floor > var)  # the case the floor is for: the few drawn units understate the spread
-    np.testing.assert_allclose(got.se**2, np.maximum(var, floor), rtol=1e-12)
+    np.testing.assert_allclose(got.se**2, (df * var + FLOOR_DF * floor) / (df + FLOOR_DF), rtol=1e-12)
+    assert np.all((var < got.se**2) & (got.se**2 < floor))
     np.testing.assert_allclose(got.df, df, rtol=1e-12)
     assert np.all((5 < got.df) & (got.df <= len(drawn)))  # about the drawn units' count, never the holes'
     np.testing.assert_allclose(got.value, known + P.sum(axis=1) + (r / p).sum(axis=1), atol=1e-12)
@@ -127,3 +129,33 @@ def test_coverage_counts_an_interval_only_when_it_holds_the_truth_at_both_ends()
     right, wrong = orders(low, high, theta)
     np.testing.assert_array_equal(right, [[True, False, True], [True, False, False], [False, False, True]])
     np.testing.assert_array_equal(wrong, [[False, False, False], [False, False, False], [False, True, False]])
+
+
+def test_the_sampler_every_command_goes_through_applies_the_floor_by_its_formula():
+    """Sampler.estimate - the path plan-judgments, add-judgments and --simulate take - on the query design: the
+    grade model's distributions give the means and variances, and the squared standard error is the pooled
+    floor of test_the_variance_its_floor_and_the_degrees_of_freedom_by_their_formulas, by hand (12 holes:
+    below MIN_REFIT, so no refit)."""
+    from stagebench.judgments.design import Sampler
+
+    fr, truth, means, _ = fixed_ideal_case()
+    gains = np.arange(4.0)
+    dist = np.full((len(truth), 4), 0.1)
+    dist[np.arange(len(truth)), np.clip(np.round(means), 0, 3).astype(int)] = 0.7
+    smp = Sampler("query", fr, dist, gains)
+    pi = np.full(len(fr.units), 0.5)
+    drawn = np.arange(0, len(fr.units), 6)
+    holes = np.array([fr.spans[i][0] for i in drawn])
+    assert len(holes) < MIN_REFIT
+    got = smp.estimate(pi, drawn, truth[holes])
+    m = dist @ gains
+    v = dist @ gains**2 - m**2
+    known, F = fr.contributions(truth)
+    r = F[:, drawn] - fr.contributions(m)[1][:, drawn]
+    p = pi[drawn]
+    each = (1 - p) / p**2 * r**2
+    var, df = each.sum(axis=1), each.sum(axis=1) ** 2 / (each**2).sum(axis=1)
+    A = fr.sensitivity(m, v)
+    floor = ((r**2 / A[:, drawn]) / p).sum(axis=1) / (1 / p).sum() * ((1 - pi) / pi * A).sum(axis=1)
+    np.testing.assert_allclose(got.se**2, (df * var + FLOOR_DF * floor) / (df + FLOOR_DF), rtol=1e-10)
+    assert np.all(got.se**2 != var)  # the floor moved it: a Sampler that skipped it would give var
