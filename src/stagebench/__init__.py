@@ -25,10 +25,12 @@ is instant and the command line can take a signal before its heavy imports (:mod
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING
 
 from stagebench.version import __version__
 
+#: typing.TYPE_CHECKING without importing typing (tens of milliseconds, more on a loaded machine): the command
+#: line's signal handler (stagebench.__main__) goes in only after this module has run
+TYPE_CHECKING = False
 if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and readers
     from stagebench.api import (Cascade, Comparison, Config, Dataset, Evaluation, Reranker, Result, StageRun, StageSpec,
                                 StagebenchError, TuneResult, compare, evaluate, load_config, load_dataset, open, run,
