@@ -132,3 +132,25 @@ def test_stages_the_judgments_fully_cover_are_ordered_whatever_their_values(tmp_
     assert best.metrics["P@1"] == 1.0 and worst.metrics["P@1"] == 0.0
     for m in ("nDCG@3", "P@1"):
         assert best.unsettled.get(m, []) == [] and worst.unsettled.get(m, []) == [], (m, best.unsettled, worst.unsettled)
+
+
+def test_the_head_to_head_p_is_holm_over_its_family_where_holm_moves_it(tmp_path, tiny_synthetic):
+    """A named pair whose raw p is small (BM25 against a flattened BM25): its head-to-head p is Holm's over the
+    family of the measure, recomputed here from the raw p of significance.json - never the raw p itself. The
+    pair is named the other way round from the family's (bm25_flat against its input bm25): its line is the
+    named difference, turned round (it was a KeyError after every stage had run)."""
+    result = stagebench.run(config(tmp_path, tiny_synthetic, comparisons=["inputs", "bm25=bm25_flat"]))
+    sig = json.loads((result.output / "significance.json").read_text())
+    per = result.per_query_values
+    moved = 0
+    for m in ("nDCG@10", "RR@10"):
+        c = result.stage_table.row("bm25").compared["bm25_flat"][m]
+        diffs = [per["bm25"][m][q] - per["bm25_flat"][m][q] for q in per["bm25"][m]]
+        assert c["difference"] == pytest.approx(sum(diffs) / len(diffs), abs=1e-6)
+        assert c["wins"] == sum(d > 1e-12 for d in diffs) and c["losses"] == sum(d < -1e-12 for d in diffs)
+        family = [x for x in sig if x["metric"] == m]
+        at = next(i for i, x in enumerate(family) if {x["a"], x["b"]} == {"bm25", "bm25_flat"})
+        assert c["p"] == pytest.approx(holm([x["p_rand"] for x in family])[at], abs=1e-6)
+        assert c["p"] == pytest.approx(family[at]["p_rand_holm"], abs=1e-6)
+        moved += c["p"] > family[at]["p_rand"] + 1e-9
+    assert moved  # Holm moved at least one of them: a raw p in its place would fail above

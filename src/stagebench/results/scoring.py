@@ -259,7 +259,11 @@ def head_to_head(head: list[tuple[str, str]], comps: list[stats.PairTest], evals
     out: dict[str, dict] = {}
     for a, b in head:
         for m in metric_names:
-            c = by[(a, b, m)]
+            c = by.get((a, b, m))
+            if c is None:  # named B=A where the family already holds A against B (an input, a sibling): turned round
+                r = by[(b, a, m)]
+                c = stats.PairTest(a, b, m, r.mean_b, r.mean_a, -r.t, r.p_t, r.p_rand, r.losses, r.ties, r.wins,
+                                   r.p_t_holm, r.p_rand_holm)  # fmt: skip
             diffs = [evals[a].per_query[m][q] - evals[b].per_query[m][q] for q in queries]
             level = 1 - ev.alpha / family[m]
             lo, hi = stats.bootstrap_ci(diffs, ev.bootstrap, ev.seed, level=level)
