@@ -143,6 +143,11 @@ def qwk(a: list[int], b: list[int], grades: list[int]) -> float:
     return float(1 - (W * O).sum() / max((W * E).sum(), 1e-12))
 
 
+def _widths(rows, pairs) -> str:
+    """Each budget's mean interval width over the pairs."""
+    return " / ".join(f"{np.mean([r.width[t] for t in pairs]):.3f}" for r in rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("folder")
@@ -159,13 +164,14 @@ def main(argv: list[str] | None = None) -> int:
     grades = sorted(set(scale.grades))
     lines = [f"## {folder} (hide {args.hide}, {args.rounds} rounds a budget, hole design)", "",
              "| grade model | QWK (realised) | judge = truth | pairs settled (median) " + " / ".join(map(str, budgets))
-             + " | worst coverage | width / oracle |", "|---|---|---|---|---|---|"]
+             + " | worst coverage | mean pair width | width / its oracle |", "|---|---|---|---|---|---|---|"]
     base = api.simulate_estimates(folder, budgets, rounds=args.rounds, hide=args.hide, seed=args.seed, designs=["hole"])
     first = next(iter(base.model))
     rows = [r for r in base.rows if r.predictor == first]
     lines.append(f"| {first} (no judge) | - | - | " + " / ".join(f"{np.median(r.settled_right):.0f}" for r in rows)
-                 + " | " + " / ".join(f"{r.worst[1]:.3f}" for r in rows) + " | "
+                 + " | " + " / ".join(f"{r.worst[1]:.3f}" for r in rows) + " | " + _widths(rows, base.pairs) + " | "
                  + " / ".join(f"{r.ratio():.2f}" for r in rows) + " |")
+    notes: list[str] = []
     for a in [float(x) for x in args.agreement.split(",")]:
         with tempfile.TemporaryDirectory() as tmp:
             copy = Path(tmp) / folder.name
@@ -193,10 +199,12 @@ def main(argv: list[str] | None = None) -> int:
             rows = [r for r in cov.rows if r.predictor == "judge"]
             lines.append(f"| judge, agreement {a:g} | {k:.3f} | {exact:.3f} | "
                          + " / ".join(f"{np.median(r.settled_right):.0f}" for r in rows) + " | "
-                         + " / ".join(f"{r.worst[1]:.3f}" for r in rows) + " | "
+                         + " / ".join(f"{r.worst[1]:.3f}" for r in rows) + " | " + _widths(rows, cov.pairs) + " | "
                          + " / ".join(f"{r.ratio():.2f}" for r in rows) + " |")
+            notes.append(f"agreement {a:g}: {len(said):,} pairs judged through `stagebench judge` in {took:.0f} s; "
+                         f"confusion, truth -> judge: {json.dumps(confusion)}")
             print(lines[-1], flush=True)
-    text = "\n".join(lines) + "\n"
+    text = "\n".join(lines + ["", *notes]) + "\n"
     print(text)
     if args.out:
         with open(args.out, "a", encoding="utf-8") as f:
