@@ -177,9 +177,7 @@ class MatrixConfig:
     oracle: OracleOptions = param(doc="the oracle pool (below)", factory=OracleOptions)
 
     def validate(self) -> list[tuple[str, str]]:
-        for key, names in (("rerankers", self.rerankers), ("pools", self.pools)):
-            if not names:
-                return [(key, "needs at least one")]
+        for key, names in (("rerankers", self.rerankers), ("pools", self.pools)):  # each non-empty: Length
             if len(set(names)) != len(names):
                 return [(key, f"{names}: a stage is listed twice")]
         return []
@@ -298,13 +296,9 @@ class TrainingConfig:
                                "training is fp32 everywhere")  # fmt: skip
 
     def validate(self) -> list[tuple[str, str]]:
-        errs = []
-        if not self.labels:
-            errs.append(("labels", "needs at least one grade -> target"))
-        if not errs:  # the base model must be loadable before any training step
-            errs += check_model(self.base_model, self.source, self.max_length)
-            errs = [("base_model" if k == "model" else k, m) for k, m in errs]
-        return errs
+        # labels is non-empty (Length); the base model must be loadable before any training step
+        errs = check_model(self.base_model, self.source, self.max_length)
+        return [("base_model" if k == "model" else k, m) for k, m in errs]
 
     def produces(self, model: str) -> bool:
         """Whether a stage's ``model`` names this training's output folder."""
@@ -536,8 +530,6 @@ def check_tune(tune: TuneConfig, stages: list[StageConfig], stages_raw: list, en
         parse_measure(tune.measure)
     except StagebenchError as exc:
         raise ConfigError(f"tune.measure: {exc}") from None
-    if not tune.stages:
-        raise ConfigError("tune.stages: name at least one stage to tune")
     own = {sc.name: i for i, sc in enumerate(stages[: len(stages_raw)])}
     for name in tune.space:
         if name not in tune.stages:

@@ -44,7 +44,7 @@ def utf16(raw: bytes) -> str | None:
 
 
 def _undecodable(path: Path, what: str, raw: bytes, start: int, offset: int, lineno: int) -> str:
-    hint = utf16(raw)
+    hint = utf16(raw) if offset == 0 else None  # a file's encoding shows at its start, not in a later line
     if hint is not None:
         return f"{path}: the {what} is saved as {hint}, not UTF-8; save it as UTF-8"
     if raw[start] == 0:

@@ -158,7 +158,7 @@ def test_a_run_finds_the_tuning_of_its_first_stage_and_says_its_baseline_is_weak
     ("{stages: [bm25], measure: nDCG@x}", "tune.measure:"),
     ("{stages: [bm25], folds: 1}", "tune.folds: must be >= 2"),
     ("{stages: [bm25], queries: test}", "tune.queries:"),
-    ("{stages: []}", "tune.stages: name at least one stage"),
+    ("{stages: []}", "tune.stages: must not be empty"),
 ])  # fmt: skip
 def test_a_tune_section_that_cannot_make_sense_fails_at_load(tmp_path, knobs, message):
     cfg = config_file(tmp_path, "{loader: beir, path: nowhere}", knobs)

@@ -146,7 +146,7 @@ def test_a_folder_without_a_matrix_says_so(tmp_path, small_synthetic, capsys):
     ("{rerankers: [tb], pools: [bm52]}", r"matrix\.pools\[0\]: unknown stage 'bm52'"),
     ("{rerankers: [bm25], pools: [rrf]}", r"matrix\.rerankers\[0\]: 'bm25' \(bm25\) is not a reranker of one input"),
     ("{rerankers: [tbb], pools: [rrf]}", r"matrix\.rerankers\[0\]: unknown stage 'tbb'"),
-    ("{rerankers: [tb], pools: []}", r"matrix\.pools: needs at least one"),
+    ("{rerankers: [tb], pools: []}", r"matrix\.pools: must not be empty"),
     ("{rerankers: [tb], pools: [rrf, rrf]}", r"matrix\.pools: .* a stage is listed twice"),
     ("{rerankers: [tb], pools: [oracle], oracle: {of: nope}}", r"matrix\.oracle\.of: unknown stage 'nope'"),
     ("{rerankers: [tb], pools: [oracle], oracle: {depth: 5}}", r"matrix\.oracle\.depth: unknown key"),

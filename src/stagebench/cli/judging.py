@@ -71,7 +71,7 @@ def parser_plan_judgments(sub) -> None:
     pj.add_argument("--aim", action="append", metavar="A=B", help="--strategy sample: aim the sample at the difference of "
                     "stages A and B (repeatable; default: the folder's head-to-head pairs - siblings over one input and the pairs "
                     "evaluation.comparisons names - else the pairs the grade model predicts the budget can settle); the "
-                    "plan says how many judgments settle each aimed pair with 80% power if the model is right")  # fmt: skip
+                    "plan says how many judgments settle each aimed pair with 80%% power if the model is right")  # fmt: skip
     pj.add_argument("--design", choices=DESIGNS, help="--strategy sample: hole (default): one judgment buys one hole "
                     f"in each query whose judged documents make at least {HOLE_WHEN:.0%}% of its expected ideal DCG (its "
                     "nDCG linearised: a small bias, measured), any other query judged whole; query: every query whose "
