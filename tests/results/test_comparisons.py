@@ -154,3 +154,24 @@ def test_the_head_to_head_p_is_holm_over_its_family_where_holm_moves_it(tmp_path
         assert c["p"] == pytest.approx(family[at]["p_rand_holm"], abs=1e-6)
         moved += c["p"] > family[at]["p_rand"] + 1e-9
     assert moved  # Holm moved at least one of them: a raw p in its place would fail above
+
+
+def test_compare_refuses_folders_without_runs_scored_against_other_qrels(tmp_path, capsys):
+    """Two committed folders that keep their tables only (no runs, no qrels.trec): the manifests' qrels
+    fingerprints are all compare has, and different ones are refused in one line; the same ones compare."""
+    import shutil
+
+    from stagebench.cli import main
+    from tests.conftest import REPO
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    shutil.copytree(REPO / "results" / "default", a)
+    shutil.copytree(REPO / "results" / "default", b)
+    assert not (a / "qrels.trec").exists()
+    assert main(["compare", str(a), str(b), "--permutations", "100"]) == 0
+    capsys.readouterr()
+    manifest = json.loads((b / "manifest.json").read_text())
+    manifest["dataset"]["qrels_fingerprint"] = "0" * 64
+    (b / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    assert main(["compare", str(a), str(b), "--permutations", "100"]) == 2
+    assert f"{a} and {b} were scored against different qrels" in capsys.readouterr().err
