@@ -363,6 +363,10 @@ BUGS: tuple[Bug, ...] = (
     Bug("definitions", "compare of folders without runs takes any qrels fingerprint", "src/stagebench/results/compare.py",
         "    elif da.qrels_fingerprint != db.qrels_fingerprint:", "    elif False and da.qrels_fingerprint != db.qrels_fingerprint:",
         ("tests/results/test_comparisons.py::test_compare_refuses_folders_without_runs_scored_against_other_qrels",)),
+    Bug("judging round", "a round's qrels digest checked only where its record names another folder",
+        "src/stagebench/api/ground.py", '    if file_digest(rf.path / "qrels.trec") != rec.qrels_sha256:',
+        '    if rec.folder != str(rf.path) and file_digest(rf.path / "qrels.trec") != rec.qrels_sha256:',
+        (ESTIMATE + "test_a_round_is_refused_on_other_judgments_even_at_the_path_its_record_names",)),
     # issue 92: each behaviour where users reach it, planted at two places on its path
     Bug("judging round", "capped window not net of the sure units' rows (the exact probabilities)",
         "src/stagebench/judgments/capped.py", "lo_r, hi_r = max(0, lo - rows_sure), hi - rows_sure",

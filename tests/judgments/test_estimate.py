@@ -485,3 +485,21 @@ def test_a_record_or_sheet_that_is_there_but_unreadable_is_named_so(sample_round
     err = capsys.readouterr().err
     assert f"{wide}: the worksheet is saved as UTF-16LE without a byte-order mark" in err and "qid and docid" not in err
     assert not (tmp_path / "out-16").exists()
+
+
+def test_a_round_is_refused_on_other_judgments_even_at_the_path_its_record_names(sample_round, tmp_path):
+    """The record names the folder's path; a folder of other judgments put at that very path (a rerun into the
+    same output, judgments added) is not the round's: its qrels digest decides, not the path."""
+    import shutil
+
+    folder, _ = sample_round
+    here = tmp_path / "here"
+    shutil.copytree(folder, here)
+    sheet = api.plan_judgments(here, 30, tmp_path / "sheet.csv", strategy="sample", seed=6)
+    graded = _graded(here, sheet.csv, tmp_path / "graded.csv")
+    api.add_judgments(here, [_graded(here, sheet.csv, tmp_path / "other.csv")], tmp_path / "moved-on")
+    shutil.rmtree(here)
+    shutil.copytree(tmp_path / "moved-on", here)  # other judgments (the round's own grades added) at the same path
+    assert Record.read(Path(design_path(str(graded))).read_text(), "x").folder == str(here)
+    api.add_judgments(here, [graded], tmp_path / "again", prefer="existing")
+    assert "drawn from other judgments" in json.loads((tmp_path / "again" / ESTIMATE).read_text())["refused"]
