@@ -367,6 +367,11 @@ BUGS: tuple[Bug, ...] = (
         "src/stagebench/api/ground.py", '    if file_digest(rf.path / "qrels.trec") != rec.qrels_sha256:',
         '    if rec.folder != str(rf.path) and file_digest(rf.path / "qrels.trec") != rec.qrels_sha256:',
         (ESTIMATE + "test_a_round_is_refused_on_other_judgments_even_at_the_path_its_record_names",)),
+    Bug("estimation", "the hole design's prior shift aimed at the drawn holes' unweighted shares",
+        "src/stagebench/judgments/linear.py",
+        "        w = np.concatenate([np.full(b - a, 1.0 / pi[i]) for i, (a, b) in zip(idx, spans)])",
+        "        w = np.concatenate([np.full(b - a, 1.0) for i, (a, b) in zip(idx, spans)])",
+        (EST_DEFS + "test_the_hole_designs_prior_shift_aims_at_the_drawn_holes_shares_weighted_by_1_over_pi",)),
     # issue 92: each behaviour where users reach it, planted at two places on its path
     Bug("judging round", "capped window not net of the sure units' rows (the exact probabilities)",
         "src/stagebench/judgments/capped.py", "lo_r, hi_r = max(0, lo - rows_sure), hi - rows_sure",

@@ -159,3 +159,37 @@ def test_the_sampler_every_command_goes_through_applies_the_floor_by_its_formula
     floor = ((r**2 / A[:, drawn]) / p).sum(axis=1) / (1 / p).sum() * ((1 - pi) / pi * A).sum(axis=1)
     np.testing.assert_allclose(got.se**2, (df * var + FLOOR_DF * floor) / (df + FLOOR_DF), rtol=1e-10)
     assert np.all(got.se**2 != var)  # the floor moved it: a Sampler that skipped it would give var
+
+
+def test_the_hole_designs_prior_shift_aims_at_the_drawn_holes_shares_weighted_by_1_over_pi():
+    """Through the Sampler (hole design, 36 drawn holes, unequal probabilities): the estimate is the one of the
+    model's distributions shifted, beforehand and by hand, to the drawn holes' grade shares weighted by 1/pi
+    (prior_shift; the unweighted shares differ here and give another estimate)."""
+    from stagebench.judgments.design import Sampler
+    from stagebench.judgments.grades import prior_shift
+    from stagebench.judgments.linear import estimate_units
+
+    ranked: dict[str, dict[str, list[str]]] = {"a": {}, "b": {}}
+    qrels = {}
+    for i in range(24):
+        q = f"q{i}"
+        qrels[q] = {"e1": 3, "e2": 3, "e3": 3}
+        ranked["a"][q] = [f"h1{q}", f"h2{q}", "e1"]
+        ranked["b"][q] = [f"h3{q}", "e1", f"h1{q}"]
+    fr = frame(ranked, qrels, list(qrels), 3, LINEAR, 3, design="hole")
+    rng = np.random.default_rng(8)
+    levels = rng.integers(0, 4, len(fr.holes()))
+    dist = rng.dirichlet(np.ones(4), len(levels))
+    gains = np.arange(4.0)
+    pi = np.where(levels >= 2, 0.3, 0.8)  # the high grades drawn less often: weighting matters
+    drawn = np.arange(0, len(fr.units), 2)
+    assert len(drawn) >= MIN_REFIT
+    got = Sampler("hole", fr, dist, gains).estimate(pi, drawn, gains[levels[drawn]])
+    w = 1 / pi[drawn]
+    weighted = np.bincount(levels[drawn], weights=w, minlength=4) / w.sum()
+    plain = np.bincount(levels[drawn], minlength=4) / len(drawn)
+    assert np.abs(weighted - plain).max() > 0.05
+    want = estimate_units(fr, prior_shift(dist, weighted), gains, pi, drawn, gains[levels[drawn]], shift=False)
+    np.testing.assert_allclose(got.value, want.value, atol=1e-12)
+    other = estimate_units(fr, prior_shift(dist, plain), gains, pi, drawn, gains[levels[drawn]], shift=False)
+    assert np.abs(other.value - got.value).max() > 1e-4
