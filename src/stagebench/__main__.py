@@ -23,8 +23,6 @@ def _during_start_up(signum: int, _frame) -> None:
     os.write(2, f"stagebench: {name} while starting: nothing was read or written\n".encode())
     os._exit(130 if signum == _signal.SIGINT else 128 + signum)
 
-
-
 def main() -> int:
     before = {sig: _signal.signal(sig, _during_start_up) for sig in ENDING
               if _signal.getsignal(sig) is not _signal.SIG_IGN}  # a background job's ignored SIGINT stays ignored

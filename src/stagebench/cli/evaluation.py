@@ -7,8 +7,8 @@ import json
 import sys
 
 from stagebench import api
-from stagebench.cli.flags import declared, gain_spec
-from stagebench.config import EvaluationConfig
+from stagebench.cli.flags import gain_spec
+from stagebench.config import test_settings
 from stagebench.errors import StagebenchError
 from stagebench.results.scoring import conventions_line
 
@@ -61,8 +61,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         if args.json or args.view != "irrelevant":
             raise StagebenchError("several runs: --json and --view are for one run (the table of several shows the "
                                   "judged-only view and the bounds beside the main one)")  # fmt: skip
-        permutations, seed, alpha = (declared(getattr(args, k), EvaluationConfig, k, f"--{k}")
-                                     for k in ("permutations", "seed", "alpha"))  # fmt: skip
+        permutations, seed, alpha = test_settings(args.permutations, args.seed, args.alpha, flags=True)
         exp = api.compare_runs(args.qrels, args.run, args.metrics, relevance_threshold=args.rel, gain=args.gain,
                                permutations=permutations, seed=seed, alpha=alpha, queries=args.queries,
                                max_per_query=args.max_per_query, baseline=args.baseline, test=args.test)  # fmt: skip

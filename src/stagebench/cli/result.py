@@ -8,8 +8,8 @@ import logging
 import sys
 
 from stagebench import api
-from stagebench.cli.flags import declared, CACHE_DIR_HELP
-from stagebench.config import EvaluationConfig
+from stagebench.cli.flags import CACHE_DIR_HELP
+from stagebench.config import test_settings
 from stagebench.errors import StagebenchError
 from stagebench.report.tables import comparison_text
 from stagebench.runtime.cluster.supervisor import connect_watched, run_watched
@@ -78,7 +78,7 @@ def parser_compare(sub) -> None:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    permutations, seed, alpha = (declared(getattr(args, k), EvaluationConfig, k, f"--{k}") for k in ("permutations", "seed", "alpha"))
+    permutations, seed, alpha = test_settings(args.permutations, args.seed, args.alpha, flags=True)
     pairs = {}
     for p in args.pair:
         sa, sep, sb = p.partition("=")

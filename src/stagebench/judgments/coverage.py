@@ -13,10 +13,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from scipy.stats import t as student_t
-
 from stagebench.judgments.design import HOLE, Sampler
-from stagebench.judgments.estimate import Z95, Prediction, allocate
+from stagebench.judgments.estimate import Z95, Prediction, allocate, t_quantiles
 from stagebench.judgments.grades import prior_shift
 from stagebench.judgments.linear import exact, unit_prediction
 
@@ -148,7 +146,7 @@ def predicted_widths(pred: Prediction, targets: Sequence[str], pi: np.ndarray) -
     Student's t at the units it is expected to draw, the model's residual variances), units it cannot reach
     left out."""
     reach = pi > 0
-    q = student_t.ppf(0.975, max(1.0, float(pi[reach & (pi < 1)].sum()) - 1.0))
+    q = t_quantiles(pi)[0]
     v = np.where(reach, (1 - pi) / np.where(reach, pi, 1.0), 0.0) @ pred.A.T
     return {t: float(2 * q * np.sqrt(x)) for t, x in zip(targets, v)}
 

@@ -349,7 +349,7 @@ class Power:
                 f"would be +-{self.half_width:.4f} ({settled}); {need} (if the model is right)")  # fmt: skip
 
 
-def _quantiles(pi: np.ndarray) -> tuple[float, float]:
+def t_quantiles(pi: np.ndarray) -> tuple[float, float]:
     """Student's t at 97.5% and at 80% for the units a design with ``pi`` is expected to draw with chance
     below 1 (the degrees of freedom its interval will have, at most)."""
     df = max(1.0, float(pi[pi < 1].sum()) - 1.0)
@@ -370,13 +370,13 @@ def power(fr: Frame, pred: Prediction, target: str, budget: int) -> Power:
         return float(np.sqrt(((1 - pi) / np.maximum(pi, 1e-300) * pred.A[t]).sum())), pi
 
     s_b, pi_b = se(min(budget, cost))
-    at_budget = _quantiles(pi_b)[0] * s_b
+    at_budget = t_quantiles(pi_b)[0] * s_b
     if abs(d) <= 1e-12:
         return Power(target, d, at_budget, None, int(cost))
 
     def settles(n: int) -> bool:
         s_n, pi_n = se(n)
-        return sum(_quantiles(pi_n)) * s_n < abs(d)
+        return sum(t_quantiles(pi_n)) * s_n < abs(d)
 
     lo, hi = 0, int(cost)  # a census settles any difference: its interval has width 0
     while hi - lo > 1:
@@ -537,5 +537,5 @@ def variance(r: np.ndarray, pi: np.ndarray, drawn: np.ndarray, A: np.ndarray | N
     return var, df
 
 
-__all__ = ["FLOOR_DF", "UNIFORM_SHARE", "Z80", "Z95", "Design", "allocate", "Estimate", "Frame", "Power", "Prediction", "QueryFrame", "Unit", "draw",
+__all__ = ["FLOOR_DF", "UNIFORM_SHARE", "Z80", "Z95", "Design", "allocate", "t_quantiles", "Estimate", "Frame", "Power", "Prediction", "QueryFrame", "Unit", "draw",
            "estimate", "frame", "inclusion", "power", "predict", "unreached", "variance"]  # fmt: skip

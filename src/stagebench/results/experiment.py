@@ -111,7 +111,7 @@ class Experiment:
     @property
     def family(self) -> str:
         """The comparisons each measure's Holm correction is over, in words."""
-        n = len(self.runs) - 1 if self.baseline is not None else len(self.runs) * (len(self.runs) - 1) // 2
+        n = self.comparisons
         if self.baseline is not None:
             return f"{n} comparison{'s' if n != 1 else ''} with the baseline"
         return f"{n} pair{'s' if n != 1 else ''}"
