@@ -10,10 +10,40 @@ import numpy as np
 import pytest
 
 from stagebench.judgments.coverage import covered, orders
-from stagebench.judgments.estimate import FLOOR_DF, MIN_REFIT, estimate, frame, recalibrated
+from stagebench.judgments.design import Sampler
+from stagebench.judgments.estimate import FLOOR_DF, MIN_REFIT, estimate, frame
 from stagebench.metrics.compute import gain_map
 
 LINEAR = gain_map("linear")
+
+
+def refit_by_hand(means, sampled, gains, w, low=0.0, high=3.0):
+    """The refit written out: the normal equations of sum w (g - a - b m)^2 over the sampled holes, solved by
+    hand (never through the code's own least squares), the line applied to every hole, clipped to the scale."""
+    m, g = means[sampled], gains
+    sw, swm, swmm, swg, swmg = w.sum(), (w * m).sum(), (w * m * m).sum(), (w * g).sum(), (w * m * g).sum()
+    b = (sw * swmg - swm * swg) / (sw * swmm - swm**2)
+    a = (swg - b * swm) / sw
+    return np.clip(a + b * means, low, high)
+
+
+def cross_fitted_by_hand(fr, means, pi, drawn, truth, weight=lambda p: 1 / p):
+    """The refitted difference estimator unit by unit: drawn units alternate between two halves; each half's
+    residuals use the model refitted (weights 1/pi) on the other half's holes only (one hole a unit here);
+    every unit's prediction is the mean of the two refits."""
+    halves = [[j for j in range(len(drawn)) if j % 2 == h] for h in (0, 1)]
+    models = []
+    for h in (0, 1):
+        sampled = np.array([fr.spans[drawn[j]][0] for j in halves[1 - h]])
+        models.append(refit_by_hand(means, sampled, truth[sampled], weight(pi[drawn[halves[1 - h]]])))
+    known, F = fr.contributions(truth)
+    P = [fr.contributions(m)[1] for m in models]
+    want = known + (P[0] + P[1]).sum(axis=1) / 2
+    for h in (0, 1):
+        for j in halves[h]:
+            u = drawn[j]
+            want = want + (F[:, u] - P[h][:, u]) / pi[u]
+    return want, P
 
 
 def fixed_ideal_case(queries: int = 24):
@@ -48,32 +78,37 @@ def test_the_fixed_ideal_rule_needs_k_judged_documents_at_the_top_grade():
 
 
 def test_the_refit_is_weighted_by_1_over_pi_and_cross_fitted_over_two_halves():
-    """The estimate written out unit by unit: drawn units alternate between two halves; each half's
-    residuals use the model refitted (weights 1/pi) on the other half's holes only; every unit's
-    prediction is the mean of the two refits."""
+    """The estimate written out unit by unit (cross_fitted_by_hand), the refit's least squares by hand."""
     fr, truth, means, pi = fixed_ideal_case()
     drawn = np.flatnonzero(np.random.default_rng(9).random(len(pi)) < pi)
     assert len(drawn) >= 2 * MIN_REFIT
-    spans = [fr.spans[i] for i in drawn]
-    holes = np.concatenate([np.arange(a, b) for a, b in spans])
+    holes = np.concatenate([np.arange(a, b) for a, b in (fr.spans[i] for i in drawn)])
     got = estimate(fr, means, pi, drawn, truth[holes], 0.0, 3.0, refit=True)
-    halves = [[j for j in range(len(drawn)) if j % 2 == h] for h in (0, 1)]
-    models = []
-    for h in (0, 1):
-        other = [j for j in range(len(drawn)) if j % 2 != h]
-        sampled = np.array([fr.spans[drawn[j]][0] for j in other])  # one hole a unit here
-        models.append(recalibrated(means, sampled, truth[sampled], np.array([1 / pi[drawn[j]] for j in other]), 0.0, 3.0))
-    known, F = fr.contributions(truth)
-    P = [fr.contributions(m)[1] for m in models]
-    want = known + (P[0] + P[1]).sum(axis=1) / 2
-    for h in (0, 1):
-        for j in halves[h]:
-            u = drawn[j]
-            want = want + (F[:, u] - P[h][:, u]) / pi[u]
+    want, P = cross_fitted_by_hand(fr, means, pi, drawn, truth)
     np.testing.assert_allclose(got.value, want, atol=1e-12)
-    # neither the uncorrected model nor one refit on every drawn hole gives it
-    whole = recalibrated(means, holes, truth[holes], 1 / pi[drawn], 0.0, 3.0)
+    # neither one refit on every drawn hole nor an unweighted one gives it
+    whole = refit_by_hand(means, holes, truth[holes], 1 / pi[drawn])
     assert not np.allclose(fr.contributions(whole)[1].sum(axis=1), (P[0] + P[1]).sum(axis=1) / 2, atol=1e-6)
+    for other in (lambda p: np.ones_like(p), lambda p: 1 / np.sqrt(p)):  # the weights matter here
+        assert not np.allclose(cross_fitted_by_hand(fr, means, pi, drawn, truth, other)[0], want, atol=1e-4)
+
+
+def test_the_sampler_every_command_goes_through_refits_by_weighted_least_squares():
+    """Sampler.estimate on the query design (the path plan-judgments, add-judgments and --simulate take) with
+    enough drawn holes for the refit: its value is the cross-fitted estimator with the 1/pi-weighted least
+    squares solved by hand, so a refit scaled otherwise (the design matrix by 1/pi, the target by
+    1/sqrt(pi); weights other than 1/pi) anywhere on the path moves it."""
+    fr, truth, means, pi = fixed_ideal_case()
+    gains = np.arange(4.0)
+    dist = np.full((len(truth), 4), 0.1)
+    dist[np.arange(len(truth)), np.clip(np.round(means), 0, 3).astype(int)] = 0.7
+    m = dist @ gains
+    drawn = np.flatnonzero(np.random.default_rng(9).random(len(pi)) < pi)
+    holes = np.array([fr.spans[i][0] for i in drawn])
+    assert len(holes) >= 2 * MIN_REFIT
+    got = Sampler("query", fr, dist, gains).estimate(pi, drawn, truth[holes])
+    want, _ = cross_fitted_by_hand(fr, m, pi, drawn, truth)
+    np.testing.assert_allclose(got.value, want, atol=1e-12)
 
 
 def test_the_variance_its_floor_and_the_degrees_of_freedom_by_their_formulas():
@@ -136,8 +171,6 @@ def test_the_sampler_every_command_goes_through_applies_the_floor_by_its_formula
     grade model's distributions give the means and variances, and the squared standard error is the pooled
     floor of test_the_variance_its_floor_and_the_degrees_of_freedom_by_their_formulas, by hand (12 holes:
     below MIN_REFIT, so no refit)."""
-    from stagebench.judgments.design import Sampler
-
     fr, truth, means, _ = fixed_ideal_case()
     gains = np.arange(4.0)
     dist = np.full((len(truth), 4), 0.1)
