@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from stagebench import api
-from stagebench.api.ground import ground, model_scores
+from stagebench.api.ground import estimation, ground, model_scores
 from tests.conftest import seed_models
 
 pytestmark = pytest.mark.slow  # the cross-encoder runs (about 500 pairs)
@@ -65,3 +65,23 @@ def test_a_sampling_round_predicts_with_those_scores(shallow_pool, tmp_path, cap
         sheet = api.plan_judgments(folder, 30, tmp_path / "s.csv", strategy="sample", predictor="shallow",
                                    cache_dir=str(cache))  # fmt: skip
     assert sheet.pairs > 0 and "outside stage shallow's pool" in caplog.text, caplog.text[-2000:]
+
+
+def test_the_learned_grade_models_features_read_the_models_scores_not_the_tails_placeholders(shallow_pool):
+    """--predictor learned reads every cross-encoder's scores among its features: for the shallow stage, the pairs
+    outside its pool carry its model's own score (the deep stage's, the same model), never the placeholder its
+    run holds for them (below its pool's scores), and its tail below the top 10s is not read at all."""
+    folder, cache = shallow_pool
+    g = ground(folder)
+    est = estimation(g, "learned", cache_dir=str(cache))
+    assert est.predictor == "learned" and est.features is not None
+    runs = g.rf.runs()
+    read = est.features.runs["shallow"]
+    pool = {q: set(g.ranked["bm25"][q][:4]) for q in g.queries}
+    tops = {q: {d for s in g.ranked for d in g.ranked[s][q][:10]} for q in g.queries}
+    outside = [(q, d) for q in g.queries for d in tops[q] - pool[q]]
+    got = np.array([read[q][d] for q, d in outside])
+    np.testing.assert_allclose(got, [runs["deep"][q][d] for q, d in outside], rtol=0, atol=1e-5)
+    assert not np.allclose(got, [runs["shallow"][q][d] for q, d in outside], atol=1e-3)  # the placeholders differ
+    assert all(set(read[q]) == pool[q] | tops[q] for q in g.queries)
+    assert est.features.runs["deep"] == runs["deep"]  # a stage that scored its whole input: its run as it is

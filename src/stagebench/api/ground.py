@@ -112,12 +112,14 @@ def ground(folder: str | Path, measure: str | None = None) -> Ground:
 @dataclass
 class Estimation:
     """What a sampling round needs from a folder: its design over the holes (the units, the grade model's
-    distribution of every hole's grade, the scale's gains), the model's name and its quality."""
+    distribution of every hole's grade, the scale's gains), the model's name and its quality, and the pair
+    features the learned model read (None for another model)."""
 
     g: Ground
     sampler: Sampler
     predictor: str
     quality: str
+    features: PairFeatures | None = None
 
     @property
     def fr(self) -> Frame:
@@ -162,7 +164,7 @@ def estimation(g: Ground, predictor: str | None, qrels: dict | None = None, cach
     prior = Constant.fit(labelled, grades).p  # the judged pairs' grade shares: what cuts the units, not the model
     sampler = Sampler.over(design, g.ranked, qrels, g.queries, g.measure.cutoff, gain, g.top,
                            lambda holes: (model.distributions(holes), gains), prior)  # fmt: skip
-    return Estimation(g, sampler, model.name, quality.line())
+    return Estimation(g, sampler, model.name, quality.line(), features)
 
 
 def pool_scores(run: Mapping[str, Mapping[str, float]], input_ranked: Mapping[str, Sequence[str]],
