@@ -12,9 +12,11 @@ import pytest
 from stagebench.config import parse_config
 from stagebench.runtime.cluster.session import ray_session
 from stagebench.runtime.cluster.workers import make_engine
+from stagebench.runtime.devices import autocast, autocast_dtype, place, weights_dtype
 from stagebench.runtime.engine import EngineParams, LocalEngine
 from stagebench.errors import ConfigError, StagebenchError
 from stagebench.stages.dense import DenseParams, DenseStage
+from stagebench.stages.llm_rerank import LLMRerankParams, LLMRerankStage
 from stagebench.stages.rerank import CrossEncoderParams, CrossEncoderStage
 from tests.conftest import esci_config, stagebench_cli
 
@@ -119,6 +121,35 @@ def test_models_on_ray_workers_with_gpus_are_placed_on_their_gpu_whatever_the_dr
     # an explicit cpu device stays on the CPU; so does every stage without GPU workers
     assert DenseStage("d", DenseParams(device="cpu"), ray_gpu).placement().device == "cpu"
     assert DenseStage("d", DenseParams(), EngineParams(type="ray")).placement().device == "cpu"
+
+
+def test_auto_on_ray_gpu_workers_computes_in_fp32_for_every_model_stage_as_its_placement_says():
+    """precision: auto on Ray workers holding GPUs: every model stage (dense, cross-encoder, an LLM reranker in
+    process) is placed at fp32 and computes at fp32 - no autocast, fp32 weights - as the placement it is keyed
+    and logged by says (fp16 is batch-dependent); bf16 and fp16 asked for run autocast at them, the LLM's
+    weights in half precision on the GPU. No GPU here: what the workers would run is read from the one
+    mechanism every torch model runs through (autocast_dtype, weights_dtype)."""
+    import torch
+
+    ray_gpu = EngineParams(type="ray", num_gpus_per_worker=1)
+    llm = LLMRerankStage("l", LLMRerankParams(), ray_gpu)
+    placed = {"dense": DenseStage("d", DenseParams(), ray_gpu).placement(),
+              "cross_encoder": CrossEncoderStage("c", CrossEncoderParams(), ray_gpu).placement(),
+              "llm": llm.backend().placement}
+    for what, pl in placed.items():
+        assert (pl.device, pl.precision) == ("cuda:0", "fp32"), what
+        assert autocast_dtype(pl) is None and weights_dtype(pl) == torch.float32, what
+    assert llm.identity()["llm"]["precision"] == "fp32"  # keyed as it computes
+    for asked, dtype in (("bf16", torch.bfloat16), ("fp16", torch.float16)):
+        pl = LLMRerankStage("l", LLMRerankParams(precision=asked), ray_gpu).backend().placement
+        assert (pl.precision, autocast_dtype(pl), weights_dtype(pl)) == (asked, dtype, dtype)
+        pl = DenseStage("d", DenseParams(precision=asked), ray_gpu).placement()
+        assert (pl.precision, autocast_dtype(pl)) == (asked, dtype)
+    cpu_bf16 = LLMRerankStage("l", LLMRerankParams(device="cpu", precision="bf16"), ray_gpu).backend().placement
+    assert weights_dtype(cpu_bf16) == torch.float32 and autocast_dtype(cpu_bf16) == torch.bfloat16
+    ctx = autocast(cpu_bf16)  # the context every torch model runs in: on this CPU, live at the placement's dtype
+    assert ctx._enabled and ctx.fast_dtype == torch.bfloat16
+    assert not autocast(place("cpu", "fp32", "torch", "t"))._enabled
 
 
 class _Listener:

@@ -19,7 +19,7 @@ from stagebench.llm.request import ChatRequest, Completion
 from stagebench.models.resolve import ResolvedModel, loading, on_this_machine
 from stagebench.models.variants import cached_gguf_checkpoint, gguf_checkpoint
 from stagebench.optional import need
-from stagebench.runtime.devices import Placement, autocast
+from stagebench.runtime.devices import Placement, autocast, weights_dtype
 
 log = logging.getLogger("stagebench")
 
@@ -95,14 +95,12 @@ class TransformersBackend:
                 origin += f", its de-quantized checkpoint {folder} (built by the driver)"
         with loading(here, self.label):
             self._tok = tf.AutoTokenizer.from_pretrained(folder, **kw)
-        torch = need("torch", f"{self.label}: the transformers LLM backend")
+        need("torch", f"{self.label}: the transformers LLM backend")
         pl = self.placement
         if pl.precision == "int8":
             raise StagebenchError(f"{self.label}: precision int8 is not offered for LLMs; use fp32, bf16 or fp16 (GPU)")
-        weights = torch.float16 if pl.precision == "fp16" else torch.bfloat16 if pl.precision == "bf16" and pl.kind != "cpu" \
-            else torch.float32  # fmt: skip
         with loading(here, self.label):
-            self._model = tf.AutoModelForCausalLM.from_pretrained(folder, dtype=weights, **kw).to(pl.device).eval()
+            self._model = tf.AutoModelForCausalLM.from_pretrained(folder, dtype=weights_dtype(pl), **kw).to(pl.device).eval()
         if not getattr(self._tok, "chat_template", None):
             raise StagebenchError(f"{self.label}: model {self.resolved.name} has no chat template; use an instruction-"
                                   "tuned (chat) model")  # fmt: skip

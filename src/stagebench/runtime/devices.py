@@ -302,11 +302,27 @@ def gpu_worker_placement(precision: str, backend: str, what: str) -> Placement:
                                   "on the Ray workers' GPUs (num_gpus_per_worker)")
 
 
+def autocast_dtype(placement: Placement):
+    """The torch dtype ``placement``'s arithmetic runs at under autocast (bf16, fp16), or None: fp32 (and int8,
+    whose quantized layers are their own) runs without autocast."""
+    torch = need("torch", "mixed precision")
+    return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(placement.precision)
+
+
+def weights_dtype(placement: Placement):
+    """The dtype a torch model's weights are loaded in at ``placement``: half precision on a GPU at bf16/fp16
+    (fp16 runs on GPUs only), float32 otherwise (a CPU's bf16 is autocast over fp32 weights)."""
+    torch = need("torch", "mixed precision")
+    if placement.precision == "fp16" or (placement.precision == "bf16" and placement.kind != "cpu"):
+        return autocast_dtype(placement)
+    return torch.float32
+
+
 def autocast(placement: Placement):
     """The context that runs a torch model at ``placement``'s precision (bf16/fp16 autocast),
     or a no-op context for fp32 and int8."""
     torch = need("torch", "mixed precision")
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(placement.precision)
+    dtype = autocast_dtype(placement)
     return torch.autocast(placement.kind, dtype=dtype, enabled=dtype is not None)
 
 
