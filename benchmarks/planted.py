@@ -413,6 +413,20 @@ BUGS: tuple[Bug, ...] = (
         'placement = gpu_worker_placement(p.precision, "torch", label)',
         'placement = gpu_worker_placement("fp16" if p.precision == "auto" else p.precision, "torch", label)',
         ("tests/runtime/test_engine.py::test_auto_on_ray_gpu_workers_computes_in_fp32_for_every_model_stage_as_its_placement_says",)),
+    Bug("models", "the streams hand the newest batch back first (with batches still to submit)",
+        "src/stagebench/models/encoders.py", """                if len(pending) >= 2 * self.streams:
+                    yield pending.popleft().result()""", """                if len(pending) >= 2 * self.streams:
+                    yield pending.pop().result()""", ("tests/models/test_streams_order.py",)),
+    Bug("models", "the streams hand the newest batch back first (the last ones)", "src/stagebench/models/encoders.py",
+        """            while pending:
+                yield pending.popleft().result()""", """            while pending:
+                yield pending.pop().result()""", ("tests/models/test_streams_order.py",)),
+    Bug("models", "the dequantized-torch check compares the ONNX graph with itself", "src/stagebench/models/variants.py",
+        "np.abs(onnx.predict(_PROBE_PAIRS, 8) - torch.predict(_PROBE_PAIRS, 8))",
+        "np.abs(onnx.predict(_PROBE_PAIRS, 8) - onnx.predict(_PROBE_PAIRS, 8))", ("tests/models/test_onnx_weights.py::test_the_dequantized_torch_check_refuses_weights_that_score_otherwise",)),
+    Bug("models", "the dequantized-torch check reads the ONNX check folder as the torch model", "src/stagebench/models/variants.py",
+        'torch = STCrossEncoder(ResolvedModel(model.name, "sentence_transformers", str(folder), "check", "check"), 512, cpu, 1)',
+        'torch = OnnxCrossEncoder(ResolvedModel(model.name, "onnx", str(check), "check", "check"), 512, cpu, 1)', ("tests/models/test_onnx_weights.py::test_the_dequantized_torch_check_refuses_weights_that_score_otherwise",)),
     Bug("significance", "head-to-head p the raw randomization p", "src/stagebench/results/scoring.py",
         '"p": getattr(c, key)', '"p": c.p_rand',
         ("tests/results/test_comparisons.py::test_the_head_to_head_p_is_holm_over_its_family_where_holm_moves_it",)),

@@ -12,9 +12,8 @@ import random
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.slow  # loads and runs real models
 
-
+@pytest.mark.slow  # loads and runs real models
 def test_int8_onnx_ranks_200_pairs_like_the_sentence_transformers_reference(tmp_path, monkeypatch, small_synthetic):
     import torch
     from scipy.stats import spearmanr
@@ -48,15 +47,13 @@ def test_int8_onnx_ranks_200_pairs_like_the_sentence_transformers_reference(tmp_
     assert np.corrcoef(ref, ours)[0, 1] >= 0.99
 
 
+@pytest.mark.slow  # builds two variants and runs both
 def test_on_a_gpu_the_bundled_cross_encoder_runs_its_dequantized_weights_in_torch(tmp_path, monkeypatch):
     """Issue 83: ``fp32`` of the bundled INT8 ONNX cross-encoder off the CPU is a transformers folder of its
     dequantized weights (torch runs it on the GPU whether or not onnxruntime has a CUDA build). The
     variant is built and checked on any machine: here it scores real pairs as the ONNX graph's
-    dequantized fp32 form does on the CPU; built with a wrong architecture (6 attention heads, not 12)
-    its check refuses it and nothing is cached."""
+    dequantized fp32 form does on the CPU (its check's refusal of a wrong build: the fast test below)."""
     from stagebench.cache import Cache
-    from stagebench.errors import StagebenchError
-    from stagebench.models import onnx_weights
     from stagebench.models.encoders import load_cross_encoder
     from stagebench.models.resolve import resolve_model
     from stagebench.models.variants import for_placement, onnx_kind, recipe_for, recipe_runtime
@@ -81,9 +78,23 @@ def test_on_a_gpu_the_bundled_cross_encoder_runs_its_dequantized_weights_in_torc
     assert np.max(np.abs(torch_scores - onnx_scores)) < 1e-4, (torch_scores, onnx_scores)
     assert torch_scores[0] > torch_scores[1] + 1  # a real ranking, not two equal constants
 
-    entries = sorted(p.name for p in (tmp_path / "cache" / "models").iterdir())
+
+def test_the_dequantized_torch_check_refuses_weights_that_score_otherwise(tmp_path, monkeypatch):
+    """The check a dequantized-torch variant passes before it is cached compares the transformers folder with
+    the ONNX graph's dequantized form: built with a wrong architecture (6 attention heads, not 12), its probe
+    pairs score otherwise, it is refused and nothing is cached (a check comparing either side with itself
+    would pass it). Fast: the folder is built and refused on the CPU, no GPU needed."""
+    from stagebench.cache import Cache
+    from stagebench.errors import StagebenchError
+    from stagebench.models import onnx_weights
+    from stagebench.models.resolve import resolve_model
+    from stagebench.models.variants import for_placement, onnx_kind
+    from stagebench.runtime.devices import Placement
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    model = resolve_model("cross-encoder/ms-marco-MiniLM-L-12-v2")
     monkeypatch.setitem(onnx_weights.BERT_CONFIG, "num_attention_heads", 6)
-    with pytest.raises(StagebenchError, match="score probe pairs up to .* nothing was cached"):
-        for_placement(model, gpu, kind, Cache(tmp_path / "cache2"), "test")
-    assert not any((tmp_path / "cache2" / "models").glob("*/model.safetensors"))
-    assert sorted(p.name for p in (tmp_path / "cache" / "models").iterdir()) == entries
+    with pytest.raises(StagebenchError, match=r"score probe pairs up to (\S+) away .* nothing was cached") as err:
+        for_placement(model, Placement("cuda:0", "fp32", "t"), onnx_kind(model), Cache(tmp_path / "cache"), "test")
+    assert float(err.value.args[0].split("up to ")[1].split()[0]) > 0.01
+    assert not any((tmp_path / "cache" / "models").glob("*/model.safetensors"))
