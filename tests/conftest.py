@@ -133,6 +133,28 @@ def tiny_synthetic(tmp_path_factory) -> Path:
     return out
 
 
+#: the judging round's folder (:func:`judged_folder`): three cheap stages
+JUDGED_STAGES = [
+    {"name": "bm25", "type": "bm25", "params": {"top_k": 50}},
+    {"name": "bm25_flat", "type": "bm25", "params": {"k1": 0.3, "b": 0.1, "top_k": 50}},
+    {"name": "rrf", "type": "rrf", "inputs": ["bm25", "bm25_flat"]},
+]
+
+
+@pytest.fixture(scope="module")
+def judged_folder(tmp_path_factory, tiny_synthetic) -> Path:
+    """Three cheap stages on the tiny generated dataset, every hole in their top 10 graded by the rules (the
+    judging round's tests; here, at the root, so any grouping of the files on pytest's workers finds it)."""
+    from stagebench import api
+
+    root = tmp_path_factory.mktemp("judging-round")
+    cfg = {"name": "round", "output": str(root / "round"), "cache_dir": str(root / "cache"),
+           "dataset": {"loader": "esci", "path": str(tiny_synthetic), "split": "test"}, "stages": JUDGED_STAGES,
+           "evaluation": {"metrics": ["nDCG@10", "P@10"], "permutations": 200, "latency_queries": 0},
+           "judge": {"backend": "rules", "depth": 10, "sample": 60}}  # fmt: skip
+    return api.run(cfg).output
+
+
 #: the evaluation of :func:`sweep_folder`: a gain table that ranks S above E (so grade order is not
 #: gain order), and a seed, permutations and resamples other than the defaults (so a default used
 #: where the config's value belongs shows)
