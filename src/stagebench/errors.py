@@ -7,6 +7,8 @@ The CLI prints it as ``stagebench: error: <message>`` and exits non-zero.
 
 from __future__ import annotations
 
+import signal
+
 
 class StagebenchError(Exception):
     """A user-facing error with a one-line message."""
@@ -21,3 +23,12 @@ class ConfigError(StagebenchError):
 
 class DataError(StagebenchError):
     """An input data file is missing or malformed."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, handled as Ctrl-C is: every cleanup that Ctrl-C runs (the staging
+    folder, temporary cache files) runs, and the exit code says which signal it was."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum

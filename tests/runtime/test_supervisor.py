@@ -112,3 +112,43 @@ def test_the_status_a_child_reported_is_the_exit_whatever_its_teardown_does_afte
     said = [line for line in capfd.readouterr().err.splitlines() if line.startswith("stagebench: error:")]
     assert len(said) == 1 and "stage boom: plug-in tests.shuffle_plugin:FailsAndTearsDown raised in score()" in said[0], said
     assert not (tmp_path / "t").exists() and not list(tmp_path.glob(".t.partial-*"))
+
+
+def children_of(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (read from /proc, as ``ps --ppid`` does)."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.parent.name))
+    return out
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_while_the_watched_child_starts_is_one_line_and_the_signals_exit(tmp_path, small_synthetic, sig):
+    """`stagebench run --engine ray` and the signal 0.3 s after its watched child appears (the child still
+    importing the command line: it stops before it can report): one line, the exit a local run gives (130,
+    143), never "the Ray cluster ... went away". No cluster is needed: the child stops before it connects."""
+    import subprocess
+    import sys
+
+    cfg = esci_config(tmp_path, small_synthetic, STAGES, name="t")
+    env = {**os.environ, "PYTHONPATH": child_path()}
+    proc = subprocess.Popen([sys.executable, "-m", "stagebench", "run", str(cfg), "--engine", "ray"], env=env, cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
+    end = time.monotonic() + 120
+    while not children_of(proc.pid):
+        assert proc.poll() is None and time.monotonic() < end, proc.stderr.read() if proc.poll() is not None else "no child"
+        time.sleep(0.01)
+    time.sleep(0.3)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=120)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert proc.returncode == (130 if sig == signal.SIGINT else 128 + sig), err
+    assert len(lines) == 1 and lines[0].startswith("stagebench:"), err
+    assert ("interrupted" if sig == signal.SIGINT else "SIGTERM") in lines[0] and "went away" not in err
+    assert not (tmp_path / "t").exists() and not list(tmp_path.glob(".t.partial-*"))

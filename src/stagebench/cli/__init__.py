@@ -19,7 +19,7 @@ from stagebench.cli.folders import (parser_cache, parser_check, parser_generate_
                                     parser_segments, parser_show)
 from stagebench.cli.judging import parser_add_judgments, parser_incompleteness, parser_judge, parser_plan_judgments
 from stagebench.cli.result import parser_compare, parser_run, parser_table, parser_train_reranker, parser_tune, parser_validate
-from stagebench.errors import StagebenchError
+from stagebench.errors import StagebenchError, Terminated
 from stagebench.runtime.cluster.supervisor import ClusterLost, output_log, report_finished, report_lost, watched
 from stagebench.version import __version__
 
@@ -104,15 +104,6 @@ COMMANDS = (
     parser_generate_data, parser_judge, parser_incompleteness, parser_plan_judgments, parser_add_judgments,
     parser_eval,
 )
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM or SIGHUP, handled as Ctrl-C is: every cleanup that Ctrl-C runs (the staging
-    folder, temporary cache files) runs, and the exit code says which signal it was."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
 
 
 def _terminate(signum: int, _frame) -> None:

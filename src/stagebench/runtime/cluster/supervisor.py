@@ -13,7 +13,9 @@ as ours) and its half-written cache entries are removed. Ray's teardown can end 
 shutdown ... The process will exit"), so the child connects to the cluster before its run and
 leaves the teardown to its own exit, after it has printed and reported its outcome; the status
 it reported is the one the parent exits with. Signals sent to the parent (Ctrl-C, SIGTERM, SIGHUP)
-are passed to the child, which stops as a local run does.
+are passed to the child, which stops as a local run does; a child the signal stops before it can
+report (still starting) is said once, with the status a local run gives (130, 143), never taken for
+a lost cluster.
 
 The child runs in a session of its own (a terminal's Ctrl-C reaches it once, through the
 parent), so nothing ties it to its parent by default: a parent killed with SIGKILL would leave
@@ -36,7 +38,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from stagebench.errors import StagebenchError
+from stagebench.errors import StagebenchError, Terminated
 from stagebench.files import remove_stale_staging
 from stagebench.runtime.cluster.failures import ClusterLost
 from stagebench.runtime.cluster.session import connect, new_ray_log, put_ray_output_aside, ray_output_log
@@ -180,9 +182,14 @@ def _run_watched(argv: Sequence[str], config_path: Path, engine: EngineParams, o
     finally:
         os.close(write_end)
         os.close(life_read)
+    passed: list[int] = []  # the signals passed on to the child, first first
+
+    def pass_on(signum: int, _frame) -> None:
+        passed.append(signum)
+        child.send_signal(signum)
+
     # a signal this process ignores (SIGINT in a background job) stays ignored, and the child inherits that
-    old = {sig: signal.signal(sig, lambda signum, _frame: child.send_signal(signum))
-           for sig in forwarded if signal.getsignal(sig) is not signal.SIG_IGN}  # fmt: skip
+    old = {sig: signal.signal(sig, pass_on) for sig in forwarded if signal.getsignal(sig) is not signal.SIG_IGN}
     try:
         code = child.wait()  # not the pipe's end: a process the child started may still hold it
     finally:
@@ -196,6 +203,8 @@ def _run_watched(argv: Sequence[str], config_path: Path, engine: EngineParams, o
         return int(said[len(FINISHED):-1])  # the child's own status, not what Ray's teardown left
     remove_stale_staging(out)
     remove_leftovers(child.pid)
+    if passed and said != LOST:  # the user's signal, whenever it reached the child (its start-up included)
+        return _stopped_by(passed[0], code)
     if said != LOST and code < 0:  # a signal from outside: Ray's runtime ends a driver with an exit status, not a signal
         raise StagebenchError(f"{config_path}: the run's process (pid {child.pid}) was ended by signal "
                               f"{signal.Signals(-code).name}, sent by something outside stagebench (a kill, the "
@@ -210,6 +219,19 @@ def _run_watched(argv: Sequence[str], config_path: Path, engine: EngineParams, o
                           "(`ray stop`, its head or a node lost); no results folder was written or changed, every "
                           "stage that finished is in the cache, so the same command resumes after the last finished "
                           f"stage once the cluster is back{_said(ray_log)}")  # fmt: skip
+
+
+def _stopped_by(signum: int, code: int) -> int:
+    """The exit of a child stopped by the signal ``signum`` passed on to it before it could report: the status a
+    local run gives (130 for SIGINT, 128 + the signal's number otherwise), said once. A child that exits with
+    that status said its own line (its start-up handler, which stops before the command can report); one the
+    signal ended before any handler (the interpreter's own start) is said here, as Ctrl-C of a local run is."""
+    want = 130 if signum == signal.SIGINT else 128 + signum
+    if code == want:
+        return code
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    raise Terminated(signum)
 
 
 def _said(log: Path) -> str:
