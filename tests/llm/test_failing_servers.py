@@ -147,3 +147,84 @@ def test_a_busy_server_answering_one_request_at_a_time_is_waited_for_not_taken_f
         sent = len(srv.posts)
     assert all(not isinstance(d, BaseException) and d.text == "ok" for d in done), done
     assert sent > 8  # some timed out and were sent again: the case the rule must not take for a hung server
+
+
+class Board:
+    """The answers noted by every copy of a backend, in this process (on Ray: the cluster's key-value store,
+    stagebench.runtime.cluster.workers.ClusterNotes, held in tests/runtime/test_engine_order.py)."""
+
+    def __init__(self) -> None:
+        self.last: tuple[float, float] | None = None
+
+    def answered(self, seconds: float) -> None:
+        self.last = (time.time(), seconds)
+
+    def latest(self) -> tuple[float, float] | None:
+        return self.last
+
+    def forget(self) -> None:
+        self.last = None
+
+
+def test_a_copy_of_the_backend_shared_by_ray_workers_hears_the_others_answers_and_counts_their_drops():
+    """Issue 94's rule, at the issue's times (a server answering one request at a time in 1.5 s, a 4 s timeout):
+    one of two workers' copies of the backend (shared_by(2), the answers noted on a board every copy sees)
+    has three of its requests time out in a row. Its first requests queued behind the other worker's and it
+    has had no answer of its own for 9 s, but the other noted one 1 s ago: the server is busy, not hung.
+    With no answer anywhere for 12 s, its own answers having taken 1.5 s and 3 of its requests given up on
+    before: at its second timeout in a row (4 dropped) the server may still owe every worker's 4 dropped
+    requests (4 + 4 x 2 x 1.5 = 16 s), so not hung yet; a copy that counted its own drops only (4 + 4 x 1.5 =
+    10 s) would call it hung; after 17 s it is hung. A silent server with
+    no answer noted anywhere is hung after the timeout, as in one process."""
+    from stagebench.llm.http import OpenAIBackend
+
+    def copy(board: Board | None) -> OpenAIBackend:
+        b = OpenAIBackend("http://127.0.0.1:9", MODEL, timeout=4.0, retries=3, concurrency=4)
+        b.shared_by(2, board)
+        return b
+
+    def three_timeouts(b: OpenAIBackend, first_sent_ago: float) -> str:
+        now = time.monotonic()
+        if b._since is None:
+            b._since = now - first_sent_ago  # the rule's clock: its first request (or its last answer)
+        for _ in range(3):
+            b._heard(True, now - 4.0)
+        return b._hung
+
+    board = Board()
+    board.last = (time.time() - 1.0, 3.0)
+    assert three_timeouts(copy(board), 9.0) == ""  # the other worker heard from it a second ago
+    assert "it is hung" in three_timeouts(copy(None), 9.0)  # the same silence, the other's answer unseen
+    for quiet, hung in ((12.0, False), (17.0, True)):
+        board = Board()
+        board.last = (time.time() - quiet, 1.5)
+        b = copy(board)
+        b._answer_times, b._since, b._dropped = [1.5], time.monotonic() - quiet, 3
+        assert ("it is hung" in three_timeouts(b, quiet)) is hung, quiet
+    assert "it is hung" in three_timeouts(copy(Board()), 9.0)  # nothing noted anywhere: silent since its first request
+    assert b.sharers == 2 and b._limit.now == 2  # concurrency 4 over 2 workers: 2 in flight on each
+
+
+def test_a_busy_server_shared_by_two_workers_copies_is_waited_for_not_taken_for_hung():
+    """Issue 94: a busy server (one request at a time, 0.3 s each, a 1.2 s timeout) asked by two copies of the backend at
+    once, as two Ray workers ask it (neither seeing the other's requests), concurrency 4 across them: each
+    copy holds 2 in flight, hears the answers the other noted (a copy whose first requests queued behind the
+    other's has no answer of its own yet) and counts the work the server still owes the other's dropped
+    requests, so every request is answered. Copies that each thought they were alone took it for hung."""
+    import concurrent.futures
+
+    from stagebench.llm.http import OpenAIBackend
+    from stagebench.llm.request import ChatRequest
+
+    with PlainServer("serial", delay=0.3) as srv:
+        board = Board()
+        copies = [OpenAIBackend(srv.url, MODEL, timeout=1.2, retries=3, backoff=0.1, concurrency=4) for _ in range(2)]
+        for c in copies:
+            c.shared_by(2, board)  # what the LLM stage tells them on a 2-worker Ray engine
+        req = ChatRequest((("user", "hello"),), 4, 0.0, 0)
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            futures = [pool.submit(copies[i % 2].complete, req) for i in range(8)]
+            done = [f.exception() or f.result() for f in futures]
+        sent = len(srv.posts)
+    assert all(not isinstance(d, BaseException) and d.text == "ok" for d in done), done
+    assert sent > 8  # some timed out and were sent again: the busy case, not a quiet one

@@ -12,6 +12,8 @@ import pytest
 import json
 import urllib.request
 
+from stagebench.llm.http import OpenAIBackend
+from stagebench.llm.request import ChatRequest
 from stagebench.runtime.cluster.session import ray_session
 from stagebench.runtime.cluster.workers import RayEngine, ray_shape
 from stagebench.runtime.engine import EngineParams, LocalEngine, apply_units
@@ -48,9 +50,38 @@ def test_results_follow_their_units_whatever_order_they_finish_in():
     with ray_session(params), PlainServer("slow", delay=0.5) as server:
         out = RayEngine(params).map(SlowFirst(0.4), UNITS, desc="t")
         asked = RayEngine(params).map(Ask(server.url), UNITS, desc="t", threads=4)
+        assert asked == [f"ok {u}" for u in UNITS] and len(server.posts) == 8
+        # concurrency 4 on 2 workers: 2 requests in flight on each, 4 at the server (each worker one at a time: 2)
+        assert server.most_in_flight == 4
+        # as many units as the concurrency (issue 94: 4 queries): every one asked at once, none queued behind another
+        with PlainServer("slow", delay=2.0) as slow:
+            t0 = time.monotonic()
+            assert RayEngine(params).map(Ask(slow.url), UNITS[:4], desc="t", threads=4) == [f"ok {u}" for u in UNITS[:4]]
+            took = time.monotonic() - t0
+        assert slow.most_in_flight == 4 and len(slow.posts) == 4, (slow.most_in_flight, took)
+        # a busy server (one request at a time) asked by both workers' copies of one backend: each holds 2 in
+        # flight and hears the other's answers through the cluster's notes; busy is not hung (issue 94)
+        with PlainServer("serial", delay=0.3) as busy:
+            engine = RayEngine(params)
+            backend = OpenAIBackend(busy.url, "plain-model", timeout=1.2, retries=3, backoff=0.1, concurrency=4)
+            notes = engine.shared_notes()
+            backend.shared_by(engine.processes(4, len(UNITS)), notes)
+            assert backend.sharers == 2
+            said = engine.map(Complete(backend), UNITS, desc="t", threads=4)
+            assert notes.latest() is not None  # the workers noted their answers where each other reads them
+            notes.forget()
+        assert said == ["ok"] * len(UNITS) and len(busy.posts) >= len(UNITS)
     assert out == [f"unit {u}" for u in UNITS]
-    # concurrency 4 on 2 workers: 2 requests in flight on each, 4 at the server (each worker one at a time: 2)
-    assert asked == [f"ok {u}" for u in UNITS] and server.most_in_flight == 4 and len(server.posts) == 8
+
+
+class Complete:
+    """Unit ``u``: one chat completion through the backend (as an LLM stage's query asks it)."""
+
+    def __init__(self, backend) -> None:
+        self.backend = backend
+
+    def __call__(self, u: int) -> str:
+        return self.backend.complete(ChatRequest((("user", str(u)),), 4, 0.0, 0)).text
 
 
 class Ask:
@@ -68,13 +99,15 @@ class Ask:
 
 def test_a_task_waiting_on_a_server_keeps_its_requests_in_flight_there():
     with PlainServer("slow", delay=0.3) as server:
-        assert apply_units(Ask(server.url), UNITS, 3, lambda: False) == [f"ok {u}" for u in UNITS]
+        assert LocalEngine().map(Ask(server.url), UNITS, desc="t", threads=3) == [f"ok {u}" for u in UNITS]
         assert server.most_in_flight == 3
-        assert apply_units(Ask(server.url), UNITS[:2], 1, lambda: False) == ["ok 0", "ok 1"]
-        assert apply_units(Ask(server.url), UNITS, 3, lambda: True) == [] and len(server.posts) == 10  # stopped: none
-    # across Ray's workers: at most ``concurrency`` in flight over the cluster, each task holding enough units
-    assert ray_shape(2, 4, 4, 8) == (2, 2, 4) and ray_shape(2, 4, 1, 8) == (2, 2, 2)
+        assert apply_units(Ask(server.url), UNITS[:2], lambda: False) == ["ok 0", "ok 1"]
+        assert apply_units(Ask(server.url), UNITS, lambda: True) == [] and len(server.posts) == 10  # stopped: none
+    # across Ray's workers: at most ``concurrency`` in flight over the cluster, one-unit tasks, several at once
+    # on each worker (its threads), a few units spread over every worker
+    assert ray_shape(2, 4, 4, 8) == (2, 2, 1) and ray_shape(2, 4, 1, 4) == (2, 2, 1)
     assert ray_shape(8, 4, 1, 8) == (4, 1, 1) and ray_shape(3, 4, 1, 8) == (3, 1, 1)  # 3 in flight, never 6
+    assert ray_shape(2, 4, 1, 1) == (1, 4, 1)  # one unit: one worker
     assert ray_shape(2, 1, 4, 8) == (2, 1, 4) and ray_shape(4, 1, 4, 3) == (1, 1, 4)  # no server: one unit at a time
 
 

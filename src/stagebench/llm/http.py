@@ -29,7 +29,13 @@ model's identity, with the name and base URL.
   request given up on since the last answer: ``timeout + drops x service``. A server that never
   answered has no service time, and the rule is as above; one that answers one request at a time in
   1.5 s, with 4 in flight and a 4 s timeout, is waited for, not abandoned; one that answered and then
-  stopped is found hung once its silence outlasts the work it could still be doing.
+  stopped is found hung once its silence outlasts the work it could still be doing. **On Ray** (issue 94)
+  each worker holds its own copy of the backend, while the server's queue holds every worker's requests:
+  the copies note every answer in the cluster's key-value store (:meth:`OpenAIBackend.shared_by`), so a
+  server answering another worker is not silent to this one and a worker that has had no answer yet
+  takes the others' pace as the service time; a copy shared by ``n`` workers counts ``n`` service times
+  for each request it gave up on (it cannot see the others' drops; the workers run the same kind of
+  units at the same pace, so each has given up on about as many), and holds ``concurrency // n`` in flight.
 * **Redirects** are never followed: the request carries the API key, and a 3xx would send it to
   another address, so a redirect is one error naming where the server pointed.
 """
@@ -57,6 +63,7 @@ from typing import Any
 from stagebench.errors import StagebenchError
 from stagebench.llm.labels import label_variants
 from stagebench.llm.request import TOP_LOGPROBS, Abandoned, ChatRequest, Completion, RequestFailed
+from stagebench.runtime.engine import AnswerNotes
 
 log = logging.getLogger("stagebench")
 
@@ -331,6 +338,20 @@ class OpenAIBackend:
         self._answer_times: list[float] = []  # seconds from sending to the answer, the latest ones
         self._dropped = 0  # requests given up on (timed out) since the last answer
         self._hung = ""  # set once the server counts as hung: every request then fails with it
+        self.sharers = 1  # processes asking the server at once, each with its own copy (shared_by)
+        self._notes: AnswerNotes | None = None  # the answers every copy heard (shared_by)
+
+    def shared_by(self, processes: int, notes: AnswerNotes | None = None) -> None:
+        """The server is asked by ``processes`` copies of this backend at once (Ray workers), none seeing the
+        others' requests: each copy holds its share of ``concurrency`` in flight (halved on its own timeouts);
+        its hung-server rule hears the answers every copy notes in ``notes`` (a server answering another
+        worker is not silent, and its answers' pace is the service time), and counts the work the server may
+        still owe for requests given up on as if every copy had given up on as many as it did - the server's
+        queue holds all of theirs (module doc)."""
+        self._notes = notes if processes > 1 else None
+        if max(1, int(processes)) != self.sharers:
+            self.sharers = max(1, int(processes))
+            self._limit = InFlightLimit(max(1, self.concurrency // self.sharers))
 
     def __getstate__(self) -> dict:  # sent to Ray workers: the lock, the limit's and the stop's state are not
         return {k: v for k, v in self.__dict__.items() if k not in ("_lock", "_limit", "_abandon", "_in_flight")}
@@ -338,7 +359,7 @@ class OpenAIBackend:
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
-        self._limit = InFlightLimit(self.concurrency)
+        self._limit = InFlightLimit(max(1, self.concurrency // self.sharers))
         self._abandon = threading.Event()
         self._in_flight = set()
         self._silent, self._since, self._hung = 0, None, ""
@@ -347,18 +368,28 @@ class OpenAIBackend:
     def _heard(self, timed_out: bool, sent: float) -> None:
         """Count a request's outcome toward the hung-server rule (module doc); ``sent``: when it was sent
         (monotonic)."""
-        with self._lock:
-            now = time.monotonic()
-            if not timed_out:
+        notes = self._notes
+        if not timed_out:
+            if notes is not None:
+                notes.answered(time.monotonic() - sent)
+            with self._lock:
+                now = time.monotonic()
                 self._silent, self._since, self._dropped = 0, now, 0
                 self._answer_times = [*self._answer_times[-15:], now - sent]
-                return
-            # the work the server may still do for the requests given up on before this one, at its own pace
-            service = min(statistics.median(self._answer_times), self.timeout) if self._answer_times else 0.0
-            allowance = self.timeout + self._dropped * service
+            return
+        seen = notes.latest() if notes is not None else None  # another copy's latest answer (on Ray)
+        with self._lock:
+            now = time.monotonic()
+            times = self._answer_times + ([seen[1]] if seen is not None else [])
+            # the work the server may still do for the requests given up on before this one (by every copy
+            # asking it: as many as this one gave up on each), at its own pace
+            service = min(statistics.median(times), self.timeout) if times else 0.0
+            allowance = self.timeout + self._dropped * self.sharers * service
             self._dropped += 1
             self._silent += 1
             quiet = now - (self._since if self._since is not None else now)
+            if seen is not None:
+                quiet = min(quiet, max(0.0, time.time() - seen[0]))
             if self._silent >= SILENT_TIMEOUTS and quiet >= allowance and not self._hung:
                 self._hung = (f"the server answered none of {self._silent} requests in a row within the timeout "
                               f"({self.timeout:g} s each), nor anything for {quiet:.0f} s: it is hung, or far too slow "

@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from stagebench.params import NonNegativeFloat, PositiveFloat, PositiveInt, param
 from stagebench.ui import progress
@@ -83,6 +83,20 @@ class EngineParams:
                 f"{self.batch_size} unit(s) per task")  # fmt: skip
 
 
+class AnswerNotes(Protocol):
+    """What the processes asking one server note of its answers, each seeing every other's: the latest
+    answer any of them heard (for the hung-server rule, :mod:`stagebench.llm.http`)."""
+
+    def answered(self, seconds: float) -> None:
+        """An answer came, ``seconds`` after its request was sent."""
+
+    def latest(self) -> tuple[float, float] | None:
+        """The latest answer noted: (its ``time.time()``, its seconds), or None."""
+
+    def forget(self) -> None:
+        """The map is over: the notes are removed."""
+
+
 class Engine:
     """Runs a task over units; see the module docstring."""
 
@@ -100,6 +114,16 @@ class Engine:
     @property
     def remote(self) -> bool:
         return False
+
+    def shared_notes(self) -> AnswerNotes | None:
+        """A board every process of a :meth:`map` reads and writes (None: one process, nothing to share)."""
+        return None
+
+    def processes(self, threads: int, units: int) -> int:
+        """How many processes :meth:`map` runs ``units`` units of a task in, ``threads`` in flight across them,
+        each with its own copy of the task: a server those units ask is shared by that many clients that do
+        not see each other's requests (1 here; the Ray workers that take part on Ray)."""
+        return 1
 
 
 class LocalEngine(Engine):
@@ -167,28 +191,16 @@ class _NotStarted(Exception):
     """A unit the map did not start because an earlier one failed."""
 
 
-def apply_units(task: Callable[[Any], Any], units: Sequence[Any], in_flight: int, stopped: Callable[[], bool]) -> list[Any]:
-    """``[task(u) for u in units]``, ``in_flight`` at a time (threads, as the local engine runs them), no
-    unit started once ``stopped()``: then the units done before it (a sequential run), or none (threads;
-    the map has failed elsewhere and its error is what the driver reports). A unit's error is raised."""
-    if in_flight <= 1:
-        out = []
-        for u in units:
-            if stopped():
-                break
-            out.append(task(u))
-        return out
-
-    def guarded(u: Any) -> Any:
+def apply_units(task: Callable[[Any], Any], units: Sequence[Any], stopped: Callable[[], bool]) -> list[Any]:
+    """``[task(u) for u in units]`` one after another, no unit started once ``stopped()``: then the units
+    done before it (a Ray worker's batch; the map has failed elsewhere and its error is what the driver
+    reports). A unit's error is raised."""
+    out = []
+    for u in units:
         if stopped():
-            raise _NotStarted()
-        return task(u)
-
-    with progress(len(units), "ray worker", "unit", enabled=False) as bar:
-        try:
-            return _threaded(guarded, units, [1] * len(units), in_flight, bar, "ray worker")
-        except _NotStarted:
-            return []
+            break
+        out.append(task(u))
+    return out
 
 
-__all__ = ["RAY_ONLY", "RECONNECT_ENV", "Engine", "EngineParams", "LocalEngine", "apply_units"]
+__all__ = ["RAY_ONLY", "RECONNECT_ENV", "AnswerNotes", "Engine", "EngineParams", "LocalEngine", "apply_units"]

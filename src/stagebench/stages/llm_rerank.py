@@ -164,15 +164,25 @@ class LLMRerankStage(Stage):
         heads, tails = split_head(run, top_n)
         qids = [q for q in run if heads[q]]
         plan = {q: sliding_windows(len(heads[q]), p.window, p.stride) * p.passes for q in qids}
+        threads = p.concurrency if backend.concurrent else 1
+        notes = None
+        if isinstance(backend, OpenAIBackend):  # the server is shared by every process the engine runs the units in
+            sharers = ctx.engine.processes(threads, len(qids))
+            notes = ctx.engine.shared_notes() if sharers > 1 else None
+            backend.shared_by(sharers, notes)
         task = (QueryTask if p.method == "listwise" else TASKS[p.method])(backend, backend.identity(), ctx.cache,
                                                                             self.template(), p, self.name)  # fmt: skip
         units = [(q, ds.queries[q], heads[q], [ds.doc_text.get(d, "") for d in heads[q]], plan[q]) for q in qids]
         t0 = time.perf_counter()
         # a query's calls run in order in one unit; queries run concurrently against a server (threads
         # here, or spread over the Ray workers)
-        answers = ctx.engine.map(task, units, desc=f"{self.name}: llm {p.method} calls", unit="call",
-                                 sizes=[self._calls(len(heads[q]), len(plan[q])) for q in qids],
-                                 threads=p.concurrency if backend.concurrent else 1)  # fmt: skip
+        try:
+            answers = ctx.engine.map(task, units, desc=f"{self.name}: llm {p.method} calls", unit="call",
+                                     sizes=[self._calls(len(heads[q]), len(plan[q])) for q in qids],
+                                     threads=threads)  # fmt: skip
+        finally:
+            if notes is not None:
+                notes.forget()
         dt = time.perf_counter() - t0
         counts = WindowStats(queries=len(qids))
         reranked: dict[str, list[str]] = {}

@@ -37,20 +37,20 @@ def ray_shape(workers: int, in_flight: int, batch_size: int, units: int) -> tupl
     """How a map spreads over the Ray workers: (workers, units in flight on each, units per task).
     A task that waits on a server (``in_flight`` > 1: an LLM stage's ``concurrency``) keeps at most
     ``in_flight`` units in flight across the cluster, as it does in one process: at most that many
-    workers, each running ``in_flight // workers`` of its task's units at once (a task holds at least
-    that many units). Any other task: one unit at a time on each worker."""
+    workers, each running ``in_flight // workers`` tasks of one unit at once (threads of the actor), and
+    handed the next unit as soon as one of them ends - so a worker never waits behind another's queue,
+    and a few units are spread over every worker. Any other task: one task of ``batch_size`` units at a
+    time on each worker."""
     if in_flight <= 1:
         return max(1, min(workers, math.ceil(units / batch_size))), 1, batch_size
     n = max(1, min(workers, in_flight, units))
-    each = in_flight // n
-    size = max(batch_size, each)
-    return max(1, min(n, math.ceil(units / size))), each, size
+    return n, in_flight // n, 1
 
 
-def _worker_class(task_blob: bytes, threads: str, stop_key: str, in_flight: int = 1) -> type:
+def _worker_class(task_blob: bytes, threads: str, stop_key: str) -> type:
     """The Ray Data actor class: unpickles the task once per actor (the task loads its model on
-    first use), then applies it to the units of each batch, ``in_flight`` at a time
-    (:func:`apply_units`). The task travels inside the class (by value), not as a constructor
+    first use), then applies it to the units of each batch, one after another (:func:`apply_units`;
+    a server's units come one a call, several calls at once on the actor's threads: :func:`ray_shape`). The task travels inside the class (by value), not as a constructor
     argument in the object store, so a restarted actor rebuilds it. A unit that fails for good
     marks ``stop_key`` in the cluster's key-value store, and no worker starts a unit after that mark
     (Ray Data would hand a freed worker the next batch: issue 71)."""
@@ -65,10 +65,13 @@ def _worker_class(task_blob: bytes, threads: str, stop_key: str, in_flight: int 
             kv = need("ray", "the ray engine").experimental.internal_kv
             try:  # a unit failed for good elsewhere: start nothing more
                 outs = [pickle.dumps(x, protocol=5) for x in apply_units(
-                    lambda b: self.task(pickle.loads(b)), list(batch["unit"]), in_flight,
+                    lambda b: self.task(pickle.loads(b)), list(batch["unit"]),
                     lambda: kv._internal_kv_exists(stop_key))]  # fmt: skip
             except StagebenchError as exc:  # its words travel as data: Ray's wrapping cannot lose them
                 kv._internal_kv_put(stop_key, b"1")
+                cancel = getattr(self.task, "cancel", None)
+                if callable(cancel):  # the units in flight on this actor's other threads are told to stop
+                    cancel()
                 return {"i": batch["i"][:1], "out": np.array([pickle.dumps(_WorkerError(str(exc)), protocol=5)], dtype=object)}
             return {"i": batch["i"][: len(outs)], "out": np.array(outs, dtype=object)}
 
@@ -82,6 +85,29 @@ class _WorkerError:
 
     def __init__(self, message: str) -> None:
         self.message = message
+
+
+class ClusterNotes:
+    """:class:`~stagebench.runtime.engine.AnswerNotes` in the cluster's key-value store: every worker of a map
+    reads and writes one key (the latest answer's wall-clock time and seconds), a write an answer."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+    def answered(self, seconds: float) -> None:
+        kv = need("ray", "the ray engine").experimental.internal_kv
+        kv._internal_kv_put(self.key, f"{time.time()!r} {seconds!r}".encode())
+
+    def latest(self) -> tuple[float, float] | None:
+        kv = need("ray", "the ray engine").experimental.internal_kv
+        got = kv._internal_kv_get(self.key)
+        if not got:
+            return None
+        at, seconds = got.decode().split()
+        return float(at), float(seconds)
+
+    def forget(self) -> None:
+        need("ray", "the ray engine").experimental.internal_kv._internal_kv_del(self.key)
 
 
 class RayEngine(Engine):
@@ -105,6 +131,12 @@ class RayEngine(Engine):
             n = min(n, int(res.get("GPU", 0) // p.num_gpus_per_worker))
         return max(1, n)
 
+    def processes(self, threads: int, units: int) -> int:
+        return ray_shape(self.workers(), threads, self.params.batch_size, units)[0]
+
+    def shared_notes(self) -> ClusterNotes:
+        return ClusterNotes(f"stagebench-answers-{uuid.uuid4().hex}")
+
     def map(self, task, units, *, desc, unit="unit", sizes=None, threads=1, progress_bar=True):  # threads: across the cluster
         ray = need("ray", "engine: ray")
         np = need("numpy", "the ray engine")
@@ -119,13 +151,18 @@ class RayEngine(Engine):
         rows = [{"i": i, "unit": pickle.dumps(u, protocol=5)} for i, u in enumerate(units)]
         ds = ray.data.from_items(rows, override_num_blocks=math.ceil(len(units) / batch_size))
         stop_key = f"stagebench-stop-{uuid.uuid4().hex}"
-        out = ds.map_batches(_worker_class(pickle.dumps(task, protocol=5), model_threads, stop_key, in_flight),
-                             batch_size=batch_size, compute=ray.data.ActorPoolStrategy(size=n_workers),
-                             num_cpus=p.num_cpus_per_worker, num_gpus=p.num_gpus_per_worker or None,
-                             batch_format="numpy")  # fmt: skip
+        # a server's units: in_flight one-unit tasks at once on each actor, none queued at a busy actor (Ray
+        # Data would otherwise queue blocks at the first actor ready while another still starts)
+        pool = (ray.data.ActorPoolStrategy(size=n_workers, max_tasks_in_flight_per_actor=in_flight,
+                                           max_concurrent_calls_per_actor=in_flight, enable_true_multi_threading=True)
+                if in_flight > 1 else ray.data.ActorPoolStrategy(size=n_workers))  # fmt: skip
+        out = ds.map_batches(_worker_class(pickle.dumps(task, protocol=5), model_threads, stop_key),
+                             batch_size=batch_size, compute=pool, num_cpus=p.num_cpus_per_worker,
+                             num_gpus=p.num_gpus_per_worker or None, batch_format="numpy")  # fmt: skip
         results: list[Any] = [None] * len(units)
         got = np.zeros(len(units), dtype=bool)
-        flight = f", {in_flight} in flight on each ({n_workers * in_flight} across the cluster)" if in_flight > 1 else ""
+        flight = (f", {in_flight} in flight on each ({n_workers * in_flight} across the cluster once every worker has "
+                  "started; until then the ones started hold theirs)" if in_flight > 1 else "")  # fmt: skip
         (log.info if progress_bar else log.debug)("%s: %d %ss in %d units on %d Ray worker(s), %d unit(s) per task%s",
                                                   desc, sum(sizes), unit, len(units), n_workers, batch_size, flight)  # fmt: skip
         t0 = time.perf_counter()
@@ -159,4 +196,4 @@ def make_engine(params: EngineParams | None) -> Engine:
     return RayEngine(params) if params is not None and params.type == "ray" else LocalEngine(params)
 
 
-__all__ = ["RayEngine", "make_engine", "ray_shape"]
+__all__ = ["ClusterNotes", "RayEngine", "make_engine", "ray_shape"]
