@@ -34,8 +34,8 @@ from stagebench.data import DatasetConfig
 from stagebench.data import LOADERS, Dataset
 from stagebench.data.esci import SOURCES_FILE
 from stagebench.runtime.cluster.auth import check_token_given
-from stagebench.runtime.cluster.session import ray_session
-from stagebench.errors import ConfigError, DataError
+from stagebench.runtime.cluster.session import answers as cluster_answers, ray_session
+from stagebench.errors import ConfigError, DataError, StagebenchError
 from stagebench.execute import (context, latency_sample, make_stage, measure_latency, package_versions, run_in, scoring_key,
                                 stage_key)
 from stagebench.judge.ask import Judge
@@ -166,6 +166,8 @@ class RunPlan:
     output: Path
     cache: Path
     stages: list[Planned]
+    engine: str = ""  # a Ray engine: whether its cluster answers (asked, nothing started on it)
+    engine_error: str = ""  # the error a run would end with at once: its cluster does not answer
 
     def text(self) -> str:
         lines = [f"dry run of {self.config}: results to {self.output}, cache {self.cache}; nothing is computed or written",
@@ -175,6 +177,8 @@ class RunPlan:
         todo = sum(not p.cached for p in self.stages)
         lines.append(f"{len(self.stages) - todo} of {len(self.stages)} stages cached; {todo} to compute (then the "
                      "tables, plots and report)")  # fmt: skip
+        if self.engine:
+            lines.append(self.engine)
         return "\n".join(lines) + "\n"
 
 
@@ -213,7 +217,14 @@ def plan_run(config: Config, output: str | Path | None = None, cache_dir: str | 
         else:
             work = f"{len(ds.query_ids):,} queries" + (f" over {len(ds.corpus):,} documents" if stage.reads_corpus else "")
         planned.append(Planned(sc.name, sc.type, False, work))
-    return RunPlan(str(config.path or "the config"), out, cache.root, planned)
+    plan = RunPlan(str(config.path or "the config"), out, cache.root, planned)
+    engine = config.ray_engine()
+    if engine is not None:  # the cluster asked whether it answers, nothing started on it
+        try:
+            plan.engine = cluster_answers(engine, f"{config.path}: engine")
+        except StagebenchError as exc:
+            plan.engine, plan.engine_error = "engine ray: the cluster does not answer (below); the run would stop there", str(exc)
+    return plan
 
 
 def run_config(config: Config, output: str | Path | None = None, cache_dir: str | None = None,

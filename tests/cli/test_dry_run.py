@@ -39,3 +39,27 @@ def test_a_dry_run_says_what_is_cached_and_what_would_be_computed_and_writes_not
     bm25 = read_trec_run(tmp_path / "out" / "runs" / "bm25.trec")
     pairs = sum(min(5, len(docs)) for docs in bm25.values())
     assert line.split()[2] == "compute" and f"{pairs:,} pairs ({len(bm25):,} queries x top 5)" in line
+
+
+def test_a_dry_run_with_a_ray_engine_says_whether_its_cluster_answers(tmp_path, tiny_synthetic, capsys, free_tcp_port):
+    """Issue 94: `run --dry-run` with a Ray engine asks the cluster whether it answers (nothing started on it):
+    a cluster that is down is said after the plan, as the run's one error, and the exit says it; a run that
+    starts a local cluster says so."""
+    cfg = tmp_path / "c.yaml"
+    raw = {"name": "dry", "output": str(tmp_path / "out"), "cache_dir": str(tmp_path / "cache"),
+           "dataset": {"loader": "esci", "path": str(tiny_synthetic), "split": "test"},
+           "stages": [{"name": "bm25", "type": "bm25", "params": {"top_k": 30}}],
+           "engine": {"type": "ray", "address": f"127.0.0.1:{free_tcp_port}"},
+           "evaluation": {"metrics": ["nDCG@10"], "permutations": 200, "latency_queries": 0}}  # fmt: skip
+    cfg.write_text(yaml.safe_dump(raw))
+    assert cli.main(["run", str(cfg), "--dry-run"]) == 2
+    got = capsys.readouterr()
+    assert got.out.splitlines()[2].split()[:3] == ["bm25", "bm25", "compute"]  # the plan first
+    assert got.out.splitlines()[-1].startswith("engine ray: the cluster does not answer")
+    said = [line for line in got.err.splitlines() if line.startswith("stagebench: error:")]
+    assert len(said) == 1 and f"no Ray cluster answers at 127.0.0.1:{free_tcp_port}" in said[0], got.err
+    raw["engine"] = {"type": "ray", "address": None, "local_cpus": 2}
+    cfg.write_text(yaml.safe_dump(raw))
+    assert cli.main(["run", str(cfg), "--dry-run"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "engine ray: a local Ray cluster is started for the run (2 CPUs)"
+    assert not (tmp_path / "out").exists() and not (tmp_path / "cache").exists()  # nothing written

@@ -23,7 +23,8 @@ def parser_run(sub) -> None:
     r.add_argument("--cache-dir", help=CACHE_DIR_HELP)
     r.add_argument("--recompute", action="store_true", help="ignore cached stage results and replace them")
     r.add_argument("--dry-run", action="store_true", help="say which stages the cache holds and what the others would "
-                   "compute (a reranker's pairs), then stop: nothing is computed or written")  # fmt: skip
+                   "compute (a reranker's pairs), and with a Ray engine whether its cluster answers, then stop: "
+                   "nothing is computed or written, nothing started on the cluster")  # fmt: skip
     r.add_argument("--engine", choices=("local", "ray"),
                    help="run every stage on this engine (with the config's engine: settings when they are of this "
                         "type); the results and the cache are the same either way (docs/scale.md)")  # fmt: skip
@@ -33,7 +34,10 @@ def parser_run(sub) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     config = api.load_config(args.config, engine=args.engine)
     if args.dry_run:
-        sys.stdout.write(api.dry_run(config, args.output, cache_dir=args.cache_dir, recompute=args.recompute).text())
+        plan = api.dry_run(config, args.output, cache_dir=args.cache_dir, recompute=args.recompute)
+        sys.stdout.write(plan.text())
+        if plan.engine_error:  # the run would end there: said as its error, and the exit says it
+            raise StagebenchError(plan.engine_error)
         return 0
     engine = config.ray_engine()
     if engine is not None and getattr(args, "argv", None) is not None:

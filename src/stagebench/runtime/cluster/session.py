@@ -106,6 +106,30 @@ RAY_DATA_PROGRESS_LOGGERS = ("ray.data._internal.progress", "ray.data._internal.
 _RAY_DATA_PROGRESS = _RayDataProgress()
 
 
+def answers(params: EngineParams, where: str = "engine") -> str:
+    """Whether the cluster ``params`` names answers, in seconds and without starting anything on it (``run
+    --dry-run``): a line saying so, or the error :func:`connect` would raise first (nothing listens there, it
+    is not a Ray cluster, it refuses the token this process sends, ``auto`` finds none on this machine). A
+    run that starts a local cluster of its own has nothing to ask."""
+    address, source = params.resolved_address()
+    named = f"{where}.address" if source == "engine.address" else source
+    if address is None:
+        return f"engine ray: a local Ray cluster is started for the run ({params.local_cpus or os.cpu_count()} CPUs)"
+    check_token_given(where)
+    if address == "auto":
+        need("ray", "engine: ray")
+        found = _local_cluster()
+        if found is None:
+            raise StagebenchError(f"{named}: auto: no Ray cluster runs on this machine (start one with `ray start "
+                                  "--head`, name its address, or set address: null to run a local cluster)")  # fmt: skip
+        probe(found, f"{named} (auto: the cluster `ray start` runs on this machine)")
+        check_authentication(found, f"{named} (auto: the cluster `ray start` runs on this machine)")
+        return f"engine ray: the cluster `ray start` runs on this machine ({found}) answers; nothing was started on it"
+    probe(address, named)
+    check_authentication(address, named)
+    return f"engine ray: the cluster at {address} (from {source}) answers; nothing was started on it"
+
+
 def connect(params: EngineParams, where: str = "engine") -> None:
     """Connect this process to the cluster ``params`` names (``ray.init``), or start a local one
     when it names none; the caller shuts it down (:func:`ray_session`), or leaves that to Ray's
@@ -279,4 +303,4 @@ def ray_session(params: EngineParams | None, where: str = "engine") -> Iterator[
             log_file.unlink(missing_ok=True)
 
 
-__all__ = ["PROBE_TIMEOUT_S", "RAY_DATA_PROGRESS_LOGGERS", "connect", "new_ray_log", "probe", "put_ray_output_aside", "ray_output_log", "ray_session"]
+__all__ = ["answers", "PROBE_TIMEOUT_S", "RAY_DATA_PROGRESS_LOGGERS", "connect", "new_ray_log", "probe", "put_ray_output_aside", "ray_output_log", "ray_session"]
