@@ -53,7 +53,7 @@ from stagebench.results.queries import TEXTS_FILE, texts_for
 from stagebench.results.segments import FROM_DATASET, STORED_FILE, read_segment_file, stored_here, stored_tsv
 from stagebench.runs import Run, read_trec_run, run_digest, write_trec_qrels, write_trec_run
 from stagebench.stages import Stage
-from stagebench.runtime.system import machine_info
+from stagebench.runtime.system import code_commit, machine_info
 from stagebench.table import StageTable
 from stagebench.version import __version__
 
@@ -311,7 +311,7 @@ def _run_into(config: Config, stages: list[Stage], ds: Dataset, folder: Path, ca
         evaluation={**asdict(config.evaluation), "matrix": config.matrix.to_json() if config.matrix else None},
         cache={"root": str(cache.root.resolve()), "read": cache.read, "keys": {r.name: r.key for r in records}},
         started=started, python=sys.version.split()[0], platform=platform.platform(), machine=machine_info(),
-        packages=package_versions(), dataset=ds.stats(), stages=records,
+        packages=package_versions(), dataset=ds.stats(), stages=records, code=code_commit(),
     )  # fmt: skip
     found = [b for r in records if (b := baselines.find(cache, r.key, config.evaluation.gain,
                                                           config.evaluation.relevance_threshold)) is not None]  # fmt: skip

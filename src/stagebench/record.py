@@ -406,6 +406,17 @@ class Manifest:
         return self.raw["stagebench_version"]
 
     @property
+    def written_by(self) -> str:
+        """The code that wrote the folder, as a line says it: the version and the commit (``+dirty`` where
+        tracked files differed from it); folders written before commits were recorded say so."""
+        code = self.raw.get("code")
+        if not isinstance(code, dict) or "commit" not in code:
+            return f"stagebench {self.version} (no commit recorded: written before issue 93)"
+        if not code.get("commit"):
+            return f"stagebench {self.version} (not from a git checkout)"
+        return f"stagebench {self.version} at commit {code['commit'][:12]}{'+dirty' if code.get('dirty') else ''}"
+
+    @property
     def name(self) -> str:
         """The config's name."""
         return (self.raw.get("config") or {}).get("name", "")
@@ -491,9 +502,11 @@ class Manifest:
     @classmethod
     def new(cls, *, version: str, config_path: str, config: dict, resolved: dict, evaluation: dict, cache: dict,
             started: str, python: str, platform: str, machine: dict, packages: dict, dataset: dict,
-            stages: list[StageRecord]) -> Manifest:  # fmt: skip
-        """A finished run's record (``files`` and the end times are added when the folder is written)."""
-        return cls({"complete": True, "stagebench_version": version, "config_path": config_path, "config": config,
+            stages: list[StageRecord], code: dict | None = None) -> Manifest:  # fmt: skip
+        """A finished run's record (``files`` and the end times are added when the folder is written);
+        ``code``: the commit of the source tree that wrote it (:func:`stagebench.runtime.system.code_commit`)."""
+        return cls({"complete": True, "stagebench_version": version, "code": code or {"commit": None, "dirty": None},
+                    "config_path": config_path, "config": config,
                     "resolved": resolved, "evaluation": evaluation, "cache": cache, "started": started,
                     "python": python, "platform": platform, "machine": machine, "packages": packages,
                     "dataset": dataset, "stages": [s.to_json() for s in stages]})  # fmt: skip

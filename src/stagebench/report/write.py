@@ -152,6 +152,7 @@ def render(folder: str | Path, rf: RunFolder | None = None) -> Rendered:
         inc = Incompleteness.from_json(json.loads(rf.verified(INCOMPLETENESS).read_text(encoding="utf-8")))
         sections.append(("incompleteness", "Incompleteness: the stage order under fewer judgments", inc.text()))
         images.append(("incompleteness.png", plots.incompleteness_chart(inc)))
+    sections.append(("written-by", "The code that ran these stages", manifest.written_by))
     for name, png in images:
         write(f"plots/{name}", png)
     write("report.html", render_html(table, scored.comparisons, images, stages,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import platform
 import resource
+import subprocess
 import threading
 from pathlib import Path
 
@@ -44,6 +45,25 @@ def peak_rss_mb() -> float:
     if kb is None:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return kb / 1024
+
+
+def code_commit() -> dict:
+    """The commit of the source tree this stagebench runs from, where it runs from a git checkout (a clone,
+    ``pip install -e``): ``{"commit": sha, "dirty": whether tracked files differ from it}``; an installed
+    package, or no git, gives ``{"commit": None, "dirty": None}``. What a committed results folder says
+    about the code that wrote it (results/README.md)."""
+    here = Path(__file__).resolve().parents[1]  # the package's folder
+    try:
+        top = subprocess.run(["git", "-C", str(here), "rev-parse", "--show-toplevel", "HEAD"], capture_output=True,
+                             text=True, timeout=10)  # fmt: skip
+        lines = top.stdout.split()
+        if top.returncode != 0 or len(lines) != 2 or not (Path(lines[0]) / "src" / "stagebench").is_dir():
+            return {"commit": None, "dirty": None}
+        status = subprocess.run(["git", "-C", lines[0], "status", "--porcelain", "--untracked-files=no"],
+                                capture_output=True, text=True, timeout=10)  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None}
+    return {"commit": lines[1], "dirty": bool(status.stdout.strip()) if status.returncode == 0 else None}
 
 
 def machine_info() -> dict:
