@@ -23,7 +23,7 @@ class PlainServer:
         self._one_at_a_time = threading.Lock()
         self.posts: list[float] = []  # time.monotonic() of every completion request
         self.closing = threading.Event()
-        self.in_flight = self.most_in_flight = 0  # completions being answered now, and the most at once
+        self.in_flight = self.most_in_flight = 0  # completions at the server now (any mode), and the most at once
         self._counting = threading.Lock()
         server = self
 
@@ -43,18 +43,23 @@ class PlainServer:
                 self._json({"object": "list", "data": [{"id": MODEL, "object": "model"}]})
 
             def do_POST(self) -> None:  # noqa: N802
+                with server._counting:  # in flight at the server: from its arrival to its answer (or its end)
+                    server.in_flight += 1
+                    server.most_in_flight = max(server.most_in_flight, server.in_flight)
+                try:
+                    self._post()
+                finally:
+                    with server._counting:
+                        server.in_flight -= 1
+
+            def _post(self) -> None:
                 self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 server.posts.append(time.monotonic())
                 if server.mode == "hang":
                     server.closing.wait()  # never answers
                     return
                 if server.mode == "slow":
-                    with server._counting:
-                        server.in_flight += 1
-                        server.most_in_flight = max(server.most_in_flight, server.in_flight)
                     time.sleep(server.delay)
-                    with server._counting:
-                        server.in_flight -= 1
                     self._json({"id": "x", "object": "chat.completion", "model": MODEL,
                                 "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"},
                                              "finish_reason": "stop"}],
