@@ -539,11 +539,11 @@ def test_kill_9_resumes_at_the_next_call(tmp_path, small_synthetic, model_entrie
     (tmp_path / "x").mkdir()
     for cache in (tmp_path / "cache", tmp_path / "x" / "cache"):  # the model's checkpoint, built once per session
         seed_models(model_entries, cache)
-    ref = cli_config(tmp_path, small_synthetic, method, extra)  # uninterrupted
+    ref = cli_config(tmp_path, small_synthetic, method, extra, queries=2)  # uninterrupted
     r = stagebench_cli("run", ref, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     total = json.loads((tmp_path / "t" / "manifest.json").read_text())["stages"][1]["stats"]["windows"]
-    cfg = cli_config(tmp_path / "x", small_synthetic, method, extra)
+    cfg = cli_config(tmp_path / "x", small_synthetic, method, extra, queries=2)
     proc = subprocess.Popen([sys.executable, "-m", "stagebench", "run", str(cfg)], env=env, text=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     answers = tmp_path / "x" / "cache" / "llm"
