@@ -14,6 +14,7 @@ import urllib.request
 
 from stagebench.llm.http import OpenAIBackend
 from stagebench.llm.request import ChatRequest
+from stagebench.errors import StagebenchError
 from stagebench.runtime.cluster.session import ray_session
 from stagebench.runtime.cluster.workers import RayEngine, ray_shape
 from stagebench.runtime.engine import EngineParams, LocalEngine, apply_units
@@ -71,7 +72,37 @@ def test_results_follow_their_units_whatever_order_they_finish_in():
             assert notes.latest() is not None  # the workers noted their answers where each other reads them
             notes.forget()
         assert said == ["ok"] * len(UNITS) and len(busy.posts) >= len(UNITS)
+        # a unit that fails for good while others wait beside it on the same worker: they are told to stop, and
+        # their stopping is not the map's error - the failed unit's own words are (issue 94: Ray's wrapping was)
+        with pytest.raises(StagebenchError, match=r"^unit 0 failed for good$"):
+            RayEngine(params).map(FailsWhileOthersWait(), UNITS[:4], desc="t", threads=4)
     assert out == [f"unit {u}" for u in UNITS]
+
+
+class FailsWhileOthersWait:
+    """Unit 0 fails for good after a moment; the others wait until told to stop (``cancel``), then raise."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.stop = threading.Event()
+
+    def __getstate__(self) -> dict:
+        return {}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__()
+
+    def cancel(self) -> None:
+        self.stop.set()
+
+    def __call__(self, u: int) -> str:
+        if u == 0:
+            time.sleep(0.5)
+            raise StagebenchError("unit 0 failed for good")
+        if not self.stop.wait(60):
+            return f"unit {u}"
+        raise RuntimeError(f"unit {u} stopped")
 
 
 class Complete:

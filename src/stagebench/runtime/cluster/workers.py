@@ -73,6 +73,10 @@ def _worker_class(task_blob: bytes, threads: str, stop_key: str) -> type:
                 if callable(cancel):  # the units in flight on this actor's other threads are told to stop
                     cancel()
                 return {"i": batch["i"][:1], "out": np.array([pickle.dumps(_WorkerError(str(exc)), protocol=5)], dtype=object)}
+            except Exception:
+                if kv._internal_kv_exists(stop_key):  # stopped because a unit failed for good: that unit's error is the map's
+                    return {"i": batch["i"][:0], "out": np.array([], dtype=object)}
+                raise
             return {"i": batch["i"][: len(outs)], "out": np.array(outs, dtype=object)}
 
     return StagebenchWorker
