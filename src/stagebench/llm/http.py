@@ -348,10 +348,11 @@ class OpenAIBackend:
         worker is not silent, and its answers' pace is the service time), and counts the work the server may
         still owe for requests given up on as if every copy had given up on as many as it did - the server's
         queue holds all of theirs (module doc)."""
-        self._notes = notes if processes > 1 else None
-        if max(1, int(processes)) != self.sharers:
-            self.sharers = max(1, int(processes))
-            self._limit = InFlightLimit(max(1, self.concurrency // self.sharers))
+        n = max(1, int(processes))
+        self._notes = notes if n > 1 else None
+        if n != self.sharers:
+            self.sharers = n
+            self._limit = InFlightLimit(max(1, self.concurrency // n))
 
     def __getstate__(self) -> dict:  # sent to Ray workers: the lock, the limit's and the stop's state are not
         return {k: v for k, v in self.__dict__.items() if k not in ("_lock", "_limit", "_abandon", "_in_flight")}
@@ -370,10 +371,10 @@ class OpenAIBackend:
         (monotonic)."""
         notes = self._notes
         if not timed_out:
+            now = time.monotonic()
             if notes is not None:
-                notes.answered(time.monotonic() - sent)
+                notes.answered(now - sent)
             with self._lock:
-                now = time.monotonic()
                 self._silent, self._since, self._dropped = 0, now, 0
                 self._answer_times = [*self._answer_times[-15:], now - sent]
             return
