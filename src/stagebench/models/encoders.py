@@ -222,6 +222,8 @@ class OnnxBiEncoder(BiEncoder):
             out[idx] = pooled
             if bar is not None:
                 bar.update(len(idx))  # type: ignore[attr-defined]
+            else:
+                ui.tick(len(idx))  # the engine's bar, inside its unit
         return _normalize(out)
 
     def encode(self, texts, batch_size, progress=False, desc="encode"):
@@ -383,6 +385,7 @@ class OnnxCrossEncoder(CrossEncoderModel):
         batches = _length_sorted_batches(tokens.lengths, batch_size)
         for idx, logits in zip(batches, self.sess.run_all(tokens, batches, lambda logits, mask, rows: logits)):
             out[idx] = logits.reshape(len(idx), -1)[:, 0]
+            ui.tick(len(idx))  # the engine's bar moves batch by batch inside a call
         return out
 
 

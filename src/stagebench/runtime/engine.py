@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from stagebench.params import NonNegativeFloat, PositiveFloat, PositiveInt, param
-from stagebench.ui import progress
+from stagebench.ui import progress, ticking
 
 log = logging.getLogger("stagebench")
 
@@ -136,8 +136,9 @@ class LocalEngine(Engine):
             if threads <= 1 or len(units) <= 1:
                 out = []
                 for u, s in zip(units, sizes):
-                    out.append(task(u))
-                    bar.update(s)
+                    with ticking(bar, s) as done:  # a model's batches move the bar inside the unit
+                        out.append(task(u))
+                        done()
                 return out
             return _threaded(task, units, sizes, threads, bar, desc)
 
