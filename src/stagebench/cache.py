@@ -153,12 +153,19 @@ class CorruptEntry(Exception):
 class Cache:
     """A cache rooted at ``root``. ``read=False`` never reads (but still writes: a refresh)."""
 
-    def __init__(self, root: str | Path, read: bool = True) -> None:
+    def __init__(self, root: str | Path, read: bool = True, stores: frozenset[str] | None = None) -> None:
         # absolute from the start: a Ray worker (or a thread after a chdir) that is handed this cache
         # writes where the run's own cache is, never under its own working directory (issue 71)
         self.root = Path(root).expanduser().absolute()
         self.read = read
+        #: the kinds :func:`memo` stores here (None: every kind); the others are computed and not kept
+        self.stores = stores
         self._swept: set[str] = set()  # the kinds whose dead writers' leftovers this process removed
+
+    def storing_only(self, kinds: frozenset[str]) -> Cache:
+        """The same cache, read as it is, storing only ``kinds`` (a forecast's probe keeps the models it
+        builds, never the indexes and runs of the slices it probes)."""
+        return Cache(self.root, self.read, kinds)
 
     @staticmethod
     def _remove_dead(folder: Path) -> None:
@@ -369,7 +376,7 @@ def memo(cache: Cache | None, kind: str, parts: dict, compute: Callable[[], Any]
     why_not = unstorable(value) if cache is not None else None
     if why_not:
         log.warning("%s: %s not cached: %s", label, what, why_not)
-    elif cache is not None:
+    elif cache is not None and (cache.stores is None or kind in cache.stores):
         entry_meta = {**meta(value), "seconds": round(dt, 3), **({"peak_rss_mb": peak} if peak is not None else {})}
         stored = cache.put(kind, key, lambda folder: save(value, folder), entry_meta, parts,
                            check=(lambda folder: check(value, folder)) if check else None)  # fmt: skip

@@ -122,8 +122,9 @@ class EvaluationConfig:
     ceiling: str = param(CEILING_MEASURE, "the measure of the recall ceilings and oracle headroom, the depth sweep and "
                                           "the reranker-by-pool matrix: one of stagebench's own measures of a ranking "
                                           "(the ideal order of a pool is its maximum); the matrix needs it among metrics")  # fmt: skip
-    latency_queries: NonNegativeInt = param(20, "queries each stage serves one at a time, warm, for its p50/p95/p99 "
-                                                "latency in the cost table (drawn with seed; 0: not measured)")  # fmt: skip
+    latency_queries: NonNegativeInt = param(0, "queries each stage serves one at a time, warm, for its p50/p95/p99 "
+                                               "latency in the cost table (drawn with seed; 0, the default: not "
+                                               "measured; its cost is said by run --dry-run and the log)")  # fmt: skip
     segments: list[str] = param(
         doc="query segmentations of the segments table (docs/report.md#query-segments): length (words), negation "
             "(a negation word), judged or relevant (products per query, in thirds), locale or source (ESCI: the "

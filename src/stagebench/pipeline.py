@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, is_dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-from stagebench.cache import Cache, cache_root
+from stagebench.cache import Cache, cache_root, make_key
 from stagebench.config import Config, check_trained_models
 from stagebench.data import DatasetConfig
 from stagebench.data import LOADERS, Dataset
@@ -41,6 +41,7 @@ from stagebench.execute import (context, latency_sample, make_stage, measure_lat
 from stagebench.judge.ask import Judge
 from stagebench.judge.rules import RulesJudge
 from stagebench.judge.grading import judge_runs, make_judge
+from stagebench.forecast import Forecast, forecast, total as forecast_total
 from stagebench.files import atomic_write, check_apart, check_destination, check_writable, remove_staging, staging, swap_in
 from stagebench.metrics import SCORED_MIN_GRADE
 from stagebench.metrics.compute import gain_map
@@ -150,17 +151,20 @@ def refusals_before_loading(config: Config, output: str | Path | None = None, ca
 
 @dataclass(frozen=True)
 class Planned:
-    """One stage of a dry run: cached (its run read back from the cache), or to compute, and the work."""
+    """One stage of a dry run: cached (its run read back from the cache), or to compute, the work, and
+    its expected seconds on this machine (:mod:`stagebench.forecast`; None where nothing is computed)."""
 
     stage: str
     type: str
     cached: bool
     work: str
+    forecast: Forecast | None = None
 
 
 @dataclass
 class RunPlan:
-    """What ``stagebench run --dry-run`` prints: every stage's status and work, nothing computed or written."""
+    """What ``stagebench run --dry-run`` prints: every stage's status, work and expected seconds; nothing
+    of the run is computed or written (a probe's rates are kept in the cache)."""
 
     config: str
     output: Path
@@ -168,36 +172,58 @@ class RunPlan:
     stages: list[Planned]
     engine: str = ""  # a Ray engine: whether its cluster answers (asked, nothing started on it)
     engine_error: str = ""  # the error a run would end with at once: its cluster does not answer
+    machine: str = ""  # the CPU the forecast was measured on
+
+    def expected(self) -> tuple[float, list[str]]:
+        """The expected seconds of the stages to compute (latency passes included), and the stages to
+        compute that have no forecast."""
+        todo = [p.forecast for p in self.stages if p.forecast is not None]
+        seconds, missing = forecast_total(todo)
+        names = [p.stage for p in self.stages if p.forecast is not None]
+        return seconds, [names[i] for i in missing]
 
     def text(self) -> str:
-        lines = [f"dry run of {self.config}: results to {self.output}, cache {self.cache}; nothing is computed or written",
-                 f"{'stage':<20}  {'type':<16}  {'status':<8}  work"]  # fmt: skip
+        lines = [f"dry run of {self.config}: results to {self.output}, cache {self.cache}; nothing of the run is "
+                 "computed or written (a probe's rates are kept in the cache)",
+                 f"{'stage':<20}  {'type':<16}  {'status':<8}  {'work':<44}  expected on this machine"]  # fmt: skip
         for p in self.stages:
-            lines.append(f"{p.stage:<20}  {p.type:<16}  {'cached' if p.cached else 'compute':<8}  {p.work}")
+            expect = p.forecast.text() if p.forecast is not None else ""
+            lines.append(f"{p.stage:<20}  {p.type:<16}  {'cached' if p.cached else 'compute':<8}  {p.work:<44}  {expect}".rstrip())
         todo = sum(not p.cached for p in self.stages)
         lines.append(f"{len(self.stages) - todo} of {len(self.stages)} stages cached; {todo} to compute (then the "
                      "tables, plots and report)")  # fmt: skip
+        seconds, missing = self.expected()
+        if any(p.forecast is not None for p in self.stages):
+            unprobed = [p.stage for p in self.stages if p.forecast is not None and not p.forecast.probed]
+            lines.append(f"expected: about {_duration(seconds)} of stage work on {self.machine}"
+                         + (f" (not counted: {', '.join(missing)}, without a forecast)" if missing else "")
+                         + (f"; {', '.join(unprobed)} (no model) and" if unprobed else ";")
+                         + " loading the data, the tables and the report add seconds")  # fmt: skip
         if self.engine:
             lines.append(self.engine)
         return "\n".join(lines) + "\n"
 
 
-def plan_run(config: Config, output: str | Path | None = None, cache_dir: str | None = None,
-             recompute: bool = False) -> RunPlan:  # fmt: skip
-    """``run --dry-run``: the run's refusals (as :func:`run_config` makes them), then each stage keyed as the
-    run keys it and looked up in the cache; a hit is read back (its digest keys the stages after it), a
-    miss is work, said in queries and documents, or in pairs for a reranker (exact where its input is
-    known, else at most queries x top_n)."""
-    out, cache = refusals_before_loading(config, output, cache_dir, recompute)
-    ds = read_dataset(config.dataset)
-    check_scorable(config, ds)
+def _duration(s: float) -> str:
+    return f"{s:.0f} s" if s < 120 else f"{s / 60:.1f} min ({s:.0f} s)"
+
+
+def plan_stages(config: Config, ds: Dataset, cache: Cache, probe: bool) -> list[Planned]:
+    """Each stage keyed as the run keys it and looked up in the cache; a hit is read back (its digest keys
+    the stages after it), a miss is work, said in queries and documents, or in pairs for a reranker (exact
+    where its input is known, else at most queries x top_n), with its expected seconds: from a probe now
+    (``probe``) or from rates probed before (:mod:`stagebench.forecast`). A stage whose run is cached but
+    whose latency pass is not costs its latency pass."""
     runs: dict[str, Run] = {}
     digests: dict[str, str] = {}
     planned = []
+    sample = latency_sample(ds.query_ids, config.evaluation.latency_queries, config.evaluation.seed)
     for sc in config.stages:
         stage = make_stage(sc)
         known = all(i in digests for i in sc.inputs)
+        serves = bool(sample) and type(stage).server is not Stage.server and sc.engine.type == "local"
         entry = None
+        key = None
         if known and sc.cache:
             key, _ = stage_key(sc, stage, ds, [digests[i] for i in sc.inputs])
             entry = cache.get("runs", key)
@@ -205,19 +231,57 @@ def plan_run(config: Config, output: str | Path | None = None, cache_dir: str | 
             run = read_trec_run(entry.file("run.trec"))
             runs[sc.name], digests[sc.name] = run, run_digest(run)
             took = entry.meta.get("seconds")
-            planned.append(Planned(sc.name, sc.type, True, f"computed before in {took:.1f}s" if took is not None else ""))
+            pending = serves and cache.get("latency", make_key({"run": key, "queries": sample})) is None
+            fc = None
+            if pending:  # its latency pass is still to measure
+                f = forecast(sc, ds, cache, 0, len(sample), probe)
+                fc = Forecast(0.0, f.latency, f.source) if f.seconds is not None else f
+            planned.append(Planned(sc.name, sc.type, True, f"computed before in {took:.1f}s" if took is not None else "", fc))
             continue
         top = getattr(sc.params, "top_n", None) if stage.reorders_input else None
+        pairs = None
         if top is not None and known:
             head = runs[sc.inputs[0]]
             pairs = sum(min(top, len(docs)) for docs in head.values())
             work = f"{pairs:,} pairs ({len(head):,} queries x top {top})"
         elif top is not None:
-            work = f"at most {len(ds.query_ids) * top:,} pairs ({len(ds.query_ids):,} queries x top {top}; its input is computed first)"
+            pairs = len(ds.query_ids) * min(top, len(ds.corpus))
+            work = f"at most {pairs:,} pairs ({len(ds.query_ids):,} queries x top {top})"
         else:
             work = f"{len(ds.query_ids):,} queries" + (f" over {len(ds.corpus):,} documents" if stage.reads_corpus else "")
-        planned.append(Planned(sc.name, sc.type, False, work))
-    plan = RunPlan(str(config.path or "the config"), out, cache.root, planned)
+        planned.append(Planned(sc.name, sc.type, False, work,
+                               forecast(sc, ds, cache, pairs, len(sample) if serves else 0, probe)))  # fmt: skip
+    return planned
+
+
+def log_expected(planned: list[Planned]) -> None:
+    """Before the first stage: what the stages to compute are expected to take on this machine, from rates
+    probed before (a run never probes), and which have none."""
+    todo = [p for p in planned if p.forecast is not None]
+    if not todo:
+        return
+    known = [p for p in todo if p.forecast.seconds is not None]
+    seconds, _ = forecast_total([p.forecast for p in known])
+    unknown = [p.stage for p in todo if p.forecast.missing]
+    if known:
+        log.info("expected on this machine: about %s of stage work (%s)%s", _duration(seconds),
+                 "; ".join(f"{p.stage} {p.forecast.text()}" for p in known),
+                 f"; no rate for {', '.join(unknown)} (stagebench run --dry-run probes it)" if unknown else "")  # fmt: skip
+    else:
+        log.info("no forecast of the stages' seconds: no rate measured on this machine for %s (stagebench run --dry-run "
+                 "probes them first)", ", ".join(unknown))  # fmt: skip
+
+
+def plan_run(config: Config, output: str | Path | None = None, cache_dir: str | None = None,
+             recompute: bool = False) -> RunPlan:  # fmt: skip
+    """``run --dry-run``: the run's refusals (as :func:`run_config` makes them), then each stage cached or
+    to compute, its work and its expected seconds (:func:`plan_stages`, probing the stages whose rates on
+    this machine are not in the cache)."""
+    out, cache = refusals_before_loading(config, output, cache_dir, recompute)
+    ds = read_dataset(config.dataset)
+    check_scorable(config, ds)
+    plan = RunPlan(str(config.path or "the config"), out, cache.root, plan_stages(config, ds, cache, probe=True),
+                   machine=str(machine_info().get("cpu")))  # fmt: skip
     engine = config.ray_engine()
     if engine is not None:  # the cluster asked whether it answers, nothing started on it
         try:
@@ -246,6 +310,7 @@ def _run(config: Config, stages: list[Stage], out: Path, cache: Cache, judge: Ju
     t_start = time.perf_counter()
     ds = read_dataset(config.dataset)
     check_scorable(config, ds)
+    log_expected(plan_stages(config, ds, cache, probe=False))
     partial = staging(out)
     (partial / "runs").mkdir()
     try:

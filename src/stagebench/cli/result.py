@@ -22,9 +22,11 @@ def parser_run(sub) -> None:
     r.add_argument("--output", help="results folder (default: the config's output)")
     r.add_argument("--cache-dir", help=CACHE_DIR_HELP)
     r.add_argument("--recompute", action="store_true", help="ignore cached stage results and replace them")
-    r.add_argument("--dry-run", action="store_true", help="say which stages the cache holds and what the others would "
-                   "compute (a reranker's pairs), and with a Ray engine whether its cluster answers, then stop: "
-                   "nothing is computed or written, nothing started on the cluster")  # fmt: skip
+    r.add_argument("--dry-run", action="store_true", help="say which stages the cache holds, what the others would "
+                   "compute (a reranker's pairs) and how long they should take on this machine (a short timed probe "
+                   "of each model stage, its rates kept in the cache; with --recompute measured again), and with a "
+                   "Ray engine whether its cluster answers, then stop: nothing of the run is computed or written, "
+                   "nothing started on the cluster")  # fmt: skip
     r.add_argument("--engine", choices=("local", "ray"),
                    help="run every stage on this engine (with the config's engine: settings when they are of this "
                         "type); the results and the cache are the same either way (docs/scale.md)")  # fmt: skip

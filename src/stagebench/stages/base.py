@@ -116,6 +116,11 @@ class Stage:
         what depends on params that do not change the run (e.g. a price per token)."""
         return stats
 
+    def probe_refusal(self) -> str | None:
+        """Why a timed probe of this stage (``run --dry-run``'s forecast, :mod:`stagebench.forecast`) must
+        not run it, e.g. it asks a server a user may pay for; None: it may be probed."""
+        return None
+
     def what_runs(self) -> dict[str, str] | None:
         """For the log and the manifest: what runs the stage's model (None: it runs none)."""
         return None

@@ -125,6 +125,11 @@ class LLMRerankStage(Stage):
         if self.params.method == "pointwise" and isinstance(backend, OpenAIBackend):
             backend.check_logprobs()
 
+    def probe_refusal(self) -> str | None:
+        if isinstance(self.backend(), OpenAIBackend):
+            return f"it asks the server at {self.params.base_url}: a probe would send requests (which may cost)"
+        return None
+
     def identity(self) -> dict:
         """The model (for a server: what it says it serves, its name and URL) and the prompt's digest."""
         return {"llm": self.backend().identity(), "prompt_template": _digest(self.template()),
