@@ -13,7 +13,7 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[1] / "src" / "stagebench"
 
 LAYERS = {
-    0: ["errors", "version", "optional", "files", "textfile", "params", "runtime.system", "ui", "analyzer", "metrics.compute", "stats",
+    0: ["errors", "version", "optional", "files", "textfile", "params", "runtime.system", "runtime.progress", "analyzer", "metrics.compute", "stats",
         "table", "data.text", "data.corpus", "rerank", "llm", "llm.schemes", "runtime.devices", "runtime.engine", "judge", "models", "runtime", "models.onnx_graphs"],
     1: ["llm.listwise", "llm.labels", "llm.request", "judge.scale", "runs", "metrics.supports", "metrics.families", "metrics.trec_names", "metrics.names", "metrics.value", "metrics.holes", "metrics", "cache", "models.resolve", "record", "data.dataset", "data.esci", "data.jsonl", "data.trec", "data.irds",
         "metrics.delegate",
@@ -21,13 +21,13 @@ LAYERS = {
         "runtime.cluster.session", "runtime.cluster.workers", "runtime.cluster.supervisor"],
     2: ["models.encoders", "models.onnx_weights", "models.variants", "stages.base", "stages.neural", "llm.http", "llm.local", "llm.chat", "rerank.plugins", "rerank.pointwise",
         "llm.windows", "llm.families", "stages.bm25", "stages.dense", "stages.fusion", "stages.rerank", "stages.run_file",
-        "stages.llm_rerank", "stages.oracle", "stages.pyterrier", "stages", "results.interop", "results", "results.ceilings", "results.queries", "results.folder", "results.depth",
+        "stages.llm_rerank", "stages.oracle", "stages.pyterrier", "stages.rerankers_adapter", "stages", "results.interop", "results", "results.ceilings", "results.queries", "results.folder", "results.depth",
         "results.scoring", "results.cost", "results.check", "results.compare", "results.segments", "results.matrix", "results.experiment", "judgments", "judgments.agreement", "judgments.pool",
         "judgments.views", "judgments.incompleteness", "judgments.planning", "judgments.worksheet", "judgments.grades", "judgments.estimate",
         "judgments.capped", "judgments.linear", "judgments.design", "judgments.coverage", "judgments.sampling", "results.baselines", "judge.rules",
         "judge.ask", "judge.section", "outputs"],
     3: ["config", "report", "report.tables", "report.plots", "report.explorer", "report.html", "report.write"],
-    4: ["execute", "judge.grading", "api.ground", "api.judging", "pipeline", "fitting", "fitting.finetune", "fitting.train", "fitting.tune", "reproductions"],
+    4: ["execute", "forecast", "judge.grading", "api.ground", "api.judging", "pipeline", "fitting", "fitting.finetune", "fitting.train", "fitting.tune", "reproductions"],
     5: ["api", "api.result", "api.folders", "api.cascades", "api.evaluation", "cli.flags", "cli.result", "cli.folders",
         "cli.judging", "cli.evaluation", "cli", "docgen", "", "__main__"],
 }  # fmt: skip

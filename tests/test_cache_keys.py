@@ -44,7 +44,7 @@ IDENTITY_FIELDS = {"model", "source", "target", "path"}
 # model listing, the template's digest: tests/llm/test_server.py, test_the_prompt_text_is_in_the_key)
 STAGE_IDENTITY_FIELDS = {"LLMRerankParams": {"backend", "base_url", "gguf_file", "prompt"}}
 INPUTS = {"bm25": [], "dense": [], "run_file": [], "rrf": ["a", "b"], "score_fusion": ["a", "b"],
-          "oracle_pool": ["a"], "cross_encoder": ["a"], "plugin": ["a"], "llm_rerank": ["a"], "pyterrier": ["a"]}  # fmt: skip
+          "oracle_pool": ["a"], "cross_encoder": ["a"], "plugin": ["a"], "llm_rerank": ["a"], "pyterrier": ["a"], "rerankers": ["a"]}  # fmt: skip
 TARGETS = {"plugin": "examples.title_boost:TitleBoostReranker", "pyterrier": "tests.pt_builders:word_overlap"}
 RUN_FILE = Path(__file__).parent / "data" / "tiny_run.trec"
 DOCS = {"d1": "red running shoes", "d2": "blue running shoes", "d3": "garden hose", "d4": "hose nozzle",

@@ -17,7 +17,7 @@ EXTRAS = {
     "torch": "neural", "sentence_transformers": "neural", "transformers": "neural", "tokenizers": "neural",
     "faiss": "neural", "onnxruntime": "neural", "onnx": "neural", "accelerate": "train", "datasets": "hf", "gguf": "llm", "ray": "ray",
     "ir_datasets": "irds", "requests": "irds", "ranx": "interop", "ir_measures": "interop", "pyterrier": "pyterrier",
-    "sklearn": "learn",
+    "sklearn": "learn", "rerankers": "rerankers",
 }  # fmt: skip
 
 

@@ -30,7 +30,7 @@ from stagebench.errors import DataError
 from stagebench.optional import need
 from stagebench.params import PositiveInt, param
 from stagebench.runs import check_id
-from stagebench.ui import progress
+from stagebench.runtime.progress import progress
 
 #: the default document text: the first of these whose fields the collection's documents have
 DOC_TEMPLATES = ("{title} {text}", "{title} {body}", "{text}", "{body}", "{title}")

@@ -54,7 +54,7 @@ from stagebench.results import baselines
 from stagebench.runs import Run
 from stagebench.runtime.cluster.session import ray_session
 from stagebench.stats import paired_test, holm
-from stagebench.ui import progress
+from stagebench.runtime.progress import progress
 
 log = logging.getLogger("stagebench")
 

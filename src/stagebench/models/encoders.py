@@ -25,7 +25,7 @@ from typing import TypeVar
 
 import numpy as np
 
-import stagebench.ui as ui
+import stagebench.runtime.progress as ui
 from stagebench.errors import StagebenchError
 from stagebench.runtime.devices import MOST_AUTO_STREAMS, Placement, autocast, onnx_providers, stream_shape
 from stagebench.runtime.system import compute_threads

@@ -96,6 +96,11 @@ def for_placement(model: ResolvedModel, placement: Placement, kind: str, cache: 
     if recipe == "export" and not exportable(model):
         log.info("%s: %s is not a Transformer + Pooling model; it runs in torch at fp32", label, model.name)
         return model
+    return _variant(model, recipe, kind, cache, label)
+
+
+def _variant(model: ResolvedModel, recipe: str, kind: str, cache: Cache | None, label: str) -> ResolvedModel:
+    """The variant of ``model`` that ``recipe`` makes, built now or read from ``cache``."""
     parts = {"source": model.identity, "recipe": recipe, "code": code_identity(VARIANT_CODE),
              "packages": _versions("onnx", "onnxruntime", *(("torch", "transformers") if kind == "torch" else ()),
                                    *(("torch", "transformers", "sentence-transformers") if recipe == "dequantized-torch" else ()))}  # fmt: skip
@@ -108,6 +113,23 @@ def for_placement(model: ResolvedModel, placement: Placement, kind: str, cache: 
                              f"(derived: {folder})", f"{model.identity}+{recipe}#{m.key[:16]}")  # fmt: skip
     return ResolvedModel(model.name, "onnx", str(folder), f"{model.origin}, {_DESCRIBE[recipe]} (derived: {folder})",
                          f"{model.identity}+{recipe}#{m.key[:16]}", pooling=_pooling(model, folder))  # fmt: skip
+
+
+def transformers_folder(model: ResolvedModel, cache: Cache | None, label: str) -> ResolvedModel:
+    """``model`` as a folder transformers loads (``AutoModelForSequenceClassification``), for a library that
+    loads a cross-encoder itself (``type: rerankers``): a dynamic INT8 ONNX carrier's weights dequantized into
+    a transformers model at fp32 (the ``dequantized-torch`` variant, checked against the graph's own
+    dequantized scores), a torch folder as it is; None of the others convert."""
+    kind = onnx_kind(model)
+    if kind == "torch":
+        return model
+    if kind != "onnx-dynamic-int8":
+        raise StagebenchError(f"{label}: model {model.name!r} ({model.origin}) is an ONNX graph that cannot be loaded "
+                              "as a transformers model; name a hub id or a local transformers folder")  # fmt: skip
+    if not is_reference_architecture(Path(model.path) / "model.onnx"):
+        raise StagebenchError(f"{label}: model {model.name!r} ({model.origin}): its INT8 graph does not convert to a "
+                              "transformers model; name a hub id or a local transformers folder")  # fmt: skip
+    return _variant(model, "dequantized-torch", kind, cache, label)
 
 
 _DESCRIBE = {

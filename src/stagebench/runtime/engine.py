@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from stagebench.params import NonNegativeFloat, PositiveFloat, PositiveInt, param
-from stagebench.ui import progress, ticking
+from stagebench.runtime.progress import progress, ticking
 
 log = logging.getLogger("stagebench")
 

@@ -11,12 +11,13 @@ from stagebench.stages.llm_rerank import LLMRerankStage
 from stagebench.stages.oracle import OraclePoolStage
 from stagebench.stages.pyterrier import PyTerrierStage
 from stagebench.stages.rerank import CrossEncoderStage, PluginStage
+from stagebench.stages.rerankers_adapter import RerankersStage
 from stagebench.stages.run_file import RunFileStage
 
 STAGE_TYPES: dict[str, type[Stage]] = {
     cls.type_name: cls
     for cls in (BM25Stage, DenseStage, RunFileStage, RRFStage, ScoreFusionStage, OraclePoolStage, CrossEncoderStage,
-                PluginStage, LLMRerankStage, PyTerrierStage)
+                PluginStage, LLMRerankStage, PyTerrierStage, RerankersStage)
 }
 
 

@@ -38,7 +38,7 @@ from stagebench.params import INDEX, RUN, Fraction, NonNegativeFloat, PositiveIn
 from stagebench.runs import Run, ranked
 from stagebench.stages.base import Server, Stage, StageContext
 from stagebench.analyzer import Tokenizer
-from stagebench.ui import progress
+from stagebench.runtime.progress import progress
 
 log = logging.getLogger("stagebench")
 

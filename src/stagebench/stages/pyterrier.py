@@ -45,7 +45,7 @@ from stagebench.rerank.merge import merge_head_tail, split_head
 from stagebench.rerank.plugins import check_kwargs, import_target, target_identity
 from stagebench.runs import Run, ranked
 from stagebench.stages.base import Server, Stage, StageContext
-from stagebench.ui import progress
+from stagebench.runtime.progress import progress
 
 log = logging.getLogger("stagebench")
 

@@ -20,7 +20,7 @@ from stagebench.optional import need
 from stagebench.runtime.cluster.failures import (cluster_answers, ClusterLost, failure_kind, ray_failure, RayFailed,
                                                  root_cause)  # fmt: skip
 from stagebench.runtime.engine import apply_units, Engine, EngineParams, LocalEngine
-from stagebench.ui import progress
+from stagebench.runtime.progress import progress
 
 log = logging.getLogger("stagebench")
 
