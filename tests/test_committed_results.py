@@ -75,4 +75,4 @@ def test_a_run_records_the_commit_of_the_code_that_ran_it(tmp_path, tiny_synthet
     said = Manifest.read(out).written_by
     assert said.startswith("stagebench ") and f"at commit {head.stdout.strip()[:12]}" in said
     assert said in (out / "report.html").read_text()
-    assert "no commit recorded" in Manifest.read(RESULTS / "matrix").written_by
+    assert "no commit recorded" in Manifest.read(RESULTS / "explore").written_by
