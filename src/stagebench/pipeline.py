@@ -208,12 +208,13 @@ def _duration(s: float) -> str:
     return f"{s:.0f} s" if s < 120 else f"{s / 60:.1f} min ({s:.0f} s)"
 
 
-def plan_stages(config: Config, ds: Dataset, cache: Cache, probe: bool) -> list[Planned]:
+def plan_stages(config: Config, ds: Dataset, cache: Cache, probe: bool, exact: bool = True) -> list[Planned]:
     """Each stage keyed as the run keys it and looked up in the cache; a hit is read back (its digest keys
     the stages after it), a miss is work, said in queries and documents, or in pairs for a reranker (exact
     where its input is known, else at most queries x top_n), with its expected seconds: from a probe now
     (``probe``) or from rates probed before (:mod:`stagebench.forecast`). A stage whose run is cached but
-    whose latency pass is not costs its latency pass."""
+    whose latency pass is not costs its latency pass. ``exact=False`` (the run's own log) reads no cached run:
+    a hit's digest comes from its entry's record, and a reranker's pairs are at most queries x top_n."""
     runs: dict[str, Run] = {}
     digests: dict[str, str] = {}
     planned = []
@@ -228,8 +229,11 @@ def plan_stages(config: Config, ds: Dataset, cache: Cache, probe: bool) -> list[
             key, _ = stage_key(sc, stage, ds, [digests[i] for i in sc.inputs])
             entry = cache.get("runs", key)
         if entry is not None:
-            run = read_trec_run(entry.file("run.trec"))
-            runs[sc.name], digests[sc.name] = run, run_digest(run)
+            if exact or not entry.meta.get("run_digest"):
+                run = read_trec_run(entry.file("run.trec"))
+                runs[sc.name], digests[sc.name] = run, run_digest(run)
+            else:  # the digest the entry was stored with (checked then to read back as the run)
+                digests[sc.name] = entry.meta["run_digest"]
             took = entry.meta.get("seconds")
             pending = serves and cache.get("latency", make_key({"run": key, "queries": sample})) is None
             fc = None
@@ -240,7 +244,7 @@ def plan_stages(config: Config, ds: Dataset, cache: Cache, probe: bool) -> list[
             continue
         top = getattr(sc.params, "top_n", None) if stage.reorders_input else None
         pairs = None
-        if top is not None and known:
+        if top is not None and known and sc.inputs[0] in runs:
             head = runs[sc.inputs[0]]
             pairs = sum(min(top, len(docs)) for docs in head.values())
             work = f"{pairs:,} pairs ({len(head):,} queries x top {top})"
@@ -310,7 +314,7 @@ def _run(config: Config, stages: list[Stage], out: Path, cache: Cache, judge: Ju
     t_start = time.perf_counter()
     ds = read_dataset(config.dataset)
     check_scorable(config, ds)
-    log_expected(plan_stages(config, ds, cache, probe=False))
+    log_expected(plan_stages(config, ds, cache, probe=False, exact=False))
     partial = staging(out)
     (partial / "runs").mkdir()
     try:
