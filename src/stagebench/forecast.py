@@ -109,11 +109,12 @@ def machine_key() -> dict:
     return {"cpu": m.get("cpu"), "cores": m.get("usable_cores") or os.cpu_count(), "threads": compute_threads()}
 
 
-def kind_of(stage: Stage) -> str:
-    """``reranker``, ``retriever`` (reads the corpus, no inputs) or ``other`` (not probed)."""
-    if stage.reorders_input and hasattr(stage.params, "top_n"):
+def kind_of(stage: Stage, inputs: int) -> str:
+    """``reranker`` (reorders its one input's top ``top_n``), ``retriever`` (reads the corpus, no inputs, as a
+    config places it: a PyTerrier stage may be either) or ``other`` (not probed)."""
+    if inputs == 1 and stage.reorders_input and hasattr(stage.params, "top_n"):
         return "reranker"
-    if stage.max_inputs == 0 and stage.reads_corpus:
+    if inputs == 0 and stage.reads_corpus:
         return "retriever"
     return "other"
 
@@ -202,7 +203,7 @@ def rates(sc: StageConfig, ds: Dataset, cache: Cache | None, probe: bool) -> tup
     """The stage's rates on this machine and where they came from: read back from ``cache``, measured
     now by a probe (``probe``; kept in the cache), or None and why not."""
     stage = make_stage(sc)
-    kind = kind_of(stage)
+    kind = kind_of(stage, len(sc.inputs))
     if kind == "other":
         return None, "no model and no corpus: not probed"
     refusal = stage.probe_refusal()
@@ -241,7 +242,7 @@ def forecast(sc: StageConfig, ds: Dataset, cache: Cache | None, pairs: int | Non
     except Exception as exc:  # noqa: BLE001 - a probe that fails must not end the dry run; the run would say it
         return Forecast(None, None, f"the probe failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
     if r is None:
-        return Forecast(None, None, source, probed=kind_of(make_stage(sc)) != "other")
+        return Forecast(None, None, source, probed=kind_of(make_stage(sc), len(sc.inputs)) != "other")
     if pairs is not None:
         seconds = r.fixed + pairs * r.per_pair
     else:
