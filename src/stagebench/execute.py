@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field, is_dataclass, replace
 from importlib import metadata
 from pathlib import Path
 
-from stagebench.cache import Cache, code_identity, make_key, memo
+from stagebench.cache import Cache, Entry, code_identity, make_key, memo
 from stagebench.config import StageConfig
 from stagebench.data import Dataset
 from stagebench.errors import StagebenchError
@@ -186,7 +186,7 @@ def run_stage(sc: StageConfig, stage: Stage, ctx: StageContext, inputs: list[Run
 
     def meta(value: Value) -> dict:
         out = value[0]
-        m: dict = {"stage": sc.name, "type": sc.type, "queries": len(out.run), "run_digest": value[1]}
+        m: dict = {"stage": sc.name, "type": sc.type, "queries": len(out.run), ENTRY_DIGEST: value[1]}
         if out.depth_runs:
             m["depths"] = sorted(out.depth_runs)
         return {**m, "stage_stats": out.stats.to_json()} if out.stats is not None else m
@@ -221,6 +221,15 @@ def run_stage(sc: StageConfig, stage: Stage, ctx: StageContext, inputs: list[Run
                          stats=out.stats, depth_runs=[depth_run_name(sc.name, n) for n in sorted(out.depth_runs)],
                          placement=ran)  # fmt: skip
     return StageRun(out, record, parts)
+
+
+#: where a stage run's cache entry records its run's digest (checked, when stored, to read back as the run)
+ENTRY_DIGEST = "run_digest"
+
+
+def entry_digest(entry: Entry) -> str | None:
+    """The digest of the run a stage run's cache entry holds, as recorded when it was stored (None: not recorded)."""
+    return entry.meta.get(ENTRY_DIGEST) or None
 
 
 def _reads_back(path: Path, digest: str, stage: str) -> None:

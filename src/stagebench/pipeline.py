@@ -36,7 +36,7 @@ from stagebench.data.esci import SOURCES_FILE
 from stagebench.runtime.cluster.auth import check_token_given
 from stagebench.runtime.cluster.session import answers as cluster_answers, ray_session
 from stagebench.errors import ConfigError, DataError, StagebenchError
-from stagebench.execute import (context, latency_sample, make_stage, measure_latency, package_versions, run_in, scoring_key,
+from stagebench.execute import (context, entry_digest, latency_sample, make_stage, measure_latency, package_versions, run_in, scoring_key,
                                 stage_key)
 from stagebench.judge.ask import Judge
 from stagebench.judge.rules import RulesJudge
@@ -52,6 +52,7 @@ from stagebench.results.folder import RESULTS, write_manifest
 from stagebench.judgments.pool import JUDGMENTS
 from stagebench.results.queries import TEXTS_FILE, texts_for
 from stagebench.results.segments import FROM_DATASET, STORED_FILE, read_segment_file, stored_here, stored_tsv
+from stagebench.rerank.merge import split_head
 from stagebench.runs import Run, read_trec_run, run_digest, write_trec_qrels, write_trec_run
 from stagebench.stages import Stage
 from stagebench.runtime.system import code_commit, machine_info
@@ -229,24 +230,25 @@ def plan_stages(config: Config, ds: Dataset, cache: Cache, probe: bool, exact: b
             key, _ = stage_key(sc, stage, ds, [digests[i] for i in sc.inputs])
             entry = cache.get("runs", key)
         if entry is not None:
-            if exact or not entry.meta.get("run_digest"):
+            recorded = entry_digest(entry)
+            if exact or recorded is None:
                 run = read_trec_run(entry.file("run.trec"))
                 runs[sc.name], digests[sc.name] = run, run_digest(run)
             else:  # the digest the entry was stored with (checked then to read back as the run)
-                digests[sc.name] = entry.meta["run_digest"]
+                digests[sc.name] = recorded
             took = entry.meta.get("seconds")
             pending = serves and cache.get("latency", make_key({"run": key, "queries": sample})) is None
             fc = None
             if pending:  # its latency pass is still to measure
-                f = forecast(sc, ds, cache, 0, len(sample), probe)
+                f = forecast(sc, ds, cache, {}, None, len(sample), probe)
                 fc = Forecast(0.0, f.latency, f.source) if f.seconds is not None else f
             planned.append(Planned(sc.name, sc.type, True, f"computed before in {took:.1f}s" if took is not None else "", fc))
             continue
         top = getattr(sc.params, "top_n", None) if stage.reorders_input else None
-        pairs = None
+        pairs, head = None, None
         if top is not None and known and sc.inputs[0] in runs:
-            head = runs[sc.inputs[0]]
-            pairs = sum(min(top, len(docs)) for docs in head.values())
+            head = {q: dict.fromkeys(ids, 0.0) for q, ids in split_head(runs[sc.inputs[0]], top)[0].items() if ids}
+            pairs = sum(map(len, head.values()))
             work = f"{pairs:,} pairs ({len(head):,} queries x top {top})"
         elif top is not None:
             pairs = len(ds.query_ids) * min(top, len(ds.corpus))
@@ -254,7 +256,7 @@ def plan_stages(config: Config, ds: Dataset, cache: Cache, probe: bool, exact: b
         else:
             work = f"{len(ds.query_ids):,} queries" + (f" over {len(ds.corpus):,} documents" if stage.reads_corpus else "")
         planned.append(Planned(sc.name, sc.type, False, work,
-                               forecast(sc, ds, cache, pairs, len(sample) if serves else 0, probe)))  # fmt: skip
+                               forecast(sc, ds, cache, head, pairs, len(sample) if serves else 0, probe)))  # fmt: skip
     return planned
 
 
