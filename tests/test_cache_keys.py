@@ -380,6 +380,7 @@ UNKEYED_CHECKED = {
     "cross_encoder": {"streams"},
     "llm_rerank": {"concurrency", "timeout", "retries", "backoff", "price_per_1k_tokens", "api_key_env", "failed_calls"},
     # ^ tests/llm/test_keys.py::test_params_declared_unkeyed_do_not_change_the_run, every method
+    "rerankers": {"api_key_env"},  # tests/stages/test_rerankers_stage.py: another variable, the same key: the run reused
     "pyterrier": {"queries_per_call"},  # tests/stages/test_pyterrier.py: 1 and 4 queries a call, the same run
 }
 

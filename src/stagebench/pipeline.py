@@ -244,7 +244,7 @@ def plan_stages(config: Config, ds: Dataset, cache: Cache, probe: bool, exact: b
                 fc = Forecast(0.0, f.latency, f.source) if f.seconds is not None else f
             planned.append(Planned(sc.name, sc.type, True, f"computed before in {took:.1f}s" if took is not None else "", fc))
             continue
-        top = getattr(sc.params, "top_n", None) if stage.reorders_input else None
+        top = getattr(sc.params, "top_n", None) if stage.reorders_input and len(sc.inputs) == 1 else None
         pairs, head = None, None
         if top is not None and known and sc.inputs[0] in runs:
             head = {q: dict.fromkeys(ids, 0.0) for q, ids in split_head(runs[sc.inputs[0]], top)[0].items() if ids}

@@ -101,6 +101,11 @@ def test_a_hosted_reranker_takes_its_key_from_the_environment_and_sends_it_only_
         q = next(iter(run))
         assert "k-123" not in (tmp_path / "out" / "manifest.json").read_text()
         assert max(run[q].values()) == run[q][max(run[q], key=run[q].get)]
+        # the variable the key is read from does not change the run: another one, the same key, the run reused
+        monkeypatch.setenv("OTHER_KEY", "k-123")
+        cfg.write_text(cfg.read_text().replace('"url":', '"api_key_env": "OTHER_KEY", "url":'))
+        assert cli.main(["run", str(cfg)]) == 0 and len(_Cohere.seen) == 24
+        assert stagebench.api.open(tmp_path / "out").runs["lib"] == run
         _Cohere.fail = True
         cfg.write_text(cfg.read_text().replace('"top_n": 5', '"top_n": 4'))
         capsys.readouterr()
