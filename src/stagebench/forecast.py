@@ -43,7 +43,9 @@ from stagebench.execute import make_stage, scoring_key, stage_key
 from stagebench.runs import Run
 from stagebench.runtime.engine import LocalEngine
 from stagebench.runtime.system import compute_threads, machine_info
+from stagebench.runtime.devices import stream_shape
 from stagebench.stages.base import Stage, StageContext
+from stagebench.stages.neural import ModelStage
 
 log = logging.getLogger("stagebench")
 
@@ -224,10 +226,10 @@ def _stream_fill(stage: Stage) -> int | None:
     """Pairs that fill one batch on every stream of a batched model stage (``batch_size`` x its streams), or
     None: a stage without both (scored a query at a time, or not a model's batches)."""
     batch = getattr(stage.params, "batch_size", None)
-    what = stage.what_runs() if isinstance(batch, int) and hasattr(stage.params, "streams") else None
-    if not what or "streams" not in what:
+    if not isinstance(batch, int) or not isinstance(stage, ModelStage):
         return None
-    return batch * int(str(what["streams"]).split(" x ")[0])
+    what = stage.what_runs()  # where it runs, as the run resolves it: its streams from the one rule
+    return batch * stream_shape(stage.params.streams, stage.placement().kind, what["runtime"])[0]
 
 
 def _slice(ds: Dataset, docs: int, queries: int, rng: random.Random) -> Dataset:
