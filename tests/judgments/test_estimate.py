@@ -95,20 +95,27 @@ def _simulated(seed: int, queries: int = 40) -> tuple[dict, dict, list[str], dic
 
 @pytest.mark.parametrize("kind", DESIGNS)
 def test_the_intervals_cover_the_truth_with_a_good_and_with_a_useless_grade_model(kind):
+    """Each design as a round builds it (Sampler.over: the hole design judges whole the queries whose ideal
+    rests on their holes - here, with 35% of each query judged, most of them; cut into holes regardless, the
+    linearisation's bias leaves the stage means at 0.86-0.92 coverage, which the design never does)."""
     ranked, qrels, queries, truth = _simulated(3)
-    fr = frame(ranked, qrels, queries, 10, LINEAR, 3, design=kind)
-    y = np.array([float(truth[q][d]) for q, d in fr.holes()])
+    holes = frame(ranked, qrels, queries, 10, LINEAR, 3, design=kind).holes()
+    y = np.array([float(truth[q][d]) for q, d in holes])
     rng = np.random.default_rng(0)
     noisy = np.clip(np.round(y + rng.normal(0, 0.8, len(y))), 0, 3).astype(int)
     good = 0.4 * np.eye(4)[noisy] + 0.15  # most of the mass on a noisy copy of the true grade
     useless = good[rng.permutation(len(y))]
     gains = np.arange(4.0)
-    samplers = {(name, kind): Sampler(kind, fr, dist, gains) for name, dist in (("good", good), ("useless", useless))}
+    judged = np.array([g for docs in qrels.values() for g in docs.values()])
+    prior = np.bincount(judged, minlength=4) / len(judged)
+    samplers = {(name, kind): Sampler.over(kind, ranked, qrels, queries, 10, LINEAR, 3, lambda h, d=dist: (d, gains), prior)
+                for name, dist in (("good", good), ("useless", useless))}  # fmt: skip
+    assert all(s.fr.holes() == holes for s in samplers.values())
+    if kind == "hole":
+        assert any(u.single for u in samplers["good", kind].fr.units) and not all(u.single for u in samplers["good", kind].fr.units)
     cov = simulate_rounds(samplers, y, [60], 200, 7)
     for r in cov.rows:
         assert r.design == kind
-        if kind == "hole":
-            assert r.judged_mean == r.judged_max == 60  # a capped draw of one-row units: the rows are the budget
         assert 0.95 * 60 <= r.judged_mean and r.judged_max <= 60
         assert min(r.coverage.values()) >= 0.9, (r.predictor, r.coverage)
         assert max(r.wrong.values()) <= 0.05
@@ -326,44 +333,53 @@ def test_the_round_s_files_never_lose_the_estimate(sample_round, tmp_path, capsy
     assert f"its rows are sampling round {rec.round}'s, but the record beside it" in view and f"round {other_id}'s" in view
 
 
-def test_the_power_of_a_budget_is_the_fewest_judgments_that_settle_it_4_rounds_in_5():
-    """By hand on the simulated case: at the judgments power() names, the predicted standard error of the design
-    aimed at the pair times t_0.975 + t_0.80 (at the units it is expected to draw) is below the predicted
-    difference, one judgment fewer it is not; the half-width at the budget uses the same t; no predicted
-    difference, no budget; never more judgments than there are holes."""
-    from scipy.stats import t as student
+def _settle_rate(smp: Sampler, design, target: str, rounds: int, seed: int) -> tuple[float, float]:
+    """Fresh rounds of ``design`` on worlds the grade model makes (each hole's grade drawn from its
+    distribution): the share whose interval excludes 0 on the model's side, and the mean half-width."""
+    from stagebench.judgments.power import model_world
 
-    from stagebench.judgments.estimate import power
+    rng = np.random.default_rng(seed)
+    t = smp.fr.targets.index(target)
+    sign = np.sign(smp.prediction().point[t])
+    hits, half = 0, 0.0
+    for _ in range(rounds):
+        world = model_world(smp.dist, smp.gains, rng)
+        drawn = smp.draw(design, rng)
+        holes = np.concatenate([np.arange(*smp.fr.spans[i]) for i in drawn])
+        e = smp.estimate(design.pi, drawn, world[holes])
+        hits += bool(e.low[t] > 0 if sign > 0 else e.high[t] < 0)
+        half += (e.high[t] - e.low[t]) / 2 / rounds
+    return hits / rounds, half
 
+
+@pytest.mark.parametrize("kind", DESIGNS)
+def test_the_plans_power_holds_on_the_worlds_its_grade_model_makes(kind):
+    """What the plan promises 'if the model is right', checked on rounds it never saw (other seeds), each
+    round's truth drawn from the model: the predicted half-width at the budget within 15% of those rounds'
+    mean, and at the judgments it names the pair settles in about 4 rounds of 5 (0.65..0.92 over 300 rounds:
+    without the 0.84 standard errors of 80% power, 0.47; a rehearsal of 2 rounds misses the width by 18%).
+    Never more than the holes; no predicted difference, no budget. (Where a few whole queries carry the
+    variance the rehearsal's t differs from the units' count; measured on the real worlds in docs/metrics.md.)"""
     ranked, qrels, queries, truth = _simulated(5)
-    fr = frame(ranked, qrels, queries, 10, LINEAR, 3)
-    y = np.array([float(truth[q][d]) for q, d in fr.holes()])
+    fr = frame(ranked, qrels, queries, 10, LINEAR, 3, design=kind)
     rng = np.random.default_rng(1)
-    pred = predict(fr, np.clip(y + rng.normal(0, 0.5, len(y)), 0, 3), np.full(len(y), 0.5))
-    t = fr.targets.index("a - b")
-
-    def se_df(n: int) -> tuple[float, float]:
-        pi = inclusion(fr, pred, n, aim=["a - b"]).pi
-        return float(np.sqrt(((1 - pi) / pi * pred.A[t]).sum())), max(1.0, pi[pi < 1].sum() - 1)
-
-    def settles(n: int) -> bool:
-        se, df = se_df(n)
-        return (student.ppf(0.975, df) + student.ppf(0.8, df)) * se < abs(pred.point[t])
-
-    p = power(fr, pred, "a - b", 40)
-    se40, df40 = se_df(40)
-    assert p.difference == pytest.approx(pred.point[t]) and p.half_width == pytest.approx(student.ppf(0.975, df40) * se40)
-    assert p.needed is not None and settles(p.needed) and not settles(p.needed - 1)
-    assert "at 40 judgments the 95% interval would be" in p.line(40) and "with 80% power" in p.line(40)
+    y = np.array([float(truth[q][d]) for q, d in fr.holes()])
+    noisy = np.clip(np.round(y + rng.normal(0, 0.8, len(y))), 0, 3).astype(int)
+    smp = Sampler(kind, fr, 0.4 * np.eye(4)[noisy] + 0.15, np.arange(4.0))
+    design = smp.probabilities(40, aim=["a - b"])
+    (p,) = smp.powers(design, 40)
+    rate, half = _settle_rate(smp, design, "a - b", 300, 11)
+    assert p.half_width == pytest.approx(half, rel=0.15)
     holes = len(fr.holes())
-    assert p.needed <= holes == p.holes
-    tiny = predict(fr, np.full(holes, 1.5), np.full(holes, 2.0))  # a difference no sample short of a census settles
-    far = power(fr, tiny, "a - b", 40)
-    if far.needed is not None and far.needed >= holes:
-        assert f"judging all {holes:,} holes settles it exactly" in far.line(40)
+    assert p.needed is not None and 40 < p.needed < holes == p.holes
+    rate, _ = _settle_rate(smp, smp.probabilities(p.needed, aim=["a - b"]), "a - b", 300, 12)
+    assert 0.65 <= rate <= 0.92, (p.needed, rate)
+    assert "at 40 judgments the 95% interval would be" in p.line(40) and "with 80% power" in p.line(40)
     same = {s: ranked["a"] for s in ranked}  # two identical stages: no difference, no budget settles it
-    fr0 = frame(same, qrels, queries, 10, LINEAR, 3)
-    assert power(fr0, predict(fr0, np.ones(len(fr0.holes())), np.full(len(fr0.holes()), 0.5)), "a - b", 40).needed is None
+    fr0 = frame(same, qrels, queries, 10, LINEAR, 3, design=kind)
+    smp0 = Sampler(kind, fr0, np.full((len(fr0.holes()), 4), 0.25), np.arange(4.0))
+    (p0,) = smp0.powers(smp0.probabilities(40, aim=["a - b"]), 40)
+    assert p0.needed is None and "no budget settles it" in p0.line(40)
 
 
 def test_a_sample_aims_where_it_is_told_and_says_what_its_budget_buys(judged_folder, tmp_path, capsys):

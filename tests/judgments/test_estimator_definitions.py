@@ -11,7 +11,7 @@ import pytest
 
 from stagebench.judgments.coverage import covered, orders
 from stagebench.judgments.design import Sampler
-from stagebench.judgments.estimate import FLOOR_DF, MIN_REFIT, estimate, frame
+from stagebench.judgments.estimate import FLOOR_DF, FLOOR_DF_SHARE, MIN_REFIT, estimate, frame
 from stagebench.metrics.compute import gain_map
 
 LINEAR = gain_map("linear")
@@ -111,12 +111,29 @@ def test_the_sampler_every_command_goes_through_refits_by_weighted_least_squares
     np.testing.assert_allclose(got.value, want, atol=1e-12)
 
 
+def pooled_by_hand(r: np.ndarray, p: np.ndarray, A_all: np.ndarray, A_drawn: np.ndarray, pi: np.ndarray):
+    """The pooled variance and its degrees of freedom, written out: the sample's variance sum (1 - p) / p^2 r^2
+    and its Welch-Satterthwaite df; the floor s2 * sum over every unit of (1 - pi) / pi * A, s2 the 1/p-weighted
+    mean of x = r^2 / A over the drawn units; pooled (df * var + FLOOR_DF * floor) / (df + FLOOR_DF); the floor's
+    df FLOOR_DF_SHARE * min(2 (sum w x)^2 / sum w^2 (x - s2)^2, (sum w)^2 / sum w^2), w = 1/p; the pooled
+    df Satterthwaite's over the two weighted parts, never below the sample's."""
+    each = (1 - p) / p**2 * r**2
+    var = each.sum(axis=1)
+    df = var**2 / (each**2).sum(axis=1)
+    x, w = r**2 / A_drawn, 1 / p
+    s2 = (w * x).sum(axis=1) / w.sum()
+    floor = s2 * ((1 - pi) / pi * A_all).sum(axis=1)
+    pooled = (df * var + FLOOR_DF * floor) / (df + FLOOR_DF)
+    df_floor = FLOOR_DF_SHARE * np.minimum(2 * (w * x).sum(axis=1) ** 2 / (w**2 * (x - s2[:, None]) ** 2).sum(axis=1),
+                                           w.sum() ** 2 / (w**2).sum())  # fmt: skip
+    parts = (df / (df + FLOOR_DF) * var) ** 2 / df + (FLOOR_DF / (df + FLOOR_DF) * floor) ** 2 / df_floor
+    return var, df, floor, pooled, np.maximum(df, pooled**2 / parts)
+
+
 def test_the_variance_its_floor_and_the_degrees_of_freedom_by_their_formulas():
-    """Without the refit, r = F - P on the drawn units: variance sum (1 - p) / p^2 r^2; Welch-Satterthwaite
-    df = var^2 / sum of the squared terms; the floor s2 * sum over every unit of (1 - pi) / pi * A, s2 the
-    1/p-weighted mean of r^2 / A over the drawn units; the squared standard error the two pooled by their
-    information, (df * var + FLOOR_DF * floor) / (df + FLOOR_DF), the degrees of freedom the sample's. Here
-    few units are drawn, so the floor is the larger and lifts the variance."""
+    """Without the refit, r = F - P on the drawn units: the pooled variance and degrees of freedom of
+    :func:`pooled_by_hand`. Here few units are drawn, so the floor is the larger and lifts the variance, and on
+    one target the degrees of freedom above the sample's (every drawn unit tells the floor's scale)."""
     fr, truth, means, pi = fixed_ideal_case()
     pi = np.full(len(fr.units), 0.5)
     drawn = np.arange(0, len(fr.units), 6)  # 12 of 72 units
@@ -127,17 +144,13 @@ def test_the_variance_its_floor_and_the_degrees_of_freedom_by_their_formulas():
     P = fr.contributions(means)[1]
     r = F[:, drawn] - P[:, drawn]
     p = pi[drawn]
-    each = (1 - p) / p**2 * r**2
-    var = each.sum(axis=1)
-    df = var**2 / (each**2).sum(axis=1)
     A = fr.sensitivity(means, variances)
-    s2 = ((r**2 / A[:, drawn]) / p).sum(axis=1) / (1 / p).sum()
-    floor = s2 * ((1 - pi) / pi * A).sum(axis=1)
+    var, df, floor, pooled, df_pooled = pooled_by_hand(r, p, A, A[:, drawn], pi)
     assert np.all(floor > var)  # the case the floor is for: the few drawn units understate the spread
-    np.testing.assert_allclose(got.se**2, (df * var + FLOOR_DF * floor) / (df + FLOOR_DF), rtol=1e-12)
+    np.testing.assert_allclose(got.se**2, pooled, rtol=1e-12)
     assert np.all((var < got.se**2) & (got.se**2 < floor))
-    np.testing.assert_allclose(got.df, df, rtol=1e-12)
-    assert np.all((5 < got.df) & (got.df <= len(drawn)))  # about the drawn units' count, never the holes'
+    np.testing.assert_allclose(got.df, df_pooled, rtol=1e-12)
+    assert np.all((df <= got.df * (1 + 1e-12)) & (got.df <= len(drawn))) and np.any(got.df > df * 1.1)  # never below the sample's own; lifted
     np.testing.assert_allclose(got.value, known + P.sum(axis=1) + (r / p).sum(axis=1), atol=1e-12)
 
 
@@ -185,12 +198,10 @@ def test_the_sampler_every_command_goes_through_applies_the_floor_by_its_formula
     v = dist @ gains**2 - m**2
     known, F = fr.contributions(truth)
     r = F[:, drawn] - fr.contributions(m)[1][:, drawn]
-    p = pi[drawn]
-    each = (1 - p) / p**2 * r**2
-    var, df = each.sum(axis=1), each.sum(axis=1) ** 2 / (each**2).sum(axis=1)
     A = fr.sensitivity(m, v)
-    floor = ((r**2 / A[:, drawn]) / p).sum(axis=1) / (1 / p).sum() * ((1 - pi) / pi * A).sum(axis=1)
-    np.testing.assert_allclose(got.se**2, (df * var + FLOOR_DF * floor) / (df + FLOOR_DF), rtol=1e-10)
+    var, df, floor, pooled, df_pooled = pooled_by_hand(r, pi[drawn], A, A[:, drawn], pi)
+    np.testing.assert_allclose(got.se**2, pooled, rtol=1e-10)
+    np.testing.assert_allclose(got.df, df_pooled, rtol=1e-10)
     assert np.all(got.se**2 != var)  # the floor moved it: a Sampler that skipped it would give var
 
 

@@ -20,7 +20,7 @@ from stagebench.execute import context, make_stage, run_in
 from stagebench.files import file_digest
 from stagebench.judge.grading import dataset_of
 from stagebench.judge.rules import RULES
-from stagebench.judgments.design import HOLE as HOLE_DESIGN, Sampler
+from stagebench.judgments.design import DEFAULT as DEFAULT_DESIGN, Sampler
 from stagebench.judgments.estimate import Frame
 from stagebench.judgments.grades import GRADE_MODELS, Constant, PairFeatures
 from stagebench.judgments.planning import pool_holes
@@ -138,7 +138,7 @@ def check_estimable(g: Ground) -> None:
 
 
 def estimation(g: Ground, predictor: str | None, qrels: dict | None = None, cache_dir: str | None = None,
-               design: str = HOLE_DESIGN) -> Estimation:  # fmt: skip
+               design: str = DEFAULT_DESIGN) -> Estimation:  # fmt: skip
     """The ``design``'s units (:class:`~stagebench.judgments.design.Sampler`) and the grade model's
     predictions on ``qrels`` (default the folder's). A cross-encoder
     predictor scores the pairs in any stage's top k that its pool left out, once

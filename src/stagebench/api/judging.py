@@ -41,7 +41,7 @@ from stagebench.files import (atomic_write, check_apart, check_destination, file
 from stagebench.judge.grading import dataset_of, judge_runs, make_judge
 from stagebench.judge.section import parse_judge
 from stagebench.judgments.coverage import Coverage, simulate_rounds
-from stagebench.judgments.design import DESIGNS, HOLE, Sampler
+from stagebench.judgments.design import DEFAULT as DEFAULT_DESIGN, DESIGNS, Sampler
 from stagebench.judgments.grades import Constant
 from stagebench.judgments.incompleteness import FILE as INCOMPLETENESS, Incompleteness, removal_experiment
 from stagebench.judgments.planning import STRATEGIES, Pool, Simulation, depth_pooling, pool_holes, replay_strategies
@@ -160,7 +160,7 @@ def head_targets(g: Ground) -> list[str] | None:
 def write_worksheet(folder: str | Path, budget: int, output: str | Path, strategy: str = "plan", depth: int = 10,
                     measure: str | None = None, seed: int = 0, predictor: str | None = None,
                     show_ranks: bool = False, cache_dir: str | None = None,
-                    aim: Sequence[str] | None = None, design_kind: str = HOLE) -> tuple[Path, Path, int, list[str]]:  # fmt: skip
+                    aim: Sequence[str] | None = None, design_kind: str = DEFAULT_DESIGN) -> tuple[Path, Path, int, list[str]]:  # fmt: skip
     """``stagebench plan-judgments RUN_DIR --budget N``: the worksheet of ``strategy``'s holes as
     ``output`` (.csv) and beside it the same rows as .jsonl (and for ``sample`` the round's record,
     ``.design.json``); returns both sheets' paths, the rows, and for ``sample`` what the budget buys
@@ -186,7 +186,7 @@ def write_worksheet(folder: str | Path, budget: int, output: str | Path, strateg
         est = estimation(g, predictor, cache_dir=cache_dir, design=design_kind)
         pred = est.sampler.prediction()
         design = est.sampler.probabilities(budget, targets, pred)
-        powers = [est.sampler.power(t, budget, pred).line(budget) for t in design.aimed if " - " in t]
+        powers = [p.line(budget) for p in est.sampler.powers(design, budget, pred)]
         drawn = est.sampler.draw(design, seed)
         too_big = [u for u, p in zip(est.fr.units, design.pi) if p <= 0 and u.cost > budget]
         if too_big:  # a whole query of more holes than the budget: no capped draw can take it
@@ -396,7 +396,7 @@ class Worksheet:
 def plan_judgments(folder: str | Path, budget: int, output: str | Path, *, strategy: str = "plan", depth: int = 10,
                    measure: str | None = None, seed: int = 0, predictor: str | None = None,
                    show_ranks: bool = False, cache_dir: str | None = None,
-                   aim: Sequence[str] | None = None, design: str = HOLE) -> Worksheet:  # fmt: skip
+                   aim: Sequence[str] | None = None, design: str = DEFAULT_DESIGN) -> Worksheet:  # fmt: skip
     """``stagebench plan-judgments``: the worksheet of ``budget`` unjudged pairs picked by ``strategy``
     (``sample``: a random sample for the estimated view, its record beside the worksheet, aimed at the
     stage pairs ``aim`` names (``["ce=plugin"]``) or else at those its grade model predicts the budget

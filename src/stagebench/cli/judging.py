@@ -11,7 +11,7 @@ from stagebench import api
 from stagebench.cli.flags import declared, positive_int, budgets, rates, CACHE_DIR_HELP
 from stagebench.config import EvaluationConfig
 from stagebench.errors import StagebenchError
-from stagebench.judgments.design import DESIGNS, HOLE, HOLE_WHEN
+from stagebench.judgments.design import DEFAULT as DEFAULT_DESIGN, DESIGNS, HOLE_WHEN
 from stagebench.judgments.grades import GRADE_MODELS
 from stagebench.judgments.planning import STRATEGIES
 
@@ -72,10 +72,10 @@ def parser_plan_judgments(sub) -> None:
                     "stages A and B (repeatable; default: the folder's head-to-head pairs - siblings over one input and the pairs "
                     "evaluation.comparisons names - else the pairs the grade model predicts the budget can settle); the "
                     "plan says how many judgments settle each aimed pair with 80%% power if the model is right")  # fmt: skip
-    pj.add_argument("--design", choices=DESIGNS, help="--strategy sample: hole (default): one judgment buys one hole "
-                    f"in each query whose judged documents make at least {HOLE_WHEN:.0%}% of its expected ideal DCG (its "
-                    "nDCG linearised: a small bias, measured), any other query judged whole; query: every query whose "
-                    "ideal the holes can change judged whole (exactly unbiased); either way the rows never pass the "
+    pj.add_argument("--design", choices=DESIGNS, help="--strategy sample: query (default): every query whose ideal "
+                    "the holes can change judged whole (exactly unbiased); hole: one judgment buys one hole in each query "
+                    f"whose judged documents make at least {HOLE_WHEN:.0%}% of its expected ideal DCG (its nDCG "
+                    "linearised: a small bias, measured), any other query judged whole; either way the rows never pass the "
                     "budget (docs/metrics.md#the-hole-design); with --simulate: only this design (default: both, side "
                     "by side)")  # fmt: skip
     pj.add_argument("--show-ranks", action="store_true", help="put each stage's rank of the pair in the worksheet "
@@ -117,7 +117,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     sheet = api.plan_judgments(args.run_dir, args.budget[0], args.output, strategy=args.strategy, depth=args.depth,
                                measure=args.measure, seed=args.seed, predictor=args.predictor,
                                show_ranks=args.show_ranks, cache_dir=args.cache_dir, aim=args.aim,
-                               design=args.design or HOLE)  # fmt: skip
+                               design=args.design or DEFAULT_DESIGN)  # fmt: skip
     for line in sheet.power:
         print(f"aimed at {line}")
     print(f"{sheet.pairs} pairs to judge: {sheet.csv} and {sheet.jsonl} (fill the grade column, then: stagebench "

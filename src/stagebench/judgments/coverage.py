@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from stagebench.judgments.design import HOLE, Sampler
-from stagebench.judgments.estimate import Z95, Prediction, allocate, t_quantiles
+from stagebench.judgments.estimate import Z95, allocate
 from stagebench.judgments.grades import prior_shift
 from stagebench.judgments.linear import exact, unit_prediction
+from stagebench.judgments.power import rehearse
 
 
 @dataclass
@@ -141,16 +142,6 @@ def oracle_widths(smp: Sampler, truth_gains: np.ndarray, budget: int) -> dict[st
     return out
 
 
-def predicted_widths(pred: Prediction, targets: Sequence[str], pi: np.ndarray) -> dict[str, float]:
-    """Each target's 95% interval width the plan predicts for a design of probabilities ``pi`` (its power line's:
-    Student's t at the units it is expected to draw, the model's residual variances), units it cannot reach
-    left out."""
-    reach = pi > 0
-    q = t_quantiles(pi)[0]
-    v = np.where(reach, (1 - pi) / np.where(reach, pi, 1.0), 0.0) @ pred.A.T
-    return {t: float(2 * q * np.sqrt(x)) for t, x in zip(targets, v)}
-
-
 def simulate_rounds(samplers: Mapping[tuple[str, str], Sampler], truth_gains: np.ndarray, budgets: Sequence[int], rounds: int,
                     seed: int) -> Coverage:  # fmt: skip
     """``samplers``: (model name, design) -> the design with that model's distributions, every one over the
@@ -172,7 +163,7 @@ def simulate_rounds(samplers: Mapping[tuple[str, str], Sampler], truth_gains: np
         for b in budgets:
             design = smp.probabilities(b, pred=pred)
             oracle = oracle_widths(smp, truth_gains, b)
-            predicted = predicted_widths(pred, names, design.pi)
+            predicted = dict(zip(names, (2 * rehearse(smp, design)).tolist()))  # what the plan predicts
             rng = np.random.default_rng([seed, b])
             lo, hi, judged = [], [], []
             t0 = time.perf_counter()

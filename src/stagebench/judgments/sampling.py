@@ -22,7 +22,8 @@ import numpy as np
 
 from stagebench.errors import StagebenchError
 from stagebench.judgments.design import CAPPED, DESIGNS, POISSON, QUERY, Sampler
-from stagebench.judgments.estimate import Z80, Z95, Estimate, Frame
+from stagebench.judgments.estimate import Z95, Estimate, Frame
+from stagebench.judgments.power import Z80
 from stagebench.judgments.grades import (GRADE_MODELS, BinnedScores, GradePredictor, PairFeatures, Quality,
                                          cross_fitted_quality)
 from stagebench.runs import Run
@@ -100,7 +101,7 @@ class Record:
     units: list[dict]  # {"qid", "docids", "probability"} for every drawn unit (the exact probability)
     model: dict[str, float] = field(default_factory=dict)  # the model's own estimates before the sample
     round: str = ""  # the round's identity (:meth:`identity`), which every row of its worksheet carries
-    power: list[str] = field(default_factory=list)  # for each aimed pair, what the budget buys it (estimate.Power)
+    power: list[str] = field(default_factory=list)  # for each aimed pair, what the budget buys it (power.Power)
     design: str = QUERY  # the sampling design (design.DESIGNS); a record written before designs were named: query
     draws: str = POISSON  # how the units were drawn (CAPPED at the budget, or POISSON: every record written before them)
 
