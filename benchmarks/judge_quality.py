@@ -45,6 +45,7 @@ from stagebench.api.judging import judge_folder
 from stagebench.config import parse_dataset
 from stagebench.judge.grading import dataset_of
 from stagebench.judge.scale import scale_for
+from stagebench.judgments.design import DEFAULT, DESIGNS
 from stagebench.judgments.planning import pool_holes
 from stagebench.llm.listwise import shorten
 
@@ -156,16 +157,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=200)
     ap.add_argument("--hide", type=float, default=0.7)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--design", choices=DESIGNS, default=DEFAULT, help="the sampling design (default: the rounds' own)")
     ap.add_argument("--out", help="append the table to this Markdown file")
     args = ap.parse_args(argv)
     folder = Path(args.folder)
     budgets = [int(x) for x in args.budgets.split(",")]
     truth, lookup, scale = truth_world(folder)
     grades = sorted(set(scale.grades))
-    lines = [f"## {folder} (hide {args.hide}, {args.rounds} rounds a budget, hole design)", "",
+    lines = [f"## {folder} (hide {args.hide}, {args.rounds} rounds a budget, {args.design} design)", "",
              "| grade model | QWK (realised) | judge = truth | pairs settled (median) " + " / ".join(map(str, budgets))
              + " | worst coverage | mean pair width | width / its oracle |", "|---|---|---|---|---|---|---|"]
-    base = api.simulate_estimates(folder, budgets, rounds=args.rounds, hide=args.hide, seed=args.seed, designs=["hole"])
+    base = api.simulate_estimates(folder, budgets, rounds=args.rounds, hide=args.hide, seed=args.seed, designs=[args.design])
     first = next(iter(base.model))
     rows = [r for r in base.rows if r.predictor == first]
     lines.append(f"| {first} (no judge) | - | - | " + " / ".join(f"{np.median(r.settled_right):.0f}" for r in rows)
@@ -195,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"agreement {a}: judged {len(said)} pairs in {took:.0f}s, unplaced {server.unplaced}, QWK {k:.3f}, "
                   f"exact {exact:.3f}; confusion (truth->judge) {json.dumps(confusion)}", flush=True)
             cov = api.simulate_estimates(copy, budgets, rounds=args.rounds, hide=args.hide, seed=args.seed,
-                                         predictor="judge", designs=["hole"])  # fmt: skip
+                                         predictor="judge", designs=[args.design])  # fmt: skip
             rows = [r for r in cov.rows if r.predictor == "judge"]
             lines.append(f"| judge, agreement {a:g} | {k:.3f} | {exact:.3f} | "
                          + " / ".join(f"{np.median(r.settled_right):.0f}" for r in rows) + " | "

@@ -21,7 +21,9 @@ predicted by the grade model as ``P_u``::
 
 with ``df`` the Welch-Satterthwaite degrees of freedom of the drawn units' variance terms (few when a few
 drawn units carry the variance, as when a handful of whole queries are drawn): on the embedded
-benchmark a plain 1.96 covered 82-87% at 100 judgments, this covers 92-100% (docs/metrics.md).
+benchmark a plain 1.96 covered 82-87% at 100 judgments, this covers 92-100% (docs/metrics.md). Given
+the model's variances, the variance is pooled with a floor and ``df`` is the pooled variance's
+(:func:`variance`).
 
 The estimate is unbiased for any predictions, because the draw, not the model, is random; a model
 that predicts well makes the drawn residuals small and the interval narrow; a useless one leaves it
