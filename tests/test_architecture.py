@@ -24,7 +24,7 @@ LAYERS = {
         "stages.llm_rerank", "stages.oracle", "stages.pyterrier", "stages.rerankers_adapter", "stages", "results.interop", "results", "results.ceilings", "results.queries", "results.folder", "results.depth",
         "results.scoring", "results.cost", "results.check", "results.compare", "results.segments", "results.matrix", "results.experiment", "judgments", "judgments.agreement", "judgments.pool",
         "judgments.views", "judgments.incompleteness", "judgments.planning", "judgments.worksheet", "judgments.grades", "judgments.estimate",
-        "judgments.capped", "judgments.linear", "judgments.design", "judgments.coverage", "judgments.sampling", "results.baselines", "judge.rules",
+        "judgments.capped", "judgments.linear", "judgments.power", "judgments.design", "judgments.coverage", "judgments.sampling", "results.baselines", "judge.rules",
         "judge.ask", "judge.section", "outputs"],
     3: ["config", "report", "report.tables", "report.plots", "report.explorer", "report.html", "report.write"],
     4: ["execute", "forecast", "judge.grading", "api.ground", "api.judging", "pipeline", "fitting", "fitting.finetune", "fitting.train", "fitting.tune", "reproductions"],
