@@ -123,6 +123,27 @@ def test_the_intervals_cover_the_truth_with_a_good_and_with_a_useless_grade_mode
     assert width["good"] < width["useless"]  # a model that knows the grades narrows the interval
 
 
+def test_a_sure_grade_models_rare_surprises_do_not_collapse_the_interval():
+    """A model sure of every hole (0.97 on one grade) and wrong on 4% of them, as a sharp LLM judge is: a round
+    of a few whole queries (the query design, 60 judgments: about 6 of 40 queries) mostly meets none of the
+    surprises, and its residuals - the sample's variance and, scaled by them, the floor - are near 0 exactly
+    when the estimate is off. The model's own claim counted in the floor's scale (FLOOR_PRIOR) keeps the
+    interval: without it this case covered 0.725 (400 rounds), with it 1.0."""
+    ranked, qrels, queries, truth = _simulated(3)
+    judged = np.array([g for docs in qrels.values() for g in docs.values()])
+    holes = frame(ranked, qrels, queries, 10, LINEAR, 3, design="query").holes()
+    y = np.array([float(truth[q][d]) for q, d in holes])
+    rng = np.random.default_rng(0)
+    mode = y.astype(int)
+    wrong = rng.random(len(y)) < 0.04
+    mode[wrong] = rng.integers(0, 4, int(wrong.sum()))
+    sure = 0.01 + 0.96 * np.eye(4)[mode]
+    smp = Sampler.over("query", ranked, qrels, queries, 10, LINEAR, 3, lambda h: (sure, np.arange(4.0)),
+                       np.bincount(judged, minlength=4) / len(judged))  # fmt: skip
+    (r,) = simulate_rounds({("sure", "query"): smp}, y, [60], 200, 7).rows
+    assert r.judged_max <= 60 and min(r.coverage.values()) >= 0.93, r.coverage
+
+
 def test_the_design_spends_the_budget_and_a_unit_the_model_is_sure_of_keeps_a_floor():
     ranked, qrels, queries, truth = _simulated(5)
     fr = frame(ranked, qrels, queries, 10, LINEAR, 3)

@@ -11,7 +11,7 @@ import pytest
 
 from stagebench.judgments.coverage import covered, orders
 from stagebench.judgments.design import Sampler
-from stagebench.judgments.estimate import FLOOR_DF, FLOOR_DF_SHARE, MIN_REFIT, estimate, frame
+from stagebench.judgments.estimate import FLOOR_DF, FLOOR_DF_SHARE, FLOOR_PRIOR, MIN_REFIT, estimate, frame
 from stagebench.metrics.compute import gain_map
 
 LINEAR = gain_map("linear")
@@ -111,29 +111,35 @@ def test_the_sampler_every_command_goes_through_refits_by_weighted_least_squares
     np.testing.assert_allclose(got.value, want, atol=1e-12)
 
 
-def pooled_by_hand(r: np.ndarray, p: np.ndarray, A_all: np.ndarray, A_drawn: np.ndarray, pi: np.ndarray):
+def pooled_by_hand(r: np.ndarray, p: np.ndarray, A_all: np.ndarray, A_drawn: np.ndarray, pi: np.ndarray,
+                   M4_drawn: np.ndarray | None = None):  # fmt: skip
     """The pooled variance and its degrees of freedom, written out: the sample's variance sum (1 - p) / p^2 r^2
-    and its Welch-Satterthwaite df; the floor s2 * sum over every unit of (1 - pi) / pi * A, s2 the 1/p-weighted
-    mean of x = r^2 / A over the drawn units; pooled (df * var + FLOOR_DF * floor) / (df + FLOOR_DF); the floor's
-    df FLOOR_DF_SHARE * min(2 (sum w x)^2 / sum w^2 (x - s2)^2, (sum w)^2 / sum w^2), w = 1/p; the pooled
-    df Satterthwaite's over the two weighted parts, never below the sample's."""
+    and its Welch-Satterthwaite df; the floor s2 * sum over every unit of (1 - pi) / pi * A, s2 the weighted
+    mean of x = r^2 / A over the drawn units (weights w = 1/p) and FLOOR_PRIOR more units of the mean weight
+    at x = 1; pooled (df * var + FLOOR_DF * floor) / (df + FLOOR_DF). With the model's fourth moments: the
+    floor's df FLOOR_DF_SHARE * min(2 (sum w)^2 / sum w^2 (kappa - 1), (sum w)^2 / sum w^2), kappa = M4 / A^2,
+    and the pooled df Satterthwaite's over the two weighted parts, never below the sample's; without them,
+    the sample's."""
     each = (1 - p) / p**2 * r**2
     var = each.sum(axis=1)
     df = var**2 / (each**2).sum(axis=1)
     x, w = r**2 / A_drawn, 1 / p
-    s2 = (w * x).sum(axis=1) / w.sum()
+    wbar = w.mean()
+    s2 = ((w * x).sum(axis=1) + FLOOR_PRIOR * wbar) / (w.sum() + FLOOR_PRIOR * wbar)
     floor = s2 * ((1 - pi) / pi * A_all).sum(axis=1)
     pooled = (df * var + FLOOR_DF * floor) / (df + FLOOR_DF)
-    df_floor = FLOOR_DF_SHARE * np.minimum(2 * (w * x).sum(axis=1) ** 2 / (w**2 * (x - s2[:, None]) ** 2).sum(axis=1),
-                                           w.sum() ** 2 / (w**2).sum())  # fmt: skip
+    if M4_drawn is None:
+        return var, df, floor, pooled, df
+    kappa = M4_drawn / A_drawn**2
+    df_floor = FLOOR_DF_SHARE * np.minimum(2 * w.sum() ** 2 / (w**2 * (kappa - 1)).sum(axis=1), w.sum() ** 2 / (w**2).sum())
     parts = (df / (df + FLOOR_DF) * var) ** 2 / df + (FLOOR_DF / (df + FLOOR_DF) * floor) ** 2 / df_floor
     return var, df, floor, pooled, np.maximum(df, pooled**2 / parts)
 
 
 def test_the_variance_its_floor_and_the_degrees_of_freedom_by_their_formulas():
-    """Without the refit, r = F - P on the drawn units: the pooled variance and degrees of freedom of
-    :func:`pooled_by_hand`. Here few units are drawn, so the floor is the larger and lifts the variance, and on
-    one target the degrees of freedom above the sample's (every drawn unit tells the floor's scale)."""
+    """Without the refit, r = F - P on the drawn units: the pooled variance of :func:`pooled_by_hand`, and
+    with no fourth moments given the sample's own degrees of freedom. Here few units are drawn, so the floor
+    is the larger and lifts the variance."""
     fr, truth, means, pi = fixed_ideal_case()
     pi = np.full(len(fr.units), 0.5)
     drawn = np.arange(0, len(fr.units), 6)  # 12 of 72 units
@@ -149,8 +155,8 @@ def test_the_variance_its_floor_and_the_degrees_of_freedom_by_their_formulas():
     assert np.all(floor > var)  # the case the floor is for: the few drawn units understate the spread
     np.testing.assert_allclose(got.se**2, pooled, rtol=1e-12)
     assert np.all((var < got.se**2) & (got.se**2 < floor))
-    np.testing.assert_allclose(got.df, df_pooled, rtol=1e-12)
-    assert np.all((df <= got.df * (1 + 1e-12)) & (got.df <= len(drawn))) and np.any(got.df > df * 1.1)  # never below the sample's own; lifted
+    np.testing.assert_allclose(got.df, df, rtol=1e-12)
+    assert np.all((5 < got.df) & (got.df <= len(drawn)))  # about the drawn units' count, never the holes'
     np.testing.assert_allclose(got.value, known + P.sum(axis=1) + (r / p).sum(axis=1), atol=1e-12)
 
 
@@ -183,7 +189,8 @@ def test_the_sampler_every_command_goes_through_applies_the_floor_by_its_formula
     """Sampler.estimate - the path plan-judgments, add-judgments and --simulate take - on the query design: the
     grade model's distributions give the means and variances, and the squared standard error is the pooled
     floor of test_the_variance_its_floor_and_the_degrees_of_freedom_by_their_formulas, by hand (12 holes:
-    below MIN_REFIT, so no refit)."""
+    below MIN_REFIT, so no refit), and the degrees of freedom pooled with the floor's, whose kurtosis the
+    model's distributions give hole by hole."""
     fr, truth, means, _ = fixed_ideal_case()
     gains = np.arange(4.0)
     dist = np.full((len(truth), 4), 0.1)
@@ -199,9 +206,14 @@ def test_the_sampler_every_command_goes_through_applies_the_floor_by_its_formula
     known, F = fr.contributions(truth)
     r = F[:, drawn] - fr.contributions(m)[1][:, drawn]
     A = fr.sensitivity(m, v)
-    var, df, floor, pooled, df_pooled = pooled_by_hand(r, pi[drawn], A, A[:, drawn], pi)
+    # every unit a single hole of a fixed ideal: its residual c (g - m), so its fourth moment c^4 mu4
+    coef = fr.contributions(np.ones(len(m)))[1] - fr.contributions(np.zeros(len(m)))[1]
+    mu4 = ((gains[None, :] - m[:, None]) ** 4 * dist).sum(axis=1)
+    M4 = coef[:, drawn] ** 4 * mu4[[fr.spans[i][0] for i in drawn]]
+    var, df, floor, pooled, df_pooled = pooled_by_hand(r, pi[drawn], A, A[:, drawn], pi, M4)
     np.testing.assert_allclose(got.se**2, pooled, rtol=1e-10)
     np.testing.assert_allclose(got.df, df_pooled, rtol=1e-10)
+    assert np.all(got.df >= df * (1 - 1e-12)) and np.any(got.df > df * 1.1)  # the floor's lifts the sample's
     assert np.all(got.se**2 != var)  # the floor moved it: a Sampler that skipped it would give var
 
 
@@ -237,3 +249,28 @@ def test_the_hole_designs_prior_shift_aims_at_the_drawn_holes_shares_weighted_by
     np.testing.assert_allclose(got.value, want.value, atol=1e-12)
     other = estimate_units(fr, prior_shift(dist, plain), gains, pi, drawn, gains[levels[drawn]], shift=False)
     assert np.abs(other.value - got.value).max() > 1e-4
+
+
+def test_a_whole_querys_fourth_moment_is_that_of_its_linear_residual_over_every_grading():
+    """Frame.fourth for a unit judged whole: the fourth central moment of sum_h c_h (g_h - m_h), c_h the
+    unit's linear sensitivity to hole h (its weights over the predicted ideal, projected to each target),
+    computed over every grading of the query's holes weighted by its probability (4 levels, 3 holes: 64)."""
+    import itertools
+
+    ranked = {"a": {"q": ["h1", "j1", "h2"]}, "b": {"q": ["h3", "h2", "j1"]}}
+    fr = frame(ranked, {"q": {"j1": 1}}, ["q"], 3, LINEAR, 3)
+    assert len(fr.units) == 1 and not fr.units[0].single and fr.units[0].cost == 3
+    gains = np.arange(4.0)
+    dist = np.array([[0.5, 0.2, 0.2, 0.1], [0.1, 0.1, 0.2, 0.6], [0.7, 0.1, 0.1, 0.1]])
+    m = dist @ gains
+    v = dist @ gains**2 - m**2
+    mu4 = ((gains[None, :] - m[:, None]) ** 4 * dist).sum(axis=1)
+    A = fr.sensitivity(m, v)
+    q = fr.queries[0]
+    c = fr.project @ q.weights / (q.ideal(m) * len(fr.queries))  # (targets, holes): the sensitivity to each hole
+    want = np.zeros(len(fr.targets))
+    for levels in itertools.product(range(4), repeat=3):
+        prob = np.prod([dist[h, l] for h, l in enumerate(levels)])
+        want += prob * (c @ (gains[list(levels)] - m)) ** 4
+    np.testing.assert_allclose(fr.fourth(m, v, mu4)[:, 0], want, rtol=1e-12, atol=1e-18)
+    np.testing.assert_allclose(A[:, 0], (c**2) @ v, rtol=1e-12)

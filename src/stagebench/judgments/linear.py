@@ -63,10 +63,11 @@ class Linear:
 
     def predict(self, dist: np.ndarray) -> Prediction:
         """The grade model's view (``dist``: holes x levels, each row a distribution): every hole's
-        expected contribution and its variance."""
+        expected contribution, its variance and its fourth central moment."""
         P = np.einsum("thl,hl->th", self.phi, dist)
         A = np.maximum(np.einsum("thl,hl->th", self.phi**2, dist) - P**2, 0.0)
-        return Prediction(self.const, P, A)
+        M4 = np.einsum("thl,hl->th", (self.phi - P[:, :, None]) ** 4, dist)
+        return Prediction(self.const, P, A, M4)
 
     def at(self, holes: np.ndarray, levels: np.ndarray) -> np.ndarray:
         """(targets, len(holes)): the holes' contributions at the given levels."""
@@ -158,19 +159,21 @@ def unit_prediction(fr: Frame, dist: np.ndarray, gains: np.ndarray) -> tuple[Lin
     """The expansion (:func:`linearise`) and the grade model's view of every unit of ``fr``: a single hole's
     expected contribution to the linearised targets (0: the expansion is centred) and its variance; a whole
     query's contribution with its holes at their expected gains, and the variance the frame's sensitivity
-    gives it (:meth:`Frame.sensitivity`)."""
+    gives it (:meth:`Frame.sensitivity`), and the fourth moment the same way (:meth:`Frame.fourth`)."""
     lin = linearise(fr, dist, gains)
     hp = lin.predict(dist)
     first = np.array([a for a, _ in fr.spans], dtype=int)
     single = np.array([u.single for u in fr.units], dtype=bool)
-    P, A = hp.P[:, first].copy(), hp.A[:, first].copy()
+    P, A, M4 = hp.P[:, first].copy(), hp.A[:, first].copy(), hp.M4[:, first].copy()
     if (~single).any():
         means = dist @ gains
         variances = np.maximum(dist @ gains**2 - means**2, 0.0)
+        fourths = ((gains[None, :] - means[:, None]) ** 4 * dist).sum(axis=1)
         whole = np.flatnonzero(~single)
         _, P[:, whole] = fr.contributions(means, only=whole)
         A[:, whole] = fr.sensitivity(means, variances)[:, whole]
-    return lin, Prediction(lin.const, P, A)
+        M4[:, whole] = fr.fourth(means, variances, fourths)[:, whole]
+    return lin, Prediction(lin.const, P, A, M4)
 
 
 def estimate_units(fr: Frame, dist: np.ndarray, gains: np.ndarray, pi: np.ndarray, drawn: np.ndarray,
@@ -214,7 +217,7 @@ def estimate_units(fr: Frame, dist: np.ndarray, gains: np.ndarray, pi: np.ndarra
         _, F[:, ~single] = fr.contributions(full, only=idx[~single])
     r = F - pred.P[:, idx]
     value = pred.known + pred.P.sum(axis=1) + (r / p).sum(axis=1)
-    var, df = variance(r, pi, idx, pred.A if floor else None)
+    var, df = variance(r, pi, idx, pred.A if floor else None, pred.M4 if floor else None)
     return Estimate(lin.targets, value, np.sqrt(var), len(idx), len(holes), df, unreached(fr, pred.P, pi))
 
 __all__ = ["Linear", "cumulative", "discounts", "estimate_units", "exact", "judged_shares", "linearise",
