@@ -53,7 +53,7 @@ the ones before it, so valid overall; the earlier samples' corrections are not r
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import combinations
 
@@ -187,18 +187,22 @@ class Frame:
             F[:, col] = proj @ self.queries[u.query].values(gains[a:b]) / n
         return self._known, F
 
+    def _whole(self, means: np.ndarray) -> Iterator[tuple[int, slice, np.ndarray]]:
+        """Every unit judged whole: its index, its holes' span and its squared linear sensitivity to each hole
+        (targets x holes): the stages' weights over the query's predicted ideal, projected to the targets."""
+        n = len(self.queries)
+        proj = self.project
+        for j in np.flatnonzero(~self._single):
+            q = self.queries[self.units[j].query]
+            a, b = self.spans[j]
+            yield j, slice(a, b), (proj @ q.weights / (max(q.ideal(means[a:b]), 1e-9) * n)) ** 2
+
     def sensitivity(self, means: np.ndarray, variances: np.ndarray) -> np.ndarray:
         """(targets, units): each unit's predicted residual variance for each target (the design's
         guide only: for a query unit, the numerator's variance over the predicted ideal)."""
-        n = len(self.queries)
-        proj = self.project
         A = self._coef**2 * np.where(self._single, variances[self._first], 0.0)
-        for j in np.flatnonzero(~self._single):
-            u = self.units[j]
-            q = self.queries[u.query]
-            a, b = self.spans[j]
-            ideal = max(q.ideal(means[a:b]), 1e-9)
-            A[:, j] = ((proj @ q.weights / (ideal * n)) ** 2) @ variances[a:b]
+        for j, at, c2 in self._whole(means):
+            A[:, j] = c2 @ variances[at]
         return A
 
     def fourth(self, means: np.ndarray, variances: np.ndarray, fourths: np.ndarray) -> np.ndarray:
@@ -207,16 +211,10 @@ class Frame:
         gain): a single hole's ``c^4 mu4``; a query's sum over its independent holes, ``sum c^4 mu4 + 3
         ((sum c^2 var)^2 - sum c^4 var^2)``. Its ratio to the variance squared is the unit's kurtosis, which
         tells how far a few drawn units can be trusted to show the spread (:func:`variance`)."""
-        n = len(self.queries)
-        proj = self.project
         M = self._coef**4 * np.where(self._single, fourths[self._first], 0.0)
-        for j in np.flatnonzero(~self._single):
-            u = self.units[j]
-            q = self.queries[u.query]
-            a, b = self.spans[j]
-            c2 = (proj @ q.weights / (max(q.ideal(means[a:b]), 1e-9) * n)) ** 2
-            v, m4 = variances[a:b], fourths[a:b]
-            M[:, j] = (c2**2) @ m4 + 3 * ((c2 @ v) ** 2 - (c2**2) @ v**2)
+        for j, at, c2 in self._whole(means):
+            v = variances[at]
+            M[:, j] = (c2**2) @ fourths[at] + 3 * ((c2 @ v) ** 2 - (c2**2) @ v**2)
         return M
 
 
