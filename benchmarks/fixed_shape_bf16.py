@@ -1,8 +1,9 @@
 """Issue 96: bf16 a batch cannot move - MiniLM-L6 (the dense stage's model) on this CPU at fp32 (the ONNX
-export, what ``precision: auto`` runs), torch bf16 autocast (``precision: bf16``, padded to each batch's
-longest) and **fixed-shape bf16**: every batch padded to one of a few shapes, ``rows`` texts (dummy rows of
-one token fill the last batch of a shape) by a token bucket chosen from each text's own length alone, so a
-text's kernels, blocking and reduction order never depend on its batch mates.
+export, what ``precision: auto`` runs), torch bf16 autocast padded to each batch's longest (what
+``precision: bf16`` ran before) and **fixed-shape bf16** (``precision: bf16`` now, :mod:`stagebench.models.shapes`):
+every batch padded to one of a few shapes, 32 texts (dummy rows of one token fill a batch) by a token bucket
+chosen from each text's own length alone, so a text's kernels, blocking and reduction order never depend on
+its batch mates.
 
 For each path and collection (the embedded corpus, Cranfield, the real ESCI rows; the last two skipped when
 ``../shared/data`` is absent): docs/s over the whole corpus (batch 32, the stage's default), nDCG@10 of the
@@ -13,8 +14,7 @@ the tokens and rows padded over the texts' own.
 
 Usage (after ``make install`` and ``make data``; a quiet machine: about 10 minutes on 2 cores)::
 
-    .venv/bin/python benchmarks/fixed_shape_bf16.py [--buckets 16,32,48,64,96,128,160,192,256] [--rows 32]
-        [--json results/fixed_shape_bf16.json]
+    .venv/bin/python benchmarks/fixed_shape_bf16.py [--json FILE]
 """
 
 from __future__ import annotations
@@ -33,52 +33,39 @@ REPO = Path(__file__).resolve().parents[1]
 NAME = "sentence-transformers/all-MiniLM-L6-v2"
 
 
-class FixedShapeBF16:
-    """MiniLM-L6 in torch under bf16 autocast, every batch ``rows`` x a token bucket of its texts' own lengths."""
+class AutocastLongest:
+    """bf16 autocast with every batch padded to its longest text (sentence-transformers' own batching): what
+    ``precision: bf16`` ran before the fixed shapes, kept here as the reference it is measured against."""
 
-    def __init__(self, buckets: list[int], rows: int, max_length: int = 256) -> None:
+    def __init__(self, max_length: int = 256) -> None:
         import torch
-        from transformers import AutoModel, AutoTokenizer
+        from sentence_transformers import SentenceTransformer
 
         from stagebench.models.resolve import resolve_model
 
-        path = resolve_model(NAME).path
         self.torch = torch
-        self.tok = AutoTokenizer.from_pretrained(path)
-        self.model = AutoModel.from_pretrained(path).eval()
-        self.buckets, self.rows, self.max_length = sorted(buckets), rows, max_length
-        if self.buckets[-1] < max_length:
-            self.buckets.append(max_length)
-        self.padded_tokens = self.own_tokens = self.padded_rows = 0
+        self.st = SentenceTransformer(resolve_model(NAME).path, device="cpu")
+        self.st.max_seq_length = max_length
 
-    def bucket(self, n: int) -> int:
-        return next(b for b in self.buckets if b >= n)
-
-    def encode(self, texts: list[str], batch_size: int | None = None) -> np.ndarray:
+    def encode(self, texts: list[str], batch_size: int) -> np.ndarray:
         torch = self.torch
-        ids = self.tok(list(texts), truncation=True, max_length=self.max_length)["input_ids"]
-        by: dict[int, list[int]] = {}
-        for i, x in enumerate(ids):
-            by.setdefault(self.bucket(len(x)), []).append(i)
-        out = np.zeros((len(texts), self.model.config.hidden_size), dtype=np.float32)
         with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
-            for b, members in by.items():
-                for s in range(0, len(members), self.rows):
-                    part = members[s : s + self.rows]
-                    x = np.zeros((self.rows, b), dtype=np.int64)
-                    m = np.zeros((self.rows, b), dtype=np.int64)
-                    m[:, 0] = 1  # a dummy row holds one token
-                    for r, i in enumerate(part):
-                        x[r, : len(ids[i])] = ids[i]
-                        m[r, : len(ids[i])] = 1
-                    self.padded_tokens += self.rows * b
-                    self.own_tokens += sum(len(ids[i]) for i in part)
-                    self.padded_rows += self.rows - len(part)
-                    h = self.model(input_ids=torch.from_numpy(x), attention_mask=torch.from_numpy(m)).last_hidden_state.float()
-                    mk = torch.from_numpy(m).unsqueeze(-1).float()
-                    e = torch.nn.functional.normalize((h * mk).sum(1) / mk.sum(1), dim=1).numpy()
-                    out[part] = e[: len(part)]
-        return out
+            emb = self.st.encode(list(texts), batch_size=batch_size, convert_to_tensor=True, normalize_embeddings=True)
+        e = emb.float().numpy()
+        return e / np.linalg.norm(e, axis=1, keepdims=True)
+
+
+def padding(texts: list[str], max_length: int = 256) -> dict:
+    """The fixed shapes' cost: tokens run over the texts' own, and the dummy rows."""
+    from transformers import AutoTokenizer
+
+    from stagebench.models.resolve import resolve_model
+    from stagebench.models.shapes import ROWS, fixed_batches
+
+    lengths = [len(x) for x in AutoTokenizer.from_pretrained(resolve_model(NAME).path)(texts, truncation=True, max_length=max_length)["input_ids"]]
+    batches = fixed_batches(lengths, max_length)
+    return {"tokens_padded_over_own": round(sum(ROWS * b for b, _ in batches) / sum(lengths), 3),
+            "dummy_rows": sum(ROWS - len(part) for _, part in batches)}  # fmt: skip
 
 
 def datasets() -> dict:
@@ -105,8 +92,6 @@ def invariance(enc, texts: list[str], batch: int) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--buckets", default="16,32,48,64,96,128,160,192,256")
-    ap.add_argument("--rows", type=int, default=32)
     ap.add_argument("--json")
     args = ap.parse_args(argv)
     from stagebench.stages.dense import DenseParams, build_index, search_top_k
@@ -114,24 +99,21 @@ def main(argv: list[str] | None = None) -> int:
     sets = datasets()
     paths = {
         "fp32 (ONNX export; auto)": lambda: stagebench.api.bi_encoder(NAME, device="cpu", precision="fp32", max_length=256),
-        "bf16 autocast (torch)": lambda: stagebench.api.bi_encoder(NAME, device="cpu", precision="bf16", max_length=256),
-        "fixed-shape bf16 (torch)": lambda: FixedShapeBF16([int(x) for x in args.buckets.split(",")], args.rows),
+        "bf16 autocast, padded to the batch's longest (bf16 before)": AutocastLongest,
+        "bf16 in fixed shapes (precision: bf16)": lambda: stagebench.api.bi_encoder(NAME, device="cpu", precision="bf16", max_length=256),
     }  # fmt: skip
-    res: dict = {"cpu_class": cpu_class(), "buckets": args.buckets, "rows": args.rows, "paths": {}}
+    res: dict = {"cpu_class": cpu_class(), "paths": {}}
     for path, make in paths.items():
         enc = make()
         enc.encode(["warm up"] * 64, 32)
         row = res["paths"][path] = {}
         for cname, ds in sets.items():
-            if hasattr(enc, "padded_tokens"):
-                enc.padded_tokens = enc.own_tokens = enc.padded_rows = 0
             t0 = time.perf_counter()
             emb = enc.encode(ds.doc_texts, 32)
             dt = time.perf_counter() - t0
             cell = row[cname] = {"docs_per_s": round(len(ds.doc_ids) / dt, 1)}
-            if hasattr(enc, "padded_tokens"):
-                cell["tokens_padded_over_own"] = round(enc.padded_tokens / enc.own_tokens, 3)
-                cell["dummy_rows"] = enc.padded_rows
+            if "fixed" in path:
+                cell.update(padding(ds.doc_texts))
             qe = np.concatenate([enc.encode([ds.queries[q]], 1) for q in ds.query_ids])
             run = search_top_k(build_index(emb, DenseParams()), qe, ds.query_ids, ds.doc_ids, min(1000, len(ds.doc_ids)))
             cell["ndcg10"] = round(stagebench.evaluate(ds.qrels, run, ["nDCG@10"]).means["nDCG@10"], 4)

@@ -14,7 +14,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "stagebench"
 
 LAYERS = {
     0: ["errors", "version", "optional", "files", "textfile", "params", "runtime.system", "runtime.progress", "analyzer", "metrics.compute", "stats",
-        "table", "data.text", "data.corpus", "rerank", "llm", "llm.schemes", "runtime.devices", "runtime.engine", "judge", "models", "runtime", "models.onnx_graphs"],
+        "table", "data.text", "data.corpus", "rerank", "llm", "llm.schemes", "runtime.devices", "runtime.engine", "judge", "models", "runtime", "models.onnx_graphs", "models.shapes"],
     1: ["llm.listwise", "llm.labels", "llm.request", "judge.scale", "runs", "metrics.supports", "metrics.families", "metrics.trec_names", "metrics.names", "metrics.value", "metrics.holes", "metrics", "cache", "models.resolve", "record", "data.dataset", "data.esci", "data.jsonl", "data.trec", "data.irds",
         "metrics.delegate",
         "data.synthetic", "data", "rerank.merge", "runtime.cluster", "runtime.cluster.failures", "runtime.cluster.auth",

@@ -220,3 +220,26 @@ def test_the_streams_never_change_a_bit(pairs, role, variants, monkeypatch):
     assert shapes == [(1, 1, 1), (3, 1, 3), (2, 2, 2)]
     assert all(np.array_equal(outputs[0], o) for o in outputs[1:])
     assert np.ptp(outputs[0]) > 0.1  # real outputs, not a constant
+
+
+def test_a_bf16_bi_encoder_runs_in_fixed_shapes_and_its_batch_cannot_move_an_embedding(pairs):
+    """``precision: bf16`` (torch) pads every batch to one fixed shape - 32 rows by a token bucket of each
+    text's own length (stagebench.models.shapes) - so a text's embedding is the same bits alone, batched
+    with a long text and in shuffled batches of 7 (padded to the batch's longest, as before, it moved by
+    up to 8.9e-4 here), and within bf16's rounding of the fp32 export. Where the CPU has no native bf16 it
+    is emulated: still invariant."""
+    groups, long_pair = pairs
+    enc = stagebench.api.bi_encoder(BI, device="cpu", precision="bf16", max_length=256)
+    assert "fixed batch shapes" in enc.runs_on
+    texts = [d for g in groups for _, d in g]
+    alone = np.concatenate([enc.encode([t], 1) for t in texts])
+    batched = enc.encode(texts + [long_pair[1]], 64)[:-1]
+    order = list(range(len(texts)))
+    random.Random(3).shuffle(order)
+    shuffled = np.zeros_like(alone)
+    for i in range(0, len(order), 7):
+        idx = order[i : i + 7]
+        shuffled[idx] = enc.encode([texts[j] for j in idx] + [long_pair[1]], 7)[: len(idx)]
+    assert np.array_equal(alone, batched) and np.array_equal(alone, shuffled)
+    fp32 = stagebench.api.bi_encoder(BI, device="cpu", precision="fp32", max_length=256).encode(texts, 64)
+    assert float(np.abs(fp32 - alone).max()) < 0.01 and float((fp32 * alone).sum(1).min()) > 0.999

@@ -36,6 +36,8 @@ def test_auto_is_fp32_on_every_cpu_class_and_says_which_class(monkeypatch, featu
         assert p.key() == {"device": "cpu", "precision": "fp32"}, (features, role, p)
     why = place("cpu", "auto", "torch", "t").why
     assert why.startswith(f"auto: {CPU_CLASSES[features]}: ") and "bf16 autocast is not" in why
+    # a bi-encoder's bf16 runs in fixed batch shapes (invariant), and the log says why auto still keeps fp32
+    assert "bf16 in fixed batch shapes is too, but measured no faster" in place("cpu", "auto", "torch", "t", role="bi_encoder").why
     assert place("cpu", "bf16", "torch", "t").precision == "bf16"
     assert cpu_has_bf16() == ("bf16" in features)
 

@@ -31,6 +31,7 @@ from stagebench.runtime.devices import MOST_AUTO_STREAMS, Placement, autocast, o
 from stagebench.runtime.system import compute_threads
 from stagebench.runtime.engine import Engine
 from stagebench.models.resolve import ResolvedModel, loading, on_this_machine
+from stagebench.models.shapes import ROWS, fixed_batches
 from stagebench.optional import need
 
 log = logging.getLogger("stagebench")
@@ -251,8 +252,15 @@ def _load_st(make, model: ResolvedModel, placement: Placement):
     return quantize_int8(st) if placement.precision == "int8" else st
 
 
-def _torch_runs_on(placement: Placement) -> str:
+#: the precisions a torch bi-encoder runs in fixed batch shapes (:mod:`stagebench.models.shapes`): below fp32 a
+#: batch's shape moves a text's rounding
+FIXED_SHAPE = ("bf16", "fp16")
+
+
+def _torch_runs_on(placement: Placement, fixed: bool = False) -> str:
     how = {"bf16": "bf16 autocast", "fp16": "fp16 autocast", "int8": "dynamic INT8"}.get(placement.precision, "fp32")
+    if fixed and placement.precision in FIXED_SHAPE:
+        how += f" in fixed batch shapes ({ROWS} rows x a token bucket of each text's own length)"
     return f"torch on {placement.device}, {how} ({placement.why})"
 
 
@@ -274,17 +282,49 @@ class STBiEncoder(BiEncoder):
             self.st.max_seq_length = max_length
         dim = getattr(self.st, "get_embedding_dimension", None) or self.st.get_sentence_embedding_dimension
         self.dim = int(dim())
-        self.runs_on = _torch_runs_on(placement)
+        self.runs_on = _torch_runs_on(placement, fixed=True)
 
     def encode(self, texts, batch_size, progress=False, desc="encode"):
         torch = need("torch", "a sentence-transformers model")
         torch.set_num_threads(compute_threads())
+        if self.placement.precision in FIXED_SHAPE:
+            return self._encode_fixed(list(texts), progress, desc)
         with torch.inference_mode(), autocast(self.placement):
             emb = self.st.encode(list(texts), batch_size=batch_size, show_progress_bar=progress,
                                  convert_to_tensor=True, normalize_embeddings=True)  # fmt: skip
         emb = emb.float().cpu().numpy()
         # below fp32 the unit length is restored in float32 (fp32 vectors are left bit for bit as they were)
         return emb if self.placement.precision == "fp32" else _normalize(emb)
+
+    def _encode_fixed(self, texts: list[str], progress: bool, desc: str) -> np.ndarray:
+        """Every batch of one fixed shape (:mod:`stagebench.models.shapes`), whatever the call's batch size:
+        a text's embedding is the same alone, in any batch and in any order."""
+        torch = need("torch", "a sentence-transformers model")
+        tok = self.st.tokenizer
+        most = int(self.st.max_seq_length or tok.model_max_length)
+        enc = tok(texts, truncation=True, max_length=most)
+        ids, types = enc["input_ids"], enc.get("token_type_ids")
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        pad = tok.pad_token_id or 0
+        with ui.progress(len(texts), desc, "txt", progress) as bar, torch.inference_mode(), autocast(self.placement):
+            for length, part in fixed_batches([len(x) for x in ids], most):
+                x = np.full((ROWS, length), pad, dtype=np.int64)
+                t = np.zeros((ROWS, length), dtype=np.int64)
+                m = np.zeros((ROWS, length), dtype=np.int64)
+                m[:, 0] = 1  # a dummy row: one token
+                for r, i in enumerate(part):
+                    x[r, : len(ids[i])] = ids[i]
+                    m[r, : len(ids[i])] = 1
+                    if types is not None:
+                        t[r, : len(ids[i])] = types[i]
+                feats = {"input_ids": x, "attention_mask": m, **({"token_type_ids": t} if types is not None else {})}
+                emb = self.st({k: torch.from_numpy(v).to(self.st.device) for k, v in feats.items()})["sentence_embedding"]
+                out[part] = emb[: len(part)].float().cpu().numpy()
+                if bar is not None:
+                    bar.update(len(part))  # type: ignore[attr-defined]
+                else:
+                    ui.tick(len(part))
+        return _normalize(out)
 
 
 def load_bi_encoder(model: ResolvedModel, placement: Placement, max_length: int | None = None,

@@ -60,7 +60,7 @@ def embeddings_parts(model_identity: str, fingerprint: str, p: DenseParams, plac
     the model's identity and the corpus, with the device type and precision (not the device index)."""
 
     return {"model": model_identity, "corpus": fingerprint, **{k: getattr(p, k) for k in affecting(DenseParams, EMBEDDINGS)},
-            **placement.key(), "code": code_identity(("stagebench.models.encoders",))}  # fmt: skip
+            **placement.key(), "code": code_identity(("stagebench.models.encoders", "stagebench.models.shapes"))}  # fmt: skip
 
 
 def corpus_embeddings(task: EncodeTask, ctx: StageContext, p: DenseParams, stage: str) -> np.ndarray:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from stagebench.cache import code_identity
+from stagebench.models.encoders import FIXED_SHAPE
 from stagebench.models.resolve import ResolvedModel, resolve_model
 from stagebench.models.variants import VARIANT_CODE, for_placement, onnx_kind, recipe_for, recipe_runtime
 from stagebench.errors import StagebenchError
@@ -46,8 +47,11 @@ class ModelStage(Stage):
         resolved = resolve_model(self.params.model, self.params.source)
         placement = self.placement()
         out = {"model": resolved.identity, **placement.key()}
-        if recipe_for(resolved, placement, onnx_kind(resolved), self.role) is not None:
+        recipe = recipe_for(resolved, placement, onnx_kind(resolved), self.role)
+        if recipe is not None:
             out["variant_code"] = code_identity(VARIANT_CODE)
+        elif self.role == "bi_encoder" and resolved.backend != "onnx" and placement.precision in FIXED_SHAPE:
+            out["batching"] = code_identity(("stagebench.models.shapes",))  # its fixed shapes move every output
         return out
 
     def what_runs(self) -> dict[str, str]:
