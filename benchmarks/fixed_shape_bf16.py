@@ -62,7 +62,7 @@ def padding(texts: list[str], max_length: int = 256) -> dict:
     from stagebench.models.resolve import resolve_model
     from stagebench.models.shapes import ROWS, fixed_batches
 
-    lengths = [len(x) for x in AutoTokenizer.from_pretrained(resolve_model(NAME).path)(texts, truncation=True, max_length=max_length)["input_ids"]]
+    lengths = [len(x) for x in AutoTokenizer.from_pretrained(resolve_model(NAME).path)(list(texts), truncation=True, max_length=max_length)["input_ids"]]
     batches = fixed_batches(lengths, max_length)
     return {"tokens_padded_over_own": round(sum(ROWS * b for b, _ in batches) / sum(lengths), 3),
             "dummy_rows": sum(ROWS - len(part) for _, part in batches)}  # fmt: skip
