@@ -33,7 +33,7 @@ import numpy as np
 from stagebench.judgments.capped import condition
 from stagebench.judgments.estimate import (Estimate, Frame, Prediction, draw, estimate, frame, inclusion,
                                            Design as Probabilities)  # fmt: skip
-from stagebench.judgments.linear import estimate_units, judged_shares, unit_prediction
+from stagebench.judgments.linear import estimate_units, fourth_moments, judged_shares, unit_prediction
 from stagebench.judgments.power import Power, power, rehearse
 
 HOLE, QUERY = "hole", "query"
@@ -98,7 +98,7 @@ class Sampler:
     @property
     def fourths(self) -> np.ndarray:
         """Every hole's fourth central moment of its gain under the model."""
-        return ((self.gains[None, :] - self.means[:, None]) ** 4 * self.dist).sum(axis=1)
+        return fourth_moments(self.dist, self.gains)
 
     def prediction(self) -> Prediction:
         """The grade model's view of every unit (the query design: :func:`predict`; the hole design: the

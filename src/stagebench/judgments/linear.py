@@ -155,6 +155,11 @@ def exact(fr: Frame, gains: np.ndarray) -> np.ndarray:
 
 
 
+def fourth_moments(dist: np.ndarray, gains: np.ndarray) -> np.ndarray:
+    """Every hole's fourth central moment of its gain under ``dist`` (holes x levels)."""
+    return ((gains[None, :] - (dist @ gains)[:, None]) ** 4 * dist).sum(axis=1)
+
+
 def unit_prediction(fr: Frame, dist: np.ndarray, gains: np.ndarray) -> tuple[Linear, Prediction]:
     """The expansion (:func:`linearise`) and the grade model's view of every unit of ``fr``: a single hole's
     expected contribution to the linearised targets (0: the expansion is centred) and its variance; a whole
@@ -168,7 +173,7 @@ def unit_prediction(fr: Frame, dist: np.ndarray, gains: np.ndarray) -> tuple[Lin
     if (~single).any():
         means = dist @ gains
         variances = np.maximum(dist @ gains**2 - means**2, 0.0)
-        fourths = ((gains[None, :] - means[:, None]) ** 4 * dist).sum(axis=1)
+        fourths = fourth_moments(dist, gains)
         whole = np.flatnonzero(~single)
         _, P[:, whole] = fr.contributions(means, only=whole)
         A[:, whole] = fr.sensitivity(means, variances)[:, whole]
@@ -220,5 +225,5 @@ def estimate_units(fr: Frame, dist: np.ndarray, gains: np.ndarray, pi: np.ndarra
     var, df = variance(r, pi, idx, pred.A if floor else None, pred.M4 if floor else None)
     return Estimate(lin.targets, value, np.sqrt(var), len(idx), len(holes), df, unreached(fr, pred.P, pi))
 
-__all__ = ["Linear", "cumulative", "discounts", "estimate_units", "exact", "judged_shares", "linearise",
+__all__ = ["Linear", "cumulative", "discounts", "estimate_units", "exact", "fourth_moments", "judged_shares", "linearise",
            "unit_prediction"]
