@@ -12,9 +12,17 @@ export, and batch invariance by the suite's protocol (30 texts encoded alone, in
 and in the batches of a shuffled corpus: the largest move of an embedding component); for the fixed shapes,
 the tokens and rows padded over the texts' own.
 
-Usage (after ``make install`` and ``make data``; a quiet machine: about 10 minutes on 2 cores)::
+The cross-encoder (``--models cross``): the bundled INT8 ms-marco-MiniLM-L-12-v2 at fp32 (its weights
+dequantized, onnxruntime), ``int8-token`` (what ``auto`` runs), its dequantized weights in torch at fp32 (what
+``auto`` runs for a torch cross-encoder), under bf16 autocast padded to each batch's longest pair, and at
+``precision: bf16`` (the same weights in fixed shapes): pairs/s over pairs sampled from BM25's top 20 of each
+collection, the invariance of 30 of them and their logits' largest change against fp32. nDCG@10 of each
+path on whole collections is ``make perf``'s precision rule (``benchmarks/run_perf.py --sections precision-rule``).
 
-    .venv/bin/python benchmarks/fixed_shape_bf16.py [--json FILE]
+Usage (after ``make install`` and ``make data``; a quiet machine: about 10 minutes on 2 cores for each
+model)::
+
+    .venv/bin/python benchmarks/fixed_shape_bf16.py [--models bi,cross] [--pairs 800] [--json FILE]
 """
 
 from __future__ import annotations
@@ -90,19 +98,102 @@ def invariance(enc, texts: list[str], batch: int) -> float:
     return float(max(np.abs(alone - together).max(), np.abs(back - together).max()))
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--json")
-    args = ap.parse_args(argv)
+CE = "cross-encoder/ms-marco-MiniLM-L-12-v2"
+
+
+class CrossAutocastLongest:
+    """The cross-encoder's dequantized weights in torch under bf16 autocast, each batch padded to its longest
+    pair (sentence-transformers' own batching): what fixed shapes are measured against."""
+
+    def __init__(self, max_length: int = 256) -> None:
+        import torch
+        from sentence_transformers import CrossEncoder
+
+        from stagebench.models.resolve import resolve_model
+        from stagebench.models.variants import transformers_folder
+
+        self.torch = torch
+        folder = transformers_folder(resolve_model(CE), None, "benchmark")
+        self.ce = CrossEncoder(folder.path, device="cpu", max_length=max_length, activation_fn=torch.nn.Identity())
+
+    def predict(self, pairs, batch_size: int) -> np.ndarray:
+        torch = self.torch
+        with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
+            s = self.ce.predict([list(p) for p in pairs], batch_size=batch_size, activation_fn=torch.nn.Identity(),
+                                convert_to_tensor=True, show_progress_bar=False)  # fmt: skip
+        return s.float().numpy().astype(np.float64).reshape(len(pairs), -1)[:, 0]
+
+
+def cross_torch_fp32():
+    """The cross-encoder's dequantized weights in torch at fp32, as a torch cross-encoder's ``auto`` runs."""
+    from stagebench.models.encoders import STCrossEncoder
+    from stagebench.models.resolve import resolve_model
+    from stagebench.models.variants import transformers_folder
+    from stagebench.runtime.devices import Placement
+
+    folder = transformers_folder(resolve_model(CE), None, "benchmark")
+    return STCrossEncoder(folder, 256, Placement("cpu", "fp32", "benchmark"))
+
+
+def cross_invariance(model, pairs: list[tuple[str, str]]) -> float:
+    """The largest move of 30 pairs' logits: alone, in the sample's batches of 32, in a shuffled sample's."""
+    few = pairs[:30]
+    alone = np.array([model.predict([p], 1)[0] for p in few])
+    together = model.predict(pairs, 32)[:30]
+    perm = np.random.default_rng(0).permutation(len(pairs))
+    back = model.predict([pairs[i] for i in perm], 32)[np.argsort(perm)][:30]
+    return float(max(np.abs(alone - together).max(), np.abs(back - together).max()))
+
+
+def cross(sets: dict, sample: int, depth: int) -> dict:
+    """The cross-encoder's paths on each collection: pairs/s over ``sample`` (query, BM25 top-``depth``)
+    pairs, the invariance of 30 of them (alone, batched, shuffled) and their logits' largest change
+    against the fp32 path (the INT8 weights dequantized, onnxruntime). nDCG@10 on whole collections is
+    ``make perf``'s precision rule (``benchmarks/run_perf.py --sections precision-rule``)."""
+    paths = {
+        "fp32 (INT8 weights dequantized, onnxruntime)": lambda: stagebench.api.cross_encoder(CE, device="cpu", precision="fp32", max_length=256),
+        "int8-token (auto)": lambda: stagebench.api.cross_encoder(CE, device="cpu", precision="int8-token", max_length=256),
+        "fp32 in torch (the dequantized weights; what auto runs for a torch cross-encoder)": cross_torch_fp32,
+        "bf16 autocast, padded to the batch's longest": CrossAutocastLongest,
+        "bf16 in fixed shapes (precision: bf16)": lambda: stagebench.api.cross_encoder(CE, device="cpu", precision="bf16", max_length=256),
+    }  # fmt: skip
+    pairs_of = {}
+    for cname, ds in sets.items():
+        first = stagebench.stage("bm25", top_k=depth).apply(ds, cache=False).run
+        texts = dict(zip(ds.doc_ids, ds.doc_texts))
+        every = [(ds.queries[q], texts[d]) for q in sorted(first) for d in first[q]]
+        pick = np.random.default_rng(1).permutation(len(every))[:sample]
+        pairs_of[cname] = [every[i] for i in sorted(pick)]
+    out: dict = {}
+    ref: dict = {}
+    for path, make in paths.items():
+        model = make()
+        model.predict([("warm up", "a warm-up pair")] * 32, 32)
+        row = out[path] = {}
+        for cname, pairs in pairs_of.items():
+            t0 = time.perf_counter()
+            scores = model.predict(pairs, 32)
+            dt = time.perf_counter() - t0
+            cell = row[cname] = {"pairs_per_s": round(len(pairs) / dt, 1)}
+            if path == next(iter(paths)):
+                ref[cname] = scores
+            else:
+                cell["speedup_over_fp32"] = round(cell["pairs_per_s"] / out[next(iter(paths))][cname]["pairs_per_s"], 2)
+                cell["max_logit_change"] = round(float(np.abs(scores - ref[cname]).max()), 4)
+            if cname == "embedded":
+                cell["inv"] = cross_invariance(model, pairs[:600])
+            print("cross-encoder", path, cname, cell, flush=True)
+    return out
+
+
+def bi(sets: dict, res: dict) -> None:
     from stagebench.stages.dense import DenseParams, build_index, search_top_k
 
-    sets = datasets()
     paths = {
         "fp32 (ONNX export; auto)": lambda: stagebench.api.bi_encoder(NAME, device="cpu", precision="fp32", max_length=256),
         "bf16 autocast, padded to the batch's longest (bf16 before)": AutocastLongest,
         "bf16 in fixed shapes (precision: bf16)": lambda: stagebench.api.bi_encoder(NAME, device="cpu", precision="bf16", max_length=256),
     }  # fmt: skip
-    res: dict = {"cpu_class": cpu_class(), "paths": {}}
     for path, make in paths.items():
         enc = make()
         enc.encode(["warm up"] * 64, 32)
@@ -124,6 +215,20 @@ def main(argv: list[str] | None = None) -> int:
             if cname == "embedded":
                 cell["inv"] = invariance(enc, ds.doc_texts, 32)
             print(path, cname, cell, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--json")
+    ap.add_argument("--models", default="bi,cross", help="bi (MiniLM-L6, the dense stage's), cross (the cross-encoder's)")
+    ap.add_argument("--pairs", type=int, default=800, help="cross: pairs timed a collection (BM25's top 20, sampled)")
+    args = ap.parse_args(argv)
+    sets = datasets()
+    res: dict = {"cpu_class": cpu_class(), "paths": {}}
+    if "bi" in args.models:
+        bi(sets, res)
+    if "cross" in args.models:
+        res["cross_encoder"] = cross(sets, args.pairs, 20)
     if args.json:
         Path(args.json).write_text(json.dumps(res, indent=1) + "\n")
     return 0

@@ -419,16 +419,18 @@ def cross_encoder_precision(sets: dict, work: Path) -> dict:
 
 
 #: the cross-encoder paths the default's rule weighs (docs/models.md#precision): reference, candidates
-RULE_PATHS = ("fp32", "int8-token", "int8")
+#: the cross-encoder's paths the rule weighs: fp32 (the reference), the batch-invariant int8-token (auto), the
+#: carrier's own batch-dependent int8, and bf16 (its weights dequantized into torch, in fixed batch shapes)
+RULE_PATHS = ("fp32", "int8-token", "int8", "bf16")
 
 
-def precision_rule_section(embedded, depth: int = 20, only: tuple[str, ...] = ()) -> dict:
+def precision_rule_section(embedded, depth: int = 20, only: tuple[str, ...] = (), paths: tuple[str, ...] = RULE_PATHS) -> dict:
     """The rule that picks the default cross-encoder path, on whole collections: every query,
     BM25's top ``depth`` reranked by the stage itself (cross-query batches, no cache) at each path
     of :data:`RULE_PATHS`; nDCG@10, its change against fp32 with a paired randomization test."""
     from stagebench.stats import randomization_test
 
-    out: dict = {"depth": depth, "paths": list(RULE_PATHS), "collections": {}}
+    out: dict = {"depth": depth, "paths": list(paths), "collections": {}}
     for name, ds in quality_datasets(embedded).items():
         if only and name not in only:
             continue
@@ -436,15 +438,15 @@ def precision_rule_section(embedded, depth: int = 20, only: tuple[str, ...] = ()
         qids = sorted(q for q in first if q in ds.qrels)
         col = out["collections"][name] = {"queries": len(qids), "pairs": sum(len(first[q]) for q in first)}
         per_query = {}
-        for prec in RULE_PATHS:
+        for prec in paths:
             t0 = time.perf_counter()
             run = stagebench.stage("cross_encoder", top_n=depth, precision=prec).apply(ds, first, cache=False).run
             dt = time.perf_counter() - t0
             ev = stagebench.evaluate(ds.qrels, run, ["nDCG@10"])
             per_query[prec] = [ev.per_query["nDCG@10"].get(q, 0.0) for q in qids]
             row = col[prec] = {"pairs_per_s": round(col["pairs"] / dt, 1), "ndcg10": round(ev.means["nDCG@10"], 4)}
-            if prec != RULE_PATHS[0]:
-                ref = per_query[RULE_PATHS[0]]
+            if prec != paths[0]:
+                ref = per_query[paths[0]]
                 row["ndcg10_change"] = round(float(np.mean(per_query[prec]) - np.mean(ref)), 4)
                 row["p"] = round(randomization_test(ref, per_query[prec]), 4)
                 row["queries_changed"] = sum(abs(a - b) > 1e-12 for a, b in zip(ref, per_query[prec]))
@@ -903,6 +905,7 @@ def main() -> None:
     ap.add_argument("--sections", default="bm25,cross_encoder,precision,precision-rule,latency,scaling,catalog,index,limits")
     ap.add_argument("--rule-collections", default="", help="precision-rule: only these collections (comma-separated)")
     ap.add_argument("--rule-depth", type=int, default=20, help="precision-rule: BM25's top N reranked per query")
+    ap.add_argument("--rule-paths", default=",".join(RULE_PATHS), help="precision-rule: the paths weighed (the first is the reference)")
     ap.add_argument("--latency-config", default="configs/default.yaml")
     ap.add_argument("--latency-queries", type=int, default=100)
     ap.add_argument("--catalog-sizes", default="1000000,2000000")
@@ -958,7 +961,8 @@ def main() -> None:
                  tuple(p for p, sec in (("dense", "dense"), ("cross_encoder", "precision-ce")) if sec in sections))  # fmt: skip
         figures["precision"] = precision_section(ds, root, parts, figures.get("precision"))
     if "precision-rule" in sections:
-        figures["precision_rule"] = precision_rule_section(ds, depth=args.rule_depth, only=tuple(x for x in args.rule_collections.split(",") if x))
+        figures["precision_rule"] = precision_rule_section(ds, depth=args.rule_depth, only=tuple(x for x in args.rule_collections.split(",") if x),
+                                                           paths=tuple(args.rule_paths.split(",")))  # fmt: skip
     if "limits" in sections:
         figures["limits"] = perf_limits.limits_section(ds, root)
         log("limits", figures["limits"])

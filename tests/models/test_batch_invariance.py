@@ -242,4 +242,23 @@ def test_a_bf16_bi_encoder_runs_in_fixed_shapes_and_its_batch_cannot_move_an_emb
         shuffled[idx] = enc.encode([texts[j] for j in idx] + [long_pair[1]], 7)[: len(idx)]
     assert np.array_equal(alone, batched) and np.array_equal(alone, shuffled)
     fp32 = stagebench.api.bi_encoder(BI, device="cpu", precision="fp32", max_length=256).encode(texts, 64)
-    assert float(np.abs(fp32 - alone).max()) < 0.01 and float((fp32 * alone).sum(1).min()) > 0.999
+    assert float(np.abs(fp32 - alone).max()) < 0.01 and float((fp32 * alone).sum(1).min()) > 0.9995
+    assert float(np.abs((alone * alone).sum(1) - 1).max()) < 1e-5  # unit length restored in fp32
+
+
+def test_a_bf16_cross_encoder_runs_in_fixed_shapes_and_its_batch_cannot_move_a_score(pairs, variants, monkeypatch):
+    """The bundled INT8 cross-encoder at ``precision: bf16``: its weights dequantized into torch
+    (``dequantized-torch``), every batch in one fixed shape, so a pair's logit is the same bits alone, with
+    its query's candidates and in shuffled batches with a long pair; within bf16's rounding of fp32."""
+    monkeypatch.setenv("STAGEBENCH_CACHE", variants)
+    groups, long_pair = pairs
+    groups = groups[:2]  # 12 pairs: every batch is 32 rows, alone too
+    model = stagebench.api.cross_encoder(CE, device="cpu", precision="bf16", max_length=256)
+    assert "fixed batch shapes" in model.runs_on
+    alone, per_query, mixed = three_ways(lambda ps: model.predict(ps, 32), groups, long_pair)
+    assert largest_move(alone, per_query, mixed) == 0.0
+    fp32 = stagebench.api.cross_encoder(CE, device="cpu", precision="fp32", max_length=256)
+    ref = fp32.predict([p for g in groups for p in g], 32)
+    assert np.abs(ref - alone).max() < 0.2 and np.ptp(alone) > 1.0
+    assert np.corrcoef(ref, alone)[0, 1] > 0.99
+

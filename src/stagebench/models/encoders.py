@@ -252,8 +252,8 @@ def _load_st(make, model: ResolvedModel, placement: Placement):
     return quantize_int8(st) if placement.precision == "int8" else st
 
 
-#: the precisions a torch bi-encoder runs in fixed batch shapes (:mod:`stagebench.models.shapes`): below fp32 a
-#: batch's shape moves a text's rounding
+#: the precisions a torch model (a bi-encoder, a cross-encoder) runs in fixed batch shapes
+#: (:mod:`stagebench.models.shapes`): below fp32 a batch's shape moves an input's rounding
 FIXED_SHAPE = ("bf16", "fp16")
 
 
@@ -285,10 +285,10 @@ class STBiEncoder(BiEncoder):
         self.runs_on = _torch_runs_on(placement, fixed=True)
 
     def encode(self, texts, batch_size, progress=False, desc="encode"):
-        torch = need("torch", "a sentence-transformers model")
-        torch.set_num_threads(compute_threads())
         if self.placement.precision in FIXED_SHAPE:
             return self._encode_fixed(list(texts), progress, desc)
+        torch = need("torch", "a sentence-transformers model")
+        torch.set_num_threads(compute_threads())
         with torch.inference_mode(), autocast(self.placement):
             emb = self.st.encode(list(texts), batch_size=batch_size, show_progress_bar=progress,
                                  convert_to_tensor=True, normalize_embeddings=True)  # fmt: skip
@@ -299,32 +299,43 @@ class STBiEncoder(BiEncoder):
     def _encode_fixed(self, texts: list[str], progress: bool, desc: str) -> np.ndarray:
         """Every batch of one fixed shape (:mod:`stagebench.models.shapes`), whatever the call's batch size:
         a text's embedding is the same alone, in any batch and in any order."""
-        torch = need("torch", "a sentence-transformers model")
         tok = self.st.tokenizer
         most = int(self.st.max_seq_length or tok.model_max_length)
         enc = tok(texts, truncation=True, max_length=most)
-        ids, types = enc["input_ids"], enc.get("token_type_ids")
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        pad = tok.pad_token_id or 0
-        with ui.progress(len(texts), desc, "txt", progress) as bar, torch.inference_mode(), autocast(self.placement):
-            for length, part in fixed_batches([len(x) for x in ids], most):
-                x = np.full((ROWS, length), pad, dtype=np.int64)
-                t = np.zeros((ROWS, length), dtype=np.int64)
-                m = np.zeros((ROWS, length), dtype=np.int64)
-                m[:, 0] = 1  # a dummy row: one token
-                for r, i in enumerate(part):
-                    x[r, : len(ids[i])] = ids[i]
-                    m[r, : len(ids[i])] = 1
-                    if types is not None:
-                        t[r, : len(ids[i])] = types[i]
-                feats = {"input_ids": x, "attention_mask": m, **({"token_type_ids": t} if types is not None else {})}
-                emb = self.st({k: torch.from_numpy(v).to(self.st.device) for k, v in feats.items()})["sentence_embedding"]
-                out[part] = emb[: len(part)].float().cpu().numpy()
-                if bar is not None:
-                    bar.update(len(part))  # type: ignore[attr-defined]
-                else:
-                    ui.tick(len(part))
+        with ui.progress(len(texts), desc, "txt", progress) as bar:
+            out = run_fixed(lambda feats: self.st(feats)["sentence_embedding"], enc["input_ids"], enc.get("token_type_ids"), most, tok.pad_token_id or 0,
+                            self.placement, self.st.device, self.dim, bar)  # fmt: skip
         return _normalize(out)
+
+
+def run_fixed(forward: Callable, ids: Sequence[Sequence[int]], types: Sequence[Sequence[int]] | None, most: int,
+              pad: int, placement: Placement, device: object, width: int, bar: object = None) -> np.ndarray:
+    """``forward`` (a torch module's call on a batch's tensors -> one row of ``width`` outputs per input) over
+    tokenized inputs, every batch in one fixed shape (:func:`stagebench.models.shapes.fixed_batches`:
+    :data:`ROWS` rows, dummy rows of one token, by a token bucket of each input's own length) under
+    ``placement``'s autocast: an input's output is the same alone, in any batch and in any order."""
+    torch = need("torch", "a torch model in fixed batch shapes")
+    torch.set_num_threads(compute_threads())
+    out = np.zeros((len(ids), width), dtype=np.float32)
+    with torch.inference_mode(), autocast(placement):
+        for length, part in fixed_batches([len(x) for x in ids], most):
+            x = np.full((ROWS, length), pad, dtype=np.int64)
+            t = np.zeros((ROWS, length), dtype=np.int64)
+            m = np.zeros((ROWS, length), dtype=np.int64)
+            m[:, 0] = 1  # a dummy row: one token
+            for r, i in enumerate(part):
+                x[r, : len(ids[i])] = ids[i]
+                m[r, : len(ids[i])] = 1
+                if types is not None:
+                    t[r, : len(ids[i])] = types[i]
+            feats = {"input_ids": x, "attention_mask": m, **({"token_type_ids": t} if types is not None else {})}
+            y = forward({k: torch.from_numpy(v).to(device) for k, v in feats.items()})
+            out[part] = y[: len(part)].float().reshape(len(part), -1)[:, :width].cpu().numpy()
+            if bar is not None:
+                bar.update(len(part))  # type: ignore[attr-defined]
+            else:
+                ui.tick(len(part))
+    return out
 
 
 def load_bi_encoder(model: ResolvedModel, placement: Placement, max_length: int | None = None,
@@ -436,17 +447,30 @@ class STCrossEncoder(CrossEncoderModel):
         CrossEncoder = need("sentence_transformers", f"model {model.name!r}").CrossEncoder
         self.model = model
         self.placement = placement
+        self.max_length = max_length
         self.ce = _load_st(lambda device: CrossEncoder(model.path, device=device, max_length=max_length,
                                                        activation_fn=torch.nn.Identity()), model, placement)  # fmt: skip
-        self.runs_on = _torch_runs_on(placement)
+        self.runs_on = _torch_runs_on(placement, fixed=True)
 
     def predict(self, pairs, batch_size):
+        if self.placement.precision in FIXED_SHAPE:
+            return self._predict_fixed(pairs)
         torch = need("torch", "a sentence-transformers model")
         torch.set_num_threads(compute_threads())
         with torch.inference_mode(), autocast(self.placement):
             scores = self.ce.predict([list(p) for p in pairs], batch_size=batch_size, show_progress_bar=False,
                                      activation_fn=torch.nn.Identity(), convert_to_tensor=True)  # fmt: skip
         return scores.float().cpu().numpy().astype(np.float64).reshape(len(pairs), -1)[:, 0]
+
+    def _predict_fixed(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray:
+        """Every batch of one fixed shape (:mod:`stagebench.models.shapes`), whatever ``batch_size``: a pair's
+        score is the same alone, with its query's candidates or in any batch. Truncated as
+        sentence-transformers truncates a pair (``longest_first``)."""
+        tok = self.ce.tokenizer
+        enc = tok([q for q, _ in pairs], [d for _, d in pairs], truncation="longest_first", max_length=self.max_length)
+        out = run_fixed(lambda feats: self.ce.model(**feats).logits, enc["input_ids"], enc.get("token_type_ids"),
+                        self.max_length, tok.pad_token_id or 0, self.placement, self.ce.model.device, 1)  # fmt: skip
+        return out[:, 0].astype(np.float64)
 
 
 def load_cross_encoder(model: ResolvedModel, placement: Placement, max_length: int = 512,

@@ -1,4 +1,5 @@
-"""Fixed batch shapes: what makes a model's bf16 (or fp16) arithmetic a function of its input.
+"""Fixed batch shapes: what makes a torch model's bf16 (or fp16) arithmetic a function of its input (a
+bi-encoder's texts, a cross-encoder's pairs: :func:`stagebench.models.encoders.run_fixed`).
 
 At bf16 a matrix product's fp32 sums round to bf16, and which sums round which way follows the kernel and
 blocking the batch's shape selects: padded to its batch's longest text, a text's embedding moved by up to

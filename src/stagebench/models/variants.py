@@ -76,8 +76,13 @@ def _versions(*dists: str) -> dict[str, str]:
 def recipe_for(model: ResolvedModel, placement: Placement, kind: str, role: str = "cross_encoder") -> str | None:
     """:func:`variant_recipe` for ``model`` (of :func:`onnx_kind` ``kind``): whether its dequantized
     weights can run in torch is read from its graph, and only where a GPU would run them."""
-    torch_ok = (kind == "onnx-dynamic-int8" and placement.kind != "cpu" and role == "cross_encoder"
+    half = placement.precision in ("bf16", "fp16")
+    torch_ok = (kind == "onnx-dynamic-int8" and (placement.kind != "cpu" or half) and role == "cross_encoder"
                 and is_reference_architecture(Path(model.path) / "model.onnx"))  # fmt: skip
+    if half and kind == "onnx-dynamic-int8" and not torch_ok:
+        raise StagebenchError(f"model {model.name!r} ({model.origin}): precision {placement.precision} runs an INT8 ONNX "
+                              "graph's weights dequantized in torch, which is built for a BERT cross-encoder's graph and "
+                              "this is not one; use int8-token or fp32")  # fmt: skip
     return variant_recipe(kind, placement, role, torch_ok)
 
 
@@ -148,7 +153,7 @@ def variant_recipe(kind: str, placement: Placement, role: str = "cross_encoder",
     bi-encoder at fp32 on a CPU runs exported to ONNX: the same fp32 arithmetic through onnxruntime,
     faster than torch there (docs/models.md#precision). A dynamic INT8 ONNX cross-encoder at fp32 off
     the CPU runs its dequantized weights in torch where ``torch_ok`` (its graph converts:
-    :func:`recipe_for`), else in onnxruntime."""
+    :func:`recipe_for`), else in onnxruntime; at bf16 or fp16 (any device) in torch, in fixed batch shapes."""
     precision = placement.precision
     if precision == "fp32" and kind == "torch" and role == "bi_encoder" and placement.kind == "cpu":
         return "export"
@@ -156,6 +161,8 @@ def variant_recipe(kind: str, placement: Placement, role: str = "cross_encoder",
         return {"onnx-dynamic-int8": "per-token", "onnx": "per-channel+per-token", "torch": "export+per-channel+per-token"}[kind]
     if precision == "fp32" and kind == "onnx-dynamic-int8":
         return "dequantized-torch" if torch_ok and placement.kind != "cpu" and role == "cross_encoder" else "dequantized"
+    if precision in ("bf16", "fp16") and kind == "onnx-dynamic-int8" and torch_ok and role == "cross_encoder":
+        return "dequantized-torch"  # its weights at bf16/fp16 in torch, in fixed batch shapes
     return None
 
 

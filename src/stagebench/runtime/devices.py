@@ -27,6 +27,11 @@ score does not depend on its batch mates or padding beyond fp32 rounding):
   weights dequantized (``fp32``, batch-invariant too; not measured on a GPU here). Other ONNX
   graphs run as they were exported.
 
+``bf16`` (and ``fp16`` on a GPU) of a torch model runs in fixed batch shapes (:mod:`stagebench.models.shapes`):
+batch-invariant, but measured no faster than the fp32 export on AMD's AVX512-BF16 CPUs (docs/models.md#fixed-shape-bf16),
+so ``auto`` does not pick it there. ``bf16`` of a dynamic INT8 ONNX cross-encoder runs its weights dequantized
+in torch (``dequantized-torch``), in the same fixed shapes.
+
 ``int8`` is explicit and **batch-dependent**: torch's dynamic INT8 of the Linear layers, or an
 ONNX graph's own dynamic INT8, both take one activation scale for the whole batch (padding
 included), so an input's output moves with what it is batched with; it also costs nDCG for
@@ -72,10 +77,11 @@ class HardwareParams:
                                affects=(RUN, SCORES))  # fmt: skip
     precision: Literal["auto", "fp32", "bf16", "fp16", "int8", "int8-token"] = param(
         "auto", "auto: the fastest batch-invariant path: torch models fp32 on every CPU (a torch bi-encoder runs exported to "
-        "ONNX; bf16 autocast is batch-dependent at bf16 rounding, ask for it with bf16) and on GPUs; INT8 ONNX carriers int8-token on a CPU, "
-        "dequantized fp32 on a GPU "
-        "(docs/models.md#precision); int8: one activation scale per batch (batch-dependent); int8-token: per token "
-        "(batch-invariant, CPU); fp32 of an INT8 ONNX model: its weights dequantized", affects=(RUN, SCORES))
+        "ONNX) and on GPUs; INT8 ONNX carriers int8-token on a CPU, dequantized fp32 on a GPU "
+        "(docs/models.md#precision); bf16 (fp16 on a GPU): torch autocast in fixed batch shapes (batch-invariant; an INT8 "
+        "ONNX cross-encoder's weights dequantized into torch), measured no faster than the fp32 ONNX paths on a CPU; int8: one activation scale per "
+        "batch (batch-dependent); int8-token: per token (batch-invariant, CPU); fp32 of an INT8 ONNX model: its weights "
+        "dequantized", affects=(RUN, SCORES))
 
 
 @dataclass
@@ -248,10 +254,11 @@ def place(device: str, precision: str, backend: str, what: str, role: str = "cro
         return _place_onnx(dev, kind, precision, backend == "onnx-dynamic-int8", what)
     if precision == "auto":
         why = (kind if kind != "cpu" else
-               f"{cpu_class()}: fp32 is batch-invariant, bf16 autocast is not (precision: bf16 to ask for it)"
+               f"{cpu_class()}: fp32 is batch-invariant; bf16 in fixed batch shapes is too, but measured no faster than "
+               "the same fp32 weights in onnxruntime on AMD AVX512-BF16 CPUs (precision: bf16 to ask for it)"
                if role == "cross_encoder" else
                f"{cpu_class()}: fp32 is batch-invariant; bf16 in fixed batch shapes is too, but measured no faster "
-               "than the fp32 export on an AMD AVX512-BF16 CPU (precision: bf16 to ask for it)"
+               "than the fp32 export on AMD AVX512-BF16 CPUs (precision: bf16 to ask for it)"
                if role == "bi_encoder" else "bf16 not measured for this model kind")  # fmt: skip
         return Placement(dev, "fp32", f"auto: {why}: fp32")
     if precision == "fp16" and kind == "cpu":
@@ -265,9 +272,16 @@ def place(device: str, precision: str, backend: str, what: str, role: str = "cro
 
 
 def _place_onnx(dev: str, kind: str, precision: str, dynamic: bool, what: str) -> Placement:
-    if precision in ("bf16", "fp16"):
+    if precision in ("bf16", "fp16") and not dynamic:
         raise StagebenchError(f"{what}: an ONNX model runs at fp32, int8 (its own dynamic INT8) or int8-token; "
                               f"precision {precision} needs a torch model (a local folder or source: hub)")  # fmt: skip
+    if precision in ("bf16", "fp16"):
+        if precision == "fp16" and kind == "cpu":
+            raise StagebenchError(f"{what}: precision fp16 is for GPUs; on a CPU use bf16, int8-token or fp32")
+        if precision == "bf16" and kind == "cpu" and not cpu_has_bf16():
+            log.warning("%s: bf16 asked for on a CPU without native bf16: it is emulated and slower than fp32", what)
+        return Placement(dev, precision, f"as configured: the INT8 graph's weights dequantized into torch, {precision} "
+                                         "autocast in fixed batch shapes")  # fmt: skip
     if precision == "auto":
         if dynamic and kind == "cpu":
             return Placement(dev, "int8-token", "auto: the dynamic INT8 ONNX graph with one activation scale per token "

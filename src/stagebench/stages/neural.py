@@ -47,10 +47,11 @@ class ModelStage(Stage):
         resolved = resolve_model(self.params.model, self.params.source)
         placement = self.placement()
         out = {"model": resolved.identity, **placement.key()}
-        recipe = recipe_for(resolved, placement, onnx_kind(resolved), self.role)
+        kind = onnx_kind(resolved)
+        recipe = recipe_for(resolved, placement, kind, self.role)
         if recipe is not None:
             out["variant_code"] = code_identity(VARIANT_CODE)
-        elif self.role == "bi_encoder" and resolved.backend != "onnx" and placement.precision in FIXED_SHAPE:
+        if recipe_runtime(kind, recipe) == "torch" and placement.precision in FIXED_SHAPE:
             out["batching"] = code_identity(("stagebench.models.shapes",))  # its fixed shapes move every output
         return out
 
