@@ -84,8 +84,9 @@ def test_tiny_fine_tuning_is_reproducible_and_usable_as_a_stage(tmp_path, small_
     for run in ("a", "b"):
         out = tmp_path / f"model-{run}"
         stage = f"  - {{name: ce, type: cross_encoder, inputs: [bm25], params: {{model: {out}, top_n: 10, max_length: 64}}}}"
-        cfg = write_config(tmp_path, small_synthetic, TINY.format(out=out, seed=3), name=f"t{run}", extra_stage=stage,
-                           mq=", max_queries: 10")  # fmt: skip
+        # 5 train queries (about 150 pairs, 10 steps): reproducibility needs steps, not many of them
+        cfg = write_config(tmp_path, small_synthetic, TINY.format(out=out, seed=3) + "\n  max_queries: 5", name=f"t{run}",
+                           extra_stage=stage, mq=", max_queries: 10")  # fmt: skip
         r = train_cli(cfg, tmp_path)
         assert r.returncode == 0, r.stderr[-3000:]
         assert "dev (5 queries held out of the train split)" in r.stdout
