@@ -260,7 +260,7 @@ FIXED_SHAPE = ("bf16", "fp16")
 def _torch_runs_on(placement: Placement, fixed: bool = False) -> str:
     how = {"bf16": "bf16 autocast", "fp16": "fp16 autocast", "int8": "dynamic INT8"}.get(placement.precision, "fp32")
     if fixed and placement.precision in FIXED_SHAPE:
-        how += f" in fixed batch shapes ({ROWS} rows x a token bucket of each text's own length)"
+        how += f" in fixed batch shapes ({ROWS} rows x a token bucket of each input's own length)"
     return f"torch on {placement.device}, {how} ({placement.why})"
 
 

@@ -143,7 +143,7 @@ _DESCRIBE = {
     "per-channel+per-token": "per-channel INT8 weights, per-token activation scales",
     "export+per-channel+per-token": "exported to ONNX, per-channel INT8 weights, per-token activation scales",
     "dequantized": "INT8 weights dequantized, fp32 activations",
-    "dequantized-torch": "INT8 weights dequantized into a transformers model (torch, fp32)",
+    "dequantized-torch": "INT8 weights dequantized into a transformers model (torch; fp32 weights)",
 }
 
 
