@@ -173,6 +173,27 @@ def test_the_fp32_export_is_the_torch_model(pairs, variants, monkeypatch):
     assert float(np.abs(exported - reference).max()) < 1e-5
 
 
+def test_a_cross_encoder_saved_by_sentence_transformers_6_runs_at_int8_token(pairs, variants, monkeypatch, tmp_path):
+    """A cross-encoder folder as sentence-transformers 6 saves it - what ``train-reranker`` writes, its modules.json
+    naming ``sentence_transformers.base.modules.transformer.Transformer`` - exports to ONNX for ``int8-token``, and
+    its per-token INT8 scores follow the torch model's (it was refused: "this one also has ...Transformer")."""
+    from sentence_transformers import CrossEncoder
+
+    from stagebench.models.resolve import resolve_model
+    from stagebench.models.variants import transformers_folder
+
+    monkeypatch.setenv("STAGEBENCH_CACHE", variants)
+    CrossEncoder(transformers_folder(resolve_model(CE), None, "test").path, device="cpu").save_pretrained(str(tmp_path / "ce"))
+    types = [m["type"] for m in json.loads((tmp_path / "ce" / "modules.json").read_text())]
+    assert types and "sentence_transformers.models.Transformer" not in types  # the new layout
+    flat = [p for g in pairs[0] for p in g][:12]
+    fp32 = stagebench.api.cross_encoder(str(tmp_path / "ce"), device="cpu", precision="fp32", max_length=256).predict(flat, 32)
+    int8 = stagebench.api.cross_encoder(str(tmp_path / "ce"), device="cpu", precision="int8-token", max_length=256)
+    assert "exported to ONNX, per-channel INT8" in int8.model.origin
+    got = int8.predict(flat, 32)
+    assert np.corrcoef(fp32, got)[0, 1] > 0.98 and float(np.abs(fp32 - got).max()) < 1.0 and np.ptp(fp32) > 1.0
+
+
 def test_an_opset_11_int8_carrier_runs_per_token_too(pairs, variants, monkeypatch):
     """bge-small's carrier is an opset-11 graph, whose QuantizeLinear takes one scale only: the
     per-token rewrite spells the quantization out there, and stays invariant and close to fp32."""

@@ -343,20 +343,26 @@ def exportable(model: ResolvedModel) -> bool:
     return True
 
 
+#: the sentence-transformers modules an export computes, by class name: their package path moved in
+#: sentence-transformers 6 (``sentence_transformers.models.Transformer`` is now
+#: ``sentence_transformers.base.modules.transformer.Transformer``, as a model it saves names it)
+EXPORTED_MODULES = ("Transformer", "Pooling", "Normalize")
+
+
 def _check_exportable(folder: Path, model: ResolvedModel) -> None:
     """A sentence-transformers bi-encoder exports when it is a transformer, a mean or CLS pooling and
-    an optional normalisation (what :class:`stagebench.models.encoders.OnnxBiEncoder` computes)."""
+    an optional normalisation (what :class:`stagebench.models.encoders.OnnxBiEncoder` computes); a
+    cross-encoder (a transformers folder, or a sentence-transformers one of a transformer alone) with its
+    classification head."""
     if not (folder / "modules.json").is_file():
         return  # a transformers cross-encoder folder: exported with its classification head
     modules = [m.get("type", "") for m in json.loads((folder / "modules.json").read_text(encoding="utf-8"))]
-    known = ("sentence_transformers.models.Transformer", "sentence_transformers.models.Pooling",
-             "sentence_transformers.models.Normalize")  # fmt: skip
-    odd = [m for m in modules if m not in known]
+    odd = [m for m in modules if not m.startswith("sentence_transformers.") or m.rpartition(".")[2] not in EXPORTED_MODULES]
     if odd:
-        raise StagebenchError(f"model {model.name!r}: precision int8-token exports Transformer + Pooling (+ Normalize) "
-                              f"models to ONNX; this one also has {', '.join(odd)}")  # fmt: skip
-    if _pooling(model, folder) not in ("mean", "cls"):
-        raise StagebenchError(f"model {model.name!r}: precision int8-token supports mean or CLS pooling")
+        raise StagebenchError(f"model {model.name!r}: an ONNX export computes Transformer + Pooling (+ Normalize) "
+                              f"modules; this model also has {', '.join(odd)}")  # fmt: skip
+    if _is_bi(folder) and _pooling(model, folder) not in ("mean", "cls"):
+        raise StagebenchError(f"model {model.name!r}: an ONNX export supports mean or CLS pooling")
 
 
 def _pooling(model: ResolvedModel, folder: Path) -> str:
