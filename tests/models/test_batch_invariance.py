@@ -264,6 +264,7 @@ def test_a_bf16_bi_encoder_runs_in_fixed_shapes_and_its_batch_cannot_move_an_emb
     assert np.array_equal(alone, batched) and np.array_equal(alone, shuffled)
     fp32 = stagebench.api.bi_encoder(BI, device="cpu", precision="fp32", max_length=256).encode(texts, 64)
     assert float(np.abs(fp32 - alone).max()) < 0.01 and float((fp32 * alone).sum(1).min()) > 0.9995
+    assert float(np.abs(fp32 - alone).max()) > 1e-4  # bf16 really ran: its rounding shows, fp32's would not
     assert float(np.abs((alone * alone).sum(1) - 1).max()) < 1e-5  # unit length restored in fp32
 
 
@@ -281,5 +282,6 @@ def test_a_bf16_cross_encoder_runs_in_fixed_shapes_and_its_batch_cannot_move_a_s
     fp32 = stagebench.api.cross_encoder(CE, device="cpu", precision="fp32", max_length=256)
     ref = fp32.predict([p for g in groups for p in g], 32)
     assert np.abs(ref - alone).max() < 0.2 and np.ptp(alone) > 1.0
+    assert np.abs(ref - alone).max() > 1e-3  # bf16 really ran: its rounding shows, fp32's would not
     assert np.corrcoef(ref, alone)[0, 1] > 0.99
 
