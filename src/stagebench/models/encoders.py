@@ -303,8 +303,8 @@ class STBiEncoder(BiEncoder):
         most = int(self.st.max_seq_length or tok.model_max_length)
         enc = tok(texts, truncation=True, max_length=most)
         with ui.progress(len(texts), desc, "txt", progress) as bar:
-            out = run_fixed(lambda feats: self.st(feats)["sentence_embedding"], enc["input_ids"], enc.get("token_type_ids"), most, tok.pad_token_id or 0,
-                            self.placement, self.st.device, self.dim, bar)  # fmt: skip
+            out = run_fixed(lambda feats: self.st(feats)["sentence_embedding"], enc["input_ids"], enc.get("token_type_ids"),
+                            most, tok.pad_token_id or 0, self.placement, self.st.device, self.dim, bar)  # fmt: skip
         return _normalize(out)
 
 
