@@ -14,7 +14,8 @@ the tokens and rows padded over the texts' own.
 
 The cross-encoder (``--models cross``): the bundled INT8 ms-marco-MiniLM-L-12-v2 at fp32 (its weights
 dequantized, onnxruntime), ``int8-token`` (what ``auto`` runs), its dequantized weights in torch at fp32 (what
-``auto`` runs for a torch cross-encoder), under bf16 autocast padded to each batch's longest pair, and at
+``auto`` ran for a torch cross-encoder before issue 96), the same torch folder at ``auto`` (exported to ONNX, fp32:
+what a torch cross-encoder runs now), under bf16 autocast padded to each batch's longest pair, and at
 ``precision: bf16`` (the same weights in fixed shapes): pairs/s over pairs sampled from BM25's top 20 of each
 collection, the invariance of 30 of them and their logits' largest change against fp32. nDCG@10 of each
 path on whole collections is ``make perf``'s precision rule (``benchmarks/run_perf.py --sections precision-rule``).
@@ -22,7 +23,7 @@ path on whole collections is ``make perf``'s precision rule (``benchmarks/run_pe
 Usage (after ``make install`` and ``make data``; a quiet machine: about 10 minutes on 2 cores for each
 model)::
 
-    .venv/bin/python benchmarks/fixed_shape_bf16.py [--models bi,cross] [--pairs 800] [--json FILE]
+    .venv/bin/python benchmarks/fixed_shape_bf16.py [--models bi,cross] [--pairs 800] [--cross-paths torch,export] [--json FILE]
 """
 
 from __future__ import annotations
@@ -125,7 +126,7 @@ class CrossAutocastLongest:
 
 
 def cross_torch_fp32():
-    """The cross-encoder's dequantized weights in torch at fp32, as a torch cross-encoder's ``auto`` runs."""
+    """The cross-encoder's dequantized weights in torch at fp32, as a torch cross-encoder's ``auto`` ran before issue 96."""
     from stagebench.models.encoders import STCrossEncoder
     from stagebench.models.resolve import resolve_model
     from stagebench.models.variants import transformers_folder
@@ -145,18 +146,30 @@ def cross_invariance(model, pairs: list[tuple[str, str]]) -> float:
     return float(max(np.abs(alone - together).max(), np.abs(back - together).max()))
 
 
-def cross(sets: dict, sample: int, depth: int) -> dict:
+def cross_export():
+    """The cross-encoder's dequantized weights as a torch folder at ``precision: auto``: exported to ONNX, fp32."""
+    from stagebench.models.resolve import resolve_model
+    from stagebench.models.variants import transformers_folder
+
+    return stagebench.api.cross_encoder(transformers_folder(resolve_model(CE), None, "benchmark").path, device="cpu", max_length=256)
+
+
+def cross(sets: dict, sample: int, depth: int, only: tuple[str, ...] = ()) -> dict:
     """The cross-encoder's paths on each collection: pairs/s over ``sample`` (query, BM25 top-``depth``)
     pairs, the invariance of 30 of them (alone, batched, shuffled) and their logits' largest change
     against the fp32 path (the INT8 weights dequantized, onnxruntime). nDCG@10 on whole collections is
-    ``make perf``'s precision rule (``benchmarks/run_perf.py --sections precision-rule``)."""
+    ``make perf``'s precision rule (``benchmarks/run_perf.py --sections precision-rule``). ``only``: the paths whose
+    names hold one of these words (the first path, the reference, always runs)."""
     paths = {
         "fp32 (INT8 weights dequantized, onnxruntime)": lambda: stagebench.api.cross_encoder(CE, device="cpu", precision="fp32", max_length=256),
         "int8-token (auto)": lambda: stagebench.api.cross_encoder(CE, device="cpu", precision="int8-token", max_length=256),
-        "fp32 in torch (the dequantized weights; what auto runs for a torch cross-encoder)": cross_torch_fp32,
+        "fp32 in torch (the dequantized weights; a torch cross-encoder's auto before issue 96)": cross_torch_fp32,
+        "fp32 export of the torch weights (onnxruntime; a torch cross-encoder's auto)": cross_export,
         "bf16 autocast, padded to the batch's longest": CrossAutocastLongest,
         "bf16 in fixed shapes (precision: bf16)": lambda: stagebench.api.cross_encoder(CE, device="cpu", precision="bf16", max_length=256),
     }  # fmt: skip
+    first_path = next(iter(paths))
+    paths = {k: v for k, v in paths.items() if k == first_path or not only or any(w in k for w in only)}
     pairs_of = {}
     for cname, ds in sets.items():
         first = stagebench.stage("bm25", top_k=depth).apply(ds, cache=False).run
@@ -222,13 +235,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json")
     ap.add_argument("--models", default="bi,cross", help="bi (MiniLM-L6, the dense stage's), cross (the cross-encoder's)")
     ap.add_argument("--pairs", type=int, default=800, help="cross: pairs timed a collection (BM25's top 20, sampled)")
+    ap.add_argument("--cross-paths", default="", help="cross: only the paths whose names hold one of these comma-separated "
+                                                      "words (and the fp32 reference)")
     args = ap.parse_args(argv)
     sets = datasets()
     res: dict = {"cpu_class": cpu_class(), "paths": {}}
     if "bi" in args.models:
         bi(sets, res)
     if "cross" in args.models:
-        res["cross_encoder"] = cross(sets, args.pairs, 20)
+        res["cross_encoder"] = cross(sets, args.pairs, 20, tuple(w for w in args.cross_paths.split(",") if w))
     if args.json:
         Path(args.json).write_text(json.dumps(res, indent=1) + "\n")
     return 0

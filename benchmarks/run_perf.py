@@ -298,7 +298,7 @@ def cpu_flags() -> str:
 
 
 def precision_section(embedded, work: Path, parts: tuple[str, ...] = ("dense", "cross_encoder"),
-                      previous: dict | None = None) -> dict:
+                      previous: dict | None = None, ce_only: tuple[str, ...] = ()) -> dict:
     """Dense encoding and cross-encoder scoring at every precision: speed, and the nDCG@10 change
     against fp32 on each dataset, all in this one run."""
     from stagebench.runtime.devices import cpu_has_bf16, place
@@ -311,7 +311,7 @@ def precision_section(embedded, work: Path, parts: tuple[str, ...] = ("dense", "
         out["dense"] = dense_precision(sets, work)
         out["dense"]["machine"] = machine_here()
     if "cross_encoder" in parts:
-        out["cross_encoder"] = cross_encoder_precision(sets, work)
+        out["cross_encoder"] = cross_encoder_precision(sets, work, ce_only)
     return out
 
 
@@ -333,7 +333,7 @@ def dense_precision(sets: dict, work: Path) -> dict:
     dense_paths = {
         "torch fp32 (the reference)": (torch_fp32, 32),
         "torch fp32, batch 128 (the default until issue 51 on a CPU without AMX)": (torch_fp32, 128),
-        "torch bf16 autocast": (lambda: stagebench.api.bi_encoder(name, device="cpu", precision="bf16", max_length=256), 32),
+        "torch bf16 in fixed shapes (precision: bf16)": (lambda: stagebench.api.bi_encoder(name, device="cpu", precision="bf16", max_length=256), 32),
         "onnxruntime fp32, exported (fp32 on a CPU)": (
             lambda: stagebench.api.bi_encoder(name, device="cpu", precision="fp32", max_length=256), 32),
         "onnxruntime fp32, max_length 128 (the length MiniLM-L6 was fine-tuned at)": (
@@ -373,22 +373,32 @@ def dense_precision(sets: dict, work: Path) -> dict:
     return dense
 
 
-def cross_encoder_precision(sets: dict, work: Path) -> dict:
-    from stagebench.models.resolve import resolve_model
+def cross_encoder_precision(sets: dict, work: Path, only: tuple[str, ...] = ()) -> dict:
+    """Each cross-encoder path on 100 queries of each collection, BM25's top 20: pairs/s, nDCG@10 and its change
+    against torch fp32, the invariance of 200 pairs. ``only``: the paths whose names hold one of these words (and
+    the reference)."""
+    from stagebench.models.encoders import STCrossEncoder
     from stagebench.models.onnx_weights import build_reference_folder
+    from stagebench.models.resolve import resolve_model
+    from stagebench.runtime.devices import Placement
 
     name = "cross-encoder/ms-marco-MiniLM-L-12-v2"
     ref = str(build_reference_folder(resolve_model(name).path, work / "ce-fp32-reference"))
     ce_paths = {
-        "torch fp32 (dequantized weights)": stagebench.api.cross_encoder(ref, device="cpu", precision="fp32", max_length=256),
-        "torch bf16 autocast (dequantized weights)": stagebench.api.cross_encoder(ref, device="cpu", precision="bf16", max_length=256),
-        "onnxruntime fp32 (fp32: the carrier dequantized)": stagebench.api.cross_encoder(name, device="cpu", precision="fp32",
-                                                                                      max_length=256),
-        "INT8 carrier, per-token activation scales (int8-token, auto on a CPU)": stagebench.api.cross_encoder(
+        "torch fp32 (dequantized weights)": lambda: STCrossEncoder(resolve_model(ref), 256, Placement("cpu", "fp32", "reference")),
+        "onnxruntime fp32, exported (auto for a torch cross-encoder)": lambda: stagebench.api.cross_encoder(
+            ref, device="cpu", max_length=256),
+        "torch bf16 in fixed shapes (dequantized weights; precision: bf16)": lambda: stagebench.api.cross_encoder(
+            ref, device="cpu", precision="bf16", max_length=256),
+        "onnxruntime fp32 (fp32: the carrier dequantized)": lambda: stagebench.api.cross_encoder(
+            name, device="cpu", precision="fp32", max_length=256),
+        "INT8 carrier, per-token activation scales (int8-token, auto on a CPU)": lambda: stagebench.api.cross_encoder(
             name, device="cpu", precision="int8-token", max_length=256),
-        "INT8 carrier as shipped, per-batch scales (int8)": stagebench.api.cross_encoder(name, device="cpu", precision="int8",
-                                                                                    max_length=256),
+        "INT8 carrier as shipped, per-batch scales (int8)": lambda: stagebench.api.cross_encoder(
+            name, device="cpu", precision="int8", max_length=256),
     }  # fmt: skip
+    reference = next(iter(ce_paths))
+    ce_paths = {k: make() for k, make in ce_paths.items() if k == reference or not only or any(w in k for w in only)}
     depth, max_q = 20, 100
     ce: dict = {"depth": depth, "max_queries": max_q}
     for name, ds in sets.items():
@@ -906,6 +916,8 @@ def main() -> None:
     ap.add_argument("--rule-collections", default="", help="precision-rule: only these collections (comma-separated)")
     ap.add_argument("--rule-depth", type=int, default=20, help="precision-rule: BM25's top N reranked per query")
     ap.add_argument("--rule-paths", default=",".join(RULE_PATHS), help="precision-rule: the paths weighed (the first is the reference)")
+    ap.add_argument("--precision-ce-paths", default="", help="precision-ce: only the cross-encoder paths whose names hold "
+                                                             "one of these comma-separated words (and torch fp32)")
     ap.add_argument("--latency-config", default="configs/default.yaml")
     ap.add_argument("--latency-queries", type=int, default=100)
     ap.add_argument("--catalog-sizes", default="1000000,2000000")
@@ -959,7 +971,8 @@ def main() -> None:
     if "precision" in sections or "precision-ce" in sections or "dense" in sections:
         parts = (("dense", "cross_encoder") if "precision" in sections else
                  tuple(p for p, sec in (("dense", "dense"), ("cross_encoder", "precision-ce")) if sec in sections))  # fmt: skip
-        figures["precision"] = precision_section(ds, root, parts, figures.get("precision"))
+        figures["precision"] = precision_section(ds, root, parts, figures.get("precision"),
+                                                 tuple(w for w in args.precision_ce_paths.split(",") if w))  # fmt: skip
     if "precision-rule" in sections:
         figures["precision_rule"] = precision_rule_section(ds, depth=args.rule_depth, only=tuple(x for x in args.rule_collections.split(",") if x),
                                                            paths=tuple(args.rule_paths.split(",")))  # fmt: skip

@@ -173,11 +173,13 @@ def test_the_fp32_export_is_the_torch_model(pairs, variants, monkeypatch):
     assert float(np.abs(exported - reference).max()) < 1e-5
 
 
-def test_a_cross_encoder_saved_by_sentence_transformers_6_runs_at_int8_token(pairs, variants, monkeypatch, tmp_path):
+def test_a_cross_encoder_saved_by_sentence_transformers_6_runs_exported_and_at_int8_token(pairs, variants, monkeypatch, tmp_path):
     """A cross-encoder folder as sentence-transformers 6 saves it - what ``train-reranker`` writes, its modules.json
-    naming ``sentence_transformers.base.modules.transformer.Transformer`` - exports to ONNX for ``int8-token``, and
-    its per-token INT8 scores follow the torch model's (it was refused: "this one also has ...Transformer")."""
+    naming ``sentence_transformers.base.modules.transformer.Transformer`` - runs at ``auto`` exported to ONNX at fp32:
+    the torch model's scores, batch-invariant; and at ``int8-token`` (it was refused: "this one also has
+    ...Transformer"), its per-token INT8 scores following the torch model's."""
     from sentence_transformers import CrossEncoder
+    from torch.nn import Identity
 
     from stagebench.models.resolve import resolve_model
     from stagebench.models.variants import transformers_folder
@@ -186,12 +188,17 @@ def test_a_cross_encoder_saved_by_sentence_transformers_6_runs_at_int8_token(pai
     CrossEncoder(transformers_folder(resolve_model(CE), None, "test").path, device="cpu").save_pretrained(str(tmp_path / "ce"))
     types = [m["type"] for m in json.loads((tmp_path / "ce" / "modules.json").read_text())]
     assert types and "sentence_transformers.models.Transformer" not in types  # the new layout
-    flat = [p for g in pairs[0] for p in g][:12]
-    fp32 = stagebench.api.cross_encoder(str(tmp_path / "ce"), device="cpu", precision="fp32", max_length=256).predict(flat, 32)
+    groups, long_pair = pairs
+    flat = [p for g in groups for p in g][:12]
+    torch_fp32 = CrossEncoder(str(tmp_path / "ce"), device="cpu", max_length=256).predict(flat, activation_fn=Identity())
+    auto = stagebench.api.cross_encoder(str(tmp_path / "ce"), device="cpu", max_length=256)
+    assert "exported to ONNX, fp32" in auto.model.origin and auto.placement.precision == "fp32"
+    assert float(np.abs(auto.predict(flat, 32) - torch_fp32).max()) < 1e-4
+    assert largest_move(*three_ways(lambda ps: auto.predict(ps, 32), groups, long_pair)) <= TOLERANCE
     int8 = stagebench.api.cross_encoder(str(tmp_path / "ce"), device="cpu", precision="int8-token", max_length=256)
     assert "exported to ONNX, per-channel INT8" in int8.model.origin
     got = int8.predict(flat, 32)
-    assert np.corrcoef(fp32, got)[0, 1] > 0.98 and float(np.abs(fp32 - got).max()) < 1.0 and np.ptp(fp32) > 1.0
+    assert np.corrcoef(torch_fp32, got)[0, 1] > 0.98 and float(np.abs(torch_fp32 - got).max()) < 1.0 and np.ptp(torch_fp32) > 1.0
 
 
 def test_an_opset_11_int8_carrier_runs_per_token_too(pairs, variants, monkeypatch):

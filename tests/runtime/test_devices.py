@@ -204,16 +204,18 @@ def test_llm_device_and_precision_belong_to_the_in_process_backend(tmp_path):
 
 
 def test_the_model_a_placement_runs_depends_on_the_role_and_the_device():
-    """A torch bi-encoder at fp32 runs its ONNX export on a CPU (the same fp32 arithmetic, measured
-    faster there) and itself on a GPU; a cross-encoder's and a generator's fp32 stay in torch; an INT8
-    ONNX cross-encoder's fp32 runs in torch on a GPU (no onnxruntime CUDA build needed)."""
+    """A torch bi-encoder or cross-encoder at fp32 runs its ONNX export on a CPU (the same fp32 arithmetic,
+    measured faster there) and itself on a GPU; a generator's fp32 stays in torch; an INT8 ONNX
+    cross-encoder's fp32 runs in torch on a GPU (no onnxruntime CUDA build needed)."""
     from stagebench.models.variants import variant_recipe
     from stagebench.runtime.devices import Placement
 
     cpu, gpu = Placement("cpu", "fp32", "t"), Placement("cuda:0", "fp32", "t")
     assert variant_recipe("torch", cpu, "bi_encoder") == "export"
     assert variant_recipe("torch", gpu, "bi_encoder") is None
-    assert variant_recipe("torch", cpu, "cross_encoder") is None
+    assert variant_recipe("torch", cpu, "cross_encoder") == "export"
+    assert variant_recipe("torch", gpu, "cross_encoder") is None
+    assert variant_recipe("torch", cpu, "generator") is None
     assert variant_recipe("torch", Placement("cpu", "bf16", "t"), "bi_encoder") is None
     assert variant_recipe("torch", Placement("cpu", "int8-token", "t"), "bi_encoder") == "export+per-channel+per-token"
     # a dynamic INT8 ONNX cross-encoder at fp32: dequantized in onnxruntime on a CPU, in torch on a GPU where its

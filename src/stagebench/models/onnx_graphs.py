@@ -26,6 +26,7 @@ Each function writes one file; caching them is :mod:`stagebench.models.variants`
 
 from __future__ import annotations
 
+import inspect
 import logging
 import shutil
 import warnings
@@ -256,26 +257,30 @@ def copy_tokenizer(src: str | Path, dst: str | Path) -> None:
 
 def export_encoder(model_folder: str | Path, dst: str | Path, kind: str) -> None:
     """Export a transformers model folder to ``dst/model.onnx`` (fp32): ``kind`` ``bi`` gives the
-    last hidden state (pooled by :class:`stagebench.models.encoders.OnnxBiEncoder`), ``cross`` the logits."""
+    last hidden state (pooled by :class:`stagebench.models.encoders.OnnxBiEncoder`), ``cross`` the logits.
+    Its inputs are the ids, the attention mask and, where the model takes them (BERT does, DistilBERT
+    does not), the token types."""
     torch = need("torch", "exporting a model to ONNX")
     transformers = need("transformers", "exporting a model to ONNX")
     folder = Path(model_folder)
     auto = transformers.AutoModel if kind == "bi" else transformers.AutoModelForSequenceClassification
     base = auto.from_pretrained(str(folder), attn_implementation="eager").eval()
+    typed = "token_type_ids" in inspect.signature(base.forward).parameters
 
     class Wrapped(torch.nn.Module):
         def __init__(self, m):
             super().__init__()
             self.m = m
 
-        def forward(self, ids, mask, types):
-            out = self.m(input_ids=ids, attention_mask=mask, token_type_ids=types)
+        def forward(self, ids, mask, *types):
+            out = self.m(input_ids=ids, attention_mask=mask, **({"token_type_ids": types[0]} if types else {}))
             return out.last_hidden_state if kind == "bi" else out.logits
 
     ids = torch.tensor([[101, 2000, 102, 2001, 102], [101, 2000, 102, 0, 0]])
-    names = ["input_ids", "attention_mask", "token_type_ids"]
+    names = ["input_ids", "attention_mask", *(["token_type_ids"] if typed else [])]
     output = "last_hidden_state" if kind == "bi" else "logits"
     axes = {k: {0: "batch", 1: "tokens"} for k in names} | {output: {0: "batch", 1: "tokens"} if kind == "bi" else {0: "batch"}}
+    args = (ids, (ids > 0).long(), *([torch.zeros_like(ids)] if typed else []))
     with warnings.catch_warnings():
         # what the tracer warns of - advanced indexing (wrong with negative indices), and a padding test
         # in transformers' mask code traced as a constant (its two lengths are the same axis) - does not
@@ -283,8 +288,8 @@ def export_encoder(model_folder: str | Path, dst: str | Path, kind: str) -> None
         # (tests/models/test_batch_invariance.py), so the warnings are not shown
         warnings.filterwarnings("ignore", message="Exporting aten::index operator")
         warnings.filterwarnings("ignore", message="Converting a tensor to a Python boolean", module="transformers")
-        torch.onnx.export(Wrapped(base), (ids, (ids > 0).long(), torch.zeros_like(ids)), str(Path(dst) / "model.onnx"),
-                          input_names=names, output_names=[output], opset_version=17, dynamo=False, dynamic_axes=axes)  # fmt: skip
+        torch.onnx.export(Wrapped(base), args, str(Path(dst) / "model.onnx"), input_names=names, output_names=[output],
+                          opset_version=17, dynamo=False, dynamic_axes=axes)  # fmt: skip
 
 
 def quantize_dynamic_per_channel(src: str | Path, dst: str | Path) -> None:

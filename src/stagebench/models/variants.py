@@ -13,8 +13,10 @@ the rewriting):
   device that ``device: auto`` found through torch runs it, with or without onnxruntime's CUDA build.
   Built on any machine (the GPU is not needed) and checked there: the folder must score probe pairs
   as the ONNX graph with the same weights does, or nothing is cached.
-* ``fp32`` of a torch bi-encoder on a CPU: the model exported to ONNX, the same fp32 arithmetic
-  run by onnxruntime, measured faster there than torch with the same nDCG@10 (docs/models.md).
+* ``fp32`` of a torch encoder (a bi-encoder, a cross-encoder) on a CPU: the model exported to ONNX,
+  the same fp32 arithmetic run by onnxruntime, measured faster there than torch with the same nDCG@10
+  (docs/models.md). The export is checked when it is built: it must give probe inputs the torch model's
+  outputs, or nothing is cached and the model runs in torch, as it does where it does not export.
 
 A variant is built once and kept in the cache (kind ``models``), keyed by the source model's
 identity, the recipe, the code that builds it and the versions of the libraries it uses; its
@@ -41,7 +43,7 @@ import numpy as np
 from stagebench.cache import Cache, Memo, cache_root, code_identity, make_key, memo
 from stagebench.runtime.devices import Placement
 from stagebench.errors import StagebenchError
-from stagebench.models.encoders import OnnxCrossEncoder, STCrossEncoder
+from stagebench.models.encoders import OnnxCrossEncoder, STCrossEncoder, load_bi_encoder, load_cross_encoder
 from stagebench.models.resolve import ResolvedModel, loading
 from stagebench.models.onnx_graphs import (copy_tokenizer, dequantized_fp32, export_encoder, has_dynamic_quantization,
                                     per_token_int8, quantize_dynamic_per_channel)  # fmt: skip
@@ -99,9 +101,19 @@ def for_placement(model: ResolvedModel, placement: Placement, kind: str, cache: 
     if recipe is None:
         return model
     if recipe == "export" and not exportable(model):
-        log.info("%s: %s is not a Transformer + Pooling model; it runs in torch at fp32", label, model.name)
+        log.info("%s: %s has modules an ONNX export does not compute; it runs in torch at fp32", label, model.name)
         return model
-    return _variant(model, recipe, kind, cache, label)
+    try:
+        return _variant(model, recipe, kind, cache, label)
+    except ExportFailed as e:
+        if recipe != "export":
+            raise  # int8-token asked for: nothing else is that path
+        log.warning("%s: %s; it runs in torch at fp32", label, e)
+        return model
+
+
+class ExportFailed(StagebenchError):
+    """A torch model's ONNX export could not be built, or does not compute what the torch model does."""
 
 
 def _variant(model: ResolvedModel, recipe: str, kind: str, cache: Cache | None, label: str) -> ResolvedModel:
@@ -150,12 +162,12 @@ _DESCRIBE = {
 def variant_recipe(kind: str, placement: Placement, role: str = "cross_encoder", torch_ok: bool = False) -> str | None:
     """The recipe of the variant ``placement`` runs for a model of ``kind`` (:func:`onnx_kind`) that
     plays ``role`` (:data:`stagebench.runtime.devices.ROLES`), or None: the model itself. A torch
-    bi-encoder at fp32 on a CPU runs exported to ONNX: the same fp32 arithmetic through onnxruntime,
-    faster than torch there (docs/models.md#precision). A dynamic INT8 ONNX cross-encoder at fp32 off
+    encoder (bi- or cross-) at fp32 on a CPU runs exported to ONNX: the same fp32 arithmetic through
+    onnxruntime, faster than torch there (docs/models.md#precision). A dynamic INT8 ONNX cross-encoder at fp32 off
     the CPU runs its dequantized weights in torch where ``torch_ok`` (its graph converts:
     :func:`recipe_for`), else in onnxruntime; at bf16 or fp16 (any device) in torch, in fixed batch shapes."""
     precision = placement.precision
-    if precision == "fp32" and kind == "torch" and role == "bi_encoder" and placement.kind == "cpu":
+    if precision == "fp32" and kind == "torch" and role in ("bi_encoder", "cross_encoder") and placement.kind == "cpu":
         return "export"
     if precision == "int8-token":
         return {"onnx-dynamic-int8": "per-token", "onnx": "per-channel+per-token", "torch": "export+per-channel+per-token"}[kind]
@@ -167,15 +179,21 @@ def variant_recipe(kind: str, placement: Placement, role: str = "cross_encoder",
 
 
 def _build(model: ResolvedModel, recipe: str) -> Path:
+    """The folder of ``model``'s variant by ``recipe``, built in a temporary folder (removed if the build fails)."""
     tmp = Path(tempfile.mkdtemp(prefix="stagebench-variant-"))
+    try:
+        _build_into(model, recipe, tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return tmp
+
+
+def _build_into(model: ResolvedModel, recipe: str, tmp: Path) -> None:
     src = Path(model.path)
     if recipe == "dequantized-torch":
-        try:
-            _dequantized_torch(model, tmp)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        return tmp
+        _dequantized_torch(model, tmp)
+        return
     if recipe == "dequantized":
         dequantized_fp32(src / "model.onnx", tmp / "model.onnx")
     elif recipe == "per-token":
@@ -183,8 +201,7 @@ def _build(model: ResolvedModel, recipe: str) -> Path:
     else:
         if recipe.startswith("export"):
             src = _local_folder(model)
-            _check_exportable(src, model)
-            export_encoder(src, tmp, "bi" if (src / "modules.json").is_file() and _is_bi(src) else "cross")
+            _export(model, src, tmp)
             fp32 = tmp / "model.onnx"
         else:
             fp32 = src / "model.onnx"
@@ -197,7 +214,45 @@ def _build(model: ResolvedModel, recipe: str) -> Path:
         raise StagebenchError(f"model {model.name!r}: no tokenizer.json in {src}; an ONNX variant needs one")
     pooling = _pooling(model, src)
     (tmp / "variant.json").write_text(json.dumps({"source": model.identity, "recipe": recipe, "pooling": pooling}) + "\n")
-    return tmp
+
+
+def _export(model: ResolvedModel, src: Path, folder: Path) -> None:
+    """``model`` (its local folder ``src``) exported to ONNX at fp32 into ``folder``, with its tokenizer, and
+    checked on the CPU: the export must give :data:`_PROBE_PAIRS` (a cross-encoder) or their texts (a
+    bi-encoder) the torch model's scores or embeddings, within :data:`PROBE_TOLERANCE`; else :class:`ExportFailed`."""
+    _check_exportable(src, model)
+    bi = (src / "modules.json").is_file() and _is_bi(src)
+    if not (src / "tokenizer.json").is_file():
+        raise ExportFailed(f"model {model.name!r} has no tokenizer.json (a fast tokenizer's file), which its ONNX "
+                           "export is run with")  # fmt: skip
+    try:
+        export_encoder(src, folder, "bi" if bi else "cross")
+    except Exception as e:  # the tracer's and the exporter's errors have no common type
+        first = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
+        raise ExportFailed(f"model {model.name!r} did not export to ONNX ({type(e).__name__}: {first})") from e
+    copy_tokenizer(src, folder)
+    cpu = Placement("cpu", "fp32", "the check of an ONNX export")
+    local = ResolvedModel(model.name, "sentence_transformers", str(src), "check", "check", pooling=_pooling(model, src))
+    exported = ResolvedModel(model.name, "onnx", str(folder), "check", "check", pooling=local.pooling)
+    if bi:
+        texts = [d for _, d in _PROBE_PAIRS]
+        torch, onnx = (load_bi_encoder(m, cpu, PROBE_LENGTH, 1) for m in (local, exported))
+        want = torch.st.tokenizer(texts, truncation=True, max_length=PROBE_LENGTH)["input_ids"]
+        got, outputs = onnx.sess.tokenize(texts), [m.encode(texts, 8) for m in (torch, onnx)]
+    else:
+        torch, onnx = (load_cross_encoder(m, cpu, PROBE_LENGTH, 1) for m in (local, exported))
+        want = torch.ce.tokenizer([q for q, _ in _PROBE_PAIRS], [d for _, d in _PROBE_PAIRS], truncation="longest_first",
+                                  max_length=PROBE_LENGTH)["input_ids"]  # fmt: skip
+        got, outputs = onnx.sess.tokenize(_PROBE_PAIRS), [m.predict(_PROBE_PAIRS, 8) for m in (torch, onnx)]
+    if [list(x) for x in want] != [got.ids[got.starts[i] : got.starts[i + 1]].tolist() for i in range(len(got))]:
+        raise ExportFailed(f"model {model.name!r}: its tokenizer.json tokenizes probe inputs unlike the tokenizer the torch "
+                           "model loads (its tokenizer_config.json may change it)")  # fmt: skip
+    moved = float(np.max(np.abs(outputs[0] - outputs[1])))
+    if not moved <= PROBE_TOLERANCE:
+        raise ExportFailed(f"model {model.name!r}: its ONNX export moved probe {'embeddings' if bi else 'scores'} by "
+                           f"{moved:.3g} from the torch model's (more than {PROBE_TOLERANCE}); nothing was cached")  # fmt: skip
+    log.info("model %s: exported to ONNX; probe %s within %.2g of the torch model's", model.name,
+             "embeddings" if bi else "scores", moved)  # fmt: skip
 
 
 #: pairs a ``dequantized-torch`` folder must score as the ONNX graph's dequantized weights do
@@ -212,6 +267,9 @@ _PROBE_PAIRS = (
 #: the most a probe pair's logit may move between torch and onnxruntime on the same fp32 weights
 #: (float rounding of two runtimes' kernels: 2.9e-6 measured on the bundled cross-encoder)
 PROBE_TOLERANCE = 1e-3
+#: the tokens an export's probe inputs are truncated to: the long probe (124 tokens as a pair) is cut, as a stage
+#: cuts its inputs at ``max_length``, and every model has that many positions
+PROBE_LENGTH = 64
 
 
 def _dequantized_torch(model: ResolvedModel, folder: Path) -> None:

@@ -15,8 +15,9 @@ score does not depend on its batch mates or padding beyond fp32 rounding):
   a padded batch (9e-4 on an Intel Xeon with AVX512-BF16), against exactly 0 for the fp32 ONNX
   export (docs/models.md#precision-auto-per-cpu-class, issue 66). bf16 stays there to ask for
   (``precision: bf16``);
-* a torch bi-encoder at fp32 on a CPU runs exported to ONNX (onnxruntime): the same fp32
-  arithmetic, faster than torch there (:func:`stagebench.models.variants.variant_recipe`);
+* a torch bi-encoder or cross-encoder at fp32 on a CPU runs exported to ONNX (onnxruntime): the same
+  fp32 arithmetic, faster than torch there (a cross-encoder: 1.6-2.0x), checked against torch when it is
+  built, torch where it does not export (:func:`stagebench.models.variants.variant_recipe`);
 * on a GPU, fp32: for MiniLM-L6 on an H200 it was also the fastest (8,918 texts/s at batch 128
   against 6,301 under fp16 and 6,802 under bf16 autocast, whose casts cost more than they save on
   a model this small); fp16 and bf16 are there to ask for;
@@ -76,8 +77,8 @@ class HardwareParams:
     device: DeviceSpec = param("auto", "where the model runs: auto (CUDA, else MPS, else CPU) | cpu | cuda | cuda:N | mps",
                                affects=(RUN, SCORES))  # fmt: skip
     precision: Literal["auto", "fp32", "bf16", "fp16", "int8", "int8-token"] = param(
-        "auto", "auto: the fastest batch-invariant path: torch models fp32 on every CPU (a torch bi-encoder runs exported to "
-        "ONNX) and on GPUs; INT8 ONNX carriers int8-token on a CPU, dequantized fp32 on a GPU "
+        "auto", "auto: the fastest batch-invariant path: torch models fp32 on every CPU (a torch bi-encoder or cross-encoder runs "
+        "exported to ONNX, checked against torch) and on GPUs; INT8 ONNX carriers int8-token on a CPU, dequantized fp32 on a GPU "
         "(docs/models.md#precision); bf16 (fp16 on a GPU): torch autocast in fixed batch shapes (batch-invariant; an INT8 "
         "ONNX cross-encoder's weights dequantized into torch), measured no faster than the fp32 ONNX paths on a CPU; int8: one activation scale per "
         "batch (batch-dependent); int8-token: per token (batch-invariant, CPU); fp32 of an INT8 ONNX model: its weights "
@@ -254,12 +255,9 @@ def place(device: str, precision: str, backend: str, what: str, role: str = "cro
         return _place_onnx(dev, kind, precision, backend == "onnx-dynamic-int8", what)
     if precision == "auto":
         why = (kind if kind != "cpu" else
-               f"{cpu_class()}: fp32 is batch-invariant; bf16 in fixed batch shapes is too, but measured no faster than "
-               "the same fp32 weights in onnxruntime on AMD AVX512-BF16 CPUs (precision: bf16 to ask for it)"
-               if role == "cross_encoder" else
-               f"{cpu_class()}: fp32 is batch-invariant; bf16 in fixed batch shapes is too, but measured no faster "
-               "than the fp32 export on AMD AVX512-BF16 CPUs (precision: bf16 to ask for it)"
-               if role == "bi_encoder" else "bf16 not measured for this model kind")  # fmt: skip
+               f"{cpu_class()}: fp32 (exported to ONNX) is batch-invariant; bf16 in fixed batch shapes is too, but "
+               "measured no faster than the fp32 export on AMD AVX512-BF16 CPUs (precision: bf16 to ask for it)"
+               if role != "generator" else "bf16 not measured for this model kind")  # fmt: skip
         return Placement(dev, "fp32", f"auto: {why}: fp32")
     if precision == "fp16" and kind == "cpu":
         raise StagebenchError(f"{what}: precision fp16 is for GPUs; on a CPU use bf16 (native on "

@@ -26,6 +26,8 @@ class ModelStage(Stage):
     uses_engine = True
     #: what the model does (:data:`stagebench.runtime.devices.ROLES`): what ``precision: auto`` picks
     role: ClassVar[str] = "cross_encoder"
+    #: set when the model ran: the model itself ran (no variant), whatever its placement's recipe
+    _itself: bool = False
 
     def placement(self) -> Placement:
         p = self.params
@@ -58,11 +60,11 @@ class ModelStage(Stage):
     def what_runs(self) -> dict[str, str]:
         """The model's path as resolved for this machine: device, precision and why, the CPU class
         ``precision: auto`` decided for (on a CPU), the variant of the model that runs (``export``,
-        ``per-token``, ``dequantized``, ``dequantized-torch``, or the model itself), the runtime that runs it, and its streams
-        (batches at once x threads each)."""
+        ``per-token``, ``dequantized``, ``dequantized-torch``, or the model itself: also where its export failed when
+        it ran), the runtime that runs it, and its streams (batches at once x threads each)."""
         resolved = resolve_model(self.params.model, self.params.source)
         placement, kind = self.placement(), onnx_kind(resolved)
-        recipe = recipe_for(resolved, placement, kind, self.role)
+        recipe = None if self._itself else recipe_for(resolved, placement, kind, self.role)
         out = {"model": resolved.origin, "device": placement.device, "precision": placement.precision, "why": placement.why,
                "variant": recipe or "the model itself", "runtime": recipe_runtime(kind, recipe)}  # fmt: skip
         if placement.kind == "cpu":
@@ -77,4 +79,6 @@ class ModelStage(Stage):
         p = self.params
         resolved = resolve_model(p.model, p.source)
         placement = self.placement()
-        return for_placement(resolved, placement, onnx_kind(resolved), ctx.cache, f"stage {self.name}", self.role), placement
+        ran = for_placement(resolved, placement, onnx_kind(resolved), ctx.cache, f"stage {self.name}", self.role)
+        self._itself = ran is resolved  # a torch model whose ONNX export failed runs itself (what_runs says so)
+        return ran, placement
