@@ -32,6 +32,7 @@ class PlainServer:
                 pass
 
             def _json(self, obj: dict) -> None:
+                self._done()  # answered: its client may send its next request before this thread goes on
                 body = json.dumps(obj).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
@@ -42,15 +43,23 @@ class PlainServer:
             def do_GET(self) -> None:  # noqa: N802
                 self._json({"object": "list", "data": [{"id": MODEL, "object": "model"}]})
 
+            def _done(self) -> None:
+                with server._counting:
+                    if getattr(self, "_counted", False):
+                        self._counted = False
+                        server.in_flight -= 1
+
             def do_POST(self) -> None:  # noqa: N802
-                with server._counting:  # in flight at the server: from its arrival to its answer (or its end)
+                # in flight at the server: from its arrival until its answer is written (or its end); counted
+                # down before the answer goes out, else a client that read it and asked again was seen twice
+                with server._counting:
                     server.in_flight += 1
                     server.most_in_flight = max(server.most_in_flight, server.in_flight)
+                    self._counted = True
                 try:
                     self._post()
                 finally:
-                    with server._counting:
-                        server.in_flight -= 1
+                    self._done()
 
             def _post(self) -> None:
                 self.rfile.read(int(self.headers.get("Content-Length", 0)))
