@@ -16,7 +16,7 @@ score does not depend on its batch mates or padding beyond fp32 rounding):
   export (docs/models.md#precision-auto-per-cpu-class, issue 66). bf16 stays there to ask for
   (``precision: bf16``);
 * a torch bi-encoder or cross-encoder at fp32 on a CPU runs exported to ONNX (onnxruntime): the same
-  fp32 arithmetic, faster than torch there (a cross-encoder: 1.6-2.0x), checked against torch when it is
+  fp32 arithmetic, faster than torch there (a cross-encoder: 1.8-2.6x on a Zen 5), checked against torch when it is
   built, torch where it does not export (:func:`stagebench.models.variants.variant_recipe`);
 * on a GPU, fp32: for MiniLM-L6 on an H200 it was also the fastest (8,918 texts/s at batch 128
   against 6,301 under fp16 and 6,802 under bf16 autocast, whose casts cost more than they save on
@@ -77,8 +77,9 @@ class HardwareParams:
     device: DeviceSpec = param("auto", "where the model runs: auto (CUDA, else MPS, else CPU) | cpu | cuda | cuda:N | mps",
                                affects=(RUN, SCORES))  # fmt: skip
     precision: Literal["auto", "fp32", "bf16", "fp16", "int8", "int8-token"] = param(
-        "auto", "auto: the fastest batch-invariant path: torch models fp32 on every CPU (a torch bi-encoder or cross-encoder runs "
-        "exported to ONNX, checked against torch) and on GPUs; INT8 ONNX carriers int8-token on a CPU, dequantized fp32 on a GPU "
+        "auto", "auto: the fastest batch-invariant path: torch models fp32 on every CPU (a torch bi-encoder or "
+        "cross-encoder runs exported to ONNX, checked against torch) and on GPUs; INT8 ONNX carriers int8-token on a "
+        "CPU, dequantized fp32 on a GPU "
         "(docs/models.md#precision); bf16 (fp16 on a GPU): torch autocast in fixed batch shapes (batch-invariant; an INT8 "
         "ONNX cross-encoder's weights dequantized into torch), measured no faster than the fp32 ONNX paths on a CPU; int8: one activation scale per "
         "batch (batch-dependent); int8-token: per token (batch-invariant, CPU); fp32 of an INT8 ONNX model: its weights "
