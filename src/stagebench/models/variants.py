@@ -190,17 +190,21 @@ def _build(model: ResolvedModel, recipe: str) -> Path:
 
 
 def _build_into(model: ResolvedModel, recipe: str, tmp: Path) -> None:
-    src = Path(model.path)
     if recipe == "dequantized-torch":
         _dequantized_torch(model, tmp)
         return
+    exported = recipe.startswith("export")
+    src = _local_folder(model) if exported else Path(model.path)
+    copy_tokenizer(src, tmp)  # first: an export's check runs it
+    if not (tmp / "tokenizer.json").is_file():
+        raise (ExportFailed if exported else StagebenchError)(
+            f"model {model.name!r}: no tokenizer.json in {src} (a fast tokenizer's file); an ONNX variant needs one")
     if recipe == "dequantized":
         dequantized_fp32(src / "model.onnx", tmp / "model.onnx")
     elif recipe == "per-token":
         per_token_int8(src / "model.onnx", tmp / "model.onnx")
     else:
-        if recipe.startswith("export"):
-            src = _local_folder(model)
+        if exported:
             _export(model, src, tmp)
             fp32 = tmp / "model.onnx"
         else:
@@ -209,28 +213,21 @@ def _build_into(model: ResolvedModel, recipe: str, tmp: Path) -> None:
             quantize_dynamic_per_channel(fp32, tmp / "per-channel.onnx")
             per_token_int8(tmp / "per-channel.onnx", tmp / "model.onnx")  # replaces the fp32 export
             (tmp / "per-channel.onnx").unlink()
-    copy_tokenizer(src, tmp)
-    if not (tmp / "tokenizer.json").is_file():
-        raise StagebenchError(f"model {model.name!r}: no tokenizer.json in {src}; an ONNX variant needs one")
     pooling = _pooling(model, src)
     (tmp / "variant.json").write_text(json.dumps({"source": model.identity, "recipe": recipe, "pooling": pooling}) + "\n")
 
 
 def _export(model: ResolvedModel, src: Path, folder: Path) -> None:
-    """``model`` (its local folder ``src``) exported to ONNX at fp32 into ``folder``, with its tokenizer, and
+    """``model`` (its local folder ``src``) exported to ONNX at fp32 into ``folder`` (which holds its tokenizer), and
     checked on the CPU: the export must give :data:`_PROBE_PAIRS` (a cross-encoder) or their texts (a
     bi-encoder) the torch model's scores or embeddings, within :data:`PROBE_TOLERANCE`; else :class:`ExportFailed`."""
     _check_exportable(src, model)
     bi = (src / "modules.json").is_file() and _is_bi(src)
-    if not (src / "tokenizer.json").is_file():
-        raise ExportFailed(f"model {model.name!r} has no tokenizer.json (a fast tokenizer's file), which its ONNX "
-                           "export is run with")  # fmt: skip
     try:
         export_encoder(src, folder, "bi" if bi else "cross")
     except Exception as e:  # the tracer's and the exporter's errors have no common type
         first = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
         raise ExportFailed(f"model {model.name!r} did not export to ONNX ({type(e).__name__}: {first})") from e
-    copy_tokenizer(src, folder)
     cpu = Placement("cpu", "fp32", "the check of an ONNX export")
     local = ResolvedModel(model.name, "sentence_transformers", str(src), "check", "check", pooling=_pooling(model, src))
     exported = ResolvedModel(model.name, "onnx", str(folder), "check", "check", pooling=local.pooling)
